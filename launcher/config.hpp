@@ -1,0 +1,108 @@
+#pragma once
+// The cluster configuration: built-in defaults, then a TOML cluster file, then
+// `--set key=value` overrides from the command line. No torch, no CAF here.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace eg::config {
+
+/// A configuration that cannot be used; what() names the key (and the line
+/// where the TOML parser gives one). Launchers exit with code 2 on it.
+class config_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Emulated and real heterogeneity of one platform (ALGORITHMS.md section 1).
+struct interference_step {
+  double at_seconds = 0;  ///< from the start of training
+  double slowdown = 1;    ///< slowdown factor from then on
+};
+
+struct platform_config {
+  std::string name;        ///< unique in the cluster, e.g. "p0"
+  int threads = 1;         ///< torch intra-op threads of this platform's node
+  double share = 0;        ///< fraction of the training set; 0 = equal split of what is left
+  double slowdown = 1;     ///< works this many times slower (idles in proportion to compute)
+  std::vector<interference_step> interference;  ///< slowdown changes over time
+};
+
+struct node_config {
+  std::string name;                ///< unique in the cluster
+  std::string host = "127.0.0.1";  ///< address the node listens on and peers dial
+  uint16_t port = 0;               ///< 0: pick a free port (single-node runs)
+  std::vector<platform_config> platforms;
+};
+
+struct data_config {
+  std::string name = "fashion-mnist";
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  std::string partition = "iid";   ///< "iid" or "dirichlet" (label skew)
+  double alpha = 0.5;              ///< Dirichlet concentration for "dirichlet"
+  int64_t train_samples = 0;       ///< 0: the whole training set; else the first N
+  int64_t test_samples = 0;        ///< 0: the whole test set; else the first N
+};
+
+struct train_config {
+  std::string model = "lenet5";    ///< "lenet5" or "logreg"
+  double lr = 0.01;
+  double momentum = 0.9;
+  int64_t batch = 64;
+  uint32_t epochs = 5;
+  int64_t max_iterations = 0;      ///< per platform per epoch; 0 = no cap
+};
+
+struct strategy_config {
+  std::string name = "gosgd";      ///< gossip strategy of the mixers
+  std::string schedule = "sync";   ///< "sync" (epoch barrier) or "async"
+  double exchange_probability = 0.2;  ///< GoSGD's p
+};
+
+struct cluster_config {
+  std::string id = "edgegossip";   ///< messages from another cluster id are refused
+  uint64_t seed = 1;
+  std::string balancer_node;       ///< node hosting the balancer; "" = first node
+  std::string storage_dir = "edgegossip-data";  ///< one RocksDB per node below it
+  std::string output_dir = "runs"; ///< run directories (metrics CSV, final model)
+  std::string secret;              ///< optional cluster secret required to join
+  data_config data;
+  train_config train;
+  strategy_config strategy;
+  std::vector<node_config> nodes;
+
+  /// The node of that name; throws config_error naming it when absent.
+  const node_config& node(const std::string& name) const;
+  /// The node hosting the balancer.
+  const node_config& balancer() const;
+  /// All platforms of the cluster, in node order.
+  std::vector<platform_config> platforms() const;
+};
+
+/// The embedded default: one node "local" with 4 platforms p0..p3, LeNet-5,
+/// Fashion-MNIST IID, GoSGD epoch-synchronous, 5 epochs.
+cluster_config default_config();
+
+/// Parses a TOML document (`origin` names it in errors) on top of the
+/// defaults; throws config_error naming the key and line.
+cluster_config parse(const std::string& toml_text, const std::string& origin);
+
+/// Reads and parses a cluster file; throws config_error naming the path.
+cluster_config load(const std::string& path);
+
+/// Applies one `key=value` override (dotted keys as in the file, e.g.
+/// `train.epochs=3`, `strategy.name=gosgd`); throws config_error.
+void apply_override(cluster_config& cfg, const std::string& assignment);
+
+/// Checks every field (ranges, enumerations, unique names, shares summing to
+/// at most 1, balancer node exists ...); throws config_error naming the key.
+void validate(const cluster_config& cfg);
+
+/// The configuration as a TOML document (written into run directories).
+std::string to_toml(const cluster_config& cfg);
+
+} // namespace eg::config

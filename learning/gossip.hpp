@@ -1,0 +1,79 @@
+#pragma once
+// Gossip arithmetic on model parameters, actor-free. A strategy decides what
+// a platform sends after a local step and how a received model is merged.
+
+#include "messages/codec.hpp"
+
+#include <torch/types.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace eg::learning {
+
+/// One message to send after a step: the current parameters with this
+/// gossip weight, to `peer` (an index into the peers the mixer knows; -1 =
+/// a peer chosen uniformly at random by the mixer).
+struct send_order {
+  int64_t peer = -1;
+  double weight = 0;
+};
+
+class gossip_strategy {
+public:
+  virtual ~gossip_strategy() = default;
+  virtual std::string name() const = 0;
+  /// The gossip weight this platform holds (GoSGD's a_i, push-sum's w_i).
+  virtual double weight() const = 0;
+  virtual void set_weight(double w) = 0;
+  /// Merges a received model (x_s, a_s) into `params`.
+  virtual void merge(const std::vector<torch::Tensor>& params,
+                     const std::vector<torch::Tensor>& received, double received_weight) = 0;
+  /// Called after each local step; may rescale `params` and the held weight,
+  /// and returns the messages to send (each carries the params as they are
+  /// after this call).
+  virtual std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+                                             std::mt19937_64& rng) = 0;
+};
+
+/// GoSGD (Blot et al.): sum-weight gossip. Start weight 1/M; merge
+/// x <- (a x + a_s x_s) / (a + a_s), a <- a + a_s; after a step, with
+/// probability p: a <- a / 2 and send (x, a) to a random peer.
+class gosgd : public gossip_strategy {
+public:
+  gosgd(double initial_weight, double exchange_probability);
+  std::string name() const override { return "gosgd"; }
+  double weight() const override { return weight_; }
+  void set_weight(double w) override { weight_ = w; }
+  void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+             double received_weight) override;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+                                     std::mt19937_64& rng) override;
+
+private:
+  double weight_;
+  double p_;
+};
+
+/// Builds the strategy named in the config ("gosgd"); throws
+/// std::invalid_argument for an unknown name.
+std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
+                                               double exchange_probability);
+
+/// Views of the tensors (names from `names`), contiguous, for encoding. The
+/// tensors must stay alive and unchanged while the views are used.
+std::vector<messages::tensor_view> to_views(const std::vector<std::string>& names,
+                                            const std::vector<torch::Tensor>& tensors);
+
+/// Tensors over decoded views (no copy). Throws std::invalid_argument naming
+/// the first tensor whose name, dtype or shape differs from `like`.
+std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& views,
+                                      const std::vector<std::string>& names,
+                                      const std::vector<torch::Tensor>& like);
+
+/// The element-wise mean of several models' parameter lists.
+std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models);
+
+} // namespace eg::learning

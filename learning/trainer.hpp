@@ -1,0 +1,80 @@
+#pragma once
+// One platform's local training: its model, SGD optimizer and data shard,
+// stepped one iteration at a time so the actor hosting it stays responsive.
+
+#include "learning/dataset.hpp"
+#include "learning/model.hpp"
+
+#include <torch/optim/sgd.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace eg::learning {
+
+struct sgd_options {
+  double lr = 0.01;
+  double momentum = 0.9;
+  int64_t batch = 64;
+};
+
+/// The iterations of one epoch: each batch is a list of sample indices.
+struct epoch_plan {
+  std::vector<std::vector<int64_t>> batches;
+  int64_t samples() const;
+};
+
+/// GoSGD's plan: the shard shuffled and cut into batches of `batch`, keeping
+/// the first ceil(|shard| * ratio) samples (ratio in (0, 1]).
+epoch_plan shuffled_plan(const std::vector<int64_t>& shard, int64_t batch, double ratio,
+                         std::mt19937_64& rng);
+
+struct step_result {
+  double loss = 0;
+  int64_t samples = 0;
+  double compute_seconds = 0;
+};
+
+struct evaluation {
+  double loss = 0;
+  double accuracy = 0;
+};
+
+class local_trainer {
+public:
+  local_trainer(std::shared_ptr<classifier> model, std::shared_ptr<const dataset> train,
+                std::vector<int64_t> shard, sgd_options opt);
+
+  /// Starts an epoch that runs `plan`'s batches in order.
+  void begin_epoch(epoch_plan plan);
+  /// True when the current epoch's plan is used up.
+  bool epoch_done() const;
+  /// One iteration: forward, backward, optimizer step on the next batch.
+  step_result step();
+  /// Batches left in the current epoch.
+  size_t remaining() const;
+
+  classifier& model() { return *model_; }
+  std::shared_ptr<classifier> model_ptr() { return model_; }
+  torch::optim::SGD& optimizer() { return optimizer_; }
+  const std::vector<int64_t>& shard() const { return shard_; }
+  const sgd_options& options() const { return opt_; }
+
+private:
+  std::shared_ptr<classifier> model_;
+  std::shared_ptr<const dataset> train_;
+  std::vector<int64_t> shard_;
+  sgd_options opt_;
+  torch::optim::SGD optimizer_;
+  epoch_plan plan_;
+  size_t next_ = 0;
+};
+
+/// Loss and accuracy of `model` on `data` (no gradients, eval mode, restores
+/// train mode afterwards).
+evaluation evaluate(classifier& model, const dataset& data, int64_t batch = 1000);
+
+} // namespace eg::learning

@@ -1,0 +1,133 @@
+#pragma once
+// The wire codec: every payload that crosses nodes is a Cap'n Proto message
+// (schema in edgegossip.capnp) carried as a byte buffer inside a CAF message.
+// Tensors travel as raw contiguous bytes with name, dtype and shape; encoding
+// writes them once into the output buffer and decoding points into the
+// received buffer (no per-element work). No torch and no CAF in this layer.
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace eg::messages {
+
+/// Bumped whenever the schema changes incompatibly.
+inline constexpr uint32_t protocol_version = 1;
+
+/// A message that cannot be accepted: not Cap'n Proto, truncated, oversized,
+/// from another cluster or protocol version. what() says which.
+class codec_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class dtype : uint8_t { float32 = 0, float64 = 1, int64 = 2, int32 = 3, uint8 = 4 };
+
+/// Size in bytes of one element of `t`.
+size_t element_size(dtype t);
+
+/// A tensor as raw contiguous bytes. When decoded, `data` points into the
+/// buffer that was decoded (which must outlive the view).
+struct tensor_view {
+  std::string name;
+  dtype type = dtype::float32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+/// Carried by every message.
+struct header {
+  std::string cluster_id;
+  uint32_t version = protocol_version;
+  std::string sender;  ///< platform or node name of the sender
+};
+
+/// Model weights for gossip (GoSGD's (x_s, a_s); push-sum's (x, w)).
+struct weights {
+  double gossip_weight = 0;
+  uint64_t epoch = 0;
+  uint64_t iteration = 0;
+  std::vector<tensor_view> tensors;
+};
+
+/// One component of a node, announced in the handshake.
+struct component {
+  std::string role;  ///< "node", "platform", "mixer", "balancer", "store"
+  std::string name;  ///< platform name for platform/mixer, else the node name
+  std::string node;  ///< node hosting it
+};
+
+/// Node handshake: who I am and what I host. The CAF message carrying it
+/// also carries the actor handles, in the order of `components`.
+struct hello {
+  std::string node;
+  std::string secret_digest;  ///< digest of the cluster secret ("" if none)
+  std::vector<component> components;
+};
+
+/// Balancer -> platform: train epoch `epoch` on `ratio` of the local data.
+struct plan {
+  uint32_t epoch = 0;
+  double ratio = 1;
+  uint32_t last_epoch = 0;  ///< the run stops after this epoch
+};
+
+/// Messages received from one peer during an epoch.
+struct peer_traffic {
+  std::string peer;
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+};
+
+/// Platform -> balancer at the end of each epoch.
+struct epoch_report {
+  std::string platform;
+  std::string node;
+  uint32_t epoch = 0;
+  double ratio = 1;
+  double wall_seconds = 0;     ///< the epoch's training time (evaluation excluded)
+  double compute_seconds = 0;  ///< of which forward/backward/step
+  uint64_t samples = 0;
+  uint64_t iterations = 0;
+  double train_loss = 0;       ///< mean over the epoch's iterations
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double gossip_weight = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t messages_refused = 0;
+  std::vector<peer_traffic> received_from;
+};
+
+/// Control requests (stop, pause, resume, checkpoint ...) with an argument.
+struct control {
+  std::string command;
+  std::string argument;
+};
+
+using body = std::variant<weights, hello, plan, epoch_report, control>;
+
+struct envelope {
+  header hdr;
+  body payload;
+};
+
+/// Encodes an envelope; tensor bytes are copied once, straight into the
+/// returned buffer.
+std::vector<char> encode(const envelope& e);
+
+/// Decodes and checks a buffer. Throws codec_error when it is not a
+/// well-formed message of this protocol version, or its cluster id is not
+/// `cluster_id`. Tensor views point into `buffer`.
+envelope decode(const std::vector<char>& buffer, const std::string& cluster_id);
+
+/// Buffers larger than this are refused before decoding (1 GiB).
+inline constexpr size_t max_message_bytes = size_t{1} << 30;
+
+} // namespace eg::messages

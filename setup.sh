@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# edgegossip set-up: installs the Debian packages the project needs (only when
+# missing), builds the project, then runs what was asked.
+#
+#   ./setup.sh run [edgegossip run options]   build, then train the embedded default cluster
+#   ./setup.sh test [ctest options]           build, then run the whole test suite
+#   ./setup.sh build                          build only
+#
+# BUILD_DIR (default: build) and BUILD_TYPE (default: Release) may be set in
+# the environment; EDGEGOSSIP_SANITIZE=ON builds with ASan + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libcaf-dev libtorch-dev libcapnp-dev capnproto librocksdb-dev
+  libboost-test-dev libtomlplusplus-dev libcli11-dev libspdlog-dev
+  libfaiss-dev zlib1g-dev liblapack-dev libblas-dev
+  dataset-fashion-mnist gnuplot-nox stress-ng
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_dir=${BUILD_DIR:-build}
+build_type=${BUILD_TYPE:-Release}
+jobs=$(nproc)
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
+    -DEDGEGOSSIP_SANITIZE="${EDGEGOSSIP_SANITIZE:-OFF}"
+fi
+cmake --build "$build_dir" -j "$jobs"
+
+what=${1:-build}
+[ $# -gt 0 ] && shift
+case "$what" in
+  build) ;;
+  run) exec "$build_dir/edgegossip" run "$@" ;;
+  test) cd "$build_dir" && exec ctest --output-on-failure "$@" ;;
+  *) echo "setup: unknown command '$what' (use run, test or build)" >&2; exit 2 ;;
+esac
