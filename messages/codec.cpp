@@ -1,0 +1,335 @@
+#include "messages/codec.hpp"
+
+#include "messages/edgegossip.capnp.h"
+
+#include <capnp/message.h>
+#include <capnp/orphan.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <kj/io.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace eg::messages {
+
+namespace {
+
+constexpr uint8_t last_dtype = static_cast<uint8_t>(dtype::uint8);
+
+kj::StringPtr text(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
+
+std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
+std::string describe_shape(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// Bytes a tensor of this shape and dtype must have; throws on negative
+// dimensions and on sizes no message could carry (which also rules out overflow).
+size_t expected_bytes(const std::string& name, const std::vector<int64_t>& shape, dtype t) {
+  uint64_t n = element_size(t);
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw codec_error("tensor '" + name + "' has a negative dimension in shape " +
+                        describe_shape(shape));
+    if (d != 0 && n > max_message_bytes / static_cast<uint64_t>(d))
+      throw codec_error("tensor '" + name + "' of shape " + describe_shape(shape) +
+                        " is larger than a message may be");
+    n *= static_cast<uint64_t>(d);
+  }
+  return static_cast<size_t>(n);
+}
+
+// --- encoding --------------------------------------------------------------------
+
+// Tensors whose bytes can become message segments as they are (no copy).
+bool can_reference(const tensor_view& v) {
+  return v.bytes > 0 && v.bytes % sizeof(capnp::word) == 0 &&
+         reinterpret_cast<uintptr_t>(v.data) % alignof(capnp::word) == 0;
+}
+
+// A first segment big enough for the whole message, so that copied tensor
+// bytes and the small fields land in one segment.
+uint64_t first_segment_words(const envelope& e) {
+  uint64_t words = 1024;
+  if (auto* w = std::get_if<weights>(&e.payload))
+    for (const tensor_view& v : w->tensors) {
+      words += 16 + v.name.size() / sizeof(capnp::word) + v.shape.size();
+      if (!can_reference(v)) words += (v.bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word);
+    }
+  return words;
+}
+
+void write_tensor(wire::Tensor::Builder out, const tensor_view& v, capnp::Orphanage orphanage) {
+  if (static_cast<uint8_t>(v.type) > last_dtype)
+    throw codec_error("tensor '" + v.name + "' has an unknown dtype " +
+                      std::to_string(static_cast<int>(v.type)));
+  size_t expected = expected_bytes(v.name, v.shape, v.type);
+  if (v.bytes != expected)
+    throw codec_error("tensor '" + v.name + "' has " + std::to_string(v.bytes) +
+                      " bytes, its shape " + describe_shape(v.shape) + " needs " +
+                      std::to_string(expected));
+  if (v.bytes > 0 && v.data == nullptr)
+    throw codec_error("tensor '" + v.name + "' has no data");
+  out.setName(text(v.name));
+  out.setDtype(static_cast<wire::DType>(v.type));
+  auto shape = out.initShape(static_cast<unsigned>(v.shape.size()));
+  for (unsigned i = 0; i < shape.size(); ++i) shape.set(i, v.shape[i]);
+  if (v.bytes == 0) return;
+  if (can_reference(v)) {
+    // The caller's bytes become a segment; they are copied only when the
+    // segments are written into the output buffer.
+    out.adoptData(orphanage.referenceExternalData(
+        capnp::Data::Reader(static_cast<const kj::byte*>(v.data), v.bytes)));
+  } else {
+    auto data = out.initData(static_cast<unsigned>(v.bytes));
+    std::memcpy(data.begin(), v.data, v.bytes);
+  }
+}
+
+struct body_writer {
+  wire::Envelope::Body::Builder body;
+  capnp::Orphanage orphanage;
+
+  void operator()(const weights& w) {
+    auto out = body.initWeights();
+    out.setGossipWeight(w.gossip_weight);
+    out.setEpoch(w.epoch);
+    out.setIteration(w.iteration);
+    auto tensors = out.initTensors(static_cast<unsigned>(w.tensors.size()));
+    for (unsigned i = 0; i < tensors.size(); ++i) write_tensor(tensors[i], w.tensors[i], orphanage);
+  }
+  void operator()(const hello& h) {
+    auto out = body.initHello();
+    out.setNode(text(h.node));
+    out.setSecretDigest(text(h.secret_digest));
+    auto components = out.initComponents(static_cast<unsigned>(h.components.size()));
+    for (unsigned i = 0; i < components.size(); ++i) {
+      components[i].setRole(text(h.components[i].role));
+      components[i].setName(text(h.components[i].name));
+      components[i].setNode(text(h.components[i].node));
+    }
+  }
+  void operator()(const plan& p) {
+    auto out = body.initPlan();
+    out.setEpoch(p.epoch);
+    out.setRatio(p.ratio);
+    out.setLastEpoch(p.last_epoch);
+  }
+  void operator()(const epoch_report& r) {
+    auto out = body.initEpochReport();
+    out.setPlatform(text(r.platform));
+    out.setNode(text(r.node));
+    out.setEpoch(r.epoch);
+    out.setRatio(r.ratio);
+    out.setWallSeconds(r.wall_seconds);
+    out.setComputeSeconds(r.compute_seconds);
+    out.setSamples(r.samples);
+    out.setPlannedSamples(r.planned_samples);
+    out.setIterations(r.iterations);
+    out.setTrainLoss(r.train_loss);
+    out.setTestLoss(r.test_loss);
+    out.setTestAccuracy(r.test_accuracy);
+    out.setGossipWeight(r.gossip_weight);
+    out.setBytesSent(r.bytes_sent);
+    out.setBytesReceived(r.bytes_received);
+    out.setMessagesSent(r.messages_sent);
+    out.setMessagesReceived(r.messages_received);
+    out.setMessagesRefused(r.messages_refused);
+    auto from = out.initReceivedFrom(static_cast<unsigned>(r.received_from.size()));
+    for (unsigned i = 0; i < from.size(); ++i) {
+      from[i].setPeer(text(r.received_from[i].peer));
+      from[i].setMessages(r.received_from[i].messages);
+      from[i].setBytes(r.received_from[i].bytes);
+    }
+  }
+  void operator()(const control& c) {
+    auto out = body.initControl();
+    out.setCommand(text(c.command));
+    out.setArgument(text(c.argument));
+  }
+};
+
+// --- decoding --------------------------------------------------------------------
+
+// Decoded tensor bytes point into `base` (the buffer the caller passed), at the
+// offset they have in the words that were parsed (the same bytes, or an aligned copy).
+struct body_reader {
+  const char* parsed;
+  const char* base;
+
+  weights operator()(wire::Weights::Reader in) const {
+    weights w;
+    w.gossip_weight = in.getGossipWeight();
+    w.epoch = in.getEpoch();
+    w.iteration = in.getIteration();
+    auto tensors = in.getTensors();
+    w.tensors.reserve(tensors.size());
+    for (auto t : tensors) {
+      tensor_view v;
+      v.name = str(t.getName());
+      auto type = static_cast<uint16_t>(t.getDtype());
+      if (type > last_dtype)
+        throw codec_error("tensor '" + v.name + "' has an unknown dtype " + std::to_string(type));
+      v.type = static_cast<dtype>(type);
+      auto shape = t.getShape();
+      v.shape.reserve(shape.size());
+      for (int64_t d : shape) v.shape.push_back(d);
+      auto data = t.getData();
+      size_t expected = expected_bytes(v.name, v.shape, v.type);
+      if (data.size() != expected)
+        throw codec_error("tensor '" + v.name + "' carries " + std::to_string(data.size()) +
+                          " bytes, its shape " + describe_shape(v.shape) + " needs " +
+                          std::to_string(expected));
+      v.bytes = data.size();
+      if (v.bytes > 0) v.data = base + (reinterpret_cast<const char*>(data.begin()) - parsed);
+      w.tensors.push_back(std::move(v));
+    }
+    return w;
+  }
+  hello operator()(wire::Hello::Reader in) const {
+    hello h;
+    h.node = str(in.getNode());
+    h.secret_digest = str(in.getSecretDigest());
+    for (auto c : in.getComponents())
+      h.components.push_back({str(c.getRole()), str(c.getName()), str(c.getNode())});
+    return h;
+  }
+  plan operator()(wire::Plan::Reader in) const {
+    plan p;
+    p.epoch = in.getEpoch();
+    p.ratio = in.getRatio();
+    p.last_epoch = in.getLastEpoch();
+    return p;
+  }
+  epoch_report operator()(wire::EpochReport::Reader in) const {
+    epoch_report r;
+    r.platform = str(in.getPlatform());
+    r.node = str(in.getNode());
+    r.epoch = in.getEpoch();
+    r.ratio = in.getRatio();
+    r.wall_seconds = in.getWallSeconds();
+    r.compute_seconds = in.getComputeSeconds();
+    r.samples = in.getSamples();
+    r.planned_samples = in.getPlannedSamples();
+    r.iterations = in.getIterations();
+    r.train_loss = in.getTrainLoss();
+    r.test_loss = in.getTestLoss();
+    r.test_accuracy = in.getTestAccuracy();
+    r.gossip_weight = in.getGossipWeight();
+    r.bytes_sent = in.getBytesSent();
+    r.bytes_received = in.getBytesReceived();
+    r.messages_sent = in.getMessagesSent();
+    r.messages_received = in.getMessagesReceived();
+    r.messages_refused = in.getMessagesRefused();
+    for (auto p : in.getReceivedFrom())
+      r.received_from.push_back({str(p.getPeer()), p.getMessages(), p.getBytes()});
+    return r;
+  }
+  control operator()(wire::Control::Reader in) const {
+    return control{str(in.getCommand()), str(in.getArgument())};
+  }
+};
+
+body read_body(wire::Envelope::Body::Reader in, const body_reader& read) {
+  switch (in.which()) {
+    case wire::Envelope::Body::WEIGHTS: return read(in.getWeights());
+    case wire::Envelope::Body::HELLO: return read(in.getHello());
+    case wire::Envelope::Body::PLAN: return read(in.getPlan());
+    case wire::Envelope::Body::EPOCH_REPORT: return read(in.getEpochReport());
+    case wire::Envelope::Body::CONTROL: return read(in.getControl());
+  }
+  throw codec_error("unknown message body type " + std::to_string(static_cast<int>(in.which())));
+}
+
+} // namespace
+
+size_t element_size(dtype t) {
+  switch (t) {
+    case dtype::float32: return 4;
+    case dtype::float64: return 8;
+    case dtype::int64: return 8;
+    case dtype::int32: return 4;
+    case dtype::uint8: return 1;
+  }
+  throw codec_error("unknown dtype " + std::to_string(static_cast<int>(t)));
+}
+
+std::vector<char> encode(const envelope& e) {
+  try {
+    capnp::MallocMessageBuilder message(static_cast<unsigned>(
+        std::min<uint64_t>(first_segment_words(e), max_message_bytes / sizeof(capnp::word))));
+    auto root = message.initRoot<wire::Envelope>();
+    root.setClusterId(text(e.hdr.cluster_id));
+    root.setVersion(e.hdr.version);
+    root.setSender(text(e.hdr.sender));
+    std::visit(body_writer{root.initBody(), message.getOrphanage()}, e.payload);
+
+    size_t bytes = capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word);
+    if (bytes > max_message_bytes)
+      throw codec_error("message of " + std::to_string(bytes) + " bytes exceeds the limit of " +
+                        std::to_string(max_message_bytes) + " bytes");
+    // The segment table and the segments are written straight into the result.
+    std::vector<char> out(bytes);
+    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
+    capnp::writeMessage(stream, message);
+    return out;
+  } catch (const kj::Exception& ex) {
+    throw codec_error(std::string("cannot encode message: ") + ex.getDescription().cStr());
+  }
+}
+
+envelope decode(const std::vector<char>& buffer, const std::string& cluster_id) {
+  if (buffer.empty()) throw codec_error("empty message");
+  if (buffer.size() > max_message_bytes)
+    throw codec_error("message of " + std::to_string(buffer.size()) +
+                      " bytes exceeds the limit of " + std::to_string(max_message_bytes) +
+                      " bytes");
+  if (buffer.size() % sizeof(capnp::word) != 0)
+    throw codec_error("truncated or malformed message: " + std::to_string(buffer.size()) +
+                      " bytes is not a whole number of 8-byte words");
+
+  size_t words = buffer.size() / sizeof(capnp::word);
+  kj::Array<capnp::word> aligned;
+  auto parsed = reinterpret_cast<const capnp::word*>(buffer.data());
+  if (reinterpret_cast<uintptr_t>(parsed) % alignof(capnp::word) != 0) {
+    aligned = kj::heapArray<capnp::word>(words);
+    std::memcpy(aligned.begin(), buffer.data(), buffer.size());
+    parsed = aligned.begin();
+  }
+
+  try {
+    capnp::ReaderOptions options;
+    // Each part is read once, so a maximal message stays within twice its size.
+    options.traversalLimitInWords = 2 * max_message_bytes / sizeof(capnp::word);
+    capnp::FlatArrayMessageReader reader(kj::arrayPtr(parsed, words), options);
+    if (reader.getEnd() != parsed + words)
+      throw codec_error("truncated or malformed message: " +
+                        std::to_string((parsed + words - reader.getEnd()) * sizeof(capnp::word)) +
+                        " bytes follow the message");
+    auto root = reader.getRoot<wire::Envelope>();
+
+    envelope e;
+    e.hdr.version = root.getVersion();
+    if (e.hdr.version != protocol_version)
+      throw codec_error("peer speaks protocol version " + std::to_string(e.hdr.version) +
+                        ", this node speaks " + std::to_string(protocol_version));
+    e.hdr.cluster_id = str(root.getClusterId());
+    if (e.hdr.cluster_id != cluster_id)
+      throw codec_error("message from cluster '" + e.hdr.cluster_id +
+                        "', this node belongs to '" + cluster_id + "'");
+    e.hdr.sender = str(root.getSender());
+    e.payload = read_body(root.getBody(),
+                          body_reader{reinterpret_cast<const char*>(parsed), buffer.data()});
+    return e;
+  } catch (const kj::Exception& ex) {
+    throw codec_error(std::string("truncated or malformed message: ") +
+                      ex.getDescription().cStr());
+  }
+}
+
+} // namespace eg::messages

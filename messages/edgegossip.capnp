@@ -1,0 +1,104 @@
+@0x8bb1eaf6c2527e87;
+# Everything that crosses nodes or lands on disk. Field numbers are the wire
+# format: never renumber; bump messages::protocol_version on incompatible changes.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("eg::messages::wire");
+
+enum DType {
+  float32 @0;
+  float64 @1;
+  int64 @2;
+  int32 @3;
+  uint8 @4;
+}
+
+# Raw contiguous (row-major) tensor bytes.
+struct Tensor {
+  name @0 :Text;
+  dtype @1 :DType;
+  shape @2 :List(Int64);
+  data @3 :Data;
+}
+
+struct Weights {
+  gossipWeight @0 :Float64;
+  epoch @1 :UInt64;
+  iteration @2 :UInt64;
+  tensors @3 :List(Tensor);
+}
+
+struct Component {
+  role @0 :Text;
+  name @1 :Text;
+  node @2 :Text;
+}
+
+struct Hello {
+  node @0 :Text;
+  secretDigest @1 :Text;
+  components @2 :List(Component);
+}
+
+struct Plan {
+  epoch @0 :UInt32;
+  ratio @1 :Float64;
+  lastEpoch @2 :UInt32;
+}
+
+struct PeerTraffic {
+  peer @0 :Text;
+  messages @1 :UInt64;
+  bytes @2 :UInt64;
+}
+
+struct EpochReport {
+  platform @0 :Text;
+  node @1 :Text;
+  epoch @2 :UInt32;
+  ratio @3 :Float64;
+  wallSeconds @4 :Float64;
+  computeSeconds @5 :Float64;
+  samples @6 :UInt64;
+  iterations @7 :UInt64;
+  trainLoss @8 :Float64;
+  testLoss @9 :Float64;
+  testAccuracy @10 :Float64;
+  gossipWeight @11 :Float64;
+  bytesSent @12 :UInt64;
+  bytesReceived @13 :UInt64;
+  messagesSent @14 :UInt64;
+  messagesReceived @15 :UInt64;
+  messagesRefused @16 :UInt64;
+  receivedFrom @17 :List(PeerTraffic);
+  plannedSamples @18 :UInt64;
+}
+
+struct Control {
+  command @0 :Text;
+  argument @1 :Text;
+}
+
+struct Envelope {
+  clusterId @0 :Text;
+  version @1 :UInt32;
+  sender @2 :Text;
+  body :union {
+    weights @3 :Weights;
+    hello @4 :Hello;
+    plan @5 :Plan;
+    epochReport @6 :EpochReport;
+    control @7 :Control;
+  }
+}
+
+# The body of a stored checkpoint record (storage/ frames it with a magic,
+# a format version and a CRC-32).
+struct Checkpoint {
+  platform @0 :Text;
+  epoch @1 :UInt64;
+  iteration @2 :UInt64;
+  gossipWeight @3 :Float64;
+  model @4 :Data;
+  optimizer @5 :Data;
+}
