@@ -1,1 +1,317 @@
-// placeholder, replaced by the node actor
+#include "actors/node.hpp"
+
+#include "actors/mixer.hpp"
+#include "actors/report_files.hpp"
+#include "messages/codec.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace eg::actors {
+namespace {
+
+struct entry {
+  messages::component what;
+  caf::actor handle;
+};
+
+struct node_state {
+  static inline const char* name = "node";
+  node_args args;
+  std::vector<local_platform> platforms;
+  std::optional<balancer_actor> balancer;
+  std::vector<entry> directory;           // every component known, local and remote
+  std::map<std::string, node_actor> peers;  // connected remote nodes by name
+  std::set<std::string> dialling;
+  std::map<std::string, int> dial_failures;
+  std::set<std::string> done;             // local platforms (and "balancer") done
+  std::string run;
+  bool finished = false;
+  bool released = false;  // the launcher may end the process
+  std::vector<messages::epoch_report> reports;
+  std::vector<caf::response_promise> waiting;
+
+  messages::header header() const {
+    return {args.cluster.id, messages::protocol_version, args.name};
+  }
+
+  /// Our hello and the handles of our local components, in the same order.
+  std::pair<bytes, std::vector<caf::actor>> hello() const {
+    messages::hello h;
+    h.node = args.name;
+    std::vector<caf::actor> handles;
+    for (auto& e : directory)
+      if (e.what.node == args.name) {
+        h.components.push_back(e.what);
+        handles.push_back(e.handle);
+      }
+    return {messages::encode({header(), h}), std::move(handles)};
+  }
+
+  size_t expected_done() const {
+    return platforms.size() + (balancer ? 1 : 0);
+  }
+};
+
+using self_ptr = node_actor::stateful_pointer<node_state>;
+
+/// Sends every local mixer the current list of peer mixers.
+void publish_peers(self_ptr self) {
+  auto& st = self->state;
+  std::vector<std::string> names;
+  std::vector<caf::actor> handles;
+  for (auto& e : st.directory)
+    if (e.what.role == "mixer") {
+      names.push_back(e.what.name);
+      handles.push_back(e.handle);
+    }
+  for (auto& p : st.platforms)
+    self->send(p.mixer, peers_atom::value, names, handles);
+}
+
+/// Tells the local balancer about platforms it has not seen yet.
+void announce_platforms(self_ptr self, const std::string& node) {
+  auto& st = self->state;
+  if (!st.balancer)
+    return;
+  for (auto& e : st.directory)
+    if (e.what.role == "platform" && e.what.node == node)
+      self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle);
+}
+
+/// Takes a peer node's hello into the directory.
+void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles) {
+  auto& st = self->state;
+  auto env = messages::decode(buf, st.args.cluster.id);
+  auto* h = std::get_if<messages::hello>(&env.payload);
+  if (!h)
+    throw messages::codec_error("handshake message does not hold a hello");
+  if (h->components.size() != handles.size())
+    throw messages::codec_error("handshake lists " + std::to_string(h->components.size())
+                                + " components but carries " + std::to_string(handles.size())
+                                + " handles");
+  bool known_node = false;
+  for (auto& n : st.args.cluster.nodes)
+    known_node = known_node || n.name == h->node;
+  if (!known_node || h->node == st.args.name)
+    throw messages::codec_error("node '" + h->node + "' is not a peer in the cluster file");
+  // Replace whatever we knew of that node.
+  std::vector<entry> next;
+  for (auto& e : st.directory)
+    if (e.what.node != h->node)
+      next.push_back(e);
+  node_actor remote;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    next.push_back(entry{h->components[i], handles[i]});
+    if (h->components[i].role == "node")
+      remote = caf::actor_cast<node_actor>(handles[i]);
+  }
+  st.directory = std::move(next);
+  auto old = st.peers.find(h->node);
+  if (remote && (old == st.peers.end() || old->second != remote)) {
+    self->monitor(remote);
+    st.peers[h->node] = remote;
+    spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
+                 handles.size());
+  }
+  publish_peers(self);
+  announce_platforms(self, h->node);
+}
+
+void dial(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  if (st.finished || st.peers.count(name) || st.dialling.count(name))
+    return;
+  const auto& target = st.args.cluster.node(name);
+  st.dialling.insert(name);
+  auto retry = [self, name](const caf::error& err) {
+    auto& st = self->state;
+    st.dialling.erase(name);
+    auto n = ++st.dial_failures[name];
+    if (n == 1 || n % 30 == 0)
+      spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
+                   self->system().render(err));
+    self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
+  };
+  auto mm = self->system().middleman().actor_handle();
+  self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, target.host, target.port)
+    .then(
+      [self, name, retry](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                          const std::set<std::string>&) {
+        if (!ptr) {
+          retry(caf::make_error(caf::sec::no_actor_published_at_port));
+          return;
+        }
+        auto remote = caf::actor_cast<node_actor>(ptr);
+        auto [buf, handles] = self->state.hello();
+        self->request(remote, std::chrono::seconds(10), hello_atom::value, std::move(buf),
+                      std::move(handles))
+          .then(
+            [self, name](const bytes& their, const std::vector<caf::actor>& hs) {
+              auto& st = self->state;
+              st.dialling.erase(name);
+              st.dial_failures.erase(name);
+              try {
+                absorb(self, their, hs);
+              } catch (const messages::codec_error& e) {
+                spdlog::error("[{}] node {} refused: {}", st.args.name, name, e.what());
+              }
+            },
+            retry);
+      },
+      retry);
+}
+
+void finish(self_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  if (st.args.cluster.nodes.size() > 1 && !st.run.empty() && !st.reports.empty()) {
+    namespace fs = std::filesystem;
+    auto dir = fs::path(st.args.cluster.output_dir) / st.run;
+    try {
+      fs::create_directories(dir);
+      write_platform_csv((dir / (st.args.name + "-metrics.csv")).string(), st.reports);
+    } catch (const std::exception& e) {
+      spdlog::error("[{}] cannot write its metrics: {}", st.args.name, e.what());
+    }
+  }
+  // Flush the store, then answer the launcher; the short grace period lets
+  // the last messages to peers leave before the process goes.
+  self->request(st.args.store, std::chrono::seconds(30), flush_atom::value)
+    .then([self](bool) {
+      self->delayed_send(self, std::chrono::milliseconds(500), control_atom::value,
+                         std::string{"release"});
+    },
+    [self](caf::error&) {
+      self->send(self, control_atom::value, std::string{"release"});
+    });
+}
+
+node_actor::behavior_type node(self_ptr self, node_args args) {
+  auto& st = self->state;
+  st.args = std::move(args);
+  auto me = caf::actor_cast<node_actor>(self);
+  auto& sys = self->system();
+  for (auto& pa : st.args.platforms) {
+    auto name = pa.platform.name;
+    pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.cluster.id,
+                                            st.args.cluster.seed ^ std::hash<std::string>{}(name)});
+    pa.node = me;
+    auto platform = spawn_platform(sys, pa);
+    bind_mixer(pa.mixer, platform);
+    self->link_to(platform);
+    self->link_to(pa.mixer);
+    st.platforms.push_back(local_platform{name, platform, pa.mixer});
+  }
+  st.args.platforms.clear();  // their data now lives in the platforms
+  if (st.args.balancer) {
+    st.args.balancer->node = me;
+    st.balancer = spawn_balancer(sys, std::move(*st.args.balancer));
+    st.args.balancer.reset();
+    self->link_to(*st.balancer);
+  }
+  auto local = [&](std::string role, std::string name, caf::actor h) {
+    st.directory.push_back(entry{{std::move(role), std::move(name), st.args.name}, std::move(h)});
+  };
+  local("node", st.args.name, caf::actor_cast<caf::actor>(self));
+  local("store", st.args.name, caf::actor_cast<caf::actor>(st.args.store));
+  if (st.balancer)
+    local("balancer", st.args.name, caf::actor_cast<caf::actor>(*st.balancer));
+  for (auto& p : st.platforms) {
+    local("platform", p.name, caf::actor_cast<caf::actor>(p.platform));
+    local("mixer", p.name, caf::actor_cast<caf::actor>(p.mixer));
+  }
+  publish_peers(self);
+  announce_platforms(self, st.args.name);
+  for (auto& n : st.args.cluster.nodes)
+    if (n.name != st.args.name)
+      self->send(self, dial_atom::value, n.name);
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto i = st.peers.begin(); i != st.peers.end(); ++i) {
+      if (i->second.address() != dm.source)
+        continue;
+      auto name = i->first;
+      st.peers.erase(i);
+      std::vector<entry> next;
+      for (auto& e : st.directory)
+        if (e.what.node != name)
+          next.push_back(e);
+      st.directory = std::move(next);
+      if (st.finished)
+        return;
+      spdlog::warn("[{}] node {} is down ({})", st.args.name, name, caf::to_string(dm.reason));
+      publish_peers(self);
+      // It may come back: keep dialling.
+      self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
+      return;
+    }
+  });
+  return {
+    [self](hello_atom, const bytes& buf, const std::vector<caf::actor>& handles)
+      -> caf::result<bytes, std::vector<caf::actor>> {
+      auto& st = self->state;
+      try {
+        absorb(self, buf, handles);
+      } catch (const messages::codec_error& e) {
+        spdlog::warn("[{}] refused a handshake: {}", st.args.name, e.what());
+        return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
+      }
+      auto [mine, hs] = st.hello();
+      return {std::move(mine), std::move(hs)};
+    },
+    [self](dial_atom, const std::string& name) { dial(self, name); },
+    [self](done_atom, const std::string& who, const std::string& run) {
+      auto& st = self->state;
+      st.run = run;
+      st.done.insert(who);
+      if (st.done.size() >= st.expected_done())
+        finish(self);
+    },
+    [self](report_atom, const bytes& buf) {
+      auto& st = self->state;
+      try {
+        auto env = messages::decode(buf, st.args.cluster.id);
+        st.reports.push_back(std::get<messages::epoch_report>(env.payload));
+      } catch (const std::exception& e) {
+        spdlog::warn("[{}] refused a report: {}", st.args.name, e.what());
+      }
+    },
+    [self](wait_atom) -> caf::result<std::string> {
+      if (self->state.released)
+        return self->state.run;
+      auto rp = self->make_response_promise<std::string>();
+      self->state.waiting.push_back(rp);
+      return rp;
+    },
+    [self](control_atom, const std::string& what) {
+      auto& st = self->state;
+      if (what == "stop" && !st.finished) {
+        spdlog::info("[{}] stopping: final checkpoints", st.args.name);
+        for (auto& p : st.platforms)
+          self->send(p.platform, control_atom::value, std::string{"stop"});
+        finish(self);
+      } else if (what == "release") {
+        st.released = true;
+        for (auto& rp : st.waiting)
+          rp.deliver(st.run);
+        st.waiting.clear();
+      }
+    },
+  };
+}
+
+} // namespace
+
+node_actor spawn_node(caf::actor_system& sys, node_args args) {
+  return sys.spawn(node, std::move(args));
+}
+
+} // namespace eg::actors

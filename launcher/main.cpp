@@ -1,1 +1,151 @@
-int main() { return 0; }
+// edgegossip: decentralized gossip training across heterogeneous machines.
+//
+//   edgegossip run     [--config F] [options]   the whole cluster in this process
+//   edgegossip node    --config F --node NAME   one node of a cluster
+//   edgegossip launch  --config F               every node of F as its own process here
+
+#include "actors/runtime.hpp"
+#include "launcher/config.hpp"
+#include "launcher/launch.hpp"
+#include "learning/dataset.hpp"
+#include "storage/store.hpp"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace {
+
+using eg::config::cluster_config;
+
+/// Options shared by run, node and launch: the cluster file and overrides.
+struct common_options {
+  std::string config_file;
+  std::vector<std::string> overrides;
+  bool verbose = false;
+
+  void add_to(CLI::App& app, bool config_required) {
+    auto* opt = app.add_option("-c,--config", config_file, "cluster file (TOML)");
+    if (config_required)
+      opt->required();
+    app.add_option("--set", overrides,
+                   "override a key of the cluster file, e.g. --set train.epochs=3 "
+                   "(repeatable)");
+    app.add_flag("-v,--verbose", verbose, "debug logging");
+  }
+
+  cluster_config load() const {
+    auto cfg = config_file.empty() ? eg::config::default_config()
+                                   : eg::config::load(config_file);
+    for (auto& o : overrides)
+      eg::config::apply_override(cfg, o);
+    eg::config::validate(cfg);
+    return cfg;
+  }
+};
+
+void setup_logging(bool verbose, bool terminal) {
+  spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info);
+  // On a terminal, each log line first clears the progress line under it.
+  spdlog::set_pattern(terminal ? "\r\033[K[%H:%M:%S.%e] %^%l%$ %v" : "[%H:%M:%S.%e] %l %v");
+}
+
+std::string self_path(const char* argv0) {
+  char buf[4096];
+  auto n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0)
+    return argv0;
+  buf[n] = '\0';
+  return buf;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"edgegossip: gossip training across heterogeneous edge machines"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "edgegossip 0.1.0");
+
+  common_options run_opts;
+  auto* run = app.add_subcommand("run", "train the whole cluster in this process (with no "
+                                        "options: 4 platforms, LeNet-5, Fashion-MNIST, GoSGD, "
+                                        "5 epochs)");
+  run_opts.add_to(*run, false);
+  std::optional<uint32_t> epochs;
+  std::optional<std::string> strategy, schedule, output;
+  run->add_option("--epochs", epochs, "epochs to train (train.epochs)");
+  run->add_option("--strategy", strategy, "gossip strategy (strategy.name): gosgd");
+  run->add_option("--schedule", schedule, "sync (epoch barrier) or async (strategy.schedule)");
+  run->add_option("--output", output, "directory of run directories (output.dir)");
+
+  common_options node_opts;
+  std::string node_name;
+  auto* node = app.add_subcommand("node", "run one node of a cluster");
+  node_opts.add_to(*node, true);
+  node->add_option("-n,--node", node_name, "name of the node in the cluster file")->required();
+
+  common_options launch_opts;
+  auto* launch = app.add_subcommand("launch", "start every node of a cluster file on this "
+                                              "machine, each as its own process");
+  launch_opts.add_to(*launch, true);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*run) {
+      for (auto& [flag, key] : {std::pair{&strategy, "strategy.name"},
+                                std::pair{&schedule, "strategy.schedule"},
+                                std::pair{&output, "output.dir"}})
+        if (*flag)
+          run_opts.overrides.push_back(std::string(key) + "=\"" + **flag + "\"");
+      if (epochs)
+        run_opts.overrides.push_back("train.epochs=" + std::to_string(*epochs));
+      auto cfg = eg::actors::as_one_process(run_opts.load());
+      bool terminal = isatty(STDERR_FILENO);
+      setup_logging(run_opts.verbose, terminal);
+      auto name = eg::actors::run_node(cfg, "local", {terminal, true});
+      return name.empty() ? 1 : 0;
+    }
+    if (*node) {
+      auto cfg = node_opts.load();
+      setup_logging(node_opts.verbose, false);
+      cfg.node(node_name);  // names an unknown node before anything starts
+      auto name = eg::actors::run_node(cfg, node_name, {false, true});
+      return name.empty() ? 1 : 0;
+    }
+    if (*launch) {
+      auto cfg = launch_opts.load();
+      std::vector<std::string> names;
+      for (auto& n : cfg.nodes)
+        names.push_back(n.name);
+      std::vector<std::string> extra;
+      for (auto& o : launch_opts.overrides) {
+        extra.push_back("--set");
+        extra.push_back(o);
+      }
+      if (launch_opts.verbose)
+        extra.push_back("--verbose");
+      return eg::launcher::launch_nodes(self_path(argv[0]), launch_opts.config_file, names,
+                                        extra);
+    }
+  } catch (const eg::config::config_error& e) {
+    std::fprintf(stderr, "edgegossip: %s\n", e.what());
+    return 2;
+  } catch (const eg::learning::data_error& e) {
+    std::fprintf(stderr, "edgegossip: data set: %s\n", e.what());
+    return 2;
+  } catch (const eg::storage::storage_error& e) {
+    std::fprintf(stderr, "edgegossip: storage: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edgegossip: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

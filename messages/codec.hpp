@@ -92,6 +92,7 @@ struct epoch_report {
   double wall_seconds = 0;     ///< the epoch's training time (evaluation excluded)
   double compute_seconds = 0;  ///< of which forward/backward/step
   uint64_t samples = 0;
+  uint64_t planned_samples = 0;  ///< |X_i| * r_i: what the epoch will process
   uint64_t iterations = 0;
   double train_loss = 0;       ///< mean over the epoch's iterations
   double test_loss = 0;

@@ -1,0 +1,110 @@
+#pragma once
+// Every actor interface of edgegossip in one place, so the whole protocol can
+// be read here. Payloads that cross nodes are Cap'n Proto buffers (`bytes`,
+// see messages/codec.hpp); the remaining elements are CAF built-in types, so
+// no message type has to be announced to the middleman.
+
+#include <caf/atom.hpp>
+#include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace eg::actors {
+
+/// A Cap'n Proto message (messages::encode / messages::decode).
+using bytes = std::vector<char>;
+
+// -- atoms (at most 10 characters each) ----------------------------------------
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using plan_atom = caf::atom_constant<caf::atom("plan")>;
+using report_atom = caf::atom_constant<caf::atom("report")>;
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using gossip_atom = caf::atom_constant<caf::atom("gossip")>;
+using send_atom = caf::atom_constant<caf::atom("send")>;
+using merge_atom = caf::atom_constant<caf::atom("merge")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using peers_atom = caf::atom_constant<caf::atom("peers")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using wait_atom = caf::atom_constant<caf::atom("wait")>;
+using control_atom = caf::atom_constant<caf::atom("control")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpt")>;
+using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using dial_atom = caf::atom_constant<caf::atom("dial")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+// -- store: the node's RocksDB --------------------------------------------------
+using store_actor = caf::typed_actor<
+  // Saves a platform checkpoint: platform, epochs done, iterations done,
+  // gossip weight, model bytes, optimizer bytes.
+  caf::reacts_to<checkpoint_atom, std::string, uint64_t, uint64_t, double, std::string,
+                 std::string>,
+  // Stores a platform's epoch report (messages::epoch_report) under its key.
+  caf::reacts_to<metrics_atom, std::string, uint64_t, bytes>,
+  // Flushes to disk; answers once done.
+  caf::replies_to<flush_atom>::with<bool>>;
+
+// -- mixer: the gossip endpoint of one platform ---------------------------------
+using mixer_actor = caf::typed_actor<
+  // From its platform: send these encoded weights to peer index i (-1: a
+  // peer chosen uniformly at random).
+  caf::reacts_to<send_atom, int64_t, bytes>,
+  // From a peer mixer: encoded weights; checked, counted, passed on.
+  caf::reacts_to<gossip_atom, bytes>,
+  // From the node: the peer mixers (platform names and handles).
+  caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>>,
+  // Traffic since the last call, as an encoded epoch_report (counters only).
+  caf::replies_to<stats_atom>::with<bytes>>;
+
+// -- platform: model, optimizer and local shard of one platform -----------------
+using platform_actor = caf::typed_actor<
+  // From the balancer: an encoded plan (epoch, ratio, last epoch).
+  caf::reacts_to<plan_atom, bytes>,
+  // To itself: one training iteration.
+  caf::reacts_to<step_atom>,
+  // From its mixer: encoded weights received from a peer, to merge.
+  caf::reacts_to<merge_atom, bytes>,
+  // The current parameters, encoded (averaging, inspection).
+  caf::replies_to<weights_atom>::with<bytes>,
+  // From the balancer: the run is over (argument: run name).
+  caf::reacts_to<done_atom, std::string>,
+  // Control: "pause", "resume", "checkpoint", "stop".
+  caf::reacts_to<control_atom, std::string>>;
+
+// -- balancer: one per cluster; plans epochs, gathers reports -------------------
+using balancer_actor = caf::typed_actor<
+  // From a node: a platform joined (name, node name, platform handle).
+  caf::reacts_to<join_atom, std::string, std::string, caf::actor>,
+  // From a platform: an encoded epoch_report at the end of an epoch.
+  caf::reacts_to<report_atom, bytes>,
+  // From a platform: an encoded epoch_report of the epoch so far.
+  caf::reacts_to<progress_atom, bytes>,
+  // To itself: refresh the progress display.
+  caf::reacts_to<tick_atom>>;
+
+// -- node: one per process; peering, directory, lifetime -------------------------
+using node_actor = caf::typed_actor<
+  // From a peer node: its encoded hello and component handles (in the
+  // order of hello.components); answered with ours.
+  caf::replies_to<hello_atom, bytes, std::vector<caf::actor>>::with<bytes,
+                                                                  std::vector<caf::actor>>,
+  // To itself: dial the peer node of that name (retried until it answers).
+  caf::reacts_to<dial_atom, std::string>,
+  // From a local platform: it finished the run (platform, run name).
+  caf::reacts_to<done_atom, std::string, std::string>,
+  // From a local platform: its epoch report, for the node's metrics file.
+  caf::reacts_to<report_atom, bytes>,
+  // From the launcher: answers with the run name once every local platform
+  // is done (or the node was stopped).
+  caf::replies_to<wait_atom>::with<std::string>,
+  // Control for the whole node: "stop" (clean shutdown).
+  caf::reacts_to<control_atom, std::string>>;
+
+} // namespace eg::actors

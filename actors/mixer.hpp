@@ -1,0 +1,29 @@
+#pragma once
+// The mixer: the gossip endpoint of one platform. It knows the peer mixers
+// (monitoring each), sends the platform's encoded weights to the peer the
+// strategy picked, checks every received message at the door (cluster id,
+// protocol version, well-formedness), counts traffic per peer, and passes
+// accepted weights to its platform, which owns the parameters and merges.
+
+#include "actors/interfaces.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <string>
+
+namespace eg::actors {
+
+struct mixer_args {
+  std::string platform;    ///< name of the platform it serves
+  std::string cluster_id;  ///< messages of any other cluster are refused
+  uint64_t seed = 1;       ///< peer choice
+};
+
+/// Spawns a mixer for `platform`; `set_platform` must be sent before gossip
+/// flows (the two are spawned as a pair).
+mixer_actor spawn_mixer(caf::actor_system& sys, mixer_args args);
+
+/// Binds a mixer to its platform (local, once, right after spawning).
+void bind_mixer(const mixer_actor& mixer, const platform_actor& platform);
+
+} // namespace eg::actors

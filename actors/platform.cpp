@@ -1,0 +1,286 @@
+#include "actors/platform.hpp"
+
+#include "learning/dataset.hpp"
+#include "learning/gossip.hpp"
+#include "learning/serialize.hpp"
+#include "learning/trainer.hpp"
+#include "messages/codec.hpp"
+#include "storage/store.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <random>
+
+namespace eg::actors {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double seconds_since(clock::time_point t) {
+  return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+struct platform_state {
+  static inline const char* name = "platform";
+  platform_args args;
+  std::unique_ptr<learning::local_trainer> trainer;
+  std::unique_ptr<learning::gossip_strategy> strategy;
+  std::vector<std::string> names;     // parameter names, wire order
+  std::vector<torch::Tensor> params;  // the model's parameters (shared storage)
+  std::mt19937_64 rng;
+  caf::actor balancer;
+  // Run position.
+  uint32_t epoch = 0;
+  uint32_t last_epoch = 0;
+  double ratio = 1;
+  bool running = false;  // an epoch is in progress
+  bool paused = false;
+  bool finished = false;
+  uint32_t epochs_done = 0;  // completed epochs (what a checkpoint records)
+  uint64_t total_iterations = 0;
+  std::optional<clock::time_point> training_start;
+  // The current epoch.
+  clock::time_point epoch_start;
+  clock::time_point last_progress;
+  double compute_seconds = 0;
+  double loss_sum = 0;
+  uint64_t samples = 0;
+  uint64_t planned = 0;
+  uint64_t iterations = 0;
+  uint64_t refused = 0;
+
+  messages::header header() const {
+    return {args.cluster_id, messages::protocol_version, args.platform.name};
+  }
+
+  bytes encode_weights(double weight) {
+    messages::weights w;
+    w.gossip_weight = weight;
+    w.epoch = epoch;
+    w.iteration = total_iterations;
+    w.tensors = learning::to_views(names, params);
+    return messages::encode({header(), std::move(w)});
+  }
+
+  /// The emulated slowdown factor in force now (config + interference schedule).
+  double slowdown() const {
+    double s = args.platform.slowdown;
+    if (!training_start)
+      return s;
+    auto t = seconds_since(*training_start);
+    for (auto& step : args.platform.interference)
+      if (step.at_seconds <= t)
+        s = step.slowdown;
+    return s;
+  }
+
+  messages::epoch_report report() const {
+    messages::epoch_report r;
+    r.platform = args.platform.name;
+    r.node = args.node_name;
+    r.epoch = epoch;
+    r.ratio = ratio;
+    r.wall_seconds = seconds_since(epoch_start);
+    r.compute_seconds = compute_seconds;
+    r.samples = samples;
+    r.planned_samples = planned;
+    r.iterations = iterations;
+    r.train_loss = iterations ? loss_sum / static_cast<double>(iterations) : 0;
+    r.gossip_weight = strategy->weight();
+    r.messages_refused = refused;
+    return r;
+  }
+};
+
+using self_ptr = platform_actor::stateful_pointer<platform_state>;
+
+void checkpoint(self_ptr self) {
+  auto& st = self->state;
+  auto& m = st.trainer->model();
+  self->send(st.args.store, checkpoint_atom::value, st.args.platform.name,
+             static_cast<uint64_t>(st.epochs_done), st.total_iterations,
+             st.strategy->weight(), learning::save_model(m),
+             learning::save_optimizer(st.trainer->optimizer()));
+}
+
+void begin_epoch(self_ptr self) {
+  auto& st = self->state;
+  auto plan = learning::shuffled_plan(st.trainer->shard(), st.args.train.batch, st.ratio, st.rng);
+  if (st.args.train.max_iterations > 0
+      && plan.batches.size() > static_cast<size_t>(st.args.train.max_iterations))
+    plan.batches.resize(static_cast<size_t>(st.args.train.max_iterations));
+  st.planned = static_cast<uint64_t>(plan.samples());
+  st.trainer->begin_epoch(std::move(plan));
+  st.epoch_start = st.last_progress = clock::now();
+  if (!st.training_start)
+    st.training_start = st.epoch_start;
+  st.compute_seconds = st.loss_sum = 0;
+  st.samples = st.iterations = st.refused = 0;
+  st.running = true;
+  self->send(self, step_atom::value);
+}
+
+void finish_epoch(self_ptr self) {
+  auto& st = self->state;
+  st.running = false;
+  st.epochs_done = st.epoch + 1;
+  auto r = st.report();
+  auto eval = learning::evaluate(st.trainer->model(), *st.args.test_set);
+  r.test_loss = eval.loss;
+  r.test_accuracy = eval.accuracy;
+  checkpoint(self);
+  self->request(st.args.mixer, caf::infinite, stats_atom::value)
+    .then([self, r](const bytes& stats) mutable {
+      auto& st = self->state;
+      auto env = messages::decode(stats, st.args.cluster_id);
+      auto& s = std::get<messages::epoch_report>(env.payload);
+      r.bytes_sent = s.bytes_sent;
+      r.bytes_received = s.bytes_received;
+      r.messages_sent = s.messages_sent;
+      r.messages_received = s.messages_received;
+      r.messages_refused += s.messages_refused;
+      r.received_from = std::move(s.received_from);
+      spdlog::info("[{}] epoch {} done: {} samples in {:.2f} s ({:.0f}/s), loss {:.4f}, "
+                   "test accuracy {:.4f}, received {} messages",
+                   st.args.platform.name, r.epoch, r.samples, r.wall_seconds,
+                   r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
+                   r.test_accuracy, r.messages_received);
+      auto buf = messages::encode({st.header(), r});
+      self->send(st.args.store, metrics_atom::value, st.args.platform.name,
+                 static_cast<uint64_t>(r.epoch), buf);
+      self->send(st.args.node, report_atom::value, buf);
+      if (st.balancer)
+        self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
+                   std::move(buf));
+      // Asynchronous schedule: no barrier, go straight on.
+      if (st.args.strategy.schedule == "async" && st.epoch < st.last_epoch) {
+        ++st.epoch;
+        begin_epoch(self);
+      }
+    });
+}
+
+platform_actor::behavior_type platform(self_ptr self, platform_args args) {
+  auto& st = self->state;
+  st.rng.seed(args.seed * 7919 + std::hash<std::string>{}(args.platform.name));
+  auto model = learning::make_classifier(args.train.model, args.seed);
+  learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
+  st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
+  st.strategy = learning::make_strategy(args.strategy.name, args.cluster_platforms,
+                                        args.strategy.exchange_probability);
+  st.names = learning::parameter_names(*model);
+  st.params = learning::parameters(*model);
+  if (args.restore) {
+    learning::load_model(*model, args.restore->model);
+    learning::load_optimizer(st.trainer->optimizer(), args.restore->optimizer);
+    st.strategy->set_weight(args.restore->gossip_weight);
+    st.total_iterations = args.restore->iteration;
+    st.epochs_done = static_cast<uint32_t>(args.restore->epoch);
+    spdlog::info("[{}] restored from its checkpoint after epoch {}", args.platform.name,
+                 args.restore->epoch);
+  }
+  st.args = std::move(args);
+  return {
+    [self](plan_atom, const bytes& buf) {
+      auto& st = self->state;
+      messages::envelope env;
+      try {
+        env = messages::decode(buf, st.args.cluster_id);
+      } catch (const messages::codec_error& e) {
+        spdlog::warn("[{}] refused a plan: {}", st.args.platform.name, e.what());
+        return;
+      }
+      auto* p = std::get_if<messages::plan>(&env.payload);
+      if (!p || st.finished)
+        return;
+      st.balancer = caf::actor_cast<caf::actor>(self->current_sender());
+      st.epoch = p->epoch;
+      st.last_epoch = p->last_epoch;
+      st.ratio = p->ratio;
+      if (!st.running)
+        begin_epoch(self);
+    },
+    [self](step_atom) {
+      auto& st = self->state;
+      if (!st.running || st.paused)
+        return;
+      auto r = st.trainer->step();
+      st.compute_seconds += r.compute_seconds;
+      st.loss_sum += r.loss;
+      st.samples += static_cast<uint64_t>(r.samples);
+      ++st.iterations;
+      ++st.total_iterations;
+      for (auto& order : st.strategy->after_step(st.params, st.rng))
+        self->send(st.args.mixer, send_atom::value, order.peer, st.encode_weights(order.weight));
+      if (st.balancer && seconds_since(st.last_progress) >= 1.0) {
+        st.last_progress = clock::now();
+        self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
+                   messages::encode({st.header(), st.report()}));
+      }
+      if (st.trainer->epoch_done()) {
+        finish_epoch(self);
+        return;
+      }
+      // Emulated slowdown: idle (without holding a thread) for the extra
+      // time a platform this many times slower would need.
+      auto s = st.slowdown();
+      if (s > 1.0)
+        self->delayed_send(self,
+                           std::chrono::microseconds(
+                             static_cast<int64_t>(r.compute_seconds * (s - 1.0) * 1e6)),
+                           step_atom::value);
+      else
+        self->send(self, step_atom::value);
+    },
+    [self](merge_atom, const bytes& buf) {
+      auto& st = self->state;
+      try {
+        auto env = messages::decode(buf, st.args.cluster_id);
+        auto& w = std::get<messages::weights>(env.payload);
+        auto received = learning::from_views(w.tensors, st.names, st.params);
+        st.strategy->merge(st.params, received, w.gossip_weight);
+      } catch (const std::exception& e) {
+        ++st.refused;
+        spdlog::warn("[{}] refused weights: {}", st.args.platform.name, e.what());
+      }
+    },
+    [self](weights_atom) -> bytes {
+      auto& st = self->state;
+      return st.encode_weights(st.strategy->weight());
+    },
+    [self](done_atom, const std::string& run) {
+      auto& st = self->state;
+      if (st.finished)
+        return;
+      st.finished = true;
+      st.running = false;
+      checkpoint(self);
+      self->send(st.args.node, done_atom::value, st.args.platform.name, run);
+    },
+    [self](control_atom, const std::string& what) {
+      auto& st = self->state;
+      if (what == "pause") {
+        st.paused = true;
+      } else if (what == "resume") {
+        if (st.paused && st.running)
+          self->send(self, step_atom::value);
+        st.paused = false;
+      } else if (what == "checkpoint") {
+        checkpoint(self);
+      } else if (what == "stop") {
+        st.running = false;
+        checkpoint(self);
+      }
+    },
+  };
+}
+
+} // namespace
+
+platform_actor spawn_platform(caf::actor_system& sys, platform_args args) {
+  return sys.spawn(platform, std::move(args));
+}
+
+} // namespace eg::actors

@@ -1,0 +1,45 @@
+#pragma once
+// The platform: one model, its optimizer and its local data shard. It trains
+// one iteration per message (so pause, merges and queries are served between
+// iterations), runs the gossip strategy's arithmetic on its own parameters,
+// reports every epoch to the balancer and checkpoints to the store.
+
+#include "actors/interfaces.hpp"
+#include "launcher/config.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace eg::learning {
+struct dataset;
+}
+namespace eg::storage {
+struct checkpoint;
+}
+
+namespace eg::actors {
+
+struct platform_args {
+  std::string node_name;                  ///< hosting node
+  config::platform_config platform;       ///< name, threads, share, slowdown, interference
+  std::string cluster_id;
+  config::train_config train;
+  config::strategy_config strategy;
+  int64_t cluster_platforms = 1;          ///< M, for the initial gossip weight 1/M
+  uint64_t seed = 1;                      ///< model initialisation (same on every platform)
+  std::shared_ptr<const learning::dataset> train_set;
+  std::shared_ptr<const learning::dataset> test_set;
+  std::vector<int64_t> shard;             ///< indices into train_set
+  mixer_actor mixer;
+  store_actor store;
+  node_actor node;
+  std::shared_ptr<const storage::checkpoint> restore;  ///< resume from it when set
+};
+
+platform_actor spawn_platform(caf::actor_system& sys, platform_args args);
+
+} // namespace eg::actors

@@ -1,0 +1,53 @@
+#include "actors/report_files.hpp"
+
+#include <fstream>
+#include <stdexcept>
+
+namespace eg::actors {
+
+const char* platform_csv_header
+  = "platform,node,epoch,ratio,wall_seconds,compute_seconds,samples,samples_per_second,"
+    "iterations,train_loss,test_loss,test_accuracy,gossip_weight,bytes_sent,bytes_received,"
+    "messages_sent,messages_received,messages_refused,peers_heard";
+
+namespace {
+
+std::ofstream open_for_writing(const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out)
+    throw std::runtime_error("cannot write '" + path + "'");
+  out.precision(6);
+  out << std::fixed;
+  return out;
+}
+
+} // namespace
+
+void write_platform_csv(const std::string& path,
+                        const std::vector<messages::epoch_report>& reports) {
+  auto out = open_for_writing(path);
+  out << platform_csv_header << '\n';
+  for (auto& r : reports) {
+    auto rate = r.wall_seconds > 0 ? static_cast<double>(r.samples) / r.wall_seconds : 0.0;
+    out << r.platform << ',' << r.node << ',' << r.epoch << ',' << r.ratio << ','
+        << r.wall_seconds << ',' << r.compute_seconds << ',' << r.samples << ',' << rate << ','
+        << r.iterations << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy
+        << ',' << r.gossip_weight << ',' << r.bytes_sent << ',' << r.bytes_received << ','
+        << r.messages_sent << ',' << r.messages_received << ',' << r.messages_refused << ','
+        << r.received_from.size() << '\n';
+  }
+}
+
+void write_cluster_csv(const std::string& path, const std::vector<cluster_epoch>& epochs) {
+  auto out = open_for_writing(path);
+  out << "epoch,elapsed_seconds,epoch_seconds,samples,samples_per_second,averaged_loss,"
+         "averaged_accuracy,platforms_up\n";
+  for (auto& e : epochs) {
+    auto rate = e.epoch_seconds > 0 ? static_cast<double>(e.samples) / e.epoch_seconds : 0.0;
+    out << e.epoch << ',' << e.elapsed_seconds << ',' << e.epoch_seconds << ',' << e.samples
+        << ',' << rate << ',' << e.averaged_loss << ',' << e.averaged_accuracy << ','
+        << e.platforms_up << '\n';
+  }
+}
+
+} // namespace eg::actors

@@ -1,0 +1,195 @@
+#include "actors/runtime.hpp"
+
+#include "actors/balancer.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/mixer.hpp"
+#include "actors/node.hpp"
+#include "actors/platform.hpp"
+#include "actors/store.hpp"
+#include "learning/dataset.hpp"
+#include "learning/partition.hpp"
+#include "storage/store.hpp"
+
+#include <ATen/Parallel.h>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+namespace eg::actors {
+
+config::cluster_config as_one_process(const config::cluster_config& cfg) {
+  config::cluster_config one = cfg;
+  config::node_config local;
+  local.name = "local";
+  local.host = "127.0.0.1";
+  local.port = 0;
+  for (auto& n : cfg.nodes)
+    for (auto& p : n.platforms)
+      local.platforms.push_back(p);
+  one.nodes = {local};
+  one.balancer_node = "local";
+  return one;
+}
+
+std::vector<double> resolved_shares(const config::cluster_config& cfg) {
+  auto ps = cfg.platforms();
+  double given = 0;
+  size_t unset = 0;
+  for (auto& p : ps) {
+    given += p.share;
+    unset += p.share > 0 ? 0 : 1;
+  }
+  std::vector<double> shares;
+  for (auto& p : ps)
+    shares.push_back(p.share > 0 ? p.share
+                                 : std::max(0.0, 1.0 - given) / static_cast<double>(unset));
+  return shares;
+}
+
+namespace {
+
+/// SIGINT / SIGTERM are taken by a thread of their own (sigwait), which asks
+/// the node to stop; no work happens in a signal handler.
+class signal_watch {
+public:
+  signal_watch(bool enabled, node_actor node) : enabled_(enabled) {
+    if (!enabled_)
+      return;
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    thread_ = std::thread([this, node] {
+      timespec tick{0, 200'000'000};
+      while (!over_) {
+        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
+          spdlog::info("signal received: stopping cleanly");
+          caf::anon_send(node, control_atom::value, std::string{"stop"});
+        }
+      }
+    });
+  }
+  ~signal_watch() {
+    over_ = true;
+    if (thread_.joinable())
+      thread_.join();
+  }
+  /// Blocks the signals in this thread and every thread it starts later.
+  static void block() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
+
+private:
+  bool enabled_;
+  sigset_t set_;
+  std::atomic<bool> over_{false};
+  std::thread thread_;
+};
+
+} // namespace
+
+std::string run_node(const config::cluster_config& cfg, const std::string& node_name,
+                     const runtime_options& opts) {
+  config::validate(cfg);
+  const auto& me = cfg.node(node_name);
+  const bool hosts_balancer = cfg.balancer().name == node_name;
+  if (opts.handle_signals)
+    signal_watch::block();
+
+  int threads = 1;
+  for (auto& p : me.platforms)
+    threads = std::max(threads, p.threads);
+  at::set_num_threads(threads);
+
+  // Data: every node derives the same partition from the seed and keeps the
+  // shards of its own platforms.
+  auto train = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
+    cfg.data.dir, learning::split::train, cfg.data.train_samples));
+  auto test = std::make_shared<learning::dataset>(
+    learning::load_fashion_mnist(cfg.data.dir, learning::split::test, cfg.data.test_samples));
+  auto labels_t = train->labels.contiguous();
+  std::vector<int64_t> labels(labels_t.data_ptr<int64_t>(),
+                              labels_t.data_ptr<int64_t>() + labels_t.numel());
+  auto shares = resolved_shares(cfg);
+  auto shards = cfg.data.partition == "dirichlet"
+                  ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
+                                                  learning::num_classes, cfg.seed)
+                  : learning::partition_iid(labels, shares, cfg.seed);
+  auto all = cfg.platforms();
+
+  auto db_dir = (std::filesystem::path(cfg.storage_dir) / node_name).string();
+  std::filesystem::create_directories(cfg.storage_dir);
+  std::shared_ptr<storage::store> db = storage::store::open(db_dir);
+
+  caf::actor_system_config sys_cfg;
+  sys_cfg.load<caf::io::middleman>();
+  sys_cfg.set("scheduler.max-threads",
+              static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
+  // Platforms send themselves one message per iteration: yield after each
+  // message so every actor gets its turn.
+  sys_cfg.set("scheduler.max-throughput", size_t{1});
+  caf::actor_system sys{sys_cfg};
+
+  node_args nargs;
+  nargs.cluster = cfg;
+  nargs.name = node_name;
+  nargs.store = spawn_store(sys, db);
+  for (size_t i = 0; i < all.size(); ++i) {
+    bool mine = false;
+    for (auto& p : me.platforms)
+      mine = mine || p.name == all[i].name;
+    if (!mine)
+      continue;
+    platform_args pa;
+    pa.node_name = node_name;
+    pa.platform = all[i];
+    pa.cluster_id = cfg.id;
+    pa.train = cfg.train;
+    pa.strategy = cfg.strategy;
+    pa.cluster_platforms = static_cast<int64_t>(all.size());
+    pa.seed = cfg.seed;
+    pa.train_set = train;
+    pa.test_set = test;
+    pa.shard = std::move(shards[i]);
+    pa.store = nargs.store;
+    nargs.platforms.push_back(std::move(pa));
+  }
+  if (hosts_balancer)
+    nargs.balancer = balancer_args{cfg, test, {}, opts.interactive};
+  auto store = nargs.store;
+  auto node = spawn_node(sys, std::move(nargs));
+
+  std::string run;
+  {
+    signal_watch signals(opts.handle_signals, node);
+    if (cfg.nodes.size() > 1) {
+      auto port = sys.middleman().publish(node, me.port, me.host.c_str(), true);
+      if (!port) {
+        caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
+        throw std::runtime_error("node " + node_name + " cannot listen on " + me.host + ":"
+                                 + std::to_string(me.port) + ": " + sys.render(port.error()));
+      }
+      spdlog::info("node {} listening on {}:{}", node_name, me.host, *port);
+    }
+    caf::scoped_actor self{sys};
+    self->request(node, caf::infinite, wait_atom::value)
+      .receive([&](std::string& r) { run = std::move(r); },
+               [&](caf::error& err) {
+                 spdlog::error("node {} ended abnormally: {}", node_name, sys.render(err));
+               });
+  }
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
+  return run;
+}
+
+} // namespace eg::actors

@@ -1,0 +1,31 @@
+#pragma once
+// Running one node of a cluster in this process: loads data, opens the
+// store, spawns the actors, peers, and waits until the run is over.
+
+#include "launcher/config.hpp"
+
+#include <string>
+
+namespace eg::actors {
+
+struct runtime_options {
+  bool interactive = false;     ///< redraw one progress line (stderr is a terminal)
+  bool handle_signals = false;  ///< SIGINT / SIGTERM stop the node cleanly
+};
+
+/// The whole cluster of `cfg` as a single node "local" hosting every
+/// platform and the balancer (what `edgegossip run` executes).
+config::cluster_config as_one_process(const config::cluster_config& cfg);
+
+/// Fractions of the training set per platform (explicit shares, the rest
+/// split equally among platforms without one), in cfg.platforms() order.
+std::vector<double> resolved_shares(const config::cluster_config& cfg);
+
+/// Runs node `node` of `cfg` until its platforms are done (or it is stopped).
+/// Returns the run name (empty when stopped before the run ended). Throws
+/// config::config_error, learning::data_error or storage::storage_error for
+/// unusable input, std::runtime_error for other failures.
+std::string run_node(const config::cluster_config& cfg, const std::string& node,
+                     const runtime_options& opts);
+
+} // namespace eg::actors
