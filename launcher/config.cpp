@@ -1,0 +1,588 @@
+// Cluster files are TOML. Every key is optional: a missing key keeps its
+// default (default_config()), except that [[nodes]], when present, replaces
+// the default nodes entirely.
+//
+//   [cluster]   id, seed, balancer, secret
+//   [data]      name, dir, partition, alpha, train_samples, test_samples
+//   [train]     model, lr, momentum, batch, epochs, max_iterations
+//   [strategy]  name, schedule, exchange_probability
+//   [storage]   dir
+//   [output]    dir
+//   [[nodes]]   name, host, port
+//   [[nodes.platforms]]
+//               name, threads, share, slowdown,
+//               interference = [{at = 10.0, slowdown = 3.0}, ...]
+//
+// configs/local.toml explains every key. Unknown keys and wrong types are
+// errors naming the key (and the line); validate() checks values.
+//
+// Every key is declared once below, with the rule its value must follow; the
+// parser, validate(), apply_override() and to_toml() all walk those lists.
+
+#include "launcher/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+namespace eg::config {
+
+namespace {
+
+// --- rules ------------------------------------------------------------------------
+
+struct int_rule {
+  int64_t lo;
+  int64_t hi;
+  const char* says;  // "a positive integer"
+};
+
+struct real_rule {
+  bool (*ok)(double);
+  const char* says;  // "a number in (0, 1]"
+};
+
+struct text_rule {
+  std::vector<const char*> choices;  // empty: any text
+  bool may_be_empty;
+};
+
+// A list of tables (nodes, platforms, interference steps).
+struct table_list {};
+
+const int_rule non_negative_int{0, INT64_MAX, "a non-negative integer"};
+const int_rule positive_int{1, INT64_MAX, "a positive integer"};
+const int_rule positive_u32{1, UINT32_MAX, "a positive integer"};
+const int_rule positive_int32{1, INT_MAX, "a positive integer"};
+const int_rule port_number{0, 65535, "an integer in [0, 65535]"};
+const real_rule positive{[](double x) { return std::isfinite(x) && x > 0; }, "a positive number"};
+const real_rule non_negative{[](double x) { return std::isfinite(x) && x >= 0; },
+                             "a non-negative number"};
+const real_rule fraction{[](double x) { return x >= 0 && x <= 1; }, "a number in [0, 1]"};
+const real_rule momentum{[](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)"};
+const real_rule probability{[](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]"};
+const real_rule slowdown{[](double x) { return std::isfinite(x) && x >= 1; }, "a number >= 1"};
+const text_rule any_text{{}, true};
+const text_rule non_empty{{}, false};
+
+// --- the keys -----------------------------------------------------------------------
+// visit(key, field, rule) for every key; C is the config type, const or not.
+
+template <class C, class Visit>
+void scalar_keys(C& c, Visit&& visit) {
+  visit("cluster.id", c.id, non_empty);
+  visit("cluster.seed", c.seed, non_negative_int);  // TOML integers are 64-bit signed
+  visit("cluster.balancer", c.balancer_node, any_text);
+  visit("cluster.secret", c.secret, any_text);
+  visit("data.name", c.data.name, non_empty);
+  visit("data.dir", c.data.dir, non_empty);
+  visit("data.partition", c.data.partition, text_rule{{"iid", "dirichlet"}, false});
+  visit("data.alpha", c.data.alpha, positive);
+  visit("data.train_samples", c.data.train_samples, non_negative_int);
+  visit("data.test_samples", c.data.test_samples, non_negative_int);
+  visit("train.model", c.train.model, text_rule{{"lenet5", "logreg"}, false});
+  visit("train.lr", c.train.lr, positive);
+  visit("train.momentum", c.train.momentum, momentum);
+  visit("train.batch", c.train.batch, positive_int);
+  visit("train.epochs", c.train.epochs, positive_u32);
+  visit("train.max_iterations", c.train.max_iterations, non_negative_int);
+  visit("strategy.name", c.strategy.name, text_rule{{"gosgd"}, false});
+  visit("strategy.schedule", c.strategy.schedule, text_rule{{"sync", "async"}, false});
+  visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
+  visit("storage.dir", c.storage_dir, non_empty);
+  visit("output.dir", c.output_dir, non_empty);
+}
+
+// keys_of(x, visit) for a node, a platform or an interference step, const or not.
+template <class T, class U>
+using if_is = std::enable_if_t<std::is_same_v<std::remove_const_t<T>, U>, int>;
+
+template <class S, class Visit, if_is<S, interference_step> = 0>
+void keys_of(S& s, Visit&& visit) {
+  visit("at", s.at_seconds, non_negative);
+  visit("slowdown", s.slowdown, slowdown);
+}
+
+template <class P, class Visit, if_is<P, platform_config> = 0>
+void keys_of(P& p, Visit&& visit) {
+  visit("name", p.name, non_empty);
+  visit("threads", p.threads, positive_int32);
+  visit("share", p.share, fraction);
+  visit("slowdown", p.slowdown, slowdown);
+  visit("interference", p.interference, table_list{});
+}
+
+template <class N, class Visit, if_is<N, node_config> = 0>
+void keys_of(N& n, Visit&& visit) {
+  visit("name", n.name, non_empty);
+  visit("host", n.host, non_empty);
+  visit("port", n.port, port_number);
+  visit("platforms", n.platforms, table_list{});
+}
+
+std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+// --- messages -----------------------------------------------------------------------
+
+std::string show(const std::string& s) { return "'" + s + "'"; }
+
+std::string show(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+std::string show(I v) {
+  return std::to_string(v);
+}
+
+// a < b across signedness.
+template <class A, class B>
+bool less(A a, B b) {
+  if constexpr (std::is_signed_v<A> && !std::is_signed_v<B>)
+    return a < 0 || static_cast<uint64_t>(a) < static_cast<uint64_t>(b);
+  else if constexpr (!std::is_signed_v<A> && std::is_signed_v<B>)
+    return b > 0 && static_cast<uint64_t>(a) < static_cast<uint64_t>(b);
+  else
+    return a < b;
+}
+
+// What is wrong with a value, as "<key> must be ...", or "" when it follows the rule.
+template <class I>
+std::string complaint(const std::string& key, I v, const int_rule& r) {
+  if (less(v, r.lo)) return key + " must be " + r.says + ", got " + show(v);
+  if (less(r.hi, v)) return key + " must be at most " + show(r.hi) + ", got " + show(v);
+  return {};
+}
+
+std::string complaint(const std::string& key, double v, const real_rule& r) {
+  return r.ok(v) ? std::string() : key + " must be " + r.says + ", got " + show(v);
+}
+
+std::string complaint(const std::string& key, const std::string& v, const text_rule& r) {
+  if (v.empty() && !r.may_be_empty) return key + " must not be empty";
+  if (r.choices.empty() || std::find(r.choices.begin(), r.choices.end(), v) != r.choices.end())
+    return {};
+  std::string options;
+  for (size_t i = 0; i < r.choices.size(); ++i)
+    options += (i == 0 ? "" : i + 1 == r.choices.size() ? " or " : ", ") + show(r.choices[i]);
+  return key + " must be " + options + ", got " + show(v);
+}
+
+std::string describe(const toml::node& n) {
+  std::ostringstream os;
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: os << "string "; break;
+    case toml::node_type::integer: os << "integer "; break;
+    case toml::node_type::floating_point: os << "float "; break;
+    case toml::node_type::boolean: os << "boolean "; break;
+    default: os << "date/time "; break;
+  }
+  n.visit([&](const auto& v) {
+    if constexpr (toml::is_value<decltype(v)>) os << v;
+  });
+  return os.str();
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = 3;  // suggest only near misses
+  for (const auto& k : known)
+    if (size_t d = edit_distance(key, k); d < best_distance) best = k, best_distance = d;
+  return "unknown key " + show(key) + (best.empty() ? "" : " (did you mean " + show(best) + "?)");
+}
+
+std::string join(const std::string& path, const std::string& name) {
+  return path.empty() ? name : path + "." + name;
+}
+
+// --- reading --------------------------------------------------------------------------
+
+// Where values come from: a file (with lines) or a command-line override.
+struct source {
+  std::string origin;
+  bool lines;
+
+  std::string at(const toml::node& n) const {
+    auto line = n.source().begin.line;
+    return lines && line > 0 ? origin + ":" + std::to_string(line) + ": " : origin + ": ";
+  }
+  [[noreturn]] void fail(const toml::node& n, const std::string& what) const {
+    throw config_error(at(n) + what);
+  }
+};
+
+void read_value(const toml::node& n, const std::string& key, const source& src, std::string& out,
+                const text_rule& rule) {
+  auto v = n.as_string();
+  if (!v) src.fail(n, key + " must be a string, got " + describe(n));
+  if (auto c = complaint(key, v->get(), rule); !c.empty()) src.fail(n, c);
+  out = v->get();
+}
+
+template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+void read_value(const toml::node& n, const std::string& key, const source& src, I& out,
+                const int_rule& rule) {
+  auto v = n.as_integer();
+  if (!v) src.fail(n, key + " must be an integer, got " + describe(n));
+  if (auto c = complaint(key, v->get(), rule); !c.empty()) src.fail(n, c);
+  out = static_cast<I>(v->get());
+}
+
+void read_value(const toml::node& n, const std::string& key, const source& src, double& out,
+                const real_rule& rule) {
+  std::optional<double> v;  // integers are fine where a number is expected
+  if (auto f = n.as_floating_point()) v = f->get();
+  if (auto i = n.as_integer()) v = static_cast<double>(i->get());
+  if (!v) src.fail(n, key + " must be a number, got " + describe(n));
+  if (auto c = complaint(key, *v, rule); !c.empty()) src.fail(n, c);
+  out = *v;
+}
+
+template <class T>
+void read_value(const toml::node& n, const std::string& key, const source& src,
+                std::vector<T>& out, table_list);
+
+// Reads the keys of `t` into the fields `keys(visit)` declares.
+template <class Keys>
+void read_table(const toml::table& t, const std::string& path, const source& src, Keys&& keys) {
+  for (auto&& [k, n] : t) {
+    const std::string name(k.str());
+    bool known = false;
+    std::vector<std::string> candidates;
+    keys([&](const char* field_name, auto& field, const auto& rule) {
+      candidates.push_back(join(path, field_name));
+      if (!known && name == field_name) {
+        read_value(n, join(path, name), src, field, rule);
+        known = true;
+      }
+    });
+    if (!known) src.fail(n, unknown_key(join(path, name), candidates));
+  }
+}
+
+template <class T>
+void read_value(const toml::node& n, const std::string& key, const source& src,
+                std::vector<T>& out, table_list) {
+  auto list = n.as_array();
+  if (!list) src.fail(n, key + " must be an array of tables, got " + describe(n));
+  std::vector<T> items;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string item_key = key + "[" + std::to_string(i) + "]";
+    auto table = (*list)[i].as_table();
+    if (!table) src.fail((*list)[i], item_key + " must be a table, got " + describe((*list)[i]));
+    T item{};
+    read_table(*table, item_key, src, [&](auto&& visit) { keys_of(item, visit); });
+    items.push_back(std::move(item));
+  }
+  out = std::move(items);
+}
+
+// Applies a scalar key given in full ("train.epochs").
+void read_scalar(cluster_config& cfg, const std::string& key, const toml::node& n,
+                 const source& src) {
+  bool known = false;
+  std::vector<std::string> candidates;
+  scalar_keys(cfg, [&](const char* k, auto& field, const auto& rule) {
+    candidates.push_back(k);
+    if (!known && key == k) {
+      read_value(n, key, src, field, rule);
+      known = true;
+    }
+  });
+  if (!known) src.fail(n, unknown_key(key, candidates));
+}
+
+void read_document(cluster_config& cfg, const toml::table& root, const source& src) {
+  std::set<std::string> sections;
+  scalar_keys(cfg, [&](const char* k, auto&, const auto&) { sections.insert(section_of(k)); });
+  for (auto&& [k, n] : root) {
+    const std::string name(k.str());
+    if (name == "nodes") {
+      read_value(n, "nodes", src, cfg.nodes, table_list{});
+    } else if (sections.count(name)) {
+      auto table = n.as_table();
+      if (!table) src.fail(n, name + " must be a table, got " + describe(n));
+      for (auto&& [field, value] : *table)
+        read_scalar(cfg, name + "." + std::string(field.str()), value, src);
+    } else {
+      std::vector<std::string> known(sections.begin(), sections.end());
+      known.push_back("nodes");
+      src.fail(n, unknown_key(name, known));
+    }
+  }
+}
+
+// --- checking --------------------------------------------------------------------------
+
+template <class T, class Rule>
+void check(const std::string& key, const T& value, const Rule& rule) {
+  if (auto c = complaint(key, value, rule); !c.empty()) throw config_error(c);
+}
+
+template <class T>
+void check(const std::string& key, const std::vector<T>& items, table_list) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string item_key = key + "[" + std::to_string(i) + "]";
+    keys_of(items[i], [&](const char* name, const auto& field, const auto& rule) {
+      check(join(item_key, name), field, rule);
+    });
+  }
+}
+
+// --- writing ----------------------------------------------------------------------------
+// Hand-written rather than toml++'s printer: keys in the order of the file
+// layout, and numbers in their shortest exact form (0.9, not 0.90000000000000002).
+
+std::string toml_value(const std::string& v) {
+  std::ostringstream os;
+  os << toml::toml_formatter{toml::value<std::string>(v), toml::format_flags::none};
+  return os.str();
+}
+
+template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+std::string toml_value(I v) {
+  return std::to_string(v);
+}
+
+std::string toml_value(double v) {
+  std::string text = show(v);
+  if (text.find_first_of(".eEni") == std::string::npos) text += ".0";  // stays a float
+  return text;
+}
+
+// Interference steps are short: an inline array of inline tables.
+std::string toml_value(const std::vector<interference_step>& steps) {
+  std::string out = "[";
+  for (size_t i = 0; i < steps.size(); ++i) {
+    out += i == 0 ? "{" : ", {";
+    std::string sep;
+    keys_of(steps[i], [&](const char* name, const auto& field, const auto&) {
+      out += sep + name + " = " + toml_value(field);
+      sep = ", ";
+    });
+    out += "}";
+  }
+  return out + "]";
+}
+
+template <class T>
+inline constexpr bool is_sections = std::is_same_v<T, std::vector<node_config>> ||
+                                    std::is_same_v<T, std::vector<platform_config>>;
+
+// The keys of `item`, then its lists of tables as [[path.name]] sections.
+template <class T>
+void write_table(std::ostream& os, const T& item, const std::string& path) {
+  keys_of(item, [&](const char* name, const auto& field, const auto&) {
+    if constexpr (!is_sections<std::decay_t<decltype(field)>>)
+      os << name << " = " << toml_value(field) << "\n";
+  });
+  keys_of(item, [&](const char* name, const auto& field, const auto&) {
+    if constexpr (is_sections<std::decay_t<decltype(field)>>)
+      for (const auto& sub : field) {
+        os << "\n[[" << join(path, name) << "]]\n";
+        write_table(os, sub, join(path, name));
+      }
+  });
+}
+
+std::string trim(const std::string& s) {
+  auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+std::string names_of(const std::vector<node_config>& nodes) {
+  std::string out;
+  for (const auto& n : nodes) out += (out.empty() ? "" : ", ") + n.name;
+  return out;
+}
+
+} // namespace
+
+const node_config& cluster_config::node(const std::string& name) const {
+  for (const auto& n : nodes)
+    if (n.name == name) return n;
+  throw config_error("no node named " + show(name) + " in cluster " + show(id) + " (nodes: " +
+                     names_of(nodes) + ")");
+}
+
+const node_config& cluster_config::balancer() const {
+  if (!balancer_node.empty()) return node(balancer_node);
+  if (nodes.empty()) throw config_error("cluster " + show(id) + " has no nodes");
+  return nodes.front();
+}
+
+std::vector<platform_config> cluster_config::platforms() const {
+  std::vector<platform_config> all;
+  for (const auto& n : nodes) all.insert(all.end(), n.platforms.begin(), n.platforms.end());
+  return all;
+}
+
+cluster_config default_config() {
+  cluster_config c;
+  node_config local;
+  local.name = "local";
+  local.host = "127.0.0.1";
+  local.port = 0;
+  for (int i = 0; i < 4; ++i) {
+    platform_config p;
+    p.name = "p" + std::to_string(i);
+    p.threads = 1;
+    p.share = 0.25;
+    local.platforms.push_back(p);
+  }
+  c.nodes.push_back(local);
+  return c;
+}
+
+cluster_config parse(const std::string& toml_text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    throw config_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                       std::string(e.description()));
+  }
+  cluster_config cfg = default_config();
+  read_document(cfg, root, source{origin, true});
+  return cfg;
+}
+
+cluster_config load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error("cannot read config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw config_error("cannot read config file '" + path + "'");
+  return parse(text.str(), path);
+}
+
+void apply_override(cluster_config& cfg, const std::string& assignment) {
+  const source src{"override " + show(assignment), false};
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos) throw config_error(src.origin + ": expected key=value");
+  const std::string key = trim(assignment.substr(0, eq));
+  const std::string value = trim(assignment.substr(eq + 1));
+
+  // The value is TOML; anything that does not parse as a TOML value is taken
+  // as a bare string, so that `strategy.name=gosgd` works unquoted.
+  toml::table holder;
+  try {
+    holder = toml::parse("value = " + value);
+  } catch (const toml::parse_error&) {
+  }
+  if (holder.size() != 1 || !holder.contains("value")) {
+    holder.clear();
+    holder.insert("value", value);
+  }
+  read_scalar(cfg, key, *holder.get("value"), src);
+}
+
+void validate(const cluster_config& cfg) {
+  scalar_keys(cfg, [](const char* key, const auto& field, const auto& rule) {
+    check(key, field, rule);
+  });
+  if (cfg.nodes.empty()) throw config_error("nodes: the cluster needs at least one node");
+  check("nodes", cfg.nodes, table_list{});
+
+  std::map<std::string, std::string> platform_node;  // platform name -> its node
+  double shares = 0;
+  const platform_config* equal_part = nullptr;  // a platform taking a part of what is left
+  std::string equal_part_key;
+  for (size_t i = 0; i < cfg.nodes.size(); ++i) {
+    const node_config& n = cfg.nodes[i];
+    const std::string node_key = "nodes[" + std::to_string(i) + "]";
+    for (size_t j = 0; j < i; ++j) {
+      const node_config& other = cfg.nodes[j];
+      if (other.name == n.name)
+        throw config_error(node_key + ".name " + show(n.name) + " is already used by nodes[" +
+                           std::to_string(j) + "]");
+      if (n.port != 0 && other.port == n.port && other.host == n.host)
+        throw config_error(node_key + ".port: nodes " + show(other.name) + " and " +
+                           show(n.name) + " both listen on " + n.host + ":" +
+                           std::to_string(n.port));
+    }
+    if (n.platforms.empty())
+      throw config_error(node_key + ".platforms: node " + show(n.name) +
+                         " needs at least one platform");
+    for (size_t j = 0; j < n.platforms.size(); ++j) {
+      const platform_config& p = n.platforms[j];
+      const std::string platform_key = node_key + ".platforms[" + std::to_string(j) + "]";
+      if (auto [it, fresh] = platform_node.emplace(p.name, n.name); !fresh)
+        throw config_error(platform_key + ".name " + show(p.name) +
+                           " is already used on node " + show(it->second));
+      for (size_t k = 1; k < p.interference.size(); ++k)
+        if (!(p.interference[k].at_seconds > p.interference[k - 1].at_seconds))
+          throw config_error(platform_key + ".interference[" + std::to_string(k) +
+                             "].at must be later than the step before it (" +
+                             show(p.interference[k].at_seconds) + " after " +
+                             show(p.interference[k - 1].at_seconds) + ")");
+      shares += p.share;
+      if (p.share == 0 && !equal_part) equal_part = &p, equal_part_key = platform_key + ".share";
+    }
+  }
+  constexpr double slack = 1e-9;  // shares like 1/3 written in decimal
+  if (shares > 1 + slack)
+    throw config_error("nodes.platforms.share: the shares given sum to " + show(shares) +
+                       ", more than 1");
+  if (equal_part && shares >= 1 - slack)
+    throw config_error(equal_part_key + ": platform " + show(equal_part->name) +
+                       " has no share (an equal part of what is left) but the shares given "
+                       "already sum to " + show(shares));
+
+  if (!cfg.balancer_node.empty() &&
+      std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
+                   [&](const node_config& n) { return n.name == cfg.balancer_node; }))
+    throw config_error("cluster.balancer names no node: " + show(cfg.balancer_node) +
+                       " (nodes: " + names_of(cfg.nodes) + ")");
+}
+
+std::string to_toml(const cluster_config& cfg) {
+  std::ostringstream os;
+  os << "# edgegossip cluster configuration (keys explained in configs/local.toml)\n";
+  std::string section;
+  scalar_keys(cfg, [&](const char* key, const auto& field, const auto&) {
+    const std::string k = key;
+    if (section_of(k) != section) {
+      section = section_of(k);
+      os << "\n[" << section << "]\n";
+    }
+    os << k.substr(section.size() + 1) << " = " << toml_value(field) << "\n";
+  });
+  for (const node_config& n : cfg.nodes) {
+    os << "\n[[nodes]]\n";
+    write_table(os, n, "nodes");
+  }
+  return os.str();
+}
+
+} // namespace eg::config

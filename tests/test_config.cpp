@@ -1,0 +1,356 @@
+// links: eg_config
+#include "launcher/config.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <functional>
+
+using namespace eg::config;
+
+namespace {
+
+// The message of the config_error that `f` throws ("" if none).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+void check_same(const cluster_config& a, const cluster_config& b) {
+  BOOST_TEST(a.id == b.id);
+  BOOST_TEST(a.seed == b.seed);
+  BOOST_TEST(a.balancer_node == b.balancer_node);
+  BOOST_TEST(a.storage_dir == b.storage_dir);
+  BOOST_TEST(a.output_dir == b.output_dir);
+  BOOST_TEST(a.secret == b.secret);
+  BOOST_TEST(a.data.name == b.data.name);
+  BOOST_TEST(a.data.dir == b.data.dir);
+  BOOST_TEST(a.data.partition == b.data.partition);
+  BOOST_TEST(a.data.alpha == b.data.alpha);
+  BOOST_TEST(a.data.train_samples == b.data.train_samples);
+  BOOST_TEST(a.data.test_samples == b.data.test_samples);
+  BOOST_TEST(a.train.model == b.train.model);
+  BOOST_TEST(a.train.lr == b.train.lr);
+  BOOST_TEST(a.train.momentum == b.train.momentum);
+  BOOST_TEST(a.train.batch == b.train.batch);
+  BOOST_TEST(a.train.epochs == b.train.epochs);
+  BOOST_TEST(a.train.max_iterations == b.train.max_iterations);
+  BOOST_TEST(a.strategy.name == b.strategy.name);
+  BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
+  BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
+  BOOST_REQUIRE(a.nodes.size() == b.nodes.size());
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const node_config& x = a.nodes[i];
+    const node_config& y = b.nodes[i];
+    BOOST_TEST(x.name == y.name);
+    BOOST_TEST(x.host == y.host);
+    BOOST_TEST(x.port == y.port);
+    BOOST_REQUIRE(x.platforms.size() == y.platforms.size());
+    for (size_t j = 0; j < x.platforms.size(); ++j) {
+      const platform_config& p = x.platforms[j];
+      const platform_config& q = y.platforms[j];
+      BOOST_TEST(p.name == q.name);
+      BOOST_TEST(p.threads == q.threads);
+      BOOST_TEST(p.share == q.share);
+      BOOST_TEST(p.slowdown == q.slowdown);
+      BOOST_REQUIRE(p.interference.size() == q.interference.size());
+      for (size_t k = 0; k < p.interference.size(); ++k) {
+        BOOST_TEST(p.interference[k].at_seconds == q.interference[k].at_seconds);
+        BOOST_TEST(p.interference[k].slowdown == q.interference[k].slowdown);
+      }
+    }
+  }
+}
+
+// Three nodes with every field away from its default.
+cluster_config unusual_config() {
+  cluster_config c = default_config();
+  c.id = "round-trip";
+  c.seed = 9007199254740993ull;  // not representable as a double
+  c.balancer_node = "b";
+  c.storage_dir = "/var/lib/eg data";
+  c.output_dir = "out/runs";
+  c.secret = "it's \"secret\"\n\t\\ λ";
+  c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
+  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250};
+  c.strategy = {"gosgd", "async", 1.0 / 3.0};
+  c.nodes.clear();
+  c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}});
+  c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}});
+  c.nodes.push_back({"c", "10.0.0.2", 0, {{"c0", 1, 0, 1.0, {{5, 2}}}}});
+  return c;
+}
+
+const std::string file = "cluster.toml";
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(config)
+
+BOOST_AUTO_TEST_CASE(defaults_are_valid) {
+  cluster_config c = default_config();
+  BOOST_CHECK_NO_THROW(validate(c));
+  BOOST_TEST(c.id == "edgegossip");
+  BOOST_REQUIRE(c.nodes.size() == 1u);
+  BOOST_TEST(c.nodes[0].name == "local");
+  BOOST_TEST(c.nodes[0].host == "127.0.0.1");
+  BOOST_TEST(c.nodes[0].port == 0);
+  BOOST_REQUIRE(c.nodes[0].platforms.size() == 4u);
+  for (int i = 0; i < 4; ++i) {
+    BOOST_TEST(c.nodes[0].platforms[i].name == "p" + std::to_string(i));
+    BOOST_TEST(c.nodes[0].platforms[i].threads == 1);
+    BOOST_TEST(c.nodes[0].platforms[i].share == 0.25);
+  }
+  BOOST_TEST(c.balancer().name == "local");
+  BOOST_TEST(c.platforms().size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(local_example_is_the_default) {
+  cluster_config c = load(EG_SOURCE_DIR "/configs/local.toml");
+  BOOST_CHECK_NO_THROW(validate(c));
+  check_same(c, default_config());
+}
+
+BOOST_AUTO_TEST_CASE(three_nodes_example) {
+  cluster_config c = load(EG_SOURCE_DIR "/configs/three-nodes.toml");
+  BOOST_CHECK_NO_THROW(validate(c));
+  BOOST_TEST(c.id == "three-nodes");
+  BOOST_TEST(c.data.train_samples == 0);
+  BOOST_TEST(c.train.epochs == 3u);
+  BOOST_TEST(c.storage_dir == "edgegossip-data/three-nodes");
+  BOOST_TEST(c.output_dir == "runs");
+  BOOST_REQUIRE(c.nodes.size() == 3u);
+  const char* names[] = {"a", "b", "c"};
+  for (size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(c.nodes[i].name == names[i]);
+    BOOST_TEST(c.nodes[i].host == "127.0.0.1");
+    BOOST_TEST(c.nodes[i].port == 47101 + i);
+    BOOST_TEST(c.nodes[i].platforms.size() == 1u);
+  }
+  BOOST_TEST(c.node("b").port == 47102);
+  BOOST_TEST(c.platforms().size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(missing_file_is_named) {
+  std::string e = error_of([] { load("/nonexistent/cluster.toml"); });
+  BOOST_TEST(contains(e, "'/nonexistent/cluster.toml'"), e);
+}
+
+BOOST_AUTO_TEST_CASE(file_values_apply_over_the_defaults) {
+  cluster_config c = parse(R"(
+[train]
+epochs = 3
+lr = 1          # an integer is a fine number
+[data]
+partition = "dirichlet"
+)", file);
+  BOOST_TEST(c.train.epochs == 3u);
+  BOOST_TEST(c.train.lr == 1.0);
+  BOOST_TEST(c.data.partition == "dirichlet");
+  BOOST_TEST(c.train.batch == default_config().train.batch);
+  BOOST_TEST(c.nodes.size() == 1u);  // no [[nodes]]: the default node stays
+}
+
+BOOST_AUTO_TEST_CASE(nodes_replace_the_default_nodes) {
+  cluster_config c = parse(R"(
+[[nodes]]
+name = "edge"
+port = 5000
+  [[nodes.platforms]]
+  name = "x"
+  interference = [{at = 10.0, slowdown = 3.0}, {at = 20, slowdown = 1}]
+)", file);
+  BOOST_REQUIRE(c.nodes.size() == 1u);
+  BOOST_TEST(c.nodes[0].name == "edge");
+  BOOST_TEST(c.nodes[0].host == "127.0.0.1");
+  BOOST_TEST(c.nodes[0].port == 5000);
+  BOOST_REQUIRE(c.nodes[0].platforms.size() == 1u);
+  const platform_config& p = c.nodes[0].platforms[0];
+  BOOST_TEST(p.name == "x");
+  BOOST_TEST(p.threads == 1);
+  BOOST_REQUIRE(p.interference.size() == 2u);
+  BOOST_TEST(p.interference[0].at_seconds == 10.0);
+  BOOST_TEST(p.interference[0].slowdown == 3.0);
+  BOOST_TEST(p.interference[1].at_seconds == 20.0);
+  BOOST_CHECK_NO_THROW(validate(c));
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_name_key_and_line) {
+  std::string e = error_of([] { parse("[cluster]\nid = \"x\"\n\n[train]\nepochs = -3\n", file); });
+  BOOST_TEST(e == "cluster.toml:5: train.epochs must be a positive integer, got -3");
+  e = error_of([] { parse("[train]\nepochs = 5000000000\n", file); });
+  BOOST_TEST(e == "cluster.toml:2: train.epochs must be at most 4294967295, got 5000000000");
+  e = error_of([] { parse("[strategy]\nschedule = \"later\"\n", file); });
+  BOOST_TEST(e == "cluster.toml:2: strategy.schedule must be 'sync' or 'async', got 'later'");
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\nport = 70000\n", file); });
+  BOOST_TEST(e == "cluster.toml:3: nodes[0].port must be at most 65535, got 70000");
+}
+
+BOOST_AUTO_TEST_CASE(wrong_types_name_key_and_expected_type) {
+  std::string e = error_of([] { parse("[train]\nlr = \"fast\"\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:2: train.lr must be a number, got string"), e);
+  e = error_of([] { parse("[train]\nbatch = 6.5\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:2: train.batch must be an integer, got float 6.5"), e);
+  e = error_of([] { parse("[cluster]\nid = 4\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:2: cluster.id must be a string, got integer 4"), e);
+  e = error_of([] { parse("train = 3\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:1: train must be a table"), e);
+  e = error_of([] { parse("nodes = 3\n", file); });
+  BOOST_TEST(contains(e, "nodes must be an array of tables"), e);
+  e = error_of([] { parse("nodes = [1]\n", file); });
+  BOOST_TEST(contains(e, "nodes[0] must be a table"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\nplatforms = [{name = \"p\", interference = 2}]\n", file); });
+  BOOST_TEST(contains(e, "nodes[0].platforms[0].interference must be an array of tables"), e);
+}
+
+BOOST_AUTO_TEST_CASE(syntax_errors_report_the_line) {
+  std::string e = error_of([] { parse("[train]\nepochs = 3\nlr = = 0.1\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:3: "), e);
+  e = error_of([] { parse("[train]\nepochs = 3\n[train]\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:3: "), e);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_keys_are_errors) {
+  std::string e = error_of([] { parse("[train]\nepoch = 3\n", file); });
+  BOOST_TEST(e == "cluster.toml:2: unknown key 'train.epoch' (did you mean 'train.epochs'?)");
+  e = error_of([] { parse("[trian]\nepochs = 3\n", file); });
+  BOOST_TEST(contains(e, "unknown key 'trian' (did you mean 'train'?)"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\nprot = 1\n", file); });
+  BOOST_TEST(contains(e, "unknown key 'nodes[0].prot' (did you mean 'nodes[0].port'?)"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\n[[nodes.platform]]\nname = \"p\"\n", file); });
+  BOOST_TEST(contains(e, "unknown key 'nodes[0].platform' (did you mean 'nodes[0].platforms'?)"), e);
+  e = error_of([] { parse("[cluster]\nflavour = \"x\"\n", file); });
+  BOOST_TEST(e == "cluster.toml:2: unknown key 'cluster.flavour'");
+}
+
+BOOST_AUTO_TEST_CASE(overrides) {
+  cluster_config c = default_config();
+  apply_override(c, "train.epochs=3");
+  BOOST_TEST(c.train.epochs == 3u);
+  apply_override(c, "strategy.schedule=async");  // a bare string
+  BOOST_TEST(c.strategy.schedule == "async");
+  apply_override(c, " strategy.name = \"gosgd\" ");  // a quoted one
+  BOOST_TEST(c.strategy.name == "gosgd");
+  apply_override(c, "data.alpha=2");
+  BOOST_TEST(c.data.alpha == 2.0);
+  apply_override(c, "train.lr=0.125");
+  BOOST_TEST(c.train.lr == 0.125);
+  apply_override(c, "cluster.secret=a=b");  // only the first '=' splits
+  BOOST_TEST(c.secret == "a=b");
+  apply_override(c, "cluster.balancer=");
+  BOOST_TEST(c.balancer_node == "");
+
+  std::string e = error_of([&] { apply_override(c, "train.epochs=three"); });
+  BOOST_TEST(contains(e, "train.epochs must be an integer, got string 'three'"), e);
+  e = error_of([&] { apply_override(c, "train.epochs=0"); });
+  BOOST_TEST(contains(e, "train.epochs must be a positive integer, got 0"), e);
+  e = error_of([&] { apply_override(c, "train.epoch=3"); });
+  BOOST_TEST(contains(e, "unknown key 'train.epoch' (did you mean 'train.epochs'?)"), e);
+  e = error_of([&] { apply_override(c, "train.epochs"); });
+  BOOST_TEST(contains(e, "'train.epochs'"), e);
+  BOOST_TEST(contains(e, "key=value"), e);
+  BOOST_TEST(c.train.epochs == 3u);  // refused overrides change nothing
+}
+
+BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
+  struct rule_case {
+    std::function<void(cluster_config&)> change;
+    std::string names;
+  };
+  const std::vector<rule_case> cases = {
+      {[](cluster_config& c) { c.id = ""; }, "cluster.id must not be empty"},
+      {[](cluster_config& c) { c.seed = ~0ull; }, "cluster.seed"},
+      {[](cluster_config& c) { c.balancer_node = "nowhere"; }, "cluster.balancer"},
+      {[](cluster_config& c) { c.data.name = ""; }, "data.name"},
+      {[](cluster_config& c) { c.data.dir = ""; }, "data.dir"},
+      {[](cluster_config& c) { c.data.partition = "random"; }, "data.partition"},
+      {[](cluster_config& c) { c.data.alpha = 0; }, "data.alpha"},
+      {[](cluster_config& c) { c.data.train_samples = -1; }, "data.train_samples"},
+      {[](cluster_config& c) { c.data.test_samples = -5; }, "data.test_samples"},
+      {[](cluster_config& c) { c.train.model = "resnet"; }, "train.model"},
+      {[](cluster_config& c) { c.train.lr = 0; }, "train.lr"},
+      {[](cluster_config& c) { c.train.lr = std::nan(""); }, "train.lr"},
+      {[](cluster_config& c) { c.train.momentum = 1; }, "train.momentum"},
+      {[](cluster_config& c) { c.train.momentum = -0.1; }, "train.momentum"},
+      {[](cluster_config& c) { c.train.batch = 0; }, "train.batch"},
+      {[](cluster_config& c) { c.train.epochs = 0; }, "train.epochs must be a positive integer, got 0"},
+      {[](cluster_config& c) { c.train.max_iterations = -1; }, "train.max_iterations"},
+      {[](cluster_config& c) { c.strategy.name = "pushsum"; }, "strategy.name"},
+      {[](cluster_config& c) { c.strategy.schedule = "never"; }, "strategy.schedule"},
+      {[](cluster_config& c) { c.strategy.exchange_probability = 0; }, "strategy.exchange_probability"},
+      {[](cluster_config& c) { c.strategy.exchange_probability = 1.5; }, "strategy.exchange_probability"},
+      {[](cluster_config& c) { c.storage_dir = ""; }, "storage.dir"},
+      {[](cluster_config& c) { c.output_dir = ""; }, "output.dir"},
+      {[](cluster_config& c) { c.nodes.clear(); }, "nodes: the cluster needs at least one node"},
+      {[](cluster_config& c) { c.nodes[0].name = ""; }, "nodes[0].name must not be empty"},
+      {[](cluster_config& c) { c.nodes[0].host = ""; }, "nodes[0].host"},
+      {[](cluster_config& c) { c.nodes[1].name = "a"; }, "nodes[1].name 'a' is already used by nodes[0]"},
+      {[](cluster_config& c) { c.nodes[2].port = 47101; }, "nodes[2].port"},
+      {[](cluster_config& c) { c.nodes[1].platforms.clear(); }, "nodes[1].platforms"},
+      {[](cluster_config& c) { c.nodes[2].platforms[0].name = "a0"; }, "nodes[2].platforms[0].name 'a0' is already used on node 'a'"},
+      {[](cluster_config& c) { c.nodes[0].platforms[1].name = "a0"; }, "nodes[0].platforms[1].name"},
+      {[](cluster_config& c) { c.nodes[0].platforms[0].name = ""; }, "nodes[0].platforms[0].name"},
+      {[](cluster_config& c) { c.nodes[0].platforms[0].threads = 0; }, "nodes[0].platforms[0].threads"},
+      {[](cluster_config& c) { c.nodes[0].platforms[0].share = 1.5; }, "nodes[0].platforms[0].share"},
+      {[](cluster_config& c) { c.nodes[0].platforms[0].share = -0.5; }, "nodes[0].platforms[0].share"},
+      {[](cluster_config& c) { c.nodes[0].platforms[0].share = 0.9; }, "nodes.platforms.share"},
+      {[](cluster_config& c) { c.nodes[0].platforms[0].share = 0.875; }, "nodes[0].platforms[1].share"},
+      {[](cluster_config& c) { c.nodes[1].platforms[0].slowdown = 0.5; }, "nodes[1].platforms[0].slowdown"},
+      {[](cluster_config& c) { c.nodes[1].platforms[0].interference[1].at_seconds = -1; }, "nodes[1].platforms[0].interference[1].at"},
+      {[](cluster_config& c) { c.nodes[1].platforms[0].interference[1].slowdown = 0.9; }, "nodes[1].platforms[0].interference[1].slowdown"},
+      {[](cluster_config& c) { c.nodes[1].platforms[0].interference[2].at_seconds = 10.5; }, "nodes[1].platforms[0].interference[2].at"},
+  };
+  BOOST_CHECK_NO_THROW(validate(unusual_config()));
+  for (const auto& rc : cases) {
+    cluster_config c = unusual_config();
+    rc.change(c);
+    std::string e = error_of([&] { validate(c); });
+    BOOST_TEST(contains(e, rc.names), "expected '" << rc.names << "', got '" << e << "'");
+  }
+  // The port rule is checked at parse time (a uint16_t cannot hold 70000).
+  std::string e = error_of([] { parse("[[nodes]]\nname = \"a\"\nport = -1\n", file); });
+  BOOST_TEST(contains(e, "nodes[0].port must be an integer in [0, 65535], got -1"), e);
+}
+
+BOOST_AUTO_TEST_CASE(same_port_on_different_hosts_is_fine) {
+  cluster_config c = unusual_config();  // a and b both use 47101, on different hosts
+  BOOST_CHECK_NO_THROW(validate(c));
+  c.nodes[2].port = 0;  // port 0 picks a free one: no clash on the same host
+  c.nodes.push_back({"d", "10.0.0.2", 0, {{"d0", 1, 0, 1.0, {}}}});
+  BOOST_CHECK_NO_THROW(validate(c));
+}
+
+BOOST_AUTO_TEST_CASE(node_lookup) {
+  cluster_config c = unusual_config();
+  BOOST_TEST(c.node("c").host == "10.0.0.2");
+  BOOST_TEST(c.balancer().name == "b");
+  c.balancer_node = "";
+  BOOST_TEST(c.balancer().name == "a");
+  std::string e = error_of([&] { c.node("z"); });
+  BOOST_TEST(contains(e, "'z'"), e);
+  std::vector<std::string> names;
+  for (const auto& p : c.platforms()) names.push_back(p.name);
+  BOOST_TEST(names == (std::vector<std::string>{"a0", "a1", "b0", "c0"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(to_toml_round_trip) {
+  for (const cluster_config& c : {default_config(), unusual_config()}) {
+    std::string text = to_toml(c);
+    BOOST_TEST_CONTEXT(text) {
+      cluster_config back = parse(text, "written.toml");
+      check_same(back, c);
+      BOOST_TEST(to_toml(back) == text);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
