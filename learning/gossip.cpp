@@ -1,0 +1,163 @@
+#include "learning/gossip.hpp"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+namespace eg::learning {
+
+gosgd::gosgd(double initial_weight, double exchange_probability)
+    : weight_(initial_weight), p_(exchange_probability) {
+  if (!(initial_weight > 0))
+    throw std::invalid_argument("gosgd: initial weight must be positive");
+  if (!(exchange_probability >= 0 && exchange_probability <= 1))
+    throw std::invalid_argument("gosgd: exchange probability " +
+                                std::to_string(exchange_probability) + " is not in [0, 1]");
+}
+
+void gosgd::merge(const std::vector<torch::Tensor>& params,
+                  const std::vector<torch::Tensor>& received, double received_weight) {
+  if (params.size() != received.size())
+    throw std::invalid_argument("gosgd::merge: received " + std::to_string(received.size()) +
+                                " tensors, the model has " + std::to_string(params.size()));
+  if (!(received_weight > 0))
+    throw std::invalid_argument("gosgd::merge: received weight must be positive");
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i].sizes().equals(received[i].sizes()))
+      throw std::invalid_argument("gosgd::merge: tensor " + std::to_string(i) +
+                                  " has another shape than the model's");
+
+  const double total = weight_ + received_weight;
+  const double keep = weight_ / total;
+  const double take = received_weight / total;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].mul_(keep).add_(received[i], take);
+  weight_ = total;
+}
+
+std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&,
+                                          std::mt19937_64& rng) {
+  if (!std::bernoulli_distribution(p_)(rng))
+    return {};
+  // Half the weight travels with the copy, so the total weight stays 1.
+  weight_ /= 2;
+  return {send_order{-1, weight_}};
+}
+
+std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
+                                               double exchange_probability) {
+  if (name != "gosgd")
+    throw std::invalid_argument("unknown gossip strategy '" + name + "' (use gosgd)");
+  if (platforms <= 0)
+    throw std::invalid_argument("make_strategy: the number of platforms must be positive");
+  return std::make_unique<gosgd>(1.0 / static_cast<double>(platforms), exchange_probability);
+}
+
+namespace {
+
+messages::dtype to_wire(torch::ScalarType t, const std::string& name) {
+  switch (t) {
+  case torch::kFloat32: return messages::dtype::float32;
+  case torch::kFloat64: return messages::dtype::float64;
+  case torch::kInt64: return messages::dtype::int64;
+  case torch::kInt32: return messages::dtype::int32;
+  case torch::kUInt8: return messages::dtype::uint8;
+  default:
+    throw std::invalid_argument("tensor '" + name + "': dtype " + std::string(c10::toString(t)) +
+                                " cannot be sent");
+  }
+}
+
+torch::ScalarType from_wire(messages::dtype t, const std::string& name) {
+  switch (t) {
+  case messages::dtype::float32: return torch::kFloat32;
+  case messages::dtype::float64: return torch::kFloat64;
+  case messages::dtype::int64: return torch::kInt64;
+  case messages::dtype::int32: return torch::kInt32;
+  case messages::dtype::uint8: return torch::kUInt8;
+  }
+  throw std::invalid_argument("tensor '" + name + "': unknown dtype " +
+                              std::to_string(static_cast<int>(t)));
+}
+
+} // namespace
+
+std::vector<messages::tensor_view> to_views(const std::vector<std::string>& names,
+                                            const std::vector<torch::Tensor>& tensors) {
+  if (names.size() != tensors.size())
+    throw std::invalid_argument("to_views: " + std::to_string(names.size()) + " names for " +
+                                std::to_string(tensors.size()) + " tensors");
+  std::vector<messages::tensor_view> views;
+  views.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous())
+      throw std::invalid_argument("tensor '" + names[i] + "': not a contiguous CPU tensor");
+    messages::tensor_view v;
+    v.name = names[i];
+    v.type = to_wire(t.scalar_type(), names[i]);
+    v.shape.assign(t.sizes().begin(), t.sizes().end());
+    v.data = t.data_ptr();
+    v.bytes = t.nbytes();
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& views,
+                                      const std::vector<std::string>& names,
+                                      const std::vector<torch::Tensor>& like) {
+  if (views.size() != names.size() || views.size() != like.size())
+    throw std::invalid_argument("from_views: received " + std::to_string(views.size()) +
+                                " tensors, the model has " + std::to_string(like.size()));
+  std::vector<torch::Tensor> out;
+  out.reserve(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const auto& v = views[i];
+    if (v.name != names[i])
+      throw std::invalid_argument("tensor '" + names[i] + "': received '" + v.name +
+                                  "' in its place");
+    const auto type = from_wire(v.type, names[i]);
+    if (type != like[i].scalar_type())
+      throw std::invalid_argument("tensor '" + names[i] + "': dtype " +
+                                  std::string(c10::toString(type)) + ", expected " +
+                                  std::string(c10::toString(like[i].scalar_type())));
+    if (!like[i].sizes().equals(v.shape))
+      throw std::invalid_argument("tensor '" + names[i] + "': shape " +
+                                  c10::str(c10::IntArrayRef(v.shape)) + ", expected " +
+                                  c10::str(like[i].sizes()));
+    const auto expected_bytes = static_cast<size_t>(like[i].numel()) * c10::elementSize(type);
+    if (v.bytes != expected_bytes || (expected_bytes > 0 && !v.data))
+      throw std::invalid_argument("tensor '" + names[i] + "': " + std::to_string(v.bytes) +
+                                  " bytes, expected " + std::to_string(expected_bytes));
+    // Merging only reads the received tensors, so the const buffer is safe.
+    out.push_back(torch::from_blob(const_cast<void*>(v.data), v.shape, torch::dtype(type)));
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models) {
+  if (models.empty())
+    throw std::invalid_argument("average: no models");
+  const size_t n = models.front().size();
+  for (const auto& m : models)
+    if (m.size() != n)
+      throw std::invalid_argument("average: the models have different numbers of tensors");
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> mean;
+  mean.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto sum = models.front()[i].detach().clone();
+    for (size_t k = 1; k < models.size(); ++k) {
+      if (!models[k][i].sizes().equals(sum.sizes()))
+        throw std::invalid_argument("average: tensor " + std::to_string(i) +
+                                    " has different shapes across models");
+      sum.add_(models[k][i]);
+    }
+    mean.push_back(sum.div_(static_cast<double>(models.size())));
+  }
+  return mean;
+}
+
+} // namespace eg::learning

@@ -1,0 +1,78 @@
+#include "learning/model.hpp"
+
+#include <torch/torch.h>
+
+#include <mutex>
+#include <stdexcept>
+
+namespace eg::learning {
+
+namespace {
+
+// LeNet-5 for 28x28 inputs (the first convolution pads to keep 28x28).
+class lenet5 : public classifier {
+public:
+  lenet5()
+      : conv1(torch::nn::Conv2dOptions(1, 6, 5).padding(2)),
+        conv2(torch::nn::Conv2dOptions(6, 16, 5)),
+        fc1(16 * 5 * 5, 120),
+        fc2(120, 84),
+        fc3(84, 10) {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    x = x.flatten(1);
+    x = torch::relu(fc1->forward(x));
+    x = torch::relu(fc2->forward(x));
+    return fc3->forward(x);
+  }
+
+private:
+  torch::nn::Conv2d conv1;
+  torch::nn::Conv2d conv2;
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+  torch::nn::Linear fc3;
+};
+
+// Multinomial logistic regression on the raw pixels.
+class logreg : public classifier {
+public:
+  logreg() : fc(28 * 28, 10) { register_module("fc", fc); }
+
+  torch::Tensor forward(torch::Tensor x) override { return fc->forward(x.flatten(1)); }
+
+private:
+  torch::nn::Linear fc;
+};
+
+} // namespace
+
+std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed) {
+  if (name != "lenet5" && name != "logreg")
+    throw std::invalid_argument("unknown model '" + name + "' (use lenet5 or logreg)");
+  // Initialisation draws from torch's global generator: seeding it and
+  // building must not interleave with another thread doing the same.
+  static std::mutex init_mutex;
+  std::lock_guard<std::mutex> lock(init_mutex);
+  torch::manual_seed(seed);
+  if (name == "lenet5")
+    return std::make_shared<lenet5>();
+  return std::make_shared<logreg>();
+}
+
+int64_t parameter_count(const torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters())
+    n += p.numel();
+  return n;
+}
+
+} // namespace eg::learning

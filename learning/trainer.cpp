@@ -1,0 +1,133 @@
+#include "learning/trainer.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace eg::learning {
+
+int64_t epoch_plan::samples() const {
+  int64_t n = 0;
+  for (const auto& b : batches)
+    n += static_cast<int64_t>(b.size());
+  return n;
+}
+
+epoch_plan shuffled_plan(const std::vector<int64_t>& shard, int64_t batch, double ratio,
+                         std::mt19937_64& rng) {
+  if (batch <= 0)
+    throw std::invalid_argument("shuffled_plan: batch size must be positive");
+  if (!(ratio > 0 && ratio <= 1))
+    throw std::invalid_argument("shuffled_plan: ratio " + std::to_string(ratio) +
+                                " is not in (0, 1]");
+  std::vector<int64_t> order(shard);
+  std::shuffle(order.begin(), order.end(), rng);
+  // The tolerance keeps products like 10 * 0.3 = 3.0000000000000004 at 3.
+  auto keep = static_cast<size_t>(std::ceil(static_cast<double>(order.size()) * ratio - 1e-9));
+  if (!order.empty())
+    keep = std::clamp<size_t>(keep, 1, order.size());
+  epoch_plan plan;
+  for (size_t begin = 0; begin < keep; begin += static_cast<size_t>(batch)) {
+    size_t end = std::min(keep, begin + static_cast<size_t>(batch));
+    plan.batches.emplace_back(order.begin() + begin, order.begin() + end);
+  }
+  return plan;
+}
+
+namespace {
+
+template <typename T>
+T required(T p, const char* what) {
+  if (!p)
+    throw std::invalid_argument(std::string("local_trainer: no ") + what);
+  return p;
+}
+
+} // namespace
+
+local_trainer::local_trainer(std::shared_ptr<classifier> model,
+                             std::shared_ptr<const dataset> train, std::vector<int64_t> shard,
+                             sgd_options opt)
+    : model_(required(std::move(model), "model")),
+      train_(required(std::move(train), "training set")),
+      shard_(std::move(shard)),
+      opt_(opt),
+      optimizer_(model_->parameters(),
+                 torch::optim::SGDOptions(opt.lr).momentum(opt.momentum)) {
+  const int64_t n = train_->size();
+  for (int64_t i : shard_)
+    if (i < 0 || i >= n)
+      throw std::invalid_argument("local_trainer: sample " + std::to_string(i) +
+                                  " is not in the training set of " + std::to_string(n));
+  model_->train();
+}
+
+void local_trainer::begin_epoch(epoch_plan plan) {
+  plan_ = std::move(plan);
+  next_ = 0;
+}
+
+bool local_trainer::epoch_done() const { return next_ >= plan_.batches.size(); }
+
+size_t local_trainer::remaining() const {
+  return epoch_done() ? 0 : plan_.batches.size() - next_;
+}
+
+step_result local_trainer::step() {
+  if (epoch_done())
+    throw std::logic_error("local_trainer::step: the epoch's plan is used up");
+  auto& batch = plan_.batches[next_++];
+  const auto start = std::chrono::steady_clock::now();
+
+  auto index = torch::from_blob(batch.data(), {static_cast<int64_t>(batch.size())}, torch::kInt64);
+  auto x = train_->images.index_select(0, index);
+  auto y = train_->labels.index_select(0, index);
+
+  optimizer_.zero_grad();
+  auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+  loss.backward();
+  optimizer_.step();
+
+  step_result r;
+  r.loss = loss.item<double>();
+  r.samples = static_cast<int64_t>(batch.size());
+  r.compute_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+evaluation evaluate(classifier& model, const dataset& data, int64_t batch) {
+  if (batch <= 0)
+    throw std::invalid_argument("evaluate: batch size must be positive");
+  const int64_t n = data.size();
+  if (n == 0)
+    return {};
+
+  // Restores the mode even when forward throws.
+  struct mode_guard {
+    classifier& m;
+    bool was_training;
+    ~mode_guard() { m.train(was_training); }
+  } guard{model, model.is_training()};
+  torch::NoGradGuard no_grad;
+  model.eval();
+
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += batch) {
+    const int64_t len = std::min(batch, n - begin);
+    auto x = data.images.narrow(0, begin, len);
+    auto y = data.labels.narrow(0, begin, len);
+    auto logits = model.forward(x);
+    loss += torch::nn::functional::cross_entropy(
+                logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                .item<double>();
+    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+  }
+  return {loss / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
+}
+
+} // namespace eg::learning

@@ -1,0 +1,651 @@
+// links: eg_learning
+#include "learning/dataset.hpp"
+#include "learning/gossip.hpp"
+#include "learning/model.hpp"
+#include "learning/partition.hpp"
+#include "learning/serialize.hpp"
+#include "learning/trainer.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace eg::learning;
+
+namespace {
+
+const std::string data_dir = "/usr/share/datasets/fashion-mnist";
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string pattern = (fs::temp_directory_path() / "eg-learning-XXXXXX").string();
+    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string idx_header(uint32_t magic, std::vector<uint32_t> dims) {
+  std::string out;
+  dims.insert(dims.begin(), magic);
+  for (uint32_t w : dims)
+    for (int shift = 24; shift >= 0; shift -= 8)
+      out.push_back(static_cast<char>((w >> shift) & 0xff));
+  return out;
+}
+
+void write_gz(const std::string& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  BOOST_REQUIRE(f != nullptr);
+  BOOST_REQUIRE_EQUAL(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+                      static_cast<int>(bytes.size()));
+  gzclose(f);
+}
+
+void write_raw(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A small valid training set: `n` images whose pixels all equal the label.
+void write_tiny_set(const temp_dir& dir, uint32_t n) {
+  std::string images = idx_header(2051, {n, 28, 28});
+  std::string labels = idx_header(2049, {n});
+  for (uint32_t i = 0; i < n; ++i) {
+    images.append(28 * 28, static_cast<char>(i % 10));
+    labels.push_back(static_cast<char>(i % 10));
+  }
+  write_gz(dir.file("train-images-idx3-ubyte.gz"), images);
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), labels);
+}
+
+// Checks that a data_error was thrown whose message holds all `parts`.
+auto error_with(std::vector<std::string> parts) {
+  return [parts](const data_error& e) {
+    std::string what = e.what();
+    for (const auto& p : parts)
+      if (what.find(p) == std::string::npos) {
+        BOOST_TEST_MESSAGE("message '" << what << "' lacks '" << p << "'");
+        return false;
+      }
+    return true;
+  };
+}
+
+std::vector<int64_t> cyclic_labels(int64_t n, int64_t classes) {
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    labels[static_cast<size_t>(i)] = i % classes;
+  return labels;
+}
+
+// Every index appears in at most one shard; returns how many are used.
+size_t check_disjoint(const shards& s, size_t n) {
+  std::vector<int> seen(n, 0);
+  size_t used = 0;
+  for (const auto& shard : s)
+    for (int64_t i : shard) {
+      BOOST_REQUIRE(i >= 0 && static_cast<size_t>(i) < n);
+      BOOST_REQUIRE_EQUAL(seen[static_cast<size_t>(i)]++, 0);
+      ++used;
+    }
+  return used;
+}
+
+std::vector<double> class_fractions(const std::vector<int64_t>& shard,
+                                    const std::vector<int64_t>& labels, int64_t classes) {
+  std::vector<double> f(static_cast<size_t>(classes), 0.0);
+  for (int64_t i : shard)
+    f[static_cast<size_t>(labels[static_cast<size_t>(i)])] += 1.0;
+  for (auto& x : f)
+    x /= static_cast<double>(shard.size());
+  return f;
+}
+
+bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i]))
+      return false;
+  return true;
+}
+
+std::vector<torch::Tensor> snapshot(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : parameters(m))
+    out.push_back(p.detach().clone());
+  return out;
+}
+
+std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto d = std::make_shared<dataset>();
+  d->images = torch::randn({n, 1, 28, 28});
+  d->labels = torch::randint(0, num_classes, {n}, torch::kInt64);
+  return d;
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(learning)
+
+// --- dataset -----------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(dataset_loads_fashion_mnist) {
+  auto train = load_fashion_mnist(data_dir, split::train, 2000);
+  BOOST_TEST(train.images.sizes().vec() == (std::vector<int64_t>{2000, 1, 28, 28}));
+  BOOST_TEST(train.images.scalar_type() == torch::kFloat32);
+  BOOST_TEST(train.labels.scalar_type() == torch::kInt64);
+  BOOST_TEST(train.size() == 2000);
+  BOOST_TEST(train.labels.min().item<int64_t>() == 0);
+  BOOST_TEST(train.labels.max().item<int64_t>() == 9);
+  BOOST_TEST(std::abs(train.images.mean().item<double>()) < 0.1);
+  BOOST_TEST(std::abs(train.images.std().item<double>() - 1) < 0.1);
+
+  auto test = load_fashion_mnist(data_dir, split::test);
+  BOOST_TEST(test.size() == 10000);
+  BOOST_TEST(test.images.size(0) == 10000);
+  BOOST_TEST(torch::bincount(test.labels).eq(1000).all().item<bool>());
+}
+
+BOOST_AUTO_TEST_CASE(dataset_reads_raw_and_gzip_files) {
+  temp_dir dir;
+  write_tiny_set(dir, 12);
+  std::string labels = idx_header(2049, {3});
+  labels += std::string{0, 9, 5};
+  std::string images = idx_header(2051, {3, 28, 28});
+  images.append(28 * 28, '\0');
+  images.append(28 * 28, static_cast<char>(255));
+  images.append(28 * 28, '\x80');
+  write_raw(dir.file("t10k-images-idx3-ubyte"), images);
+  write_raw(dir.file("t10k-labels-idx1-ubyte"), labels);
+
+  auto train = load_fashion_mnist(dir.path.string(), split::train, 5);
+  BOOST_TEST(train.size() == 5);
+  BOOST_TEST(train.labels[4].item<int64_t>() == 4);
+  auto test = load_fashion_mnist(dir.path.string(), split::test);
+  BOOST_TEST(test.size() == 3);
+  BOOST_TEST(test.labels[1].item<int64_t>() == 9);
+  const auto close = boost::test_tools::tolerance(1e-5f);
+  BOOST_TEST(test.images[0].max().item<float>() == (0 - 0.2860f) / 0.3530f, close);
+  BOOST_TEST(test.images[1].min().item<float>() == (1 - 0.2860f) / 0.3530f, close);
+}
+
+BOOST_AUTO_TEST_CASE(dataset_missing_directory) {
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist("/nonexistent/fmnist", split::train), data_error,
+                        error_with({"'/nonexistent/fmnist/train-images-idx3-ubyte.gz'",
+                                    "no such file"}));
+}
+
+BOOST_AUTO_TEST_CASE(dataset_truncated_file) {
+  temp_dir dir;
+  write_tiny_set(dir, 3);
+  std::string images = idx_header(2051, {3, 28, 28});
+  images.append(2 * 28 * 28 + 100, '\x10');
+  write_gz(dir.file("train-images-idx3-ubyte.gz"), images);
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-images-idx3-ubyte.gz"), "truncated"}));
+}
+
+BOOST_AUTO_TEST_CASE(dataset_trailing_bytes) {
+  temp_dir dir;
+  write_tiny_set(dir, 3);
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_header(2049, {3}) + std::string(4, '\1'));
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-labels-idx1-ubyte.gz"), "trailing"}));
+}
+
+BOOST_AUTO_TEST_CASE(dataset_bad_magic_number) {
+  temp_dir dir;
+  write_tiny_set(dir, 3);
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_header(2051, {3}) + std::string(3, '\1'));
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-labels-idx1-ubyte.gz"), "magic", "2051"}));
+}
+
+BOOST_AUTO_TEST_CASE(dataset_count_mismatch_and_bad_labels) {
+  temp_dir dir;
+  write_tiny_set(dir, 3);
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_header(2049, {2}) + std::string(2, '\1'));
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-labels-idx1-ubyte.gz"), "2 labels for 3"}));
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_header(2049, {3}) + std::string{1, 2, 10});
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-labels-idx1-ubyte.gz"), "label 10"}));
+}
+
+BOOST_AUTO_TEST_CASE(dataset_wrong_image_size) {
+  temp_dir dir;
+  write_tiny_set(dir, 1);
+  write_gz(dir.file("train-images-idx3-ubyte.gz"),
+           idx_header(2051, {1, 32, 32}) + std::string(32 * 32, '\0'));
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-images-idx3-ubyte.gz"), "32x32"}));
+}
+
+// --- partition ---------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(iid_shards_follow_shares) {
+  auto labels = cyclic_labels(10000, 10);
+  auto s = partition_iid(labels, {0.5, 0.3, 0.2}, 7);
+  BOOST_TEST(check_disjoint(s, labels.size()) == 10000u);
+  BOOST_TEST(s[0].size() == 5000u);
+  BOOST_TEST(s[1].size() == 3000u);
+  BOOST_TEST(s[2].size() == 2000u);
+
+  auto partial = partition_iid(labels, {0.25, 0.25}, 7);
+  BOOST_TEST(check_disjoint(partial, labels.size()) == 5000u);
+  BOOST_TEST(partial[0].size() == 2500u);
+
+  // Ten shares of 0.1 do not add up to exactly 1 in floating point.
+  auto tenths = partition_iid(labels, std::vector<double>(10, 0.1), 7);
+  BOOST_TEST(check_disjoint(tenths, labels.size()) == 10000u);
+  for (const auto& shard : tenths)
+    BOOST_TEST(shard.size() == 1000u);
+
+  BOOST_CHECK_THROW(partition_iid(labels, {0.6, 0.5}, 7), std::invalid_argument);
+  BOOST_CHECK_THROW(partition_iid(labels, {-0.1, 0.5}, 7), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(iid_shards_are_class_balanced) {
+  auto labels = cyclic_labels(20000, 10);
+  auto s = partition_iid(labels, std::vector<double>(5, 0.2), 3);
+  for (const auto& shard : s)
+    for (double f : class_fractions(shard, labels, 10))
+      BOOST_TEST(std::abs(f - 0.1) < 0.025);
+}
+
+BOOST_AUTO_TEST_CASE(dirichlet_small_alpha_is_skewed) {
+  auto labels = cyclic_labels(20000, 10);
+  auto s = partition_dirichlet(labels, std::vector<double>(10, 0.1), 0.1, 10, 5);
+  BOOST_TEST(check_disjoint(s, labels.size()) == 20000u);
+  double top = 0;
+  for (const auto& shard : s) {
+    auto f = class_fractions(shard, labels, 10);
+    top += *std::max_element(f.begin(), f.end()) / 10;
+  }
+  BOOST_TEST(top > 0.5);  // IID gives about 0.1
+}
+
+BOOST_AUTO_TEST_CASE(dirichlet_big_alpha_is_near_uniform) {
+  auto labels = cyclic_labels(20000, 10);
+  std::vector<double> shares{0.4, 0.3, 0.2, 0.1};
+  auto s = partition_dirichlet(labels, shares, 1000, 10, 5);
+  BOOST_TEST(check_disjoint(s, labels.size()) == 20000u);
+  for (size_t i = 0; i < s.size(); ++i) {
+    BOOST_TEST(std::abs(static_cast<double>(s[i].size()) / 20000 - shares[i]) < 0.01);
+    for (double f : class_fractions(s[i], labels, 10))
+      BOOST_TEST(std::abs(f - 0.1) < 0.03);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(dirichlet_partial_shares_and_arguments) {
+  auto labels = cyclic_labels(10000, 10);
+  auto s = partition_dirichlet(labels, {0.3, 0.2}, 0.5, 10, 1);
+  auto used = check_disjoint(s, labels.size());
+  BOOST_TEST(used >= 4990u);
+  BOOST_TEST(used <= 5000u);
+  BOOST_CHECK_THROW(partition_dirichlet(labels, {0.5}, 0, 10, 1), std::invalid_argument);
+  BOOST_CHECK_THROW(partition_dirichlet(labels, {0.5}, 1, 5, 1), std::invalid_argument);
+  BOOST_CHECK_THROW(partition_dirichlet(labels, {0.7, 0.7}, 1, 10, 1), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(partitions_are_deterministic) {
+  auto labels = cyclic_labels(5000, 10);
+  std::vector<double> shares{0.5, 0.5};
+  BOOST_TEST(partition_iid(labels, shares, 11) == partition_iid(labels, shares, 11));
+  BOOST_TEST(partition_iid(labels, shares, 11) != partition_iid(labels, shares, 12));
+  BOOST_TEST(partition_dirichlet(labels, shares, 0.3, 10, 11) ==
+             partition_dirichlet(labels, shares, 0.3, 10, 11));
+  BOOST_TEST(partition_dirichlet(labels, shares, 0.3, 10, 11) !=
+             partition_dirichlet(labels, shares, 0.3, 10, 12));
+}
+
+// --- model -------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(models_have_expected_sizes) {
+  auto lenet = make_classifier("lenet5", 1);
+  BOOST_TEST(parameter_count(*lenet) == 61706);
+  BOOST_TEST(lenet->forward(torch::zeros({3, 1, 28, 28})).sizes().vec() ==
+             (std::vector<int64_t>{3, 10}));
+  auto logreg = make_classifier("logreg", 1);
+  BOOST_TEST(parameter_count(*logreg) == 7850);
+  BOOST_TEST(logreg->forward(torch::zeros({2, 1, 28, 28})).sizes().vec() ==
+             (std::vector<int64_t>{2, 10}));
+  BOOST_CHECK_THROW(make_classifier("resnet", 1), std::invalid_argument);
+  BOOST_TEST(parameter_names(*lenet).front() == "conv1.weight");
+  BOOST_TEST(parameter_names(*lenet).size() == 10u);
+}
+
+BOOST_AUTO_TEST_CASE(equal_seeds_give_equal_models) {
+  auto a = make_classifier("lenet5", 42);
+  auto b = make_classifier("lenet5", 42);
+  auto c = make_classifier("lenet5", 43);
+  BOOST_TEST(all_equal(parameters(*a), parameters(*b)));
+  BOOST_TEST(!all_equal(parameters(*a), parameters(*c)));
+
+  // Built concurrently from several threads, models still match their seed.
+  std::vector<std::vector<torch::Tensor>> reference;
+  for (uint64_t seed = 0; seed < 4; ++seed)
+    reference.push_back(snapshot(*make_classifier("lenet5", seed)));
+  std::vector<int> ok(4, 1);
+  std::vector<std::thread> threads;
+  for (uint64_t seed = 0; seed < 4; ++seed)
+    threads.emplace_back([&, seed] {
+      for (int k = 0; k < 10; ++k)
+        if (!all_equal(parameters(*make_classifier("lenet5", seed)), reference[seed]))
+          ok[seed] = 0;
+    });
+  for (auto& t : threads)
+    t.join();
+  BOOST_TEST(std::count(ok.begin(), ok.end(), 1) == 4);
+}
+
+// --- trainer -----------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(shuffled_plan_sizes) {
+  std::mt19937_64 rng(1);
+  auto shard = iota(100);
+  auto plan = shuffled_plan(shard, 32, 1.0, rng);
+  BOOST_TEST(plan.batches.size() == 4u);
+  BOOST_TEST(plan.batches.back().size() == 4u);
+  BOOST_TEST(plan.samples() == 100);
+  std::vector<int64_t> all;
+  for (const auto& b : plan.batches)
+    all.insert(all.end(), b.begin(), b.end());
+  BOOST_TEST(all != shard);  // shuffled
+  std::sort(all.begin(), all.end());
+  BOOST_TEST(all == shard);
+
+  auto ten = iota(10);
+  BOOST_TEST(shuffled_plan(ten, 4, 0.3, rng).samples() == 3);
+  BOOST_TEST(shuffled_plan(ten, 4, 0.25, rng).samples() == 3);
+  BOOST_TEST(shuffled_plan(ten, 4, 0.01, rng).samples() == 1);
+  auto part = shuffled_plan(iota(1000), 64, 0.5, rng);
+  BOOST_TEST(part.samples() == 500);
+  BOOST_TEST(part.batches.size() == 8u);
+  std::set<int64_t> distinct;
+  for (const auto& b : part.batches)
+    distinct.insert(b.begin(), b.end());
+  BOOST_TEST(distinct.size() == 500u);
+  BOOST_TEST(shuffled_plan({}, 4, 1, rng).batches.empty());
+  BOOST_CHECK_THROW(shuffled_plan(ten, 4, 0, rng), std::invalid_argument);
+  BOOST_CHECK_THROW(shuffled_plan(ten, 4, 1.5, rng), std::invalid_argument);
+  BOOST_CHECK_THROW(shuffled_plan(ten, 0, 1, rng), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(trainer_steps_through_a_plan) {
+  auto data = random_set(100, 1);
+  local_trainer t(make_classifier("logreg", 1), data, iota(100), {0.01, 0.9, 16});
+  std::mt19937_64 rng(1);
+  BOOST_TEST(t.epoch_done());
+  t.begin_epoch(shuffled_plan(t.shard(), t.options().batch, 1, rng));
+  BOOST_TEST(t.remaining() == 7u);
+  auto before = snapshot(t.model());
+  auto r = t.step();
+  BOOST_TEST(r.samples == 16);
+  BOOST_TEST(std::isfinite(r.loss));
+  BOOST_TEST(r.loss > 0);
+  BOOST_TEST(r.compute_seconds > 0);
+  BOOST_TEST(!all_equal(before, parameters(t.model())));
+  int64_t samples = r.samples;
+  while (!t.epoch_done())
+    samples += t.step().samples;
+  BOOST_TEST(samples == 100);
+  BOOST_TEST(t.remaining() == 0u);
+  BOOST_CHECK_THROW(t.step(), std::logic_error);
+  BOOST_CHECK_THROW(local_trainer(make_classifier("logreg", 1), data, {100}, {}),
+                    std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(evaluate_restores_mode) {
+  auto data = random_set(50, 2);
+  auto model = make_classifier("lenet5", 1);
+  auto e = evaluate(*model, *data, 16);
+  BOOST_TEST(model->is_training());
+  BOOST_TEST(e.accuracy >= 0.0);
+  BOOST_TEST(e.accuracy <= 1.0);
+  BOOST_TEST(e.loss > 0);
+  // Same numbers whatever the batch size.
+  auto whole = evaluate(*model, *data, 1000);
+  BOOST_TEST(whole.accuracy == e.accuracy);
+  BOOST_TEST(whole.loss == e.loss, boost::test_tools::tolerance(1e-5));
+  model->eval();
+  evaluate(*model, *data);
+  BOOST_TEST(!model->is_training());
+}
+
+// --- gossip ------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(gosgd_merge_formula) {
+  gosgd g(0.25, 0.5);
+  std::vector<torch::Tensor> x{torch::tensor({1.0f, 2.0f}), torch::tensor({3.0f})};
+  std::vector<torch::Tensor> xs{torch::tensor({5.0f, 6.0f}), torch::tensor({7.0f})};
+  g.merge(x, xs, 0.75);
+  BOOST_TEST(g.weight() == 1.0);
+  BOOST_TEST(torch::equal(x[0], torch::tensor({4.0f, 5.0f})));
+  BOOST_TEST(torch::equal(x[1], torch::tensor({6.0f})));
+  BOOST_CHECK_THROW(g.merge(x, {xs[0]}, 0.5), std::invalid_argument);
+  BOOST_CHECK_THROW(g.merge(x, {xs[1], xs[0]}, 0.5), std::invalid_argument);
+
+  // Merging into a model's parameters works in place without autograd errors.
+  auto model = make_classifier("logreg", 1);
+  auto params = parameters(*model);
+  std::vector<torch::Tensor> zeros;
+  for (const auto& p : params)
+    zeros.push_back(torch::zeros_like(p));
+  gosgd h(0.5, 0.5);
+  auto before = snapshot(*model);
+  h.merge(params, zeros, 0.5);
+  BOOST_TEST(torch::allclose(parameters(*model)[0], before[0] / 2));
+}
+
+BOOST_AUTO_TEST_CASE(gosgd_after_step_halves_weight) {
+  std::mt19937_64 rng(1);
+  std::vector<torch::Tensor> x{torch::ones({2})};
+  gosgd always(0.5, 1.0);
+  auto orders = always.after_step(x, rng);
+  BOOST_REQUIRE_EQUAL(orders.size(), 1u);
+  BOOST_TEST(orders[0].peer == -1);
+  BOOST_TEST(orders[0].weight == 0.25);
+  BOOST_TEST(always.weight() == 0.25);
+  BOOST_TEST(torch::equal(x[0], torch::ones({2})));
+  gosgd never(0.5, 0.0);
+  BOOST_TEST(never.after_step(x, rng).empty());
+  BOOST_TEST(never.weight() == 0.5);
+
+  auto s = make_strategy("gosgd", 4, 0.2);
+  BOOST_TEST(s->name() == "gosgd");
+  BOOST_TEST(s->weight() == 0.25);
+  BOOST_CHECK_THROW(make_strategy("allreduce", 4, 0.2), std::invalid_argument);
+  BOOST_CHECK_THROW(gosgd(0.5, 1.5), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(gosgd_conserves_weight) {
+  // Four platforms exchange at random; held plus in-flight weight stays 1
+  // and, without local steps, so does the weighted sum of the models.
+  constexpr int platforms = 4;
+  std::mt19937_64 rng(9);
+  std::vector<std::unique_ptr<gossip_strategy>> s;
+  std::vector<std::vector<torch::Tensor>> x;
+  for (int i = 0; i < platforms; ++i) {
+    s.push_back(make_strategy("gosgd", platforms, 0.5));
+    x.push_back({torch::full({3}, static_cast<double>(i), torch::kFloat64)});
+  }
+  struct message {
+    int to;
+    double weight;
+    torch::Tensor params;
+  };
+  std::vector<message> in_flight;
+  auto mass = torch::zeros({3}, torch::kFloat64);
+  for (int i = 0; i < platforms; ++i)
+    mass += s[static_cast<size_t>(i)]->weight() * x[static_cast<size_t>(i)][0];
+
+  std::uniform_int_distribution<int> pick(0, platforms - 1);
+  for (int step = 0; step < 2000; ++step) {
+    if (!in_flight.empty() && std::bernoulli_distribution(0.5)(rng)) {
+      size_t k = std::uniform_int_distribution<size_t>(0, in_flight.size() - 1)(rng);
+      auto m = in_flight[k];
+      in_flight.erase(in_flight.begin() + static_cast<long>(k));
+      s[static_cast<size_t>(m.to)]->merge(x[static_cast<size_t>(m.to)], {m.params}, m.weight);
+    } else {
+      int i = pick(rng);
+      auto& xi = x[static_cast<size_t>(i)];
+      for (const auto& order : s[static_cast<size_t>(i)]->after_step(xi, rng)) {
+        int to = (i + 1 + std::uniform_int_distribution<int>(0, platforms - 2)(rng)) % platforms;
+        in_flight.push_back({to, order.weight, xi[0].clone()});
+      }
+    }
+    double total = 0;
+    auto now = torch::zeros({3}, torch::kFloat64);
+    for (int i = 0; i < platforms; ++i) {
+      total += s[static_cast<size_t>(i)]->weight();
+      now += s[static_cast<size_t>(i)]->weight() * x[static_cast<size_t>(i)][0];
+    }
+    for (const auto& m : in_flight) {
+      total += m.weight;
+      now += m.weight * m.params;
+    }
+    BOOST_REQUIRE_CLOSE(total, 1.0, 1e-10);
+    BOOST_REQUIRE(torch::allclose(now, mass, 1e-9, 1e-12));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(views_round_trip) {
+  auto model = make_classifier("lenet5", 3);
+  auto names = parameter_names(*model);
+  auto params = parameters(*model);
+  auto views = to_views(names, params);
+  BOOST_REQUIRE_EQUAL(views.size(), params.size());
+  BOOST_TEST(views[0].name == "conv1.weight");
+  BOOST_TEST((views[0].type == eg::messages::dtype::float32));
+  BOOST_TEST(views[0].shape == (std::vector<int64_t>{6, 1, 5, 5}));
+  BOOST_TEST(views[0].bytes == 6u * 25u * 4u);
+
+  auto back = from_views(views, names, params);
+  BOOST_TEST(all_equal(back, params));
+  BOOST_TEST(back[0].data_ptr() == params[0].data_ptr());  // no copy
+
+  auto bad = views;
+  bad[2].shape = {16, 6, 5, 4};
+  BOOST_CHECK_EXCEPTION(from_views(bad, names, params), std::invalid_argument,
+                        [&](const std::invalid_argument& e) {
+                          return std::string(e.what()).find(names[2]) != std::string::npos;
+                        });
+  bad = views;
+  bad[1].type = eg::messages::dtype::float64;
+  BOOST_CHECK_THROW(from_views(bad, names, params), std::invalid_argument);
+  bad = views;
+  bad[3].name = "other";
+  BOOST_CHECK_THROW(from_views(bad, names, params), std::invalid_argument);
+  bad = views;
+  bad.pop_back();
+  BOOST_CHECK_THROW(from_views(bad, names, params), std::invalid_argument);
+  BOOST_CHECK_THROW(to_views({"t"}, {torch::ones({3, 4}).t()}), std::invalid_argument);
+  BOOST_CHECK_THROW(to_views({"t"}, {torch::ones({2}, torch::kBool)}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(average_is_elementwise_mean) {
+  auto mean = average({{torch::tensor({1.0f, 2.0f}), torch::tensor({0.0f})},
+                       {torch::tensor({3.0f, 6.0f}), torch::tensor({1.0f})}});
+  BOOST_REQUIRE_EQUAL(mean.size(), 2u);
+  BOOST_TEST(torch::equal(mean[0], torch::tensor({2.0f, 4.0f})));
+  BOOST_TEST(torch::equal(mean[1], torch::tensor({0.5f})));
+  BOOST_CHECK_THROW(average({}), std::invalid_argument);
+}
+
+// --- serialize ---------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
+  auto data = random_set(64, 4);
+  local_trainer a(make_classifier("lenet5", 1), data, iota(64), {0.05, 0.9, 32});
+  local_trainer b(make_classifier("lenet5", 2), data, iota(64), {0.05, 0.9, 32});
+  std::mt19937_64 rng(1);
+  a.begin_epoch(shuffled_plan(a.shard(), 32, 1, rng));
+  a.step();  // momentum buffers now exist
+  load_model(b.model(), save_model(a.model()));
+  load_optimizer(b.optimizer(), save_optimizer(a.optimizer()));
+  BOOST_TEST(all_equal(parameters(a.model()), parameters(b.model())));
+
+  // The same next step on both gives bit-identical models only if the
+  // momentum buffers came across too.
+  epoch_plan next{{iota(32)}};
+  a.begin_epoch(next);
+  b.begin_epoch(next);
+  a.step();
+  b.step();
+  BOOST_TEST(all_equal(parameters(a.model()), parameters(b.model())));
+
+  BOOST_CHECK_THROW(load_model(b.model(), "not an archive"), std::runtime_error);
+  BOOST_CHECK_THROW(load_model(b.model(), save_model(*make_classifier("logreg", 1))),
+                    std::runtime_error);
+  BOOST_CHECK_THROW(load_optimizer(b.optimizer(), "garbage"), std::runtime_error);
+}
+
+BOOST_AUTO_TEST_CASE(state_dict_is_a_torch_zip) {
+  temp_dir dir;
+  auto model = make_classifier("lenet5", 1);
+  auto path = dir.file("model.pt");
+  write_state_dict(*model, path);
+  std::ifstream in(path, std::ios::binary);
+  std::string magic(2, '\0');
+  in.read(magic.data(), 2);
+  BOOST_TEST(magic == "PK");
+  BOOST_TEST(fs::file_size(path) > 61706u * 4u);
+
+  // The bytes read back as the same name -> tensor dict.
+  std::ifstream again(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(again)),
+                          std::istreambuf_iterator<char>());
+  auto dict = torch::pickle_load(bytes).toGenericDict();
+  BOOST_TEST(dict.size() == 10u);
+  BOOST_TEST(torch::equal(dict.at("fc3.bias").toTensor(), model->named_parameters()["fc3.bias"]));
+
+  BOOST_CHECK_EXCEPTION(write_state_dict(*model, "/nonexistent/dir/model.pt"), std::runtime_error,
+                        [](const std::runtime_error& e) {
+                          return std::string(e.what()).find("/nonexistent/dir/model.pt") !=
+                                 std::string::npos;
+                        });
+}
+
+// --- training ----------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(lenet_learns_fashion_mnist) {
+  torch::set_num_threads(1);
+  auto train = std::make_shared<const dataset>(load_fashion_mnist(data_dir, split::train, 6000));
+  auto test = load_fashion_mnist(data_dir, split::test, 1000);
+  local_trainer t(make_classifier("lenet5", 1), train, iota(train->size()), {0.01, 0.9, 64});
+  std::mt19937_64 rng(1);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    t.begin_epoch(shuffled_plan(t.shard(), 64, 1, rng));
+    while (!t.epoch_done())
+      t.step();
+  }
+  auto e = evaluate(t.model(), test);
+  BOOST_TEST_MESSAGE("accuracy after 2 epochs on 6000 samples: " << e.accuracy);
+  BOOST_TEST(e.accuracy > 0.70);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
