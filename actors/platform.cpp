@@ -119,6 +119,8 @@ void begin_epoch(self_ptr self) {
   st.compute_seconds = st.loss_sum = 0;
   st.samples = st.iterations = st.refused = 0;
   st.running = true;
+  spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.epoch,
+                st.trainer->remaining());
   self->send(self, step_atom::value);
 }
 
@@ -127,7 +129,9 @@ void finish_epoch(self_ptr self) {
   st.running = false;
   st.epochs_done = st.epoch + 1;
   auto r = st.report();
+  spdlog::debug("[{}] epoch {} trained; evaluating", st.args.platform.name, st.epoch);
   auto eval = learning::evaluate(st.trainer->model(), *st.args.test_set);
+  spdlog::debug("[{}] epoch {} evaluated", st.args.platform.name, st.epoch);
   r.test_loss = eval.loss;
   r.test_accuracy = eval.accuracy;
   checkpoint(self);

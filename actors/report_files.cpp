@@ -8,7 +8,7 @@ namespace eg::actors {
 const char* platform_csv_header
   = "platform,node,epoch,ratio,wall_seconds,compute_seconds,samples,samples_per_second,"
     "iterations,train_loss,test_loss,test_accuracy,gossip_weight,bytes_sent,bytes_received,"
-    "messages_sent,messages_received,messages_refused,peers_heard";
+    "messages_sent,messages_received,messages_refused,peers_heard,heard_from";
 
 namespace {
 
@@ -34,7 +34,11 @@ void write_platform_csv(const std::string& path,
         << r.iterations << ',' << r.train_loss << ',' << r.test_loss << ',' << r.test_accuracy
         << ',' << r.gossip_weight << ',' << r.bytes_sent << ',' << r.bytes_received << ','
         << r.messages_sent << ',' << r.messages_received << ',' << r.messages_refused << ','
-        << r.received_from.size() << '\n';
+        << r.received_from.size() << ',';
+    // Names of the peers heard from this epoch, separated by ';'.
+    for (size_t i = 0; i < r.received_from.size(); ++i)
+      out << (i ? ";" : "") << r.received_from[i].peer;
+    out << '\n';
   }
 }
 

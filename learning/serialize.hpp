@@ -11,7 +11,7 @@
 
 namespace eg::learning {
 
-/// Names of the parameters and buffers of `m`, in a fixed order (the order
+/// Names of the parameters of `m` (buffers are not gossiped), in a fixed order (the order
 /// of named_parameters()).
 std::vector<std::string> parameter_names(const torch::nn::Module& m);
 /// The parameters of `m`, in the order of parameter_names.

@@ -1,0 +1,238 @@
+// Actor tests, made deterministic with CAF's testing scheduler: every message
+// is delivered by an explicit sched.run() / run_once(), time only moves with
+// advance_time().
+#include "actors/balancer.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/mixer.hpp"
+#include "learning/dataset.hpp"
+#include "learning/gossip.hpp"
+#include "learning/model.hpp"
+#include "learning/serialize.hpp"
+#include "messages/codec.hpp"
+#include "process.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+using namespace eg;
+using namespace eg::actors;
+
+namespace {
+
+/// One actor system on the testing scheduler.
+struct fixture {
+  static caf::actor_system_config& make_config(caf::actor_system_config& cfg) {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    cfg.set("logger.verbosity", caf::atom("quiet"));
+    return cfg;
+  }
+  caf::actor_system_config cfg;
+  caf::actor_system sys{make_config(cfg)};
+  caf::scheduler::test_coordinator& sched
+    = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::scoped_actor self{sys};
+};
+
+messages::header hdr(const std::string& cluster, const std::string& sender) {
+  return {cluster, messages::protocol_version, sender};
+}
+
+/// Encoded weights of a fresh LeNet-5 with gossip weight w.
+bytes lenet_weights(const std::string& cluster, const std::string& sender, double w,
+                    uint64_t seed = 1) {
+  auto m = learning::make_classifier("lenet5", seed);
+  auto names = learning::parameter_names(*m);
+  auto params = learning::parameters(*m);
+  messages::weights msg;
+  msg.gossip_weight = w;
+  msg.tensors = learning::to_views(names, params);
+  return messages::encode({hdr(cluster, sender), msg});
+}
+
+messages::epoch_report stats_of(caf::scoped_actor& self, caf::scheduler::test_coordinator& sched,
+                                const mixer_actor& m, const std::string& cluster) {
+  messages::epoch_report out;
+  auto rh = self->request(m, caf::infinite, stats_atom::value);
+  sched.run();
+  rh.receive(
+    [&](const bytes& b) {
+      out = std::get<messages::epoch_report>(messages::decode(b, cluster).payload);
+    },
+    [&](caf::error& e) { BOOST_FAIL("stats request failed: " << caf::to_string(e)); });
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(actors)
+
+BOOST_FIXTURE_TEST_CASE(mixer_sends_to_its_peer_and_counts_bytes, fixture) {
+  auto m = spawn_mixer(sys, {"p0", "c", 1});
+  sched.run();
+  // The scoped actor plays the only peer mixer.
+  self->send(m, peers_atom::value, std::vector<std::string>{"p0", "p1"},
+             std::vector<caf::actor>{caf::actor_cast<caf::actor>(m),
+                                     caf::actor_cast<caf::actor>(self)});
+  auto payload = lenet_weights("c", "p0", 0.25);
+  auto size = payload.size();
+  self->send(m, send_atom::value, int64_t{-1}, payload);
+  sched.run();
+  bool got = false;
+  self->receive([&](gossip_atom, const bytes& b) { got = b == payload; });
+  BOOST_TEST(got);
+  auto s = stats_of(self, sched, m, "c");
+  BOOST_TEST(s.messages_sent == 1u);
+  BOOST_TEST(s.bytes_sent == size);
+  // Counters restart after each stats request.
+  BOOST_TEST(stats_of(self, sched, m, "c").messages_sent == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(mixer_refuses_foreign_and_malformed_messages, fixture) {
+  auto m = spawn_mixer(sys, {"p0", "mine", 1});
+  // The scoped actor plays the platform: only accepted weights reach it.
+  bind_mixer(m, caf::actor_cast<platform_actor>(self));
+  sched.run();
+  self->send(m, gossip_atom::value, lenet_weights("other-cluster", "x", 0.5));
+  self->send(m, gossip_atom::value, bytes(64, '\x7f'));
+  self->send(m, gossip_atom::value, bytes{});
+  auto good = lenet_weights("mine", "p1", 0.5);
+  self->send(m, gossip_atom::value, good);
+  sched.run();
+  int merges = 0;
+  bool same = false;
+  self->receive_while([&] { return self->mailbox().size() > 0; })(
+    [&](merge_atom, const bytes& b) {
+      ++merges;
+      same = b == good;
+    });
+  BOOST_TEST(merges == 1);
+  BOOST_TEST(same);
+  auto s = stats_of(self, sched, m, "mine");
+  BOOST_TEST(s.messages_refused == 3u);
+  BOOST_TEST(s.messages_received == 1u);
+  BOOST_REQUIRE_EQUAL(s.received_from.size(), 1u);
+  BOOST_TEST(s.received_from[0].peer == "p1");
+  BOOST_TEST(s.bytes_received == good.size());
+}
+
+BOOST_FIXTURE_TEST_CASE(mixer_drops_a_peer_that_goes_down, fixture) {
+  auto m = spawn_mixer(sys, {"p0", "c", 1});
+  auto peer = sys.spawn([]() -> caf::behavior { return {[](gossip_atom, const bytes&) {}}; });
+  self->send(m, peers_atom::value, std::vector<std::string>{"p1"},
+             std::vector<caf::actor>{peer});
+  sched.run();
+  self->send(m, send_atom::value, int64_t{-1}, lenet_weights("c", "p0", 0.5));
+  sched.run();
+  BOOST_TEST(stats_of(self, sched, m, "c").messages_sent == 1u);
+  self->send_exit(peer, caf::exit_reason::kill);
+  sched.run();
+  self->send(m, send_atom::value, int64_t{-1}, lenet_weights("c", "p0", 0.5));
+  sched.run();
+  BOOST_TEST(stats_of(self, sched, m, "c").messages_sent == 0u);
+}
+
+namespace {
+
+/// A stand-in platform: records the plans it gets and answers weights.
+struct fake_platform_state {
+  std::vector<messages::plan> plans;
+  std::string run;
+};
+
+platform_actor::behavior_type
+fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::string name,
+              std::string cluster, std::shared_ptr<std::vector<messages::plan>> seen) {
+  return {
+    [=](plan_atom, const bytes& b) {
+      seen->push_back(std::get<messages::plan>(messages::decode(b, cluster).payload));
+    },
+    [](step_atom) {},
+    [](merge_atom, const bytes&) {},
+    [=](weights_atom) { return lenet_weights(cluster, name, 0.5); },
+    [=](done_atom, const std::string& run) { self->state.run = run; },
+    [](control_atom, const std::string&) {},
+  };
+}
+
+bytes report(const std::string& cluster, const std::string& platform, uint32_t epoch) {
+  messages::epoch_report r;
+  r.platform = platform;
+  r.node = "local";
+  r.epoch = epoch;
+  r.samples = 100;
+  return messages::encode({hdr(cluster, platform), r});
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, fixture) {
+  test::temp_dir dir;
+  auto cfg = config::default_config();
+  cfg.id = "bal";
+  cfg.train.epochs = 3;
+  cfg.output_dir = dir / "runs";
+  cfg.nodes[0].platforms.resize(2);
+  cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
+  cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
+  auto test_set = std::make_shared<learning::dataset>();
+  test_set->images = torch::randn({20, 1, 28, 28});
+  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false});
+  auto seen0 = std::make_shared<std::vector<messages::plan>>();
+  auto seen1 = std::make_shared<std::vector<messages::plan>>();
+  auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
+  auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
+  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p0));
+  sched.run();
+  BOOST_TEST(seen0->empty());  // waits for every configured platform
+  self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p1));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+  BOOST_TEST(seen0->back().epoch == 0u);
+  BOOST_TEST(seen0->back().last_epoch == 2u);
+  BOOST_TEST(seen0->back().ratio == 1.0);
+
+  // Epoch barrier: one report is not enough to start epoch 1.
+  self->send(b, report_atom::value, report(cfg.id, "p0", 0));
+  sched.run();
+  BOOST_TEST(seen0->size() == 1u);
+  self->send(b, report_atom::value, report(cfg.id, "p1", 0));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 2u);
+  BOOST_TEST(seen0->back().epoch == 1u);
+  BOOST_TEST(seen1->back().epoch == 1u);
+
+  // p1 goes down mid-epoch: its monitor releases the barrier for p0.
+  self->send(b, report_atom::value, report(cfg.id, "p0", 1));
+  sched.run();
+  BOOST_TEST(seen0->size() == 2u);
+  self->send_exit(p1, caf::exit_reason::kill);
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 3u);
+  BOOST_TEST(seen0->back().epoch == 2u);
+  BOOST_TEST(seen1->size() == 2u);
+
+  // The last epoch ends the run: the node is told, the run directory written.
+  self->send(b, report_atom::value, report(cfg.id, "p0", 2));
+  sched.run();
+  std::string run;
+  self->receive([&](done_atom, const std::string& who, const std::string& r) {
+    BOOST_TEST(who == "balancer");
+    run = r;
+  });
+  BOOST_TEST(!run.empty());
+  auto rows = test::read_csv(dir / ("runs/" + run + "/cluster.csv"));
+  BOOST_REQUIRE_EQUAL(rows.size(), 3u);
+  BOOST_TEST(rows[2]["platforms_up"] == "1");
+  BOOST_TEST(std::filesystem::exists(dir / ("runs/" + run + "/model.pt")));
+  // The balancer's timers hold it alive: end it explicitly.
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,76 @@
+// Multi-process integration: real `edgegossip node` processes on 127.0.0.1.
+#include "process.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <set>
+
+using namespace eg::test;
+
+namespace {
+
+/// A 3-node cluster file on free local ports, training LeNet-5 on a subset.
+std::string three_node_config(const temp_dir& dir, uint32_t epochs, int max_iterations) {
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"it-three\"\nseed = 3\n"
+       << "[data]\ntrain_samples = 12000\ntest_samples = 2000\n"
+       << "[train]\nepochs = " << epochs << "\nmax_iterations = " << max_iterations << "\n"
+       << "[strategy]\nname = \"gosgd\"\nschedule = \"sync\"\nexchange_probability = 0.3\n"
+       << "[storage]\ndir = \"" << dir / "data" << "\"\n"
+       << "[output]\ndir = \"" << dir / "runs" << "\"\n";
+  for (auto name : {"a", "b", "c"})
+    toml << "[[nodes]]\nname = \"" << name << "\"\nhost = \"127.0.0.1\"\nport = " << free_port()
+         << "\n[[nodes.platforms]]\nname = \"p" << name << "\"\n";
+  auto path = dir / "cluster.toml";
+  write_file(path, toml.str());
+  return path;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cluster)
+
+BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
+  temp_dir dir;
+  auto config = three_node_config(dir, 2, 0);
+  std::vector<std::unique_ptr<process>> nodes;
+  for (auto name : {"a", "b", "c"})
+    nodes.push_back(std::make_unique<process>(
+      std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name},
+      dir / (std::string(name) + ".log")));
+  for (auto& n : nodes) {
+    auto code = n->wait(std::chrono::seconds(400));
+    BOOST_TEST_INFO("node output:\n" << n->output());
+    BOOST_REQUIRE_EQUAL(code, 0);
+  }
+  auto run = only_run_dir(dir / "runs");
+  // The balancer's node wrote the cluster files; every node its own metrics.
+  auto cluster = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
+  auto averaged = std::stod(cluster.back()["averaged_accuracy"]);
+  BOOST_TEST(averaged > 0.6, "averaged model accuracy " << averaged << " is not well above chance");
+  BOOST_TEST(std::filesystem::file_size(run / "model.pt") > 200000u);
+  for (auto name : {"a", "b", "c"}) {
+    auto rows = read_csv((run / (std::string(name) + "-metrics.csv")).string());
+    BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+    uint64_t received = 0;
+    std::set<std::string> heard;
+    for (auto& r : rows) {
+      received += std::stoull(r["messages_received"]);
+      std::stringstream ss(r["heard_from"]);
+      for (std::string peer; std::getline(ss, peer, ';');)
+        heard.insert(peer);
+    }
+    BOOST_TEST_INFO("node " << name);
+    BOOST_TEST(received > 0u);
+    BOOST_TEST(std::stod(rows.back()["test_accuracy"]) > 0.5);
+    // Over the run each node's platform hears from both other platforms.
+    std::set<std::string> others;
+    for (auto o : {"a", "b", "c"})
+      if (std::string(o) != name)
+        others.insert(std::string("p") + o);
+    BOOST_TEST((heard == others));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
