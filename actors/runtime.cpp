@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <malloc.h>
 #include <csignal>
 #include <filesystem>
 #include <thread>
@@ -49,6 +50,12 @@ std::vector<double> resolved_shares(const config::cluster_config& cfg) {
     shares.push_back(p.share > 0 ? p.share
                                  : std::max(0.0, 1.0 - given) / static_cast<double>(unset));
   return shares;
+}
+
+void tune_allocator() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest allowed threshold
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 namespace {
@@ -99,6 +106,7 @@ private:
 std::string run_node(const config::cluster_config& cfg, const std::string& node_name,
                      const runtime_options& opts) {
   config::validate(cfg);
+  tune_allocator();
   const auto& me = cfg.node(node_name);
   const bool hosts_balancer = cfg.balancer().name == node_name;
   if (opts.handle_signals)

@@ -21,6 +21,13 @@ config::cluster_config as_one_process(const config::cluster_config& cfg);
 /// split equally among platforms without one), in cfg.platforms() order.
 std::vector<double> resolved_shares(const config::cluster_config& cfg);
 
+/// Keeps freed tensor memory in the process instead of returning it to the
+/// kernel after every iteration: glibc's default serves blocks over 128 KiB
+/// (a batch, an activation) with mmap/munmap, which page-faults every byte
+/// again on the next iteration and doubled the time of an epoch. Called by
+/// run_node; idempotent.
+void tune_allocator();
+
 /// Runs node `node` of `cfg` until its platforms are done (or it is stopped).
 /// Returns the run name (empty when stopped before the run ended). Throws
 /// config::config_error, learning::data_error or storage::storage_error for

@@ -60,7 +60,10 @@ struct train_config {
 struct strategy_config {
   std::string name = "gosgd";      ///< gossip strategy of the mixers
   std::string schedule = "sync";   ///< "sync" (epoch barrier) or "async"
-  double exchange_probability = 0.2;  ///< GoSGD's p
+  /// GoSGD's p. More exchange pulls platforms toward stale models: in the
+  /// default run the averaged model reached 0.868 / 0.864 / 0.854 / 0.843 /
+  /// 0.827 after 5 epochs with p = 0.02 / 0.05 / 0.1 / 0.2 / 1 (README).
+  double exchange_probability = 0.05;
 };
 
 struct cluster_config {

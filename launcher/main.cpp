@@ -5,6 +5,7 @@
 //   edgegossip launch  --config F               every node of F as its own process here
 
 #include "actors/runtime.hpp"
+#include "bench/bench.hpp"
 #include "launcher/config.hpp"
 #include "launcher/launch.hpp"
 #include "learning/dataset.hpp"
@@ -91,6 +92,17 @@ int main(int argc, char** argv) {
                                               "machine, each as its own process");
   launch_opts.add_to(*launch, true);
 
+  eg::bench::options bench_opts;
+  std::string bench_name;
+  auto* bench = app.add_subcommand("bench", "run a benchmark: framework");
+  bench->add_option("name", bench_name, "benchmark to run")
+    ->required()
+    ->check(CLI::IsMember({"framework"}));
+  bench->add_option("--samples", bench_opts.samples, "samples per measurement");
+  bench->add_option("--threads", bench_opts.threads, "cores to use (default: all)");
+  bench->add_option("--data", bench_opts.data_dir, "Fashion-MNIST directory");
+  bench->add_option("--out", bench_opts.out_dir, "directory for results and plots");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -118,6 +130,11 @@ int main(int argc, char** argv) {
       cfg.node(node_name);  // names an unknown node before anything starts
       auto name = eg::actors::run_node(cfg, node_name, {false, true});
       return name.empty() ? 1 : 0;
+    }
+    if (*bench) {
+      setup_logging(false, false);
+      spdlog::set_level(spdlog::level::warn);
+      return eg::bench::framework(bench_opts);
     }
     if (*launch) {
       auto cfg = launch_opts.load();

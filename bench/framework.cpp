@@ -1,0 +1,125 @@
+#include "bench/bench.hpp"
+
+#include "actors/runtime.hpp"
+#include "learning/dataset.hpp"
+#include "learning/model.hpp"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace eg::bench {
+namespace {
+
+/// A plain LibTorch training loop: LeNet-5, SGD 0.01 momentum 0.9, batch 64,
+/// shuffled, `samples` samples on `threads` threads. Returns samples/s.
+double bare_loop(const learning::dataset& train, int64_t samples, int threads) {
+  at::set_num_threads(threads);
+  auto model = learning::make_classifier("lenet5", 1);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  std::vector<int64_t> order(static_cast<size_t>(train.size()));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(1);
+  std::shuffle(order.begin(), order.end(), rng);
+  auto start = std::chrono::steady_clock::now();
+  int64_t done = 0;
+  for (int64_t b = 0; done < samples; b = (b + 64) % (train.size() - 64)) {
+    auto idx = torch::from_blob(order.data() + b, {64}, torch::kInt64);
+    auto x = train.images.index_select(0, idx);
+    auto y = train.labels.index_select(0, idx);
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    loss.item<double>();
+    done += 64;
+  }
+  return static_cast<double>(done)
+         / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct framework_result {
+  double samples_per_second = 0;  ///< all platforms together
+  double epoch_seconds = 0;
+};
+
+/// One epoch of `platforms` platforms (threads each) in one process, GoSGD
+/// gossip on; throughput = all samples / the slowest platform's epoch time.
+framework_result in_actors(const options& opt, int platforms, int threads, int64_t samples) {
+  auto cfg = config::default_config();
+  cfg.id = "bench-framework";
+  cfg.data.dir = opt.data_dir;
+  cfg.data.train_samples = samples;
+  cfg.data.test_samples = 200;
+  cfg.train.epochs = 1;
+  auto dir = std::filesystem::path(opt.out_dir) / "framework";
+  cfg.storage_dir = (dir / "data").string();
+  cfg.output_dir = (dir / ("runs-" + std::to_string(platforms))).string();
+  std::filesystem::remove_all(cfg.output_dir);
+  cfg.nodes[0].platforms.clear();
+  for (int i = 0; i < platforms; ++i)
+    cfg.nodes[0].platforms.push_back(
+      {"p" + std::to_string(i), threads, 1.0 / platforms, 1.0, {}});
+  auto run = actors::run_node(cfg, "local", {});
+  std::ifstream in(std::filesystem::path(cfg.output_dir) / run / "metrics.csv");
+  std::string line;
+  std::getline(in, line);
+  framework_result r;
+  double total = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');)
+      cells.push_back(c);
+    r.epoch_seconds = std::max(r.epoch_seconds, std::stod(cells[4]));
+    total += std::stod(cells[6]);
+  }
+  r.samples_per_second = total / r.epoch_seconds;
+  return r;
+}
+
+} // namespace
+
+int framework(const options& opt) {
+  const int cores = opt.threads > 0 ? opt.threads
+                                    : static_cast<int>(std::thread::hardware_concurrency());
+  const int64_t samples = opt.samples > 0 ? opt.samples : 30000;
+  actors::tune_allocator();  // the same allocator settings as the nodes
+  auto train = learning::load_fashion_mnist(opt.data_dir, learning::split::train);
+  std::printf("framework: LeNet-5, batch 64, %lld samples per measurement, %d cores\n",
+              static_cast<long long>(samples), cores);
+  std::printf("%-34s %12s %8s\n", "configuration", "samples/s", "ratio");
+  double bare1 = bare_loop(train, samples, 1);
+  double bare_all = bare_loop(train, samples, cores);
+  std::printf("%-34s %12.0f %8s\n", "bare LibTorch loop, 1 thread", bare1, "1.00");
+  std::printf("%-34s %12.0f %8s\n",
+              ("bare LibTorch loop, " + std::to_string(cores) + " threads").c_str(), bare_all,
+              "-");
+  double worst = 1e9;
+  std::string summary;
+  for (int p : {1, 2, 4}) {
+    // Each platform gets one thread; more platforms than cores share them.
+    auto r = in_actors(opt, p, 1, samples);
+    double base = p == 1 ? bare1 : std::max(bare_all, bare1);
+    double ratio = r.samples_per_second / base;
+    worst = std::min(worst, ratio);
+    std::printf("%-34s %12.0f %8.2f  (vs %s)\n",
+                (std::to_string(p) + " platform" + (p > 1 ? "s" : "") + " in actors, gossip on")
+                  .c_str(),
+                r.samples_per_second, ratio,
+                p == 1 ? "bare 1 thread" : "best bare loop on all cores");
+    summary += " " + std::to_string(p) + "p=" + std::to_string(ratio).substr(0, 4);
+  }
+  std::printf("summary: framework throughput / bare loop:%s (goal >= 0.95, worst %.2f)\n",
+              summary.c_str(), worst);
+  return 0;
+}
+
+} // namespace eg::bench
