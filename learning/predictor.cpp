@@ -1,0 +1,374 @@
+#include "learning/predictor.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace eg::learning {
+
+// --- contention_sampler --------------------------------------------------------
+
+namespace {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double jiffies_per_second() {
+  static const double hz = [] {
+    const long v = sysconf(_SC_CLK_TCK);
+    return v > 0 ? static_cast<double>(v) : 100.0;
+  }();
+  return hz;
+}
+
+// Reads up to `n` numbers from `in` into `out`; fields a kernel does not
+// have stay 0.
+void read_numbers(std::istream& in, double* out, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!(in >> out[i])) {
+      out[i] = 0;
+      return;
+    }
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool only(const std::string& s, size_t from, const char* allowed) {
+  return s.size() > from && s.find_first_not_of(allowed, from) == std::string::npos;
+}
+
+// Whole physical disks only: a partition (sda1, vdb2, nvme0n1p1, mmcblk0p1)
+// repeats its disk's I/O, and loop, ram, zram, dm-* and md* devices sit on
+// top of the physical disks or in memory. So sd/vd/hd/xvd names count when
+// they do not end in a digit, NVMe names when they are exactly nvmeXnY, and
+// MMC names when they are exactly mmcblkX.
+bool whole_disk(const std::string& name) {
+  for (const char* prefix : {"sd", "vd", "hd", "xvd"})
+    if (starts_with(name, prefix))
+      return name.size() > std::char_traits<char>::length(prefix) &&
+             !std::isdigit(static_cast<unsigned char>(name.back()));
+  if (starts_with(name, "nvme"))
+    return only(name, 4, "0123456789n") && name.find('n', 4) != std::string::npos;
+  if (starts_with(name, "mmcblk"))
+    return only(name, 6, "0123456789");
+  return false;
+}
+
+// /proc/stat, first line: user nice system idle iowait irq softirq steal.
+// Idle and iowait are not work; guest time is already inside user.
+double read_busy_jiffies() {
+  std::ifstream f("/proc/stat");
+  std::string line;
+  if (!std::getline(f, line) || !starts_with(line, "cpu"))
+    return 0;
+  std::istringstream in(line.substr(3));
+  double v[8] = {};
+  read_numbers(in, v, 8);
+  return v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+}
+
+// /proc/self/stat: utime and stime are fields 14 and 15. The command name
+// (field 2) is in parentheses and may hold spaces, so count after the last ')'.
+double read_self_jiffies() {
+  std::ifstream f("/proc/self/stat");
+  std::string line;
+  if (!std::getline(f, line))
+    return 0;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos)
+    return 0;
+  std::istringstream in(line.substr(close + 1));
+  std::string skip;
+  for (int field = 3; field < 14; ++field)
+    in >> skip;
+  double v[2] = {};
+  read_numbers(in, v, 2);
+  return v[0] + v[1];
+}
+
+// /proc/net/dev: received and transmitted bytes of every interface. Loopback
+// counts too: co-located programs talking to each other load the machine.
+double read_net_bytes() {
+  std::ifstream f("/proc/net/dev");
+  std::string line;
+  double bytes = 0;
+  while (std::getline(f, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos)
+      continue;  // the two header lines
+    std::istringstream in(line.substr(colon + 1));
+    double v[9] = {};
+    read_numbers(in, v, 9);
+    bytes += v[0] + v[8];
+  }
+  return bytes;
+}
+
+// /proc/diskstats: major minor name reads merged sectors_read ms writes merged
+// sectors_written ...; sectors are 512 bytes whatever the device's own size.
+double read_disk_bytes() {
+  std::ifstream f("/proc/diskstats");
+  std::string line;
+  double sectors = 0;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string major, minor, name;
+    if (!(in >> major >> minor >> name) || !whole_disk(name))
+      continue;
+    double v[7] = {};
+    read_numbers(in, v, 7);
+    sectors += v[2] + v[6];
+  }
+  return sectors * 512;
+}
+
+} // namespace
+
+contention_sampler::contention_sampler() : last_(read()) {}
+
+contention_sampler::counters contention_sampler::read() {
+  counters c;
+  c.wall = steady_seconds();
+  c.busy_jiffies = read_busy_jiffies();
+  c.self_jiffies = read_self_jiffies();
+  c.net_bytes = read_net_bytes();
+  c.disk_bytes = read_disk_bytes();
+  return c;
+}
+
+contention contention_sampler::sample() {
+  const counters now = read();
+  const double wall = now.wall - last_.wall;
+  // Counters can go back (an interface or disk removed): count no traffic then.
+  auto delta = [](double later, double earlier) { return std::max(0.0, later - earlier); };
+  contention u;
+  if (wall > 0) {
+    const double others = delta(now.busy_jiffies, last_.busy_jiffies) -
+                          delta(now.self_jiffies, last_.self_jiffies);
+    u.core = std::max(0.0, others / jiffies_per_second() / wall);
+    u.net = delta(now.net_bytes, last_.net_bytes) / 1e6 / wall;
+    u.disk = delta(now.disk_bytes, last_.disk_bytes) / 1e6 / wall;
+  }
+  last_ = now;
+  return u;
+}
+
+// --- slowdown_model ------------------------------------------------------------
+
+namespace {
+
+bool valid_sample(const contention& u, double t) {
+  return std::isfinite(u.core) && std::isfinite(u.net) && std::isfinite(u.disk) &&
+         std::isfinite(t) && t > 0;
+}
+
+// Solves a x = b in place for n <= 3 by Gaussian elimination with partial
+// pivoting; a is symmetric positive definite here thanks to the ridge term.
+void solve(double a[3][3], double b[3], size_t n) {
+  for (size_t col = 0; col < n; ++col) {
+    size_t pivot = col;
+    for (size_t r = col + 1; r < n; ++r)
+      if (std::abs(a[r][col]) > std::abs(a[pivot][col]))
+        pivot = r;
+    std::swap(a[col], a[pivot]);
+    std::swap(b[col], b[pivot]);
+    for (size_t r = col + 1; r < n; ++r) {
+      const double f = a[r][col] / a[col][col];
+      for (size_t c = col; c < n; ++c)
+        a[r][c] -= f * a[col][c];
+      b[r] -= f * b[col];
+    }
+  }
+  for (size_t col = n; col-- > 0;) {
+    for (size_t c = col + 1; c < n; ++c)
+      b[col] -= a[col][c] * b[c];
+    b[col] /= a[col][col];
+  }
+}
+
+constexpr const char* model_header = "edgegossip-slowdown-model 1";
+
+} // namespace
+
+slowdown_model::slowdown_model(double forgetting, size_t window)
+    : forgetting_(forgetting), window_(window) {
+  if (!(forgetting > 0 && forgetting <= 1))
+    throw std::invalid_argument("slowdown_model: forgetting " + std::to_string(forgetting) +
+                                " is not in (0, 1]");
+  if (window == 0)
+    throw std::invalid_argument("slowdown_model: the window must hold at least one sample");
+}
+
+void slowdown_model::observe(const contention& u, double seconds_per_point) {
+  if (!valid_sample(u, seconds_per_point))
+    throw std::invalid_argument("slowdown_model::observe: needs finite contention and a positive "
+                                "time per point, got " + std::to_string(seconds_per_point));
+  samples_.push_back({u, seconds_per_point});
+  if (samples_.size() > window_)
+    samples_.pop_front();
+  refit();
+}
+
+void slowdown_model::refit() {
+  std::fill(std::begin(beta_), std::end(beta_), 0.0);
+  const size_t n = samples_.size();
+  if (n == 0)
+    return;
+
+  // The newest sample weighs 1, each older one `forgetting_` times less.
+  std::vector<double> w(n);
+  double weight = 1;
+  for (size_t k = n; k-- > 0; weight *= forgetting_)
+    w[k] = weight;
+  auto features = [](const sample& s) {
+    return std::array<double, 3>{s.u.core, s.u.net, s.u.disk};
+  };
+
+  double sw = 0, mean_t = 0, mean_x[3] = {0, 0, 0};
+  for (size_t k = 0; k < n; ++k) {
+    const auto x = features(samples_[k]);
+    sw += w[k];
+    mean_t += w[k] * samples_[k].t;
+    for (size_t a = 0; a < 3; ++a)
+      mean_x[a] += w[k] * x[a];
+  }
+  mean_t /= sw;
+  for (double& m : mean_x)
+    m /= sw;
+  beta_[0] = mean_t;
+  if (n < 2)
+    return;
+
+  // A feature that never changed in the window says nothing about the
+  // slowdown: its coefficient stays 0 and the intercept absorbs its level.
+  // Samples whose weight underflowed to 0 do not count as a change.
+  size_t used[3], m = 0;
+  for (size_t a = 0; a < 3; ++a) {
+    const double newest = features(samples_.back())[a];
+    for (size_t k = n; k-- > 0 && w[k] > 0;)
+      if (features(samples_[k])[a] != newest) {
+        used[m++] = a;
+        break;
+      }
+  }
+  if (m == 0)
+    return;
+
+  // Centred weighted normal equations: centring separates the intercept, so
+  // the slopes solve an m x m system (m <= 3).
+  double c[3][3] = {}, r[3] = {};
+  for (size_t k = 0; k < n; ++k) {
+    const auto x = features(samples_[k]);
+    for (size_t i = 0; i < m; ++i) {
+      const double xi = x[used[i]] - mean_x[used[i]];
+      r[i] += w[k] * xi * (samples_[k].t - mean_t);
+      for (size_t j = 0; j < m; ++j)
+        c[i][j] += w[k] * xi * (x[used[j]] - mean_x[used[j]]);
+    }
+  }
+  // A tiny ridge, relative to each feature's own spread so that it biases
+  // none of them, keeps collinear features (core and disk rising together)
+  // solvable.
+  for (size_t i = 0; i < m; ++i)
+    c[i][i] *= 1 + 1e-9;
+  solve(c, r, m);
+  for (size_t i = 0; i < m; ++i) {
+    beta_[1 + used[i]] = r[i];
+    beta_[0] -= r[i] * mean_x[used[i]];
+  }
+}
+
+double slowdown_model::t0() const {
+  if (beta_[0] > 0 || samples_.empty())
+    return beta_[0];
+  // The fit crossed zero (few samples, or noise at low contention): the
+  // fastest time actually observed is the best guess of the quiet machine.
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& s : samples_)
+    best = std::min(best, s.t);
+  return best;
+}
+
+double slowdown_model::slowdown(const contention& u) const {
+  const double base = t0();
+  if (!(base > 0))
+    return 1;
+  const double t = beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk;
+  return std::max(1.0, t / base);
+}
+
+double slowdown_model::seconds_per_point(const contention& u) const {
+  return t0() * slowdown(u);
+}
+
+double slowdown_model::throughput(const contention& u, int executors) const {
+  const double t = seconds_per_point(u);
+  return t > 0 && executors > 0 ? executors / t : 0;
+}
+
+std::string slowdown_model::serialize() const {
+  std::string out = model_header;
+  out += '\n';
+  char buf[32];
+  for (const auto& s : samples_) {
+    const char* sep = "";
+    for (double v : {s.u.core, s.u.net, s.u.disk, s.t}) {
+      // Shortest form that reads back to the same double.
+      const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+      out += sep;
+      out.append(buf, end);
+      sep = " ";
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+void slowdown_model::restore(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != model_header)
+    throw std::runtime_error("slowdown_model::restore: line 1 is not '" +
+                             std::string(model_header) + "'");
+  std::deque<sample> parsed;
+  for (size_t number = 2; std::getline(in, line); ++number) {
+    auto malformed = [&] {
+      return std::runtime_error("slowdown_model::restore: line " + std::to_string(number) +
+                                " is not 'core net disk seconds': '" + line + "'");
+    };
+    double v[4];
+    const char* p = line.data();
+    const char* end = line.data() + line.size();
+    for (size_t i = 0; i < 4; ++i) {
+      if (i > 0 && (p == end || *p != ' '))
+        throw malformed();
+      while (p < end && *p == ' ')
+        ++p;
+      const auto [next, ec] = std::from_chars(p, end, v[i]);
+      if (ec != std::errc())
+        throw malformed();
+      p = next;
+    }
+    const contention u{v[0], v[1], v[2]};
+    if (p != end || !valid_sample(u, v[3]))
+      throw malformed();
+    parsed.push_back({u, v[3]});
+    if (parsed.size() > window_)
+      parsed.pop_front();
+  }
+  samples_ = std::move(parsed);
+  refit();
+}
+
+} // namespace eg::learning

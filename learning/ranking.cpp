@@ -1,0 +1,89 @@
+#include "learning/ranking.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace eg::learning {
+
+std::vector<float> aggregated_losses(classifier& model, const aggregated_points& a) {
+  const int64_t m = a.points.defined() ? a.points.size(0) : 0;
+  if (m == 0)
+    return {};
+  if (!a.labels.defined() || a.labels.size(0) != m)
+    throw std::invalid_argument("aggregated_losses: " + std::to_string(m) +
+                                " points but a different number of labels");
+
+  // Restores the mode even when forward throws.
+  struct mode_guard {
+    classifier& m;
+    bool was_training;
+    ~mode_guard() { m.train(was_training); }
+  } guard{model, model.is_training()};
+  torch::NoGradGuard no_grad;
+  model.eval();
+
+  constexpr int64_t batch = 1000;
+  std::vector<float> losses;
+  losses.reserve(static_cast<size_t>(m));
+  for (int64_t begin = 0; begin < m; begin += batch) {
+    const int64_t len = std::min(batch, m - begin);
+    auto logits = model.forward(a.points.narrow(0, begin, len));
+    auto e = torch::nn::functional::cross_entropy(
+                 logits, a.labels.narrow(0, begin, len),
+                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+                 .to(torch::kFloat32)
+                 .contiguous();
+    losses.insert(losses.end(), e.data_ptr<float>(), e.data_ptr<float>() + len);
+  }
+  return losses;
+}
+
+std::vector<int64_t> rank_by_loss(const std::vector<float>& losses) {
+  std::vector<int64_t> order(losses.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  // NaN losses (a diverged point) go last instead of breaking the ordering.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+    const float a = losses[static_cast<size_t>(i)];
+    const float b = losses[static_cast<size_t>(j)];
+    if (std::isnan(a))
+      return false;
+    return std::isnan(b) || a > b;
+  });
+  return order;
+}
+
+epoch_plan ranked_plan(const std::vector<std::vector<int64_t>>& members,
+                       const std::vector<int64_t>& ranking, int64_t batch, int64_t budget) {
+  if (batch <= 0)
+    throw std::invalid_argument("ranked_plan: batch size must be positive");
+  epoch_plan plan;
+  if (budget <= 0)
+    return plan;
+
+  std::vector<int64_t> current;
+  int64_t planned = 0;
+  for (int64_t j : ranking) {
+    if (j < 0 || j >= static_cast<int64_t>(members.size()))
+      throw std::invalid_argument("ranked_plan: ranking names aggregated point " +
+                                  std::to_string(j) + " of " + std::to_string(members.size()));
+    const auto& subset = members[static_cast<size_t>(j)];
+    current.insert(current.end(), subset.begin(), subset.end());
+    planned += static_cast<int64_t>(subset.size());
+    if (static_cast<int64_t>(current.size()) >= batch) {
+      plan.batches.push_back(std::move(current));
+      current.clear();
+    }
+    if (planned >= budget)
+      break;
+  }
+  if (!current.empty())
+    plan.batches.push_back(std::move(current));
+  return plan;
+}
+
+} // namespace eg::learning

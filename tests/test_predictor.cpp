@@ -1,0 +1,307 @@
+// links: eg_learning
+#include "learning/predictor.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+using namespace eg::learning;
+using namespace std::chrono_literals;
+namespace tt = boost::test_tools;
+
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void spin(double seconds) {
+  volatile uint64_t x = 0;
+  const double until = seconds_now() + seconds;
+  while (seconds_now() < until)
+    for (int i = 0; i < 10000; ++i)
+      x = x + 1;
+}
+
+// Busy jiffies of all CPUs, read independently of the sampler.
+double busy_jiffies() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  f >> cpu;
+  for (double& x : v)
+    f >> x;
+  return v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+}
+
+double self_cpu_seconds() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return s(r.ru_utime) + s(r.ru_stime);
+}
+
+// t = 0.001 (1 + 0.8 U_core + 0.01 U_disk), with no network effect.
+double truth(const contention& u, double t0 = 0.001) {
+  return t0 * (1 + 0.8 * u.core + 0.01 * u.disk);
+}
+
+contention random_contention(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> core(0, 2), disk(0, 100);
+  return {core(rng), 0, disk(rng)};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(predictor)
+
+BOOST_AUTO_TEST_CASE(sampler_returns_non_negative_rates) {
+  contention_sampler s;
+  std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 3; ++i) {
+    const auto u = s.sample();
+    for (double v : {u.core, u.net, u.disk}) {
+      BOOST_TEST(std::isfinite(v));
+      BOOST_TEST(v >= 0);
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  // Two samples with no time between them must not divide by zero.
+  const auto again = s.sample();
+  BOOST_TEST(std::isfinite(again.core));
+}
+
+BOOST_AUTO_TEST_CASE(own_cpu_time_is_not_contention) {
+  contention_sampler s;
+  s.sample();
+  const double wall0 = seconds_now(), busy0 = busy_jiffies(), self0 = self_cpu_seconds();
+  spin(0.3);
+  const auto u = s.sample();
+  const double wall = seconds_now() - wall0;
+  const double all = (busy_jiffies() - busy0) / static_cast<double>(sysconf(_SC_CLK_TCK)) / wall;
+  const double self = (self_cpu_seconds() - self0) / wall;
+  BOOST_TEST_MESSAGE("all CPUs " << all << " cores, this process " << self << ", sampled "
+                                 << u.core);
+  // Other programs on the machine may be busy too, so compare with the
+  // machine's total rather than with 0: the spin loop must not be in it.
+  BOOST_TEST(self > 0.5);
+  BOOST_TEST(u.core >= 0);
+  BOOST_TEST(u.core < all - self + 0.15);
+}
+
+BOOST_AUTO_TEST_CASE(a_busy_child_process_is_contention) {
+  contention_sampler s;
+  const pid_t child = fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    spin(0.5);
+    _exit(0);
+  }
+  int status = 0;
+  BOOST_REQUIRE_EQUAL(waitpid(child, &status, 0), child);
+  const auto u = s.sample();
+  BOOST_TEST_MESSAGE("sampled " << u.core << " cores while a child spun");
+  BOOST_TEST(u.core > 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(regression_recovers_known_coefficients) {
+  slowdown_model m;
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200; ++i) {
+    const auto u = random_contention(rng);
+    m.observe(u, truth(u));
+  }
+  BOOST_TEST(m.size() == 200u);
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-7));
+  BOOST_TEST(m.slowdown({}) == 1.0, tt::tolerance(1e-7));
+  BOOST_TEST(m.throughput({}) == 1000.0, tt::tolerance(1e-7));
+  for (const contention u : {contention{1, 0, 50}, contention{2, 0, 0}, contention{0.5, 0, 10},
+                             contention{3, 0, 200}}) {
+    BOOST_TEST(m.seconds_per_point(u) == truth(u), tt::tolerance(1e-7));
+    BOOST_TEST(m.slowdown(u) == truth(u) / 0.001, tt::tolerance(1e-7));
+    BOOST_TEST(m.throughput(u) == 1 / truth(u), tt::tolerance(1e-7));
+    BOOST_TEST(m.throughput(u, 4) == 4 / truth(u), tt::tolerance(1e-7));
+  }
+  // The network never varied: it has no effect on the prediction.
+  BOOST_TEST(m.seconds_per_point({1, 500, 50}) == truth({1, 0, 50}), tt::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(noisy_samples_fit_closely) {
+  slowdown_model m;
+  std::mt19937_64 rng(2);
+  std::normal_distribution<double> noise(1, 0.02);
+  for (int i = 0; i < 400; ++i) {
+    const auto u = random_contention(rng);
+    m.observe(u, truth(u) * noise(rng));
+  }
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(0.03));
+  BOOST_TEST(m.seconds_per_point({1, 0, 50}) == truth({1, 0, 50}), tt::tolerance(0.02));
+}
+
+BOOST_AUTO_TEST_CASE(forgetting_follows_a_step_in_t0) {
+  slowdown_model forgetful(0.9), remembering(1.0);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 300; ++i) {
+    const auto u = random_contention(rng);
+    const double t = truth(u, i < 200 ? 0.001 : 0.002);  // the machine slows down
+    forgetful.observe(u, t);
+    remembering.observe(u, t);
+  }
+  BOOST_TEST(forgetful.t0() == 0.002, tt::tolerance(1e-3));
+  BOOST_TEST(forgetful.seconds_per_point({1, 0, 50}) == truth({1, 0, 50}, 0.002),
+             tt::tolerance(1e-3));
+  BOOST_TEST(remembering.t0() < 0.0018);
+
+  // The window drops old samples altogether.
+  slowdown_model windowed(1.0, 50);
+  for (int i = 0; i < 120; ++i) {
+    const auto u = random_contention(rng);
+    windowed.observe(u, truth(u, i < 60 ? 0.001 : 0.002));
+  }
+  BOOST_TEST(windowed.size() == 50u);
+  BOOST_TEST(windowed.t0() == 0.002, tt::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(constant_features_do_not_break_the_fit) {
+  // The network at a constant nonzero level, the disk always idle.
+  slowdown_model m;
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> core(0, 2);
+  for (int i = 0; i < 100; ++i) {
+    const contention u{core(rng), 3, 0};
+    m.observe(u, truth(u));
+  }
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-7));
+  BOOST_TEST(m.seconds_per_point({1, 0, 0}) == m.seconds_per_point({1, 1000, 1000}),
+             tt::tolerance(1e-7));
+  BOOST_TEST(m.seconds_per_point({1, 3, 0}) == truth({1, 0, 0}), tt::tolerance(1e-7));
+
+  // Nothing varies at all: the mean time is all there is.
+  slowdown_model flat(1.0);
+  for (double t : {0.001, 0.002, 0.003})
+    flat.observe({1, 2, 3}, t);
+  BOOST_TEST(flat.t0() == 0.002, tt::tolerance(1e-12));
+  BOOST_TEST(flat.slowdown({2, 4, 6}) == 1.0);
+
+  // Forgetting so strong that the old samples, the only ones where the core
+  // load varied, weigh exactly 0.
+  slowdown_model strong(0.01);
+  for (int i = 0; i < 400; ++i) {
+    const contention u{i < 200 ? core(rng) : 1.0, 0, 0};
+    strong.observe(u, i < 200 ? truth(u) : 0.005);
+  }
+  BOOST_TEST(strong.t0() == 0.005, tt::tolerance(1e-9));
+  BOOST_TEST(strong.seconds_per_point({2, 0, 0}) == 0.005, tt::tolerance(1e-9));
+
+  // Disk load always ten times the core load: collinear but still predictive.
+  slowdown_model collinear;
+  for (int i = 0; i < 100; ++i) {
+    const double c = core(rng);
+    collinear.observe({c, 0, 10 * c}, truth({c, 0, 10 * c}));
+  }
+  BOOST_TEST(std::isfinite(collinear.t0()));
+  BOOST_TEST(collinear.t0() == 0.001, tt::tolerance(1e-6));
+  BOOST_TEST(collinear.seconds_per_point({1.5, 0, 15}) == truth({1.5, 0, 15}), tt::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(few_samples_and_negative_intercepts) {
+  slowdown_model m;
+  BOOST_TEST(m.t0() == 0.0);
+  BOOST_TEST(m.seconds_per_point({1, 1, 1}) == 0.0);
+  BOOST_TEST(m.throughput({}) == 0.0);
+  BOOST_TEST(m.slowdown({1, 1, 1}) == 1.0);
+
+  m.observe({1, 0, 0}, 0.004);
+  BOOST_TEST(m.t0() == 0.004);
+  BOOST_TEST(m.slowdown({2, 0, 0}) == 1.0);
+  BOOST_TEST(m.throughput({}, 2) == 500.0, tt::tolerance(1e-12));
+
+  // Times that extrapolate below zero without contention: t0 is the fastest
+  // time observed, and loaded predictions still follow the fit.
+  slowdown_model steep(1.0);
+  for (double c : {1.0, 1.25, 1.5, 1.75, 2.0})
+    steep.observe({c, 0, 0}, -0.001 + 0.002 * c);
+  BOOST_TEST(steep.t0() == 0.001, tt::tolerance(1e-12));
+  BOOST_TEST(steep.slowdown({}) == 1.0);
+  BOOST_TEST(steep.seconds_per_point({2, 0, 0}) == 0.003, tt::tolerance(1e-7));
+  BOOST_TEST(steep.slowdown({2, 0, 0}) == 3.0, tt::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(bad_observations_throw) {
+  BOOST_CHECK_THROW(slowdown_model(0), std::invalid_argument);
+  BOOST_CHECK_THROW(slowdown_model(1.5), std::invalid_argument);
+  BOOST_CHECK_THROW(slowdown_model(0.9, 0), std::invalid_argument);
+  slowdown_model m;
+  BOOST_CHECK_THROW(m.observe({}, 0), std::invalid_argument);
+  BOOST_CHECK_THROW(m.observe({}, -1), std::invalid_argument);
+  BOOST_CHECK_THROW(m.observe({std::nan(""), 0, 0}, 0.001), std::invalid_argument);
+  BOOST_TEST(m.size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(serialize_restore_round_trip) {
+  slowdown_model m(0.99, 100);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(1, 0.05);
+  for (int i = 0; i < 150; ++i) {
+    auto u = random_contention(rng);
+    u.net = 0.1 * i / 3.0;
+    m.observe(u, truth(u) * noise(rng));
+  }
+  const auto text = m.serialize();
+  BOOST_TEST(text.rfind("edgegossip-slowdown-model 1\n", 0) == 0u);
+
+  slowdown_model back(0.99, 100);
+  back.restore(text);
+  BOOST_TEST(back.size() == m.size());
+  BOOST_TEST(back.serialize() == text);
+  BOOST_TEST(back.t0() == m.t0());
+  for (const contention u : {contention{}, contention{1, 2, 3}, contention{0.3, 10, 80}})
+    BOOST_TEST(back.seconds_per_point(u) == m.seconds_per_point(u));
+
+  // A smaller window keeps the newest samples.
+  slowdown_model small(0.99, 10);
+  small.restore(text);
+  BOOST_TEST(small.size() == 10u);
+
+  slowdown_model empty;
+  empty.restore(slowdown_model().serialize());
+  BOOST_TEST(empty.size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_text_throws_and_keeps_the_model) {
+  slowdown_model m;
+  m.observe({0, 0, 0}, 0.001);
+  m.observe({1, 0, 0}, 0.002);
+  const std::string header = "edgegossip-slowdown-model 1\n";
+  for (const std::string& bad :
+       {std::string(), std::string("0 0 0 0.001\n"), std::string("edgegossip-slowdown-model 2\n"),
+        header + "1 2 3\n", header + "1 2 3 x\n", header + "1 2 3 4 5\n", header + "1 2 3 -1\n",
+        header + "1 2 3 0\n", header + "1 2 3 nan\n", header + "1,2,3,4\n", header + "1 2 3 4x\n",
+        header + "\n", header + "1.5.5 2 3 4\n"}) {
+    BOOST_CHECK_THROW(m.restore(bad), std::runtime_error);
+    BOOST_TEST(m.size() == 2u);
+  }
+  try {
+    m.restore(header + "0 0 0 0.001\n0 0 0 oops\n");
+    BOOST_FAIL("restore accepted a malformed line");
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("line 3") != std::string::npos);
+    BOOST_TEST(what.find("oops") != std::string::npos);
+  }
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
