@@ -1,6 +1,7 @@
 #include "actors/balancer.hpp"
 
 #include "actors/report_files.hpp"
+#include "learning/balancing.hpp"
 #include "learning/dataset.hpp"
 #include "learning/gossip.hpp"
 #include "learning/model.hpp"
@@ -26,8 +27,11 @@ using clock = std::chrono::steady_clock;
 struct platform_entry {
   std::string node;
   platform_actor handle;
+  predictor_actor predictor;
   bool up = true;
   messages::epoch_report progress;  // latest progress or report
+  uint64_t shard_size = 0;          // |X_i|, learned from its first report
+  std::map<uint32_t, double> predicted_seconds;  // per epoch, EdgeGossip
 };
 
 struct balancer_state {
@@ -46,6 +50,8 @@ struct balancer_state {
   // Epochs: reports received and epoch start times.
   std::map<uint32_t, std::map<std::string, messages::epoch_report>> reports;
   std::map<uint32_t, clock::time_point> epoch_start;
+  std::map<uint32_t, clock::time_point> epoch_end;  // last report of the epoch
+  std::set<uint32_t> planning;  // epochs whose predictions are being gathered
   std::map<uint32_t, cluster_epoch> evaluated;
   std::set<uint32_t> evaluating;
   std::vector<messages::epoch_report> all_reports;
@@ -85,17 +91,133 @@ std::string run_name(const std::string& cluster) {
   return cluster + "-" + buf;
 }
 
-void send_plan(self_ptr self, uint32_t epoch) {
+/// Sends every live platform its plan for `epoch`; `ratios` and `adopt`
+/// come from Algorithm 1 (empty: GoSGD, every r_i = 1).
+void send_plans(self_ptr self, uint32_t epoch, const std::map<std::string, double>& ratios,
+                const std::vector<std::string>& adopt) {
   auto& st = self->state;
   st.epoch_start[epoch] = clock::now();
-  messages::plan p;
-  p.epoch = epoch;
-  p.ratio = 1.0;  // GoSGD: every platform processes its whole shard
-  p.last_epoch = st.last_epoch;
-  auto buf = messages::encode({st.header(), p});
+  std::vector<std::string> survivors;
   for (auto& [name, entry] : st.platforms)
     if (entry.up)
-      self->send(entry.handle, plan_atom::value, buf);
+      survivors.push_back(name);
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    messages::plan p;
+    p.epoch = epoch;
+    auto r = ratios.find(survivors[i]);
+    p.ratio = r == ratios.end() ? 1.0 : r->second;
+    p.last_epoch = st.last_epoch;
+    p.adopt = adopt;
+    p.adopt_part = static_cast<uint32_t>(i);
+    p.adopt_parts = static_cast<uint32_t>(survivors.size());
+    self->send(st.platforms[survivors[i]].handle, plan_atom::value,
+               messages::encode({st.header(), p}));
+  }
+}
+
+/// Algorithm 1 on the predictors' answers, then the plans.
+void balance_and_send(self_ptr self, uint32_t epoch,
+                      const std::map<std::string, messages::prediction>& predictions) {
+  auto& st = self->state;
+  std::vector<learning::platform_estimate> estimates;
+  bool all_known = true;
+  for (auto& [name, entry] : st.platforms) {
+    learning::platform_estimate e;
+    e.name = name;
+    e.samples = static_cast<int64_t>(entry.shard_size);
+    e.down = !entry.up;
+    auto i = predictions.find(name);
+    if (i != predictions.end())
+      e.throughput = i->second.throughput;
+    if (entry.up && (i == predictions.end() || i->second.observations == 0 || e.samples == 0))
+      all_known = false;
+    estimates.push_back(e);
+  }
+  if (!all_known) {
+    // A platform without observations (the first epoch): profile with r = 1.
+    send_plans(self, epoch, {}, {});
+    return;
+  }
+  auto plan = learning::balance(estimates, st.args.cluster.edgegossip.p_threshold,
+                                st.args.cluster.edgegossip.f_threshold);
+  std::map<std::string, double> ratios;
+  std::vector<std::string> adopt;
+  std::string line;
+  for (auto& d : plan.platforms) {
+    if (d.failed) {
+      if (st.platforms[d.name].up)
+        spdlog::warn("balancer: platform {} predicted below p_threshold: failed", d.name);
+      adopt.push_back(d.name);
+      continue;
+    }
+    ratios[d.name] = d.ratio;
+    st.platforms[d.name].predicted_seconds[epoch] = d.epoch_seconds * d.ratio;
+    line += fmt::format(" {} r={:.2f}", d.name, d.ratio);
+  }
+  if (!plan.exception_handling)
+    adopt.clear();
+  else
+    spdlog::warn("balancer: {} of {} platforms failed: survivors take over their shards",
+                 plan.failed, plan.platforms.size());
+  spdlog::info("balancer: epoch {} plan:{}", epoch + 1, line);
+  // A platform below p_threshold is left out of this epoch.
+  for (auto& d : plan.platforms)
+    if (d.failed)
+      ratios[d.name] = 0;
+  std::map<std::string, double> kept;
+  for (auto& [name, r] : ratios)
+    if (r > 0)
+      kept[name] = r;
+  send_plans(self, epoch, kept, adopt);
+}
+
+void send_plan(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  if (!st.args.cluster.strategy.edgegossip()) {
+    send_plans(self, epoch, {}, {});
+    return;
+  }
+  if (st.planning.count(epoch))
+    return;
+  st.planning.insert(epoch);
+  struct gather {
+    size_t pending = 0;
+    std::map<std::string, messages::prediction> predictions;
+  };
+  auto g = std::make_shared<gather>();
+  auto done = [self, g, epoch] {
+    self->state.planning.erase(epoch);
+    balance_and_send(self, epoch, g->predictions);
+  };
+  for (auto& [name, entry] : st.platforms)
+    if (entry.up && entry.predictor)
+      ++g->pending;
+  if (g->pending == 0) {
+    done();
+    return;
+  }
+  for (auto& [name, entry] : st.platforms) {
+    if (!entry.up || !entry.predictor)
+      continue;
+    self->request(entry.predictor, std::chrono::seconds(5), predict_atom::value)
+      .then(
+        [self, g, done](const bytes& buf) {
+          try {
+            auto env = messages::decode(buf, self->state.args.cluster.id);
+            auto& p = std::get<messages::prediction>(env.payload);
+            g->predictions[p.platform] = p;
+          } catch (const std::exception& e) {
+            spdlog::warn("balancer: refused a prediction: {}", e.what());
+          }
+          if (--g->pending == 0)
+            done();
+        },
+        [g, done, name = name](caf::error& err) {
+          spdlog::warn("balancer: no prediction from {}: {}", name, caf::to_string(err));
+          if (--g->pending == 0)
+            done();
+        });
+  }
 }
 
 void start(self_ptr self) {
@@ -147,10 +269,14 @@ void epoch_evaluated(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
   auto& e = st.evaluated[epoch];
   spdlog::info("epoch {}/{}: {:.1f} s, {} samples ({:.0f}/s), averaged model accuracy {:.4f}, "
-               "{} platforms up",
+               "{} platforms up{}",
                epoch + 1, st.last_epoch + 1, e.epoch_seconds, e.samples,
                e.epoch_seconds > 0 ? e.samples / e.epoch_seconds : 0.0, e.averaged_accuracy,
-               e.platforms_up);
+               e.platforms_up,
+               e.prediction_error >= 0
+                 ? fmt::format(", predicted epoch times off by {:.1f} %",
+                               100 * e.prediction_error)
+                 : std::string{});
   bool all_done = true;
   for (uint32_t i = 0; i <= st.last_epoch; ++i)
     all_done = all_done && st.evaluated.count(i) > 0;
@@ -158,7 +284,7 @@ void epoch_evaluated(self_ptr self, uint32_t epoch) {
     finish(self);
     return;
   }
-  if (st.args.cluster.strategy.schedule == "sync" && epoch < st.last_epoch
+  if (!st.args.cluster.strategy.asynchronous() && epoch < st.last_epoch
       && st.epoch_start.count(epoch + 1) == 0)
     send_plan(self, epoch + 1);
 }
@@ -173,13 +299,31 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
   ce.epoch = epoch;
   ce.elapsed_seconds = st.elapsed();
   auto from = st.epoch_start.count(epoch) ? st.epoch_start[epoch] : st.run_start;
-  if (st.args.cluster.strategy.schedule == "async" && epoch > 0 && st.evaluated.count(epoch - 1))
+  if (st.args.cluster.strategy.asynchronous() && epoch > 0 && st.evaluated.count(epoch - 1))
     ce.epoch_seconds = ce.elapsed_seconds - st.evaluated[epoch - 1].elapsed_seconds;
   else
     ce.epoch_seconds = std::chrono::duration<double>(clock::now() - from).count();
-  for (auto& [_, r] : st.reports[epoch])
+  double error_sum = 0;
+  int predicted = 0;
+  for (auto& [_, r] : st.reports[epoch]) {
     ce.samples += r.samples;
+    if (r.predicted_seconds > 0 && r.wall_seconds > 0) {
+      error_sum += std::abs(r.predicted_seconds - r.wall_seconds) / r.wall_seconds;
+      ++predicted;
+    }
+  }
+  if (predicted > 0)
+    ce.prediction_error = error_sum / predicted;
   ce.platforms_up = st.up();
+  auto end = st.epoch_end.count(epoch) ? st.epoch_end[epoch] : clock::now();
+  if (st.args.cluster.strategy.asynchronous()) {
+    ce.training_seconds = std::chrono::duration<double>(end - st.run_start).count();
+  } else {
+    double before = epoch > 0 && st.evaluated.count(epoch - 1)
+                      ? st.evaluated[epoch - 1].training_seconds
+                      : 0.0;
+    ce.training_seconds = before + std::chrono::duration<double>(end - from).count();
+  }
   struct gather {
     cluster_epoch ce;
     size_t pending = 0;
@@ -292,7 +436,8 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       check_epochs(self);
   });
   return {
-    [self](join_atom, const std::string& name, const std::string& node, caf::actor handle) {
+    [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
+           caf::actor predictor) {
       auto& st = self->state;
       auto expected = st.args.cluster.platforms();
       bool known = false;
@@ -308,7 +453,8 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       if (i != st.platforms.end() && i->second.handle == h)
         return;
       self->monitor(h);
-      st.platforms[name] = platform_entry{node, h, true, {}};
+      st.platforms[name] = platform_entry{node, h, caf::actor_cast<predictor_actor>(predictor),
+                                          true, {}, 0, {}};
       st.platforms[name].progress.platform = name;
       spdlog::info("balancer: platform {} joined from node {} ({}/{})", name, node,
                    st.platforms.size(), expected.size());
@@ -321,9 +467,18 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         auto env = messages::decode(buf, st.args.cluster.id);
         auto& r = std::get<messages::epoch_report>(env.payload);
         auto i = st.platforms.find(r.platform);
-        if (i != st.platforms.end())
+        if (i != st.platforms.end()) {
           i->second.progress = r;
+          // |X_i| = planned points / r_i (a full epoch plans the whole shard).
+          if (r.ratio > 0)
+            i->second.shard_size = static_cast<uint64_t>(
+              std::llround(static_cast<double>(r.planned_samples) / r.ratio));
+          auto p = i->second.predicted_seconds.find(r.epoch);
+          if (p != i->second.predicted_seconds.end())
+            r.predicted_seconds = p->second;
+        }
         st.reports[r.epoch][r.platform] = r;
+        st.epoch_end[r.epoch] = clock::now();
         st.all_reports.push_back(r);
       } catch (const std::exception& e) {
         spdlog::warn("balancer: refused a report: {}", e.what());

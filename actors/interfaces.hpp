@@ -39,6 +39,9 @@ using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using dial_atom = caf::atom_constant<caf::atom("dial")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using observe_atom = caf::atom_constant<caf::atom("observe")>;
+using predict_atom = caf::atom_constant<caf::atom("predict")>;
+using store_atom = caf::atom_constant<caf::atom("store")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -48,6 +51,8 @@ using store_actor = caf::typed_actor<
                  std::string>,
   // Stores a platform's epoch report (messages::epoch_report) under its key.
   caf::reacts_to<metrics_atom, std::string, uint64_t, bytes>,
+  // Stores a record: column family name ("rankings", "predictor", ...), key, value.
+  caf::reacts_to<store_atom, std::string, std::string, std::string>,
   // Flushes to disk; answers once done.
   caf::replies_to<flush_atom>::with<bool>>;
 
@@ -62,6 +67,15 @@ using mixer_actor = caf::typed_actor<
   caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>>,
   // Traffic since the last call, as an encoded epoch_report (counters only).
   caf::replies_to<stats_atom>::with<bytes>>;
+
+// -- predictor: the performance predictor of one platform ----------------------
+using predictor_actor = caf::typed_actor<
+  // From its platform: wall seconds (idle included) spent on that many points.
+  caf::reacts_to<observe_atom, double, uint64_t>,
+  // To itself: sample the contention of co-running programs (once a second).
+  caf::reacts_to<tick_atom>,
+  // The predicted throughput now, as an encoded messages::prediction.
+  caf::replies_to<predict_atom>::with<bytes>>;
 
 // -- platform: model, optimizer and local shard of one platform -----------------
 using platform_actor = caf::typed_actor<
@@ -80,8 +94,9 @@ using platform_actor = caf::typed_actor<
 
 // -- balancer: one per cluster; plans epochs, gathers reports -------------------
 using balancer_actor = caf::typed_actor<
-  // From a node: a platform joined (name, node name, platform handle).
-  caf::reacts_to<join_atom, std::string, std::string, caf::actor>,
+  // From a node: a platform joined (name, node name, platform handle, its
+  // predictor's handle).
+  caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor>,
   // From a platform: an encoded epoch_report at the end of an epoch.
   caf::reacts_to<report_atom, bytes>,
   // From a platform: an encoded epoch_report of the epoch so far.

@@ -1,6 +1,7 @@
 #include "actors/node.hpp"
 
 #include "actors/mixer.hpp"
+#include "actors/predictor.hpp"
 #include "actors/report_files.hpp"
 #include "messages/codec.hpp"
 
@@ -79,9 +80,15 @@ void announce_platforms(self_ptr self, const std::string& node) {
   auto& st = self->state;
   if (!st.balancer)
     return;
-  for (auto& e : st.directory)
-    if (e.what.role == "platform" && e.what.node == node)
-      self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle);
+  for (auto& e : st.directory) {
+    if (e.what.role != "platform" || e.what.node != node)
+      continue;
+    caf::actor predictor;
+    for (auto& q : st.directory)
+      if (q.what.role == "predictor" && q.what.name == e.what.name)
+        predictor = q.handle;
+    self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle, predictor);
+  }
 }
 
 /// Takes a peer node's hello into the directory.
@@ -204,11 +211,14 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.cluster.id,
                                             st.args.cluster.seed ^ std::hash<std::string>{}(name)});
     pa.node = me;
+    pa.predictor = spawn_predictor(sys, {name, st.args.cluster.id, st.args.store,
+                                         std::move(pa.predictor_samples)});
+    self->link_to(pa.predictor);
     auto platform = spawn_platform(sys, pa);
     bind_mixer(pa.mixer, platform);
     self->link_to(platform);
     self->link_to(pa.mixer);
-    st.platforms.push_back(local_platform{name, platform, pa.mixer});
+    st.platforms.push_back(local_platform{name, platform, pa.mixer, pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
   if (st.args.balancer) {
@@ -227,6 +237,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
   for (auto& p : st.platforms) {
     local("platform", p.name, caf::actor_cast<caf::actor>(p.platform));
     local("mixer", p.name, caf::actor_cast<caf::actor>(p.mixer));
+    local("predictor", p.name, caf::actor_cast<caf::actor>(p.predictor));
   }
   publish_peers(self);
   announce_platforms(self, st.args.name);

@@ -22,6 +22,7 @@ struct local_platform {
   std::string name;
   platform_actor platform;
   mixer_actor mixer;
+  predictor_actor predictor;
 };
 
 struct node_args {

@@ -1,7 +1,9 @@
 #include "actors/platform.hpp"
 
 #include "learning/dataset.hpp"
+#include "learning/aggregator.hpp"
 #include "learning/gossip.hpp"
+#include "learning/ranking.hpp"
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
 #include "messages/codec.hpp"
@@ -35,6 +37,7 @@ struct platform_state {
   uint32_t epoch = 0;
   uint32_t last_epoch = 0;
   double ratio = 1;
+  messages::plan plan;  // the current epoch's plan
   bool running = false;  // an epoch is in progress
   bool paused = false;
   bool finished = false;
@@ -50,6 +53,11 @@ struct platform_state {
   uint64_t planned = 0;
   uint64_t iterations = 0;
   uint64_t refused = 0;
+  // Observations for the predictor: wall time (idle included) and points
+  // since the last one sent.
+  clock::time_point last_step_end;
+  double observed_seconds = 0;
+  uint64_t observed_samples = 0;
 
   messages::header header() const {
     return {args.cluster_id, messages::protocol_version, args.platform.name};
@@ -105,15 +113,63 @@ void checkpoint(self_ptr self) {
              learning::save_optimizer(st.trainer->optimizer()));
 }
 
+/// Exception handling: this platform's part of every failed platform's
+/// shard named in the plan.
+std::vector<int64_t> adopted(const platform_state& st) {
+  std::vector<int64_t> out;
+  if (!st.args.all_shards)
+    return out;
+  for (auto& name : st.plan.adopt) {
+    auto i = st.args.all_shards->find(name);
+    if (i == st.args.all_shards->end())
+      continue;
+    for (size_t k = st.plan.adopt_part; k < i->second.size(); k += st.plan.adopt_parts)
+      out.push_back(i->second[k]);
+  }
+  return out;
+}
+
+learning::epoch_plan make_plan(self_ptr self) {
+  auto& st = self->state;
+  auto extra = adopted(st);
+  if (!extra.empty())
+    spdlog::info("[{}] epoch {}: also training on {} points of failed platforms", st.args.platform.name,
+                 st.epoch, extra.size());
+  if (!st.args.aggregated) {
+    auto shard = st.trainer->shard();
+    shard.insert(shard.end(), extra.begin(), extra.end());
+    return learning::shuffled_plan(shard, st.args.train.batch, st.ratio, st.rng);
+  }
+  // Algorithm 2: losses of the aggregated points under the current model,
+  // ranking (kept in the store), then whole subsets in ranked order until
+  // |X_i| * r_i points.
+  auto& agg = *st.args.aggregated;
+  auto ranking = learning::rank_by_loss(learning::aggregated_losses(st.trainer->model(), agg));
+  std::string bytes(reinterpret_cast<const char*>(ranking.data()),
+                    ranking.size() * sizeof(int64_t));
+  self->send(st.args.store, store_atom::value,
+             std::string{storage::name(storage::family::rankings)},
+             storage::key(st.args.platform.name, st.epoch), std::move(bytes));
+  auto budget = static_cast<int64_t>(
+    std::ceil(static_cast<double>(st.trainer->shard().size()) * st.ratio - 1e-9));
+  auto plan = learning::ranked_plan(agg.members, ranking, st.args.train.batch, budget);
+  if (!extra.empty()) {
+    // Adopted points have no aggregated points here: shuffled, in proportion.
+    auto more = learning::shuffled_plan(extra, st.args.train.batch, st.ratio, st.rng);
+    plan.batches.insert(plan.batches.end(), more.batches.begin(), more.batches.end());
+  }
+  return plan;
+}
+
 void begin_epoch(self_ptr self) {
   auto& st = self->state;
-  auto plan = learning::shuffled_plan(st.trainer->shard(), st.args.train.batch, st.ratio, st.rng);
+  auto plan = make_plan(self);
   if (st.args.train.max_iterations > 0
       && plan.batches.size() > static_cast<size_t>(st.args.train.max_iterations))
     plan.batches.resize(static_cast<size_t>(st.args.train.max_iterations));
   st.planned = static_cast<uint64_t>(plan.samples());
   st.trainer->begin_epoch(std::move(plan));
-  st.epoch_start = st.last_progress = clock::now();
+  st.epoch_start = st.last_progress = st.last_step_end = clock::now();
   if (!st.training_start)
     st.training_start = st.epoch_start;
   st.compute_seconds = st.loss_sum = 0;
@@ -159,7 +215,7 @@ void finish_epoch(self_ptr self) {
         self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
                    std::move(buf));
       // Asynchronous schedule: no barrier, go straight on.
-      if (st.args.strategy.schedule == "async" && st.epoch < st.last_epoch) {
+      if (st.args.strategy.asynchronous() && st.epoch < st.last_epoch) {
         ++st.epoch;
         begin_epoch(self);
       }
@@ -203,6 +259,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.epoch = p->epoch;
       st.last_epoch = p->last_epoch;
       st.ratio = p->ratio;
+      st.plan = *p;
       if (!st.running)
         begin_epoch(self);
     },
@@ -216,6 +273,17 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.samples += static_cast<uint64_t>(r.samples);
       ++st.iterations;
       ++st.total_iterations;
+      // What the predictor learns from: wall time per point, idle included.
+      auto now = clock::now();
+      st.observed_seconds += std::chrono::duration<double>(now - st.last_step_end).count();
+      st.observed_samples += static_cast<uint64_t>(r.samples);
+      st.last_step_end = now;
+      if (st.observed_seconds >= 1.0) {
+        self->send(st.args.predictor, observe_atom::value, st.observed_seconds,
+                   st.observed_samples);
+        st.observed_seconds = 0;
+        st.observed_samples = 0;
+      }
       for (auto& order : st.strategy->after_step(st.params, st.rng))
         self->send(st.args.mixer, send_atom::value, order.peer, st.encode_weights(order.weight));
       if (st.balancer && seconds_since(st.last_progress) >= 1.0) {

@@ -9,6 +9,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 
 namespace eg::learning {
 struct dataset;
+struct aggregated_points;
 }
 namespace eg::storage {
 struct checkpoint;
@@ -34,7 +36,14 @@ struct platform_args {
   std::shared_ptr<const learning::dataset> train_set;
   std::shared_ptr<const learning::dataset> test_set;
   std::vector<int64_t> shard;             ///< indices into train_set
+  /// Every platform's shard by name: exception handling adopts failed ones.
+  std::shared_ptr<const std::map<std::string, std::vector<int64_t>>> all_shards;
+  config::edgegossip_config edgegossip;
+  /// EdgeGossip: the shard's aggregated points (null for GoSGD).
+  std::shared_ptr<const learning::aggregated_points> aggregated;
+  std::string predictor_samples;          ///< saved predictor samples, for its predictor
   mixer_actor mixer;
+  predictor_actor predictor;
   store_actor store;
   node_actor node;
   std::shared_ptr<const storage::checkpoint> restore;  ///< resume from it when set

@@ -8,7 +8,7 @@ namespace eg::actors {
 const char* platform_csv_header
   = "platform,node,epoch,ratio,wall_seconds,compute_seconds,samples,samples_per_second,"
     "iterations,train_loss,test_loss,test_accuracy,gossip_weight,bytes_sent,bytes_received,"
-    "messages_sent,messages_received,messages_refused,peers_heard,heard_from";
+    "messages_sent,messages_received,messages_refused,peers_heard,heard_from,predicted_seconds";
 
 namespace {
 
@@ -38,19 +38,19 @@ void write_platform_csv(const std::string& path,
     // Names of the peers heard from this epoch, separated by ';'.
     for (size_t i = 0; i < r.received_from.size(); ++i)
       out << (i ? ";" : "") << r.received_from[i].peer;
-    out << '\n';
+    out << ',' << r.predicted_seconds << '\n';
   }
 }
 
 void write_cluster_csv(const std::string& path, const std::vector<cluster_epoch>& epochs) {
   auto out = open_for_writing(path);
   out << "epoch,elapsed_seconds,epoch_seconds,samples,samples_per_second,averaged_loss,"
-         "averaged_accuracy,platforms_up\n";
+         "averaged_accuracy,platforms_up,training_seconds,prediction_error\n";
   for (auto& e : epochs) {
     auto rate = e.epoch_seconds > 0 ? static_cast<double>(e.samples) / e.epoch_seconds : 0.0;
     out << e.epoch << ',' << e.elapsed_seconds << ',' << e.epoch_seconds << ',' << e.samples
         << ',' << rate << ',' << e.averaged_loss << ',' << e.averaged_accuracy << ','
-        << e.platforms_up << '\n';
+        << e.platforms_up << ',' << e.training_seconds << ',' << e.prediction_error << '\n';
   }
 }
 

@@ -18,6 +18,13 @@ struct cluster_epoch {
   double averaged_loss = 0;    ///< the average of all platforms' models, on the test set
   double averaged_accuracy = 0;
   uint32_t platforms_up = 0;
+  /// The training clock at the epoch's last report: time platforms spent
+  /// training, without the pauses between epochs (evaluation of the averaged
+  /// model, planning) of the epoch-synchronous schedule.
+  double training_seconds = 0;
+  /// EdgeGossip: mean absolute percentage error of the predicted epoch times
+  /// (-1 when there was no prediction).
+  double prediction_error = -1;
 };
 
 /// The header line of write_platform_csv's files.

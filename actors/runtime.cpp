@@ -1,11 +1,13 @@
 #include "actors/runtime.hpp"
 
 #include "actors/balancer.hpp"
+#include "actors/corunners.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/mixer.hpp"
 #include "actors/node.hpp"
 #include "actors/platform.hpp"
 #include "actors/store.hpp"
+#include "learning/aggregator.hpp"
 #include "learning/dataset.hpp"
 #include "learning/partition.hpp"
 #include "storage/store.hpp"
@@ -19,7 +21,9 @@
 #include <malloc.h>
 #include <csignal>
 #include <filesystem>
+#include <future>
 #include <thread>
+#include <zlib.h>
 
 namespace eg::actors {
 
@@ -29,9 +33,12 @@ config::cluster_config as_one_process(const config::cluster_config& cfg) {
   local.name = "local";
   local.host = "127.0.0.1";
   local.port = 0;
-  for (auto& n : cfg.nodes)
+  for (auto& n : cfg.nodes) {
     for (auto& p : n.platforms)
       local.platforms.push_back(p);
+    for (auto& c : n.corunners)
+      local.corunners.push_back(c);
+  }
   one.nodes = {local};
   one.balancer_node = "local";
   return one;
@@ -59,6 +66,66 @@ void tune_allocator() {
 }
 
 namespace {
+
+/// The store key of a platform's aggregated points: they are reused while
+/// the shard and the aggregator's settings stay the same.
+std::string aggregates_key(const std::string& platform, const config::cluster_config& cfg,
+                           const std::vector<int64_t>& shard) {
+  auto settings = cfg.edgegossip.aggregator + "/" + std::to_string(cfg.edgegossip.aggregation_ratio)
+                  + "/" + std::to_string(cfg.seed) + "/" + cfg.data.dir;
+  auto crc = crc32(0L, reinterpret_cast<const Bytef*>(settings.data()),
+                   static_cast<uInt>(settings.size()));
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(shard.data()),
+              static_cast<uInt>(shard.size() * sizeof(int64_t)));
+  return platform + "/" + std::to_string(shard.size()) + "-" + std::to_string(crc);
+}
+
+/// EdgeGossip's pre-training stage for the local platforms: aggregated
+/// points from the store when the data and settings are unchanged, else
+/// generated (platforms in parallel) and stored.
+std::map<std::string, std::shared_ptr<const learning::aggregated_points>>
+aggregate_local(const config::cluster_config& cfg, const std::vector<config::platform_config>& all,
+                const learning::shards& shards, const learning::dataset& train,
+                const std::vector<std::string>& local, storage::store& db) {
+  std::map<std::string, std::shared_ptr<const learning::aggregated_points>> out;
+  std::vector<std::pair<std::string, std::future<learning::aggregated_points>>> jobs;
+  auto opt = learning::aggregator_from_name(cfg.edgegossip.aggregator,
+                                            cfg.edgegossip.aggregation_ratio, cfg.seed);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (std::find(local.begin(), local.end(), all[i].name) == local.end())
+      continue;
+    auto key = aggregates_key(all[i].name, cfg, shards[i]);
+    if (auto saved = db.get(storage::family::aggregates, key)) {
+      try {
+        out[all[i].name] = std::make_shared<const learning::aggregated_points>(
+          learning::deserialize_aggregated(*saved));
+        spdlog::info("[{}] {} aggregated points reused from the store", all[i].name,
+                     out[all[i].name]->size());
+        continue;
+      } catch (const std::exception& e) {
+        spdlog::warn("[{}] stored aggregated points unusable ({}); generating again",
+                     all[i].name, e.what());
+      }
+    }
+    jobs.emplace_back(all[i].name, std::async(std::launch::async, [&train, &shards, i, opt] {
+                        return learning::aggregate(train, shards[i], opt);
+                      }));
+  }
+  for (auto& [name, job] : jobs) {
+    auto a = job.get();
+    spdlog::info("[{}] {} aggregated points ({}): reduction {:.2f} s, division {:.2f} s, "
+                 "means {:.2f} s",
+                 name, a.size(), cfg.edgegossip.aggregator, a.reduce_seconds, a.divide_seconds,
+                 a.mean_seconds);
+    size_t i = 0;
+    while (all[i].name != name)
+      ++i;
+    db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i]),
+           learning::serialize(a));
+    out[name] = std::make_shared<const learning::aggregated_points>(std::move(a));
+  }
+  return out;
+}
 
 /// SIGINT / SIGTERM are taken by a thread of their own (sigwait), which asks
 /// the node to stop; no work happens in a signal handler.
@@ -137,6 +204,16 @@ std::string run_node(const config::cluster_config& cfg, const std::string& node_
   std::filesystem::create_directories(cfg.storage_dir);
   std::shared_ptr<storage::store> db = storage::store::open(db_dir);
 
+  std::vector<std::string> local_names;
+  for (auto& p : me.platforms)
+    local_names.push_back(p.name);
+  std::map<std::string, std::shared_ptr<const learning::aggregated_points>> aggregated;
+  if (cfg.strategy.edgegossip())
+    aggregated = aggregate_local(cfg, all, shards, *train, local_names, *db);
+  auto all_shards = std::make_shared<std::map<std::string, std::vector<int64_t>>>();
+  for (size_t i = 0; i < all.size(); ++i)
+    (*all_shards)[all[i].name] = shards[i];
+
   caf::actor_system_config sys_cfg;
   sys_cfg.load<caf::io::middleman>();
   sys_cfg.set("scheduler.max-threads",
@@ -166,7 +243,13 @@ std::string run_node(const config::cluster_config& cfg, const std::string& node_
     pa.seed = cfg.seed;
     pa.train_set = train;
     pa.test_set = test;
-    pa.shard = std::move(shards[i]);
+    pa.shard = shards[i];
+    pa.all_shards = all_shards;
+    pa.edgegossip = cfg.edgegossip;
+    if (auto a = aggregated.find(all[i].name); a != aggregated.end())
+      pa.aggregated = a->second;
+    if (auto saved = db->get(storage::family::predictor, storage::key(all[i].name, 0)))
+      pa.predictor_samples = *saved;
     pa.store = nargs.store;
     nargs.platforms.push_back(std::move(pa));
   }
@@ -178,6 +261,7 @@ std::string run_node(const config::cluster_config& cfg, const std::string& node_
   std::string run;
   {
     signal_watch signals(opts.handle_signals, node);
+    corunners load(me.corunners, (std::filesystem::path(cfg.storage_dir) / (node_name + "-corunners")).string());
     if (cfg.nodes.size() > 1) {
       auto port = sys.middleman().publish(node, me.port, me.host.c_str(), true);
       if (!port) {

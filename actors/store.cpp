@@ -35,6 +35,21 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         spdlog::error("metrics of {} (epoch {}) not saved: {}", platform, epoch, e.what());
       }
     },
+    [self](store_atom, const std::string& family, const std::string& key,
+           const std::string& value) {
+      for (auto f : {storage::family::checkpoints, storage::family::metrics,
+                     storage::family::aggregates, storage::family::rankings,
+                     storage::family::predictor})
+        if (family == storage::name(f)) {
+          try {
+            self->state.db->put(f, key, value);
+          } catch (const storage::storage_error& e) {
+            spdlog::error("record {} of {} not saved: {}", key, family, e.what());
+          }
+          return;
+        }
+      spdlog::error("store: no column family '{}'", family);
+    },
     [self](flush_atom) {
       try {
         self->state.db->flush();

@@ -19,4 +19,16 @@ struct options {
 /// and threads.
 int framework(const options& opt);
 
+struct tta_options {
+  std::string config_file;   ///< "" = the default heterogeneity profile
+  double target = 0.87;      ///< averaged-model test accuracy
+  uint32_t epochs = 12;      ///< the same for every strategy
+  std::vector<std::string> strategies{"gosgd", "gosgd-async", "edgegossip"};
+  std::vector<std::string> overrides;  ///< --set key=value
+};
+
+/// Time to accuracy of GoSGD (epoch-synchronous and asynchronous) and
+/// EdgeGossip on the same cluster, data, seed and heterogeneity profile.
+int tta(const options& opt, const tta_options& t);
+
 } // namespace eg::bench

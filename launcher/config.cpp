@@ -6,12 +6,15 @@
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations
 //   [strategy]  name, schedule, exchange_probability
+//   [edgegossip] aggregator, aggregation_ratio, p_threshold, f_threshold
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port
 //   [[nodes.platforms]]
 //               name, threads, share, slowdown,
 //               interference = [{at = 10.0, slowdown = 3.0}, ...]
+//   [[nodes.corunners]]
+//               kind, workers, at, until
 //
 // configs/local.toml explains every key. Unknown keys and wrong types are
 // errors naming the key (and the line); validate() checks values.
@@ -96,9 +99,15 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.batch", c.train.batch, positive_int);
   visit("train.epochs", c.train.epochs, positive_u32);
   visit("train.max_iterations", c.train.max_iterations, non_negative_int);
-  visit("strategy.name", c.strategy.name, text_rule{{"gosgd"}, false});
+  visit("strategy.name", c.strategy.name,
+        text_rule{{"gosgd", "gosgd-async", "edgegossip"}, false});
   visit("strategy.schedule", c.strategy.schedule, text_rule{{"sync", "async"}, false});
   visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
+  visit("edgegossip.aggregator", c.edgegossip.aggregator,
+        text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
+  visit("edgegossip.aggregation_ratio", c.edgegossip.aggregation_ratio, positive_int);
+  visit("edgegossip.p_threshold", c.edgegossip.p_threshold, non_negative);
+  visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("storage.dir", c.storage_dir, non_empty);
   visit("output.dir", c.output_dir, non_empty);
 }
@@ -122,12 +131,21 @@ void keys_of(P& p, Visit&& visit) {
   visit("interference", p.interference, table_list{});
 }
 
+template <class R, class Visit, if_is<R, corunner_config> = 0>
+void keys_of(R& r, Visit&& visit) {
+  visit("kind", r.kind, text_rule{{"cpu", "disk", "network"}, false});
+  visit("workers", r.workers, positive_int32);
+  visit("at", r.at_seconds, non_negative);
+  visit("until", r.until_seconds, non_negative);
+}
+
 template <class N, class Visit, if_is<N, node_config> = 0>
 void keys_of(N& n, Visit&& visit) {
   visit("name", n.name, non_empty);
   visit("host", n.host, non_empty);
   visit("port", n.port, port_number);
   visit("platforms", n.platforms, table_list{});
+  visit("corunners", n.corunners, table_list{});
 }
 
 std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
@@ -396,7 +414,8 @@ std::string toml_value(const std::vector<interference_step>& steps) {
 
 template <class T>
 inline constexpr bool is_sections = std::is_same_v<T, std::vector<node_config>> ||
-                                    std::is_same_v<T, std::vector<platform_config>>;
+                                    std::is_same_v<T, std::vector<platform_config>> ||
+                                    std::is_same_v<T, std::vector<corunner_config>>;
 
 // The keys of `item`, then its lists of tables as [[path.name]] sections.
 template <class T>

@@ -32,11 +32,22 @@ struct platform_config {
   std::vector<interference_step> interference;  ///< slowdown changes over time
 };
 
+/// A real co-running load on the node's machine: stress-ng workers started
+/// `at_seconds` after the node starts and stopped at `until_seconds` (0: at
+/// the end of the run), like the paper's MapReduce co-runners.
+struct corunner_config {
+  std::string kind = "cpu";  ///< "cpu", "disk" (hdd) or "network" (sock, on loopback)
+  int workers = 1;
+  double at_seconds = 0;
+  double until_seconds = 0;
+};
+
 struct node_config {
   std::string name;                ///< unique in the cluster
   std::string host = "127.0.0.1";  ///< address the node listens on and peers dial
   uint16_t port = 0;               ///< 0: pick a free port (single-node runs)
   std::vector<platform_config> platforms;
+  std::vector<corunner_config> corunners;
 };
 
 struct data_config {
@@ -58,12 +69,28 @@ struct train_config {
 };
 
 struct strategy_config {
-  std::string name = "gosgd";      ///< gossip strategy of the mixers
+  /// "gosgd" (epoch-synchronous unless schedule says otherwise),
+  /// "gosgd-async" (GoSGD, asynchronous schedule) or "edgegossip" (GoSGD
+  /// gossip plus the predictor, balancer and accuracy-aware trainer).
+  std::string name = "gosgd";
   std::string schedule = "sync";   ///< "sync" (epoch barrier) or "async"
   /// GoSGD's p. More exchange pulls platforms toward stale models: in the
   /// default run the averaged model reached 0.868 / 0.864 / 0.854 / 0.843 /
   /// 0.827 after 5 epochs with p = 0.02 / 0.05 / 0.1 / 0.2 / 1 (README).
   double exchange_probability = 0.05;
+
+  /// True when platforms run without an epoch barrier.
+  bool asynchronous() const { return schedule == "async" || name == "gosgd-async"; }
+  /// True when the predictor, balancer and accuracy-aware trainer are on.
+  bool edgegossip() const { return name == "edgegossip"; }
+};
+
+/// EdgeGossip's parameters (ALGORITHMS.md section 1).
+struct edgegossip_config {
+  std::string aggregator = "svd-kmeans";  ///< "svd-kmeans", "isvd-lsh" or "hash-kmeans"
+  int64_t aggregation_ratio = 10;          ///< points per aggregated point
+  double p_threshold = 0.001;              ///< a platform slower than this has failed
+  double f_threshold = 0.1;                ///< failed share that triggers exception handling
 };
 
 struct cluster_config {
@@ -76,7 +103,10 @@ struct cluster_config {
   data_config data;
   train_config train;
   strategy_config strategy;
+  edgegossip_config edgegossip;
   std::vector<node_config> nodes;
+
+
 
   /// The node of that name; throws config_error naming it when absent.
   const node_config& node(const std::string& name) const;

@@ -119,6 +119,22 @@ struct body_writer {
     out.setEpoch(p.epoch);
     out.setRatio(p.ratio);
     out.setLastEpoch(p.last_epoch);
+    auto adopt = out.initAdopt(static_cast<unsigned>(p.adopt.size()));
+    for (unsigned i = 0; i < adopt.size(); ++i)
+      adopt.set(i, text(p.adopt[i]));
+    out.setAdoptPart(p.adopt_part);
+    out.setAdoptParts(p.adopt_parts);
+  }
+  void operator()(const prediction& p) {
+    auto out = body.initPrediction();
+    out.setPlatform(text(p.platform));
+    out.setThroughput(p.throughput);
+    out.setSecondsPerPoint(p.seconds_per_point);
+    out.setT0(p.t0);
+    out.setCore(p.core);
+    out.setNet(p.net);
+    out.setDisk(p.disk);
+    out.setObservations(p.observations);
   }
   void operator()(const epoch_report& r) {
     auto out = body.initEpochReport();
@@ -140,6 +156,7 @@ struct body_writer {
     out.setMessagesSent(r.messages_sent);
     out.setMessagesReceived(r.messages_received);
     out.setMessagesRefused(r.messages_refused);
+    out.setPredictedSeconds(r.predicted_seconds);
     auto from = out.initReceivedFrom(static_cast<unsigned>(r.received_from.size()));
     for (unsigned i = 0; i < from.size(); ++i) {
       from[i].setPeer(text(r.received_from[i].peer));
@@ -204,6 +221,25 @@ struct body_reader {
     p.epoch = in.getEpoch();
     p.ratio = in.getRatio();
     p.last_epoch = in.getLastEpoch();
+    for (auto a : in.getAdopt())
+      p.adopt.push_back(str(a));
+    p.adopt_part = in.getAdoptPart();
+    p.adopt_parts = in.getAdoptParts();
+    if (p.adopt_parts == 0 || p.adopt_part >= p.adopt_parts)
+      throw codec_error("plan adopts part " + std::to_string(p.adopt_part) + " of "
+                        + std::to_string(p.adopt_parts));
+    return p;
+  }
+  prediction operator()(wire::Prediction::Reader in) const {
+    prediction p;
+    p.platform = str(in.getPlatform());
+    p.throughput = in.getThroughput();
+    p.seconds_per_point = in.getSecondsPerPoint();
+    p.t0 = in.getT0();
+    p.core = in.getCore();
+    p.net = in.getNet();
+    p.disk = in.getDisk();
+    p.observations = in.getObservations();
     return p;
   }
   epoch_report operator()(wire::EpochReport::Reader in) const {
@@ -226,6 +262,7 @@ struct body_reader {
     r.messages_sent = in.getMessagesSent();
     r.messages_received = in.getMessagesReceived();
     r.messages_refused = in.getMessagesRefused();
+    r.predicted_seconds = in.getPredictedSeconds();
     for (auto p : in.getReceivedFrom())
       r.received_from.push_back({str(p.getPeer()), p.getMessages(), p.getBytes()});
     return r;
@@ -242,6 +279,7 @@ body read_body(wire::Envelope::Body::Reader in, const body_reader& read) {
     case wire::Envelope::Body::PLAN: return read(in.getPlan());
     case wire::Envelope::Body::EPOCH_REPORT: return read(in.getEpochReport());
     case wire::Envelope::Body::CONTROL: return read(in.getControl());
+    case wire::Envelope::Body::PREDICTION: return read(in.getPrediction());
   }
   throw codec_error("unknown message body type " + std::to_string(static_cast<int>(in.which())));
 }

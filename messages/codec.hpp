@@ -74,6 +74,23 @@ struct plan {
   uint32_t epoch = 0;
   double ratio = 1;
   uint32_t last_epoch = 0;  ///< the run stops after this epoch
+  /// Failed platforms whose shards this platform trains on as well
+  /// (exception handling): part `adopt_part` of `adopt_parts` of each.
+  std::vector<std::string> adopt;
+  uint32_t adopt_part = 0;
+  uint32_t adopt_parts = 1;
+};
+
+/// Predictor -> balancer: the platform's predicted throughput now.
+struct prediction {
+  std::string platform;
+  double throughput = 0;        ///< p_i, data points per second (0: no observations yet)
+  double seconds_per_point = 0; ///< t = t0 * RG(U)
+  double t0 = 0;                ///< without interference
+  double core = 0;              ///< contention U now
+  double net = 0;
+  double disk = 0;
+  uint64_t observations = 0;
 };
 
 /// Messages received from one peer during an epoch.
@@ -104,6 +121,7 @@ struct epoch_report {
   uint64_t messages_received = 0;
   uint64_t messages_refused = 0;
   std::vector<peer_traffic> received_from;
+  double predicted_seconds = 0;  ///< the balancer's prediction of wall_seconds (0: none)
 };
 
 /// Control requests (stop, pause, resume, checkpoint ...) with an argument.
@@ -112,7 +130,7 @@ struct control {
   std::string argument;
 };
 
-using body = std::variant<weights, hello, plan, epoch_report, control>;
+using body = std::variant<weights, hello, plan, epoch_report, control, prediction>;
 
 struct envelope {
   header hdr;

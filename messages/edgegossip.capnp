@@ -44,6 +44,20 @@ struct Plan {
   epoch @0 :UInt32;
   ratio @1 :Float64;
   lastEpoch @2 :UInt32;
+  adopt @3 :List(Text);
+  adoptPart @4 :UInt32;
+  adoptParts @5 :UInt32;
+}
+
+struct Prediction {
+  platform @0 :Text;
+  throughput @1 :Float64;
+  secondsPerPoint @2 :Float64;
+  t0 @3 :Float64;
+  core @4 :Float64;
+  net @5 :Float64;
+  disk @6 :Float64;
+  observations @7 :UInt64;
 }
 
 struct PeerTraffic {
@@ -72,6 +86,7 @@ struct EpochReport {
   messagesRefused @16 :UInt64;
   receivedFrom @17 :List(PeerTraffic);
   plannedSamples @18 :UInt64;
+  predictedSeconds @19 :Float64;
 }
 
 struct Control {
@@ -89,6 +104,7 @@ struct Envelope {
     plan @5 :Plan;
     epochReport @6 :EpochReport;
     control @7 :Control;
+    prediction @8 :Prediction;
   }
 }
 

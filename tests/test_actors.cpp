@@ -184,11 +184,11 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
   auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
   self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p0));
+             caf::actor_cast<caf::actor>(p0), caf::actor{});
   sched.run();
   BOOST_TEST(seen0->empty());  // waits for every configured platform
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1));
+             caf::actor_cast<caf::actor>(p1), caf::actor{});
   sched.run();
   BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
   BOOST_REQUIRE_EQUAL(seen1->size(), 1u);

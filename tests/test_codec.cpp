@@ -90,11 +90,37 @@ BOOST_AUTO_TEST_CASE(hello_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(plan_round_trip) {
-  plan p{7, 0.375, 12};
+  plan p{7, 0.375, 12, {}, 0, 1};
   plan r = round_trip(p);
   BOOST_TEST(r.epoch == 7u);
   BOOST_TEST(r.ratio == 0.375);
   BOOST_TEST(r.last_epoch == 12u);
+  BOOST_TEST(r.adopt.empty());
+}
+
+BOOST_AUTO_TEST_CASE(plan_with_adopted_shards_round_trip) {
+  plan p{2, 0.5, 9, {"p3", "p7"}, 1, 3};
+  plan r = round_trip(p);
+  BOOST_TEST((r.adopt == std::vector<std::string>{"p3", "p7"}));
+  BOOST_TEST(r.adopt_part == 1u);
+  BOOST_TEST(r.adopt_parts == 3u);
+  // A part beyond the number of parts is refused.
+  plan bad{2, 0.5, 9, {"p3"}, 3, 3};
+  auto buf = encode(envelope{header{"c", protocol_version, "b"}, bad});
+  BOOST_CHECK_THROW(decode(buf, "c"), codec_error);
+}
+
+BOOST_AUTO_TEST_CASE(prediction_round_trip) {
+  prediction p{"p1", 4321.5, 1.0 / 4321.5, 2e-4, 0.75, 1.5, 12.25, 42};
+  prediction r = round_trip(p);
+  BOOST_TEST(r.platform == "p1");
+  BOOST_TEST(r.throughput == 4321.5);
+  BOOST_TEST(r.seconds_per_point == 1.0 / 4321.5);
+  BOOST_TEST(r.t0 == 2e-4);
+  BOOST_TEST(r.core == 0.75);
+  BOOST_TEST(r.net == 1.5);
+  BOOST_TEST(r.disk == 12.25);
+  BOOST_TEST(r.observations == 42u);
 }
 
 BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
@@ -107,6 +133,7 @@ BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
   e.compute_seconds = 10.25;
   e.samples = 15000;
   e.planned_samples = 15008;
+  e.predicted_seconds = 11.75;
   e.iterations = 235;
   e.train_loss = 0.4321;
   e.test_loss = 0.5;
@@ -127,6 +154,7 @@ BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
   BOOST_TEST(r.compute_seconds == e.compute_seconds);
   BOOST_TEST(r.samples == e.samples);
   BOOST_TEST(r.planned_samples == e.planned_samples);
+  BOOST_TEST(r.predicted_seconds == e.predicted_seconds);
   BOOST_TEST(r.iterations == e.iterations);
   BOOST_TEST(r.train_loss == e.train_loss);
   BOOST_TEST(r.test_loss == e.test_loss);

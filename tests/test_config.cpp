@@ -46,6 +46,10 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.strategy.name == b.strategy.name);
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
+  BOOST_TEST(a.edgegossip.aggregator == b.edgegossip.aggregator);
+  BOOST_TEST(a.edgegossip.aggregation_ratio == b.edgegossip.aggregation_ratio);
+  BOOST_TEST(a.edgegossip.p_threshold == b.edgegossip.p_threshold);
+  BOOST_TEST(a.edgegossip.f_threshold == b.edgegossip.f_threshold);
   BOOST_REQUIRE(a.nodes.size() == b.nodes.size());
   for (size_t i = 0; i < a.nodes.size(); ++i) {
     const node_config& x = a.nodes[i];
@@ -53,6 +57,13 @@ void check_same(const cluster_config& a, const cluster_config& b) {
     BOOST_TEST(x.name == y.name);
     BOOST_TEST(x.host == y.host);
     BOOST_TEST(x.port == y.port);
+    BOOST_REQUIRE(x.corunners.size() == y.corunners.size());
+    for (size_t j = 0; j < x.corunners.size(); ++j) {
+      BOOST_TEST(x.corunners[j].kind == y.corunners[j].kind);
+      BOOST_TEST(x.corunners[j].workers == y.corunners[j].workers);
+      BOOST_TEST(x.corunners[j].at_seconds == y.corunners[j].at_seconds);
+      BOOST_TEST(x.corunners[j].until_seconds == y.corunners[j].until_seconds);
+    }
     BOOST_REQUIRE(x.platforms.size() == y.platforms.size());
     for (size_t j = 0; j < x.platforms.size(); ++j) {
       const platform_config& p = x.platforms[j];
@@ -81,11 +92,13 @@ cluster_config unusual_config() {
   c.secret = "it's \"secret\"\n\t\\ λ";
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250};
-  c.strategy = {"gosgd", "async", 1.0 / 3.0};
+  c.strategy = {"edgegossip", "async", 1.0 / 3.0};
+  c.edgegossip = {"isvd-lsh", 20, 0.01, 0.25};
   c.nodes.clear();
-  c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}});
-  c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}});
-  c.nodes.push_back({"c", "10.0.0.2", 0, {{"c0", 1, 0, 1.0, {{5, 2}}}}});
+  c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {}});
+  c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}, {}});
+  c.nodes.push_back({"c", "10.0.0.2", 0, {{"c0", 1, 0, 1.0, {{5, 2}}}},
+                     {{"cpu", 2, 5, 30}, {"disk", 1, 0, 0}}});
   return c;
 }
 
@@ -324,7 +337,7 @@ BOOST_AUTO_TEST_CASE(same_port_on_different_hosts_is_fine) {
   cluster_config c = unusual_config();  // a and b both use 47101, on different hosts
   BOOST_CHECK_NO_THROW(validate(c));
   c.nodes[2].port = 0;  // port 0 picks a free one: no clash on the same host
-  c.nodes.push_back({"d", "10.0.0.2", 0, {{"d0", 1, 0, 1.0, {}}}});
+  c.nodes.push_back({"d", "10.0.0.2", 0, {{"d0", 1, 0, 1.0, {}}}, {}});
   BOOST_CHECK_NO_THROW(validate(c));
 }
 
@@ -340,6 +353,34 @@ BOOST_AUTO_TEST_CASE(node_lookup) {
   for (const auto& p : c.platforms()) names.push_back(p.name);
   BOOST_TEST(names == (std::vector<std::string>{"a0", "a1", "b0", "c0"}),
              boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
+  auto c = default_config();
+  BOOST_TEST(!c.strategy.asynchronous());
+  BOOST_TEST(!c.strategy.edgegossip());
+  apply_override(c, "strategy.name=gosgd-async");
+  BOOST_TEST(c.strategy.asynchronous());
+  apply_override(c, "strategy.name=edgegossip");
+  BOOST_TEST(c.strategy.edgegossip());
+  BOOST_TEST(!c.strategy.asynchronous());
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.name=fastest"); }),
+                      "strategy.name"));
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "edgegossip.aggregator=pca"); }),
+                      "edgegossip.aggregator"));
+}
+
+BOOST_AUTO_TEST_CASE(corunners_are_read_and_checked) {
+  auto c = parse("[[nodes]]\nname = \"a\"\n[[nodes.platforms]]\nname = \"p\"\n"
+                 "[[nodes.corunners]]\nkind = \"cpu\"\nworkers = 2\nat = 5.0\nuntil = 20.0\n",
+                 file);
+  BOOST_REQUIRE_EQUAL(c.nodes[0].corunners.size(), 1u);
+  BOOST_TEST(c.nodes[0].corunners[0].workers == 2);
+  BOOST_TEST(c.nodes[0].corunners[0].until_seconds == 20.0);
+  auto bad = error_of([] {
+    parse("[[nodes]]\nname = \"a\"\n[[nodes.corunners]]\nkind = \"gpu\"\n", file);
+  });
+  BOOST_TEST(contains(bad, "kind"));
 }
 
 BOOST_AUTO_TEST_CASE(to_toml_round_trip) {

@@ -1,0 +1,80 @@
+#include "actors/predictor.hpp"
+
+#include "learning/predictor.hpp"
+#include "messages/codec.hpp"
+#include "storage/store.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+namespace eg::actors {
+namespace {
+
+struct predictor_state {
+  static inline const char* name = "predictor";
+  predictor_args args;
+  learning::contention_sampler sampler;
+  learning::slowdown_model model;
+  learning::contention now;  // the latest contention sample
+  uint64_t unsaved = 0;
+};
+
+using self_ptr = predictor_actor::stateful_pointer<predictor_state>;
+
+predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
+  auto& st = self->state;
+  if (!args.restore.empty()) {
+    try {
+      st.model.restore(args.restore);
+      spdlog::info("[{}] predictor restored {} samples", args.platform, st.model.size());
+    } catch (const std::exception& e) {
+      spdlog::warn("[{}] predictor samples not restored: {}", args.platform, e.what());
+    }
+  }
+  st.args = std::move(args);
+  self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+  return {
+    [self](observe_atom, double seconds, uint64_t samples) {
+      auto& st = self->state;
+      if (samples == 0 || seconds <= 0)
+        return;
+      st.model.observe(st.now, seconds / static_cast<double>(samples));
+      // Persist every 10 observations: a restarted node starts warm.
+      if (++st.unsaved >= 10) {
+        st.unsaved = 0;
+        self->send(st.args.store, store_atom::value,
+                   std::string{storage::name(storage::family::predictor)},
+                   storage::key(st.args.platform, 0), st.model.serialize());
+      }
+    },
+    [self](tick_atom) {
+      auto& st = self->state;
+      st.now = st.sampler.sample();
+      self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+    },
+    [self](predict_atom) -> bytes {
+      auto& st = self->state;
+      messages::prediction p;
+      p.platform = st.args.platform;
+      p.observations = st.model.size();
+      p.core = st.now.core;
+      p.net = st.now.net;
+      p.disk = st.now.disk;
+      if (p.observations > 0) {
+        p.throughput = st.model.throughput(st.now);
+        p.seconds_per_point = st.model.seconds_per_point(st.now);
+        p.t0 = st.model.t0();
+      }
+      return messages::encode(
+        {{st.args.cluster_id, messages::protocol_version, st.args.platform}, p});
+    },
+  };
+}
+
+} // namespace
+
+predictor_actor spawn_predictor(caf::actor_system& sys, predictor_args args) {
+  return sys.spawn(predictor, std::move(args));
+}
+
+} // namespace eg::actors

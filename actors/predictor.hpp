@@ -1,0 +1,26 @@
+#pragma once
+// The predictor: EdgeGossip's performance predictor of one platform. Once a
+// second it samples the contention of co-running programs from /proc; its
+// platform reports how long its iterations really took; it keeps the
+// regression of time per point against contention (learning/predictor.hpp),
+// saves its samples to the store so a restarted node starts warm, and
+// answers the predicted throughput.
+
+#include "actors/interfaces.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <string>
+
+namespace eg::actors {
+
+struct predictor_args {
+  std::string platform;
+  std::string cluster_id;
+  store_actor store;
+  std::string restore;  ///< saved samples ("" for none)
+};
+
+predictor_actor spawn_predictor(caf::actor_system& sys, predictor_args args);
+
+} // namespace eg::actors
