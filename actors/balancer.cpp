@@ -30,7 +30,7 @@ struct platform_entry {
   predictor_actor predictor;
   bool up = true;
   messages::epoch_report progress;  // latest progress or report
-  uint64_t shard_size = 0;          // |X_i|, learned from its first report
+  uint64_t shard_size = 0;          // |X_i|
   std::map<uint32_t, double> predicted_seconds;  // per epoch, EdgeGossip
 };
 
@@ -453,8 +453,9 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       if (i != st.platforms.end() && i->second.handle == h)
         return;
       self->monitor(h);
+      auto size = st.args.shard_sizes.find(name);
       st.platforms[name] = platform_entry{node, h, caf::actor_cast<predictor_actor>(predictor),
-                                          true, {}, 0, {}};
+                                          true, {}, size == st.args.shard_sizes.end() ? 0 : size->second, {}};
       st.platforms[name].progress.platform = name;
       spdlog::info("balancer: platform {} joined from node {} ({}/{})", name, node,
                    st.platforms.size(), expected.size());
@@ -469,10 +470,6 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         auto i = st.platforms.find(r.platform);
         if (i != st.platforms.end()) {
           i->second.progress = r;
-          // |X_i| = planned points / r_i (a full epoch plans the whole shard).
-          if (r.ratio > 0)
-            i->second.shard_size = static_cast<uint64_t>(
-              std::llround(static_cast<double>(r.planned_samples) / r.ratio));
           auto p = i->second.predicted_seconds.find(r.epoch);
           if (p != i->second.predicted_seconds.end())
             r.predicted_seconds = p->second;

@@ -11,6 +11,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,7 @@ struct balancer_args {
   std::shared_ptr<const learning::dataset> test_set;
   node_actor node;        ///< told when the run is over
   bool interactive = false;  ///< redraw one progress line (a terminal) instead of log lines
+  std::map<std::string, uint64_t> shard_sizes;  ///< |X_i| of every platform
 };
 
 balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args);

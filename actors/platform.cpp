@@ -38,6 +38,7 @@ struct platform_state {
   uint32_t last_epoch = 0;
   double ratio = 1;
   messages::plan plan;  // the current epoch's plan
+  std::vector<int64_t> subset_classes;  // label of each aggregated point
   bool running = false;  // an epoch is in progress
   bool paused = false;
   bool finished = false;
@@ -135,14 +136,14 @@ learning::epoch_plan make_plan(self_ptr self) {
   if (!extra.empty())
     spdlog::info("[{}] epoch {}: also training on {} points of failed platforms", st.args.platform.name,
                  st.epoch, extra.size());
-  if (!st.args.aggregated) {
+  if (!st.args.aggregated || st.args.edgegossip.selection == "random") {
     auto shard = st.trainer->shard();
     shard.insert(shard.end(), extra.begin(), extra.end());
     return learning::shuffled_plan(shard, st.args.train.batch, st.ratio, st.rng);
   }
   // Algorithm 2: losses of the aggregated points under the current model,
-  // ranking (kept in the store), then whole subsets in ranked order until
-  // |X_i| * r_i points.
+  // ranking (kept in the store), then the highest-ranked whole subsets until
+  // |X_i| * r_i points (visited in random order: learning/ranking.hpp).
   auto& agg = *st.args.aggregated;
   auto ranking = learning::rank_by_loss(learning::aggregated_losses(st.trainer->model(), agg));
   std::string bytes(reinterpret_cast<const char*>(ranking.data()),
@@ -152,7 +153,8 @@ learning::epoch_plan make_plan(self_ptr self) {
              storage::key(st.args.platform.name, st.epoch), std::move(bytes));
   auto budget = static_cast<int64_t>(
     std::ceil(static_cast<double>(st.trainer->shard().size()) * st.ratio - 1e-9));
-  auto plan = learning::ranked_plan(agg.members, ranking, st.args.train.batch, budget);
+  auto plan = learning::accuracy_aware_plan(agg.members, st.subset_classes, ranking,
+                                            st.args.train.batch, budget, st.rng);
   if (!extra.empty()) {
     // Adopted points have no aggregated points here: shuffled, in proportion.
     auto more = learning::shuffled_plan(extra, st.args.train.batch, st.ratio, st.rng);
@@ -228,9 +230,13 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   auto model = learning::make_classifier(args.train.model, args.seed);
   learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
   st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
-  st.strategy = learning::make_strategy(args.strategy.name, args.cluster_platforms,
+  st.strategy = learning::make_strategy(args.strategy.mixing(), args.cluster_platforms,
                                         args.strategy.exchange_probability);
   st.names = learning::parameter_names(*model);
+  if (args.aggregated) {
+    auto labels = args.aggregated->labels.contiguous();
+    st.subset_classes.assign(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
+  }
   st.params = learning::parameters(*model);
   if (args.restore) {
     learning::load_model(*model, args.restore->model);

@@ -253,8 +253,12 @@ std::string run_node(const config::cluster_config& cfg, const std::string& node_
     pa.store = nargs.store;
     nargs.platforms.push_back(std::move(pa));
   }
-  if (hosts_balancer)
-    nargs.balancer = balancer_args{cfg, test, {}, opts.interactive};
+  if (hosts_balancer) {
+    std::map<std::string, uint64_t> sizes;
+    for (size_t i = 0; i < all.size(); ++i)
+      sizes[all[i].name] = shards[i].size();
+    nargs.balancer = balancer_args{cfg, test, {}, opts.interactive, std::move(sizes)};
+  }
   auto store = nargs.store;
   auto node = spawn_node(sys, std::move(nargs));
 

@@ -83,12 +83,19 @@ struct strategy_config {
   bool asynchronous() const { return schedule == "async" || name == "gosgd-async"; }
   /// True when the predictor, balancer and accuracy-aware trainer are on.
   bool edgegossip() const { return name == "edgegossip"; }
+  /// The gossip arithmetic of the mixers: GoSGD's sum-weight gossip for all
+  /// three (EdgeGossip gossips as GoSGD does).
+  std::string mixing() const { return "gosgd"; }
 };
 
 /// EdgeGossip's parameters (ALGORITHMS.md section 1).
 struct edgegossip_config {
   std::string aggregator = "svd-kmeans";  ///< "svd-kmeans", "isvd-lsh" or "hash-kmeans"
   int64_t aggregation_ratio = 10;          ///< points per aggregated point
+  /// What a platform trains on when r_i < 1: "loss" (the accuracy-aware
+  /// trainer: highest-loss aggregated subsets) or "random" (a random r_i of
+  /// the shard; the balancer alone).
+  std::string selection = "loss";
   double p_threshold = 0.001;              ///< a platform slower than this has failed
   double f_threshold = 0.1;                ///< failed share that triggers exception handling
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -83,6 +84,46 @@ epoch_plan ranked_plan(const std::vector<std::vector<int64_t>>& members,
   }
   if (!current.empty())
     plan.batches.push_back(std::move(current));
+  return plan;
+}
+
+epoch_plan accuracy_aware_plan(const std::vector<std::vector<int64_t>>& members,
+                               const std::vector<int64_t>& classes,
+                               const std::vector<int64_t>& ranking, int64_t batch,
+                               int64_t budget, std::mt19937_64& rng) {
+  if (batch <= 0)
+    throw std::invalid_argument("accuracy_aware_plan: batch size must be positive");
+  if (classes.size() != members.size())
+    throw std::invalid_argument("accuracy_aware_plan: " + std::to_string(classes.size()) +
+                                " classes for " + std::to_string(members.size()) + " subsets");
+  // Each class's share of the budget follows its share of the points.
+  std::map<int64_t, double> points_of;
+  double total = 0;
+  for (size_t j = 0; j < members.size(); ++j) {
+    points_of[classes[j]] += static_cast<double>(members[j].size());
+    total += static_cast<double>(members[j].size());
+  }
+  std::map<int64_t, double> left;
+  for (auto& [c, n] : points_of)
+    left[c] = total > 0 ? static_cast<double>(budget) * n / total : 0;
+  std::vector<int64_t> points;
+  for (int64_t j : ranking) {
+    if (j < 0 || j >= static_cast<int64_t>(members.size()))
+      throw std::invalid_argument("accuracy_aware_plan: ranking names aggregated point " +
+                                  std::to_string(j) + " of " + std::to_string(members.size()));
+    auto& subset = members[static_cast<size_t>(j)];
+    auto& room = left[classes[static_cast<size_t>(j)]];
+    if (room <= 0)
+      continue;
+    points.insert(points.end(), subset.begin(), subset.end());
+    room -= static_cast<double>(subset.size());
+  }
+  std::shuffle(points.begin(), points.end(), rng);
+  epoch_plan plan;
+  for (size_t begin = 0; begin < points.size(); begin += static_cast<size_t>(batch))
+    plan.batches.emplace_back(points.begin() + static_cast<std::ptrdiff_t>(begin),
+                              points.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                 points.size(), begin + static_cast<size_t>(batch))));
   return plan;
 }
 

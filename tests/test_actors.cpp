@@ -178,7 +178,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   auto test_set = std::make_shared<learning::dataset>();
   test_set->images = torch::randn({20, 1, 28, 28});
   test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false});
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
   auto seen0 = std::make_shared<std::vector<messages::plan>>();
   auto seen1 = std::make_shared<std::vector<messages::plan>>();
   auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);

@@ -48,6 +48,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
   BOOST_TEST(a.edgegossip.aggregator == b.edgegossip.aggregator);
   BOOST_TEST(a.edgegossip.aggregation_ratio == b.edgegossip.aggregation_ratio);
+  BOOST_TEST(a.edgegossip.selection == b.edgegossip.selection);
   BOOST_TEST(a.edgegossip.p_threshold == b.edgegossip.p_threshold);
   BOOST_TEST(a.edgegossip.f_threshold == b.edgegossip.f_threshold);
   BOOST_REQUIRE(a.nodes.size() == b.nodes.size());
@@ -93,7 +94,7 @@ cluster_config unusual_config() {
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250};
   c.strategy = {"edgegossip", "async", 1.0 / 3.0};
-  c.edgegossip = {"isvd-lsh", 20, 0.01, 0.25};
+  c.edgegossip = {"isvd-lsh", 20, "random", 0.01, 0.25};
   c.nodes.clear();
   c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {}});
   c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}, {}});

@@ -2,6 +2,9 @@
 #include "learning/ranking.hpp"
 
 #include <boost/test/unit_test.hpp>
+
+#include <map>
+#include <set>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -183,6 +186,41 @@ BOOST_AUTO_TEST_CASE(aggregated_losses_leave_no_gradients_and_restore_the_mode) 
   BOOST_CHECK_THROW(aggregated_losses(*model, a), std::exception);
   BOOST_TEST(model->is_training());
   BOOST_TEST(torch::GradMode::is_enabled());
+}
+
+BOOST_AUTO_TEST_CASE(accuracy_aware_plan_trains_the_hardest_subsets_of_every_class) {
+  // Ten subsets of 4 points, classes 0 (subsets 0-4) and 1 (subsets 5-9);
+  // subset j holds points 10j .. 10j+3.
+  std::vector<std::vector<int64_t>> members;
+  std::vector<int64_t> classes;
+  for (int64_t j = 0; j < 10; ++j) {
+    members.push_back({10 * j, 10 * j + 1, 10 * j + 2, 10 * j + 3});
+    classes.push_back(j < 5 ? 0 : 1);
+  }
+  // Class 1 is all harder than class 0; within a class higher j is harder.
+  std::vector<int64_t> ranking{9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+  std::mt19937_64 rng(3);
+  auto plan = eg::learning::accuracy_aware_plan(members, classes, ranking, 8, 16, rng);
+  // Budget 16 = 8 points per class: the two hardest subsets of each, whole.
+  std::map<int64_t, int> count;
+  for (auto& b : plan.batches) {
+    BOOST_TEST(b.size() <= 8u);
+    for (auto i : b)
+      ++count[i / 10];
+  }
+  BOOST_TEST((count == std::map<int64_t, int>{{3, 4}, {4, 4}, {8, 4}, {9, 4}}));
+  BOOST_TEST(plan.samples() == 16);
+  // The points are shuffled into batches: some batch mixes the classes.
+  bool mixed = false;
+  for (auto& b : plan.batches) {
+    std::set<int64_t> cs;
+    for (auto i : b)
+      cs.insert(i / 10 < 5 ? 0 : 1);
+    mixed = mixed || cs.size() == 2;
+  }
+  BOOST_TEST(mixed);
+  BOOST_CHECK_THROW(eg::learning::accuracy_aware_plan(members, {0, 1}, ranking, 8, 16, rng),
+                    std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
