@@ -15,6 +15,9 @@
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 
+#include <map>
+#include <set>
+
 using namespace eg;
 using namespace eg::actors;
 
@@ -232,6 +235,79 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   // The balancer's timers hold it alive: end it explicitly.
   self->send_exit(b, caf::exit_reason::user_shutdown);
   self->send_exit(p0, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+namespace {
+
+/// A stand-in predictor answering a fixed throughput.
+predictor_actor::behavior_type fake_predictor(predictor_actor::pointer, std::string name,
+                                              std::string cluster, double throughput) {
+  return {
+    [](observe_atom, double, uint64_t) {},
+    [](tick_atom) {},
+    [=](predict_atom) {
+      messages::prediction p;
+      p.platform = name;
+      p.throughput = throughput;
+      p.observations = 10;
+      return messages::encode({hdr(cluster, name), p});
+    },
+  };
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
+  test::temp_dir dir;
+  auto cfg = config::default_config();
+  cfg.id = "eg";
+  cfg.strategy.name = "edgegossip";
+  cfg.train.epochs = 2;
+  cfg.output_dir = dir / "runs";
+  auto test_set = std::make_shared<learning::dataset>();
+  test_set->images = torch::randn({20, 1, 28, 28});
+  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  std::map<std::string, uint64_t> sizes{{"p0", 1500}, {"p1", 1500}, {"p2", 1500}, {"p3", 1500}};
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, sizes});
+  // Throughputs 300, 300, 100, 60 points/s: the paper's 3x and 5x unbalance.
+  double speed[] = {300, 300, 100, 60};
+  std::vector<std::shared_ptr<std::vector<messages::plan>>> seen;
+  std::vector<platform_actor> platforms;
+  for (int i = 0; i < 4; ++i) {
+    auto name = "p" + std::to_string(i);
+    seen.push_back(std::make_shared<std::vector<messages::plan>>());
+    platforms.push_back(sys.spawn(fake_platform, name, cfg.id, seen.back()));
+    auto pred = sys.spawn(fake_predictor, name, cfg.id, speed[i]);
+    self->send(b, join_atom::value, name, std::string{"local"},
+               caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred));
+  }
+  sched.run();
+  double expected[] = {1.0, 1.0, 1.0 / 3.0, 0.2};
+  for (int i = 0; i < 4; ++i) {
+    BOOST_REQUIRE_EQUAL(seen[i]->size(), 1u);
+    BOOST_TEST(std::abs(seen[i]->back().ratio - expected[i]) < 1e-9);
+    BOOST_TEST(seen[i]->back().adopt.empty());
+  }
+  // p3 goes down: 1 of 4 failed is past f_threshold (10 %), so the
+  // survivors adopt its shard for the next epoch, in three parts.
+  for (int i = 0; i < 3; ++i)
+    self->send(b, report_atom::value, report(cfg.id, "p" + std::to_string(i), 0));
+  self->send_exit(platforms[3], caf::exit_reason::kill);
+  sched.run();
+  std::set<uint32_t> parts;
+  for (int i = 0; i < 3; ++i) {
+    BOOST_REQUIRE_EQUAL(seen[i]->size(), 2u);
+    auto& p = seen[i]->back();
+    BOOST_TEST(p.epoch == 1u);
+    BOOST_TEST((p.adopt == std::vector<std::string>{"p3"}));
+    BOOST_TEST(p.adopt_parts == 3u);
+    parts.insert(p.adopt_part);
+  }
+  BOOST_TEST(parts.size() == 3u);
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  for (auto& p : platforms)
+    self->send_exit(p, caf::exit_reason::user_shutdown);
   sched.run();
 }
 
