@@ -244,7 +244,10 @@ void write_outputs(self_ptr self) {
       epochs.push_back(e);
     write_cluster_csv((dir / "cluster.csv").string(), epochs);
     learning::write_state_dict(*st.model, (dir / "model.pt").string());
-    std::ofstream((dir / "config.toml").string()) << config::to_toml(st.args.cluster);
+    auto shown = st.args.cluster;
+    if (!shown.secret.empty())
+      shown.secret = "(not written)";  // run directories get copied around
+    std::ofstream((dir / "config.toml").string()) << config::to_toml(shown);
     spdlog::info("run directory: {}", dir.string());
   } catch (const std::exception& e) {
     spdlog::error("cannot write the run directory {}: {}", dir.string(), e.what());

@@ -19,14 +19,7 @@ std::vector<float> aggregated_losses(classifier& model, const aggregated_points&
     throw std::invalid_argument("aggregated_losses: " + std::to_string(m) +
                                 " points but a different number of labels");
 
-  // Restores the mode even when forward throws.
-  struct mode_guard {
-    classifier& m;
-    bool was_training;
-    ~mode_guard() { m.train(was_training); }
-  } guard{model, model.is_training()};
-  torch::NoGradGuard no_grad;
-  model.eval();
+  evaluation_scope scope(model);
 
   constexpr int64_t batch = 1000;
   std::vector<float> losses;

@@ -106,14 +106,7 @@ evaluation evaluate(classifier& model, const dataset& data, int64_t batch) {
   if (n == 0)
     return {};
 
-  // Restores the mode even when forward throws.
-  struct mode_guard {
-    classifier& m;
-    bool was_training;
-    ~mode_guard() { m.train(was_training); }
-  } guard{model, model.is_training()};
-  torch::NoGradGuard no_grad;
-  model.eval();
+  evaluation_scope scope(model);
 
   double loss = 0;
   int64_t correct = 0;
