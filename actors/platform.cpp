@@ -266,6 +266,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.last_epoch = p->last_epoch;
       st.ratio = p->ratio;
       st.plan = *p;
+      st.strategy->scale_exchange(1.0 / std::max(p->ratio, 1e-3));
       if (!st.running)
         begin_epoch(self);
     },

@@ -1,5 +1,7 @@
 #include "learning/gossip.hpp"
 
+#include <algorithm>
+
 #include <torch/torch.h>
 
 #include <stdexcept>
@@ -7,7 +9,7 @@
 namespace eg::learning {
 
 gosgd::gosgd(double initial_weight, double exchange_probability)
-    : weight_(initial_weight), p_(exchange_probability) {
+    : weight_(initial_weight), configured_p_(exchange_probability), p_(exchange_probability) {
   if (!(initial_weight > 0))
     throw std::invalid_argument("gosgd: initial weight must be positive");
   if (!(exchange_probability >= 0 && exchange_probability <= 1))
@@ -34,6 +36,13 @@ void gosgd::merge(const std::vector<torch::Tensor>& params,
   for (size_t i = 0; i < params.size(); ++i)
     params[i].mul_(keep).add_(received[i], take);
   weight_ = total;
+}
+
+void gosgd::scale_exchange(double factor) {
+  if (!(factor > 0))
+    throw std::invalid_argument("gosgd: exchange scale " + std::to_string(factor) +
+                                " is not positive");
+  p_ = std::min(1.0, configured_p_ * factor);
 }
 
 std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&,

@@ -36,6 +36,12 @@ public:
   /// after this call).
   virtual std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
                                              std::mt19937_64& rng) = 0;
+  /// Scales how often this platform exchanges per iteration (1: as
+  /// configured). A platform that runs r_i of its iterations in an epoch
+  /// exchanges 1 / r_i times as often, so every platform sends as many
+  /// messages per epoch: otherwise the slow ones, stepping less, hoard
+  /// gossip weight, and their lagging models dominate every merge.
+  virtual void scale_exchange(double factor) = 0;
 };
 
 /// GoSGD (Blot et al.): sum-weight gossip. Start weight 1/M; merge
@@ -51,9 +57,11 @@ public:
              double received_weight) override;
   std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
                                      std::mt19937_64& rng) override;
+  void scale_exchange(double factor) override;
 
 private:
   double weight_;
+  double configured_p_;
   double p_;
 };
 

@@ -482,6 +482,29 @@ BOOST_AUTO_TEST_CASE(gosgd_after_step_halves_weight) {
   BOOST_CHECK_THROW(gosgd(0.5, 1.5), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(gosgd_exchange_scales_with_the_share_of_iterations) {
+  // A platform running a fifth of its iterations exchanges five times as
+  // often per iteration: as many messages per epoch as a full one.
+  std::mt19937_64 rng(7);
+  std::vector<torch::Tensor> x{torch::ones({2})};
+  gosgd full(0.25, 0.1), fifth(0.25, 0.1);
+  fifth.scale_exchange(5.0);
+  int sent_full = 0, sent_fifth = 0;
+  for (int i = 0; i < 20000; ++i) {
+    sent_full += static_cast<int>(full.after_step(x, rng).size());
+    full.set_weight(0.25);
+    if (i % 5 == 0) {
+      sent_fifth += static_cast<int>(fifth.after_step(x, rng).size());
+      fifth.set_weight(0.25);
+    }
+  }
+  BOOST_TEST(std::abs(sent_full - 2000) < 200);
+  BOOST_TEST(std::abs(sent_fifth - 2000) < 200);
+  fifth.scale_exchange(100.0);  // capped at probability 1
+  BOOST_TEST(fifth.after_step(x, rng).size() == 1u);
+  BOOST_CHECK_THROW(fifth.scale_exchange(0.0), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(gosgd_conserves_weight) {
   // Four platforms exchange at random; held plus in-flight weight stays 1
   // and, without local steps, so does the weighted sum of the models.
