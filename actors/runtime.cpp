@@ -141,6 +141,7 @@ public:
       timespec tick{0, 200'000'000};
       while (!over_) {
         if (sigtimedwait(&set_, nullptr, &tick) > 0) {
+          received_ = true;
           spdlog::info("signal received: stopping cleanly");
           caf::anon_send(node, control_atom::value, std::string{"stop"});
         }
@@ -152,6 +153,8 @@ public:
     if (thread_.joinable())
       thread_.join();
   }
+  /// True once a signal asked the node to stop.
+  bool received() const { return received_; }
   /// Blocks the signals in this thread and every thread it starts later.
   static void block() {
     sigset_t set;
@@ -165,12 +168,13 @@ private:
   bool enabled_;
   sigset_t set_;
   std::atomic<bool> over_{false};
+  std::atomic<bool> received_{false};
   std::thread thread_;
 };
 
 } // namespace
 
-std::string run_node(const config::cluster_config& cfg, const std::string& node_name,
+run_outcome run_node(const config::cluster_config& cfg, const std::string& node_name,
                      const runtime_options& opts) {
   config::validate(cfg);
   tune_allocator();
@@ -262,7 +266,7 @@ std::string run_node(const config::cluster_config& cfg, const std::string& node_
   auto store = nargs.store;
   auto node = spawn_node(sys, std::move(nargs));
 
-  std::string run;
+  run_outcome outcome;
   {
     signal_watch signals(opts.handle_signals, node);
     corunners load(me.corunners, (std::filesystem::path(cfg.storage_dir) / (node_name + "-corunners")).string());
@@ -278,14 +282,15 @@ std::string run_node(const config::cluster_config& cfg, const std::string& node_
     }
     caf::scoped_actor self{sys};
     self->request(node, caf::infinite, wait_atom::value)
-      .receive([&](std::string& r) { run = std::move(r); },
+      .receive([&](std::string& r) { outcome.run = std::move(r); },
                [&](caf::error& err) {
                  spdlog::error("node {} ended abnormally: {}", node_name, sys.render(err));
                });
+    outcome.stopped = signals.received();
   }
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
-  return run;
+  return outcome;
 }
 
 } // namespace eg::actors

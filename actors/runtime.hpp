@@ -28,11 +28,16 @@ std::vector<double> resolved_shares(const config::cluster_config& cfg);
 /// run_node; idempotent.
 void tune_allocator();
 
+struct run_outcome {
+  std::string run;      ///< the run's name; empty when it did not end normally
+  bool stopped = false; ///< SIGINT / SIGTERM stopped it (after final checkpoints)
+};
+
 /// Runs node `node` of `cfg` until its platforms are done (or it is stopped).
-/// Returns the run name (empty when stopped before the run ended). Throws
+/// Throws
 /// config::config_error, learning::data_error or storage::storage_error for
 /// unusable input, std::runtime_error for other failures.
-std::string run_node(const config::cluster_config& cfg, const std::string& node,
+run_outcome run_node(const config::cluster_config& cfg, const std::string& node,
                      const runtime_options& opts);
 
 } // namespace eg::actors

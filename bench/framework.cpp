@@ -67,7 +67,7 @@ framework_result in_actors(const options& opt, int platforms, int threads, int64
   for (int i = 0; i < platforms; ++i)
     cfg.nodes[0].platforms.push_back(
       {"p" + std::to_string(i), threads, 1.0 / platforms, 1.0, {}});
-  auto run = actors::run_node(cfg, "local", {});
+  auto run = actors::run_node(cfg, "local", {}).run;
   std::ifstream in(std::filesystem::path(cfg.output_dir) / run / "metrics.csv");
   std::string line;
   std::getline(in, line);

@@ -133,7 +133,7 @@ int tta(const options& opt, const tta_options& t) {
     std::filesystem::remove_all(cfg.output_dir);
     config::validate(cfg);
     auto start = std::chrono::steady_clock::now();
-    auto run = actors::run_node(cfg, "local", {});
+    auto run = actors::run_node(cfg, "local", {}).run;
     outcome o;
     o.strategy = s;
     o.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -129,15 +129,15 @@ int main(int argc, char** argv) {
       auto cfg = eg::actors::as_one_process(run_opts.load());
       bool terminal = isatty(STDERR_FILENO);
       setup_logging(run_opts.verbose, terminal);
-      auto name = eg::actors::run_node(cfg, "local", {terminal, true});
-      return name.empty() ? 1 : 0;
+      auto outcome = eg::actors::run_node(cfg, "local", {terminal, true});
+      return outcome.stopped || !outcome.run.empty() ? 0 : 1;
     }
     if (*node) {
       auto cfg = node_opts.load();
       setup_logging(node_opts.verbose, false);
       cfg.node(node_name);  // names an unknown node before anything starts
-      auto name = eg::actors::run_node(cfg, node_name, {false, true});
-      return name.empty() ? 1 : 0;
+      auto outcome = eg::actors::run_node(cfg, node_name, {false, true});
+      return outcome.stopped || !outcome.run.empty() ? 0 : 1;
     }
     if (*bench) {
       setup_logging(false, false);

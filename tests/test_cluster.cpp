@@ -73,4 +73,23 @@ BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(sigterm_stops_a_run_cleanly_and_soon) {
+  temp_dir dir;
+  process run({EG_BINARY, "run", "--epochs", "50", "--set", "data.train_samples=8000", "--set",
+               "storage.dir=\"" + dir / "data" + "\"", "--output", dir / "runs"},
+              dir / "run.log");
+  // Wait until training runs, then ask it to stop.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (run.output().find("training run") == std::string::npos
+         && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  BOOST_REQUIRE_MESSAGE(run.output().find("training run") != std::string::npos, run.output());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  run.signal(SIGTERM);
+  auto code = run.wait(std::chrono::seconds(20));
+  BOOST_TEST_INFO(run.output());
+  BOOST_TEST(code == 0);
+  BOOST_TEST(run.output().find("final checkpoints") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
