@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 namespace eg::actors {
@@ -91,6 +92,38 @@ std::string run_name(const std::string& cluster) {
   return cluster + "-" + buf;
 }
 
+/// Asks every target for one encoded answer, all at once, and calls `done`
+/// with the answers once each target has answered or failed (failures are
+/// logged and left out), so a dead peer never holds the balancer up.
+template <class Handle, class Atom>
+void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
+            std::chrono::seconds timeout, Atom atom, const char* what,
+            std::function<void(std::vector<bytes>&)> done) {
+  struct state {
+    size_t pending;
+    std::vector<bytes> answers;
+    std::function<void(std::vector<bytes>&)> done;
+  };
+  auto g = std::make_shared<state>(state{targets.size(), {}, std::move(done)});
+  if (targets.empty()) {
+    g->done(g->answers);
+    return;
+  }
+  for (auto& [name, handle] : targets)
+    self->request(handle, timeout, atom)
+      .then(
+        [g](bytes& answer) {
+          g->answers.push_back(std::move(answer));
+          if (--g->pending == 0)
+            g->done(g->answers);
+        },
+        [g, what, name = name](caf::error& err) {
+          spdlog::warn("balancer: no {} from {}: {}", what, name, caf::to_string(err));
+          if (--g->pending == 0)
+            g->done(g->answers);
+        });
+}
+
 /// Sends every live platform its plan for `epoch`; `ratios` and `adopt`
 /// come from Algorithm 1 (empty: GoSGD, every r_i = 1).
 void send_plans(self_ptr self, uint32_t epoch, const std::map<std::string, double>& ratios,
@@ -160,15 +193,10 @@ void balance_and_send(self_ptr self, uint32_t epoch,
     spdlog::warn("balancer: {} of {} platforms failed: survivors take over their shards",
                  plan.failed, plan.platforms.size());
   spdlog::info("balancer: epoch {} plan:{}", epoch + 1, line);
-  // A platform below p_threshold is left out of this epoch.
-  for (auto& d : plan.platforms)
-    if (d.failed)
-      ratios[d.name] = 0;
-  std::map<std::string, double> kept;
-  for (auto& [name, r] : ratios)
-    if (r > 0)
-      kept[name] = r;
-  send_plans(self, epoch, kept, adopt);
+  // A platform that is still up but predicted below p_threshold has no ratio
+  // here and trains its whole shard (send_plans' default), so the epoch
+  // barrier, which waits for every live platform, is never held up by it.
+  send_plans(self, epoch, ratios, adopt);
 }
 
 void send_plan(self_ptr self, uint32_t epoch) {
@@ -180,44 +208,25 @@ void send_plan(self_ptr self, uint32_t epoch) {
   if (st.planning.count(epoch))
     return;
   st.planning.insert(epoch);
-  struct gather {
-    size_t pending = 0;
-    std::map<std::string, messages::prediction> predictions;
-  };
-  auto g = std::make_shared<gather>();
-  auto done = [self, g, epoch] {
-    self->state.planning.erase(epoch);
-    balance_and_send(self, epoch, g->predictions);
-  };
+  std::vector<std::pair<std::string, predictor_actor>> targets;
   for (auto& [name, entry] : st.platforms)
     if (entry.up && entry.predictor)
-      ++g->pending;
-  if (g->pending == 0) {
-    done();
-    return;
-  }
-  for (auto& [name, entry] : st.platforms) {
-    if (!entry.up || !entry.predictor)
-      continue;
-    self->request(entry.predictor, std::chrono::seconds(5), predict_atom::value)
-      .then(
-        [self, g, done](const bytes& buf) {
-          try {
-            auto env = messages::decode(buf, self->state.args.cluster.id);
-            auto& p = std::get<messages::prediction>(env.payload);
-            g->predictions[p.platform] = p;
-          } catch (const std::exception& e) {
-            spdlog::warn("balancer: refused a prediction: {}", e.what());
-          }
-          if (--g->pending == 0)
-            done();
-        },
-        [g, done, name = name](caf::error& err) {
-          spdlog::warn("balancer: no prediction from {}: {}", name, caf::to_string(err));
-          if (--g->pending == 0)
-            done();
-        });
-  }
+      targets.emplace_back(name, entry.predictor);
+  gather(self, targets, std::chrono::seconds(5), predict_atom::value, "prediction",
+         [self, epoch](std::vector<bytes>& answers) {
+           std::map<std::string, messages::prediction> predictions;
+           for (auto& buf : answers) {
+             try {
+               auto env = messages::decode(buf, self->state.args.cluster.id);
+               auto& p = std::get<messages::prediction>(env.payload);
+               predictions[p.platform] = p;
+             } catch (const std::exception& e) {
+               spdlog::warn("balancer: refused a prediction: {}", e.what());
+             }
+           }
+           self->state.planning.erase(epoch);
+           balance_and_send(self, epoch, predictions);
+         });
 }
 
 void start(self_ptr self) {
@@ -327,17 +336,15 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
                       : 0.0;
     ce.training_seconds = before + std::chrono::duration<double>(end - from).count();
   }
-  struct gather {
-    cluster_epoch ce;
-    size_t pending = 0;
-    std::vector<bytes> buffers;
-  };
-  auto g = std::make_shared<gather>();
-  g->ce = ce;
-  auto done = [self, g, epoch] {
+  std::vector<std::pair<std::string, platform_actor>> targets;
+  for (auto& [name, entry] : st.platforms)
+    if (entry.up)
+      targets.emplace_back(name, entry.handle);
+  gather(self, targets, std::chrono::seconds(30), weights_atom::value, "weights",
+         [self, ce, epoch](std::vector<bytes>& answers) mutable {
     auto& st = self->state;
     std::vector<std::vector<torch::Tensor>> models;
-    for (auto& buf : g->buffers) {
+    for (auto& buf : answers) {
       try {
         auto env = messages::decode(buf, st.args.cluster.id);
         auto& w = std::get<messages::weights>(env.payload);
@@ -356,36 +363,13 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       for (size_t i = 0; i < avg.size(); ++i)
         st.like[i].copy_(avg[i]);
       auto eval = learning::evaluate(*st.model, *st.args.test_set);
-      g->ce.averaged_loss = eval.loss;
-      g->ce.averaged_accuracy = eval.accuracy;
+      ce.averaged_loss = eval.loss;
+      ce.averaged_accuracy = eval.accuracy;
     }
     st.evaluating.erase(epoch);
-    st.evaluated[epoch] = g->ce;
+    st.evaluated[epoch] = ce;
     epoch_evaluated(self, epoch);
-  };
-  for (auto& [name, entry] : st.platforms)
-    if (entry.up)
-      ++g->pending;
-  if (g->pending == 0) {
-    done();
-    return;
-  }
-  for (auto& [name, entry] : st.platforms) {
-    if (!entry.up)
-      continue;
-    self->request(entry.handle, std::chrono::seconds(30), weights_atom::value)
-      .then(
-        [g, done](bytes& buf) {
-          g->buffers.push_back(std::move(buf));
-          if (--g->pending == 0)
-            done();
-        },
-        [g, done, name = name](caf::error& err) {
-          spdlog::warn("balancer: no weights from {}: {}", name, caf::to_string(err));
-          if (--g->pending == 0)
-            done();
-        });
-  }
+  });
 }
 
 void check_epochs(self_ptr self) {

@@ -137,9 +137,10 @@ learning::epoch_plan make_plan(self_ptr self) {
     spdlog::info("[{}] epoch {}: also training on {} points of failed platforms", st.args.platform.name,
                  st.epoch, extra.size());
   if (!st.args.aggregated || st.args.edgegossip.selection == "random") {
-    auto shard = st.trainer->shard();
-    shard.insert(shard.end(), extra.begin(), extra.end());
-    return learning::shuffled_plan(shard, st.args.train.batch, st.ratio, st.rng);
+    if (extra.empty())
+      return learning::shuffled_plan(st.trainer->shard(), st.args.train.batch, st.ratio, st.rng);
+    extra.insert(extra.end(), st.trainer->shard().begin(), st.trainer->shard().end());
+    return learning::shuffled_plan(extra, st.args.train.batch, st.ratio, st.rng);
   }
   // Algorithm 2: losses of the aggregated points under the current model,
   // ranking (kept in the store), then the highest-ranked whole subsets until

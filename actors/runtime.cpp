@@ -88,7 +88,7 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
                 const learning::shards& shards, const learning::dataset& train,
                 const std::vector<std::string>& local, storage::store& db) {
   std::map<std::string, std::shared_ptr<const learning::aggregated_points>> out;
-  std::vector<std::pair<std::string, std::future<learning::aggregated_points>>> jobs;
+  std::vector<std::pair<size_t, std::future<learning::aggregated_points>>> jobs;
   auto opt = learning::aggregator_from_name(cfg.edgegossip.aggregator,
                                             cfg.edgegossip.aggregation_ratio, cfg.seed);
   for (size_t i = 0; i < all.size(); ++i) {
@@ -107,19 +107,17 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
                      all[i].name, e.what());
       }
     }
-    jobs.emplace_back(all[i].name, std::async(std::launch::async, [&train, &shards, i, opt] {
+    jobs.emplace_back(i, std::async(std::launch::async, [&train, &shards, i, opt] {
                         return learning::aggregate(train, shards[i], opt);
                       }));
   }
-  for (auto& [name, job] : jobs) {
+  for (auto& [i, job] : jobs) {
+    const auto& name = all[i].name;
     auto a = job.get();
     spdlog::info("[{}] {} aggregated points ({}): reduction {:.2f} s, division {:.2f} s, "
                  "means {:.2f} s",
                  name, a.size(), cfg.edgegossip.aggregator, a.reduce_seconds, a.divide_seconds,
                  a.mean_seconds);
-    size_t i = 0;
-    while (all[i].name != name)
-      ++i;
     db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i]),
            learning::serialize(a));
     out[name] = std::make_shared<const learning::aggregated_points>(std::move(a));
