@@ -2,10 +2,19 @@
 // Benchmarks reachable as `edgegossip bench NAME`. Each runs its baseline in
 // the same run, prints its figures and ends with a one-line summary.
 
+#include <functional>
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace eg::bench {
+
+/// Adds `bench NAME [options]` to the command line; the function returned runs
+/// the benchmark chosen and returns its exit code, or -1 if `bench` was not given.
+std::function<int()> add_subcommand(CLI::App& app);
 
 struct options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";

@@ -92,24 +92,7 @@ int main(int argc, char** argv) {
                                               "machine, each as its own process");
   launch_opts.add_to(*launch, true);
 
-  eg::bench::options bench_opts;
-  std::string bench_name;
-  eg::bench::tta_options tta_opts;
-  auto* bench = app.add_subcommand("bench", "run a benchmark: tta (time to accuracy of GoSGD "
-                                            "and EdgeGossip), framework");
-  bench->add_option("name", bench_name, "benchmark to run")
-    ->required()
-    ->check(CLI::IsMember({"tta", "framework"}));
-  bench->add_option("-c,--config", tta_opts.config_file,
-                    "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
-  bench->add_option("--target", tta_opts.target, "tta: target test accuracy (default 0.87)");
-  bench->add_option("--epochs", tta_opts.epochs, "tta: epochs of every strategy (default 12)");
-  bench->add_option("--strategies", tta_opts.strategies, "tta: strategies to compare");
-  bench->add_option("--set", tta_opts.overrides, "tta: override a key, e.g. --set cluster.seed=2");
-  bench->add_option("--samples", bench_opts.samples, "samples per measurement");
-  bench->add_option("--threads", bench_opts.threads, "cores to use (default: all)");
-  bench->add_option("--data", bench_opts.data_dir, "Fashion-MNIST directory");
-  bench->add_option("--out", bench_opts.out_dir, "directory for results and plots");
+  auto run_bench = eg::bench::add_subcommand(app);
 
   try {
     app.parse(argc, argv);
@@ -139,13 +122,8 @@ int main(int argc, char** argv) {
       auto outcome = eg::actors::run_node(cfg, node_name, {false, true});
       return outcome.stopped || !outcome.run.empty() ? 0 : 1;
     }
-    if (*bench) {
-      setup_logging(false, false);
-      spdlog::set_level(spdlog::level::warn);
-      if (bench_name == "tta")
-        return eg::bench::tta(bench_opts, tta_opts);
-      return eg::bench::framework(bench_opts);
-    }
+    if (int rc = run_bench(); rc >= 0)
+      return rc;
     if (*launch) {
       auto cfg = launch_opts.load();
       std::vector<std::string> names;
