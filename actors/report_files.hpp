@@ -3,29 +3,14 @@
 // CSV. Plain functions, no CAF.
 
 #include "messages/codec.hpp"
+#include "storage/store.hpp"
 
 #include <string>
 #include <vector>
 
 namespace eg::actors {
 
-/// One epoch of the whole cluster, as the balancer saw it.
-struct cluster_epoch {
-  uint32_t epoch = 0;
-  double elapsed_seconds = 0;  ///< since training started, at the epoch's last report
-  double epoch_seconds = 0;    ///< from the epoch's start to its last report
-  uint64_t samples = 0;        ///< all platforms together
-  double averaged_loss = 0;    ///< the average of all platforms' models, on the test set
-  double averaged_accuracy = 0;
-  uint32_t platforms_up = 0;
-  /// The training clock at the epoch's last report: time platforms spent
-  /// training, without the pauses between epochs (evaluation of the averaged
-  /// model, planning) of the epoch-synchronous schedule.
-  double training_seconds = 0;
-  /// EdgeGossip: mean absolute percentage error of the predicted epoch times
-  /// (-1 when there was no prediction).
-  double prediction_error = -1;
-};
+using storage::cluster_epoch;
 
 /// The header line of write_platform_csv's files.
 extern const char* platform_csv_header;

@@ -37,18 +37,16 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     },
     [self](store_atom, const std::string& family, const std::string& key,
            const std::string& value) {
-      for (auto f : {storage::family::checkpoints, storage::family::metrics,
-                     storage::family::aggregates, storage::family::rankings,
-                     storage::family::predictor})
-        if (family == storage::name(f)) {
-          try {
-            self->state.db->put(f, key, value);
-          } catch (const storage::storage_error& e) {
-            spdlog::error("record {} of {} not saved: {}", key, family, e.what());
-          }
-          return;
-        }
-      spdlog::error("store: no column family '{}'", family);
+      auto f = storage::family_named(family);
+      if (!f) {
+        spdlog::error("store: no column family '{}'", family);
+        return;
+      }
+      try {
+        self->state.db->put(*f, key, value);
+      } catch (const storage::storage_error& e) {
+        spdlog::error("record {} of {} not saved: {}", key, family, e.what());
+      }
     },
     [self](flush_atom) {
       try {

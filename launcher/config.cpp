@@ -35,6 +35,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <cstdio>
 #include <sstream>
 #include <type_traits>
 
@@ -603,6 +604,29 @@ std::string to_toml(const cluster_config& cfg) {
     write_table(os, n, "nodes");
   }
   return os.str();
+}
+
+std::string run_fingerprint(const cluster_config& cfg) {
+  std::ostringstream text;
+  text.precision(17);
+  text << cfg.id << '|' << cfg.seed << '|' << cfg.data.name << '|' << cfg.data.dir << '|'
+       << cfg.data.partition << '|' << cfg.data.alpha << '|' << cfg.data.train_samples << '|'
+       << cfg.data.test_samples << '|' << cfg.train.model << '|' << cfg.train.lr << '|'
+       << cfg.train.momentum << '|' << cfg.train.batch << '|' << cfg.train.max_iterations << '|'
+       << cfg.strategy.name << '|' << cfg.strategy.schedule << '|'
+       << cfg.strategy.exchange_probability << '|' << cfg.edgegossip.aggregator << '|'
+       << cfg.edgegossip.aggregation_ratio << '|' << cfg.edgegossip.selection;
+  for (auto& p : cfg.platforms())
+    text << '|' << p.name << '=' << p.share;
+  // FNV-1a, 64 bits: stable across builds and machines.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text.str()) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 } // namespace eg::config

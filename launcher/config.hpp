@@ -145,4 +145,10 @@ void validate(const cluster_config& cfg);
 /// The configuration as a TOML document (written into run directories).
 std::string to_toml(const cluster_config& cfg);
 
+/// A short digest of the settings a run's checkpoints depend on (cluster id,
+/// seed, data, model and optimizer, strategy, platforms and their shares; not
+/// the number of epochs, addresses, directories or heterogeneity). A node
+/// resumes saved checkpoints only for a run with the same fingerprint.
+std::string run_fingerprint(const cluster_config& cfg);
+
 } // namespace eg::config

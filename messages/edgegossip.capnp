@@ -117,4 +117,30 @@ struct Checkpoint {
   gossipWeight @3 :Float64;
   model @4 :Data;
   optimizer @5 :Data;
+  savedUnix @6 :Float64;    # wall-clock time of saving, seconds since 1970
+}
+
+# One epoch of the whole cluster, as the balancer saw it.
+struct ClusterEpoch {
+  epoch @0 :UInt32;
+  elapsedSeconds @1 :Float64;
+  epochSeconds @2 :Float64;
+  samples @3 :UInt64;
+  averagedLoss @4 :Float64;
+  averagedAccuracy @5 :Float64;
+  platformsUp @6 :UInt32;
+  trainingSeconds @7 :Float64;
+  predictionError @8 :Float64;
+}
+
+# The balancer's record of a run, kept in every node's store so that a
+# restarted or successor balancer continues the run (storage/ frames it as
+# "EGRS").
+struct RunState {
+  fingerprint @0 :Text;
+  run @1 :Text;
+  finished @2 :Bool;
+  epochs @3 :List(ClusterEpoch);
+  reports @4 :List(Data);   # encoded Envelopes holding EpochReports
+  startedUnix @5 :Float64;  # wall-clock start of the run, seconds since 1970
 }

@@ -1,9 +1,10 @@
-// Checkpoint records: "EGCK", uint32 format version, uint32 CRC-32 of the
-// body (both little-endian), then the body, a Cap'n Proto Checkpoint message.
-// The checksum catches torn or damaged records so that loading falls back to
-// an older epoch instead of restoring garbage.
+// Checkpoint records: a Cap'n Proto Checkpoint message framed as "EGCK"
+// (storage/record.hpp), so that loading falls back to an older epoch instead
+// of restoring a damaged one.
 
 #include "storage/store.hpp"
+
+#include "storage/record.hpp"
 
 #include "messages/edgegossip.capnp.h"
 
@@ -21,23 +22,7 @@ namespace {
 
 namespace wire = eg::messages::wire;
 
-constexpr char magic[4] = {'E', 'G', 'C', 'K'};
-constexpr uint32_t format_version = 1;
-constexpr size_t header_bytes = 12;
-
-void put_u32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  return v;
-}
-
-uint32_t crc(const char* data, size_t size) {
-  return static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(data), size));
-}
+constexpr char magic[5] = "EGCK";
 
 capnp::Data::Reader bytes(const std::string& s) {
   return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
@@ -49,38 +34,13 @@ std::string str(capnp::Data::Reader d) {
   return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
 }
 
-// The checkpoint in `record`, or nullopt with the reason in `problem`.
-std::optional<checkpoint> parse_record(const std::string& record, std::string& problem) {
-  if (record.size() < header_bytes) {
-    problem = "record of " + std::to_string(record.size()) + " bytes is too short";
+// The checkpoint in `value`, or nullopt with the reason in `problem`.
+std::optional<checkpoint> parse_record(const std::string& value, std::string& problem) {
+  auto words = record::unframe(value, magic, "checkpoint", problem);
+  if (!words)
     return std::nullopt;
-  }
-  if (std::memcmp(record.data(), magic, sizeof magic) != 0) {
-    problem = "not a checkpoint record (bad magic)";
-    return std::nullopt;
-  }
-  if (uint32_t v = get_u32(record.data() + 4); v != format_version) {
-    problem = "format version " + std::to_string(v) + " is not supported (this build reads " +
-              std::to_string(format_version) + ")";
-    return std::nullopt;
-  }
-  const char* body = record.data() + header_bytes;
-  size_t body_bytes = record.size() - header_bytes;
-  if (crc(body, body_bytes) != get_u32(record.data() + 8)) {
-    problem = "checksum mismatch";
-    return std::nullopt;
-  }
-  if (body_bytes % sizeof(capnp::word) != 0) {
-    problem = "body of " + std::to_string(body_bytes) + " bytes is not whole 8-byte words";
-    return std::nullopt;
-  }
-  // The body sits 12 bytes into the value: copy it to word-aligned memory.
-  auto words = kj::heapArray<capnp::word>(body_bytes / sizeof(capnp::word));
-  std::memcpy(words.begin(), body, body_bytes);
   try {
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = 2 * words.size() + 1024;
-    capnp::FlatArrayMessageReader reader(words, options);
+    capnp::FlatArrayMessageReader reader(*words, record::reader_options(words->size()));
     auto in = reader.getRoot<wire::Checkpoint>();
     checkpoint c;
     c.platform = str(in.getPlatform());
@@ -89,6 +49,7 @@ std::optional<checkpoint> parse_record(const std::string& record, std::string& p
     c.gossip_weight = in.getGossipWeight();
     c.model = str(in.getModel());
     c.optimizer = str(in.getOptimizer());
+    c.saved_unix = in.getSavedUnix();
     return c;
   } catch (const kj::Exception& e) {
     problem = std::string("body does not parse: ") + e.getDescription().cStr();
@@ -100,7 +61,7 @@ std::optional<checkpoint> parse_record(const std::string& record, std::string& p
 
 void save_checkpoint(store& s, const checkpoint& c) {
   const std::string k = key(c.platform, c.epoch);
-  std::string record;
+  std::string framed;
   try {
     // One segment for the whole record: both blobs plus the small fields.
     capnp::MallocMessageBuilder message(static_cast<unsigned>(
@@ -112,20 +73,13 @@ void save_checkpoint(store& s, const checkpoint& c) {
     out.setGossipWeight(c.gossip_weight);
     out.setModel(bytes(c.model));
     out.setOptimizer(bytes(c.optimizer));
-
-    size_t body_bytes = capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word);
-    record.resize(header_bytes + body_bytes);
-    kj::ArrayOutputStream stream(
-        kj::arrayPtr(reinterpret_cast<kj::byte*>(&record[header_bytes]), body_bytes));
-    capnp::writeMessage(stream, message);
+    out.setSavedUnix(c.saved_unix > 0 ? c.saved_unix : unix_now());
+    framed = record::frame(magic, message);
   } catch (const kj::Exception& e) {
     throw storage_error("cannot save checkpoint " + k + " in the store in '" + s.dir() +
                         "': " + e.getDescription().cStr());
   }
-  std::memcpy(&record[0], magic, sizeof magic);
-  put_u32(&record[4], format_version);
-  put_u32(&record[8], crc(record.data() + header_bytes, record.size() - header_bytes));
-  s.put(family::checkpoints, k, record);
+  s.put(family::checkpoints, k, framed);
 }
 
 std::optional<checkpoint> load_latest_checkpoint(const store& s, const std::string& platform,

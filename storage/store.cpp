@@ -12,7 +12,7 @@ namespace eg::storage {
 namespace {
 
 constexpr family all_families[] = {family::checkpoints, family::metrics, family::aggregates,
-                                   family::rankings, family::predictor};
+                                   family::rankings, family::predictor, family::runs};
 
 rocksdb::Slice slice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 
@@ -25,8 +25,15 @@ const char* name(family f) {
     case family::aggregates: return "aggregates";
     case family::rankings: return "rankings";
     case family::predictor: return "predictor";
+    case family::runs: return "runs";
   }
   return "unknown";
+}
+
+std::optional<family> family_named(std::string_view n) {
+  for (family f : all_families)
+    if (n == name(f)) return f;
+  return std::nullopt;
 }
 
 std::string key(std::string_view platform, uint64_t epoch) {

@@ -20,10 +20,13 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-enum class family { checkpoints, metrics, aggregates, rankings, predictor };
+enum class family { checkpoints, metrics, aggregates, rankings, predictor, runs };
 
 /// Name of the column family of `f`.
 const char* name(family f);
+
+/// The family called `name`, if there is one.
+std::optional<family> family_named(std::string_view name);
 
 /// "<platform>/<epoch as 10 zero-padded digits>": sorts by platform then epoch.
 std::string key(std::string_view platform, uint64_t epoch);
@@ -59,6 +62,7 @@ struct checkpoint {
   double gossip_weight = 0;
   std::string model;        ///< serialized model (torch archive bytes)
   std::string optimizer;    ///< serialized optimizer state (torch archive bytes)
+  double saved_unix = 0;    ///< wall-clock time of saving (0 on save: now)
 };
 
 /// Saves under key(platform, epoch) in `checkpoints`, framed with a magic,
@@ -69,5 +73,51 @@ void save_checkpoint(store& s, const checkpoint& c);
 /// Damaged newer records are skipped; each is described in `problems`.
 std::optional<checkpoint> load_latest_checkpoint(const store& s, const std::string& platform,
                                                  std::vector<std::string>* problems = nullptr);
+
+/// One epoch of the whole cluster, as the balancer saw it.
+struct cluster_epoch {
+  uint32_t epoch = 0;
+  double elapsed_seconds = 0;  ///< since training started, at the epoch's last report
+  double epoch_seconds = 0;    ///< from the epoch's start to its last report
+  uint64_t samples = 0;        ///< all platforms together
+  double averaged_loss = 0;    ///< the average of all platforms' models, on the test set
+  double averaged_accuracy = 0;
+  uint32_t platforms_up = 0;
+  /// The training clock at the epoch's last report: time platforms spent
+  /// training, without the pauses between epochs (evaluation of the averaged
+  /// model, planning) of the epoch-synchronous schedule.
+  double training_seconds = 0;
+  /// EdgeGossip: mean absolute percentage error of the predicted epoch times
+  /// (-1 when there was no prediction).
+  double prediction_error = -1;
+};
+
+/// The balancer's record of a run. Every node's store keeps the latest one
+/// (family runs, key run_state_key), so that a restarted node knows whether
+/// its checkpoints belong to a run still to finish, and a successor balancer
+/// continues the run where the lost one left it.
+struct run_state {
+  std::string fingerprint;            ///< the settings the run depends on
+  std::string run;                    ///< run name (its directory)
+  bool finished = false;
+  std::vector<cluster_epoch> epochs;  ///< evaluated epochs, in order
+  std::vector<std::string> reports;   ///< every epoch report so far (encoded envelopes)
+  double started_unix = 0;            ///< wall-clock start of the run
+};
+
+/// Seconds since 1970 now (the clock of saved_unix and started_unix).
+double unix_now();
+
+inline constexpr std::string_view run_state_key = "run";
+
+/// The stored form of `r` (framed "EGRS", checksummed).
+std::string frame_run_state(const run_state& r);
+
+/// `record` read back, or nullopt with the reason in `problem`.
+std::optional<run_state> parse_run_state(const std::string& record, std::string& problem);
+
+/// The run state in `s`, if any; a damaged one is described in `problem`
+/// and treated as absent.
+std::optional<run_state> load_run_state(const store& s, std::string* problem = nullptr);
 
 } // namespace eg::storage

@@ -210,4 +210,63 @@ BOOST_AUTO_TEST_CASE(damaged_checkpoints_are_skipped) {
   BOOST_TEST(contains(problems[3], "p0/0000000001: format version"), problems[3]);
 }
 
+BOOST_AUTO_TEST_CASE(checkpoints_record_when_they_were_saved) {
+  temp_dir tmp;
+  auto s = store::open(tmp.db());
+  double before = unix_now();
+  save_checkpoint(*s, make_checkpoint("p0", 1));
+  auto c = load_latest_checkpoint(*s, "p0").value();
+  BOOST_TEST(c.saved_unix >= before);
+  BOOST_TEST(c.saved_unix <= unix_now());
+}
+
+BOOST_AUTO_TEST_CASE(run_state_round_trips_and_damage_is_reported) {
+  temp_dir tmp;
+  auto s = store::open(tmp.db());
+  BOOST_TEST(!load_run_state(*s).has_value());
+
+  run_state r;
+  r.fingerprint = "0123456789abcdef";
+  r.run = "c-20261122-101010";
+  r.started_unix = 1.5e9;
+  r.epochs.push_back({0, 5.5, 5.5, 60000, 0.6, 0.77, 4, 5.25, -1});
+  r.epochs.push_back({1, 11.0, 5.0, 60000, 0.5, 0.82, 3, 10.5, 0.12});
+  r.reports = {std::string("report\0zero", 11), "one"};
+  s->put(family::runs, run_state_key, frame_run_state(r));
+
+  auto back = load_run_state(*s).value();
+  BOOST_TEST(back.fingerprint == r.fingerprint);
+  BOOST_TEST(back.run == r.run);
+  BOOST_TEST(!back.finished);
+  BOOST_TEST(back.started_unix == r.started_unix);
+  BOOST_REQUIRE(back.epochs.size() == 2u);
+  BOOST_TEST(back.epochs[1].epoch == 1u);
+  BOOST_TEST(back.epochs[1].averaged_accuracy == 0.82);
+  BOOST_TEST(back.epochs[1].platforms_up == 3u);
+  BOOST_TEST(back.epochs[1].training_seconds == 10.5);
+  BOOST_TEST(back.epochs[1].prediction_error == 0.12);
+  BOOST_TEST(back.epochs[0].prediction_error == -1);
+  BOOST_TEST((back.reports == r.reports));
+
+  auto v = s->get(family::runs, run_state_key).value();
+  v[v.size() - 3] ^= 0x01;
+  s->put(family::runs, run_state_key, v);
+  std::string problem;
+  BOOST_TEST(!load_run_state(*s, &problem).has_value());
+  BOOST_TEST(contains(problem, "checksum mismatch"), problem);
+  s->put(family::runs, run_state_key, frame_run_state(r).substr(0, 3));
+  BOOST_TEST(!load_run_state(*s, &problem).has_value());
+  BOOST_TEST(contains(problem, "too short"), problem);
+  save_checkpoint(*s, make_checkpoint("p0", 1));
+  s->put(family::runs, run_state_key, s->get(family::checkpoints, key("p0", 1)).value());
+  BOOST_TEST(!load_run_state(*s, &problem).has_value());
+  BOOST_TEST(contains(problem, "not a run state record"), problem);
+}
+
+BOOST_AUTO_TEST_CASE(families_are_found_by_name) {
+  BOOST_TEST((family_named("runs") == family::runs));
+  BOOST_TEST((family_named("rankings") == family::rankings));
+  BOOST_TEST(!family_named("nonsense").has_value());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,96 @@
+// Run-state records: a Cap'n Proto RunState message framed as "EGRS"
+// (storage/record.hpp).
+
+#include "storage/store.hpp"
+
+#include "storage/record.hpp"
+
+#include "messages/edgegossip.capnp.h"
+
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <chrono>
+
+namespace eg::storage {
+namespace {
+
+namespace wire = eg::messages::wire;
+
+constexpr char magic[5] = "EGRS";
+
+std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
+} // namespace
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string frame_run_state(const run_state& r) {
+  capnp::MallocMessageBuilder message;
+  auto out = message.initRoot<wire::RunState>();
+  out.setFingerprint(r.fingerprint);
+  out.setRun(r.run);
+  out.setFinished(r.finished);
+  out.setStartedUnix(r.started_unix);
+  auto epochs = out.initEpochs(static_cast<unsigned>(r.epochs.size()));
+  for (unsigned i = 0; i < r.epochs.size(); ++i) {
+    auto& e = r.epochs[i];
+    auto o = epochs[i];
+    o.setEpoch(e.epoch);
+    o.setElapsedSeconds(e.elapsed_seconds);
+    o.setEpochSeconds(e.epoch_seconds);
+    o.setSamples(e.samples);
+    o.setAveragedLoss(e.averaged_loss);
+    o.setAveragedAccuracy(e.averaged_accuracy);
+    o.setPlatformsUp(e.platforms_up);
+    o.setTrainingSeconds(e.training_seconds);
+    o.setPredictionError(e.prediction_error);
+  }
+  auto reports = out.initReports(static_cast<unsigned>(r.reports.size()));
+  for (unsigned i = 0; i < r.reports.size(); ++i)
+    reports.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.reports[i].data()),
+                                       r.reports[i].size()));
+  return record::frame(magic, message);
+}
+
+std::optional<run_state> parse_run_state(const std::string& value, std::string& problem) {
+  auto words = record::unframe(value, magic, "run state", problem);
+  if (!words)
+    return std::nullopt;
+  try {
+    capnp::FlatArrayMessageReader reader(*words, record::reader_options(words->size()));
+    auto in = reader.getRoot<wire::RunState>();
+    run_state r;
+    r.fingerprint = str(in.getFingerprint());
+    r.run = str(in.getRun());
+    r.finished = in.getFinished();
+    r.started_unix = in.getStartedUnix();
+    for (auto e : in.getEpochs())
+      r.epochs.push_back(cluster_epoch{e.getEpoch(), e.getElapsedSeconds(), e.getEpochSeconds(),
+                                       e.getSamples(), e.getAveragedLoss(),
+                                       e.getAveragedAccuracy(), e.getPlatformsUp(),
+                                       e.getTrainingSeconds(), e.getPredictionError()});
+    for (auto d : in.getReports())
+      r.reports.emplace_back(reinterpret_cast<const char*>(d.begin()), d.size());
+    return r;
+  } catch (const kj::Exception& e) {
+    problem = std::string("body does not parse: ") + e.getDescription().cStr();
+    return std::nullopt;
+  }
+}
+
+std::optional<run_state> load_run_state(const store& s, std::string* problem) {
+  auto value = s.get(family::runs, run_state_key);
+  if (!value)
+    return std::nullopt;
+  std::string why;
+  auto r = parse_run_state(*value, why);
+  if (!r && problem)
+    *problem = "run state in '" + s.dir() + "': " + why;
+  return r;
+}
+
+} // namespace eg::storage
