@@ -40,4 +40,53 @@ struct tta_options {
 /// EdgeGossip on the same cluster, data, seed and heterogeneity profile.
 int tta(const options& opt, const tta_options& t);
 
+struct transport_options {
+  bool peer = false;  ///< hidden: be the second process (echo actor, raw socket server)
+  int rounds = 0;     ///< 0: per size, 300 / 40 / 10 / 4 rounds
+};
+
+/// Model weights between two node processes on 127.0.0.1 (CAF middleman and
+/// the Cap'n Proto codec) for 0.25, 4, 40 and 250 MB, against a plain TCP
+/// socket copy of the same bytes; round-trip latency for LeNet-5.
+int transport(const options& opt, const transport_options& t);
+
+struct aggregation_options {
+  std::vector<std::string> combinations{"svd-kmeans", "isvd-lsh", "hash-kmeans"};
+  std::vector<int64_t> ratios{5, 10, 20};
+  int64_t accuracy_ratio = 10;  ///< ratio of the aggregated points trained on alone
+  int accuracy_epochs = 10;
+};
+
+/// Input data aggregator: generation time per combination and ratio, the
+/// per-epoch cost of processing aggregated points as a share of a training
+/// epoch, and the accuracy of a model trained on the aggregated points alone.
+int aggregation(const options& opt, const aggregation_options& a);
+
+struct predictor_options {
+  int64_t iterations = 120;     ///< LeNet-5 iterations (batch 64) per epoch
+  int epochs_per_level = 3;     ///< epochs under each co-runner level
+  double settle_seconds = 2.0;  ///< after a level changes, before its first epoch
+  uint64_t seed = 1;            ///< order of the evaluation pass
+};
+
+/// Performance predictor: mean absolute percentage error of the predicted
+/// epoch time while stress-ng co-runners change, and its cost.
+int predictor(const options& opt, const predictor_options& p);
+
+struct scale_options {
+  std::vector<int> platforms{16, 256, 1024};  ///< platforms in one process, one run each
+  int nodes = 8;                ///< node processes on 127.0.0.1 (0: skip)
+  int platforms_per_node = 1;
+  uint32_t epochs = 5;
+  int64_t batch = 8;            ///< small, so 1,024 platforms train several iterations an epoch
+  double exchange_probability = 0.2;
+  int64_t test_samples = 1000;  ///< per evaluation of a platform's model
+  int child_platforms = 0;      ///< hidden: run one in-process size in this (child) process
+};
+
+/// Platforms per process and node processes on 127.0.0.1 with logistic
+/// regression: memory per platform, messages per second, and the spread of
+/// the platforms' models over time.
+int scale(const options& opt, const scale_options& s);
+
 } // namespace eg::bench

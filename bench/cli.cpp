@@ -11,34 +11,72 @@ namespace eg::bench {
 struct cli_state {
   options opt;
   tta_options tta_opt;
+  transport_options transport_opt;
+  aggregation_options aggregation_opt;
+  predictor_options predictor_opt;
+  scale_options scale_opt;
   std::string name;
 };
 
 std::function<int()> add_subcommand(CLI::App& app) {
   auto st = std::make_shared<cli_state>();
   auto* bench = app.add_subcommand("bench", "run a benchmark: tta (time to accuracy of GoSGD "
-                                            "and EdgeGossip), framework");
+                                            "and EdgeGossip), framework (actor system against a "
+                                            "bare loop), transport (weights between two "
+                                            "processes against a raw socket), aggregation (input data "
+                                            "aggregator costs and accuracy), predictor (prediction "
+                                            "error under co-runners), scale (platforms per "
+                                            "process, node processes)");
   bench->add_option("name", st->name, "benchmark to run")
     ->required()
-    ->check(CLI::IsMember({"tta", "framework"}));
+    ->check(CLI::IsMember({"tta", "framework", "transport", "aggregation", "predictor", "scale"}));
   bench->add_option("-c,--config", st->tta_opt.config_file,
                     "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
   bench->add_option("--target", st->tta_opt.target, "tta: target test accuracy (default 0.87)");
-  bench->add_option("--epochs", st->tta_opt.epochs, "tta: epochs of every strategy (default 12)");
+  auto* epochs = bench->add_option("--epochs", st->tta_opt.epochs,
+                                   "tta: epochs of every strategy (default 12); scale: "
+                                   "epochs of every run (default 5)");
   bench->add_option("--strategies", st->tta_opt.strategies, "tta: strategies to compare");
   bench->add_option("--set", st->tta_opt.overrides,
                     "tta: override a key, e.g. --set cluster.seed=2");
+  bench->add_option("--rounds", st->transport_opt.rounds,
+                    "transport: rounds per model size (default 300 / 40 / 10 / 4)");
+  bench->add_flag("--transport-peer", st->transport_opt.peer)->group("");  // the second process
+  bench->add_option("--combinations", st->aggregation_opt.combinations,
+                    "aggregation: aggregator combinations (default: all three)");
+  bench->add_option("--ratios", st->aggregation_opt.ratios,
+                    "aggregation: aggregation ratios (default 5 10 20)");
+  bench->add_option("--iterations", st->predictor_opt.iterations,
+                    "predictor: LeNet-5 iterations per epoch (default 120)");
+  bench->add_option("--epochs-per-level", st->predictor_opt.epochs_per_level,
+                    "predictor: epochs under each co-runner level (default 3)");
+  bench->add_option("--platforms", st->scale_opt.platforms,
+                    "scale: platforms in one process, one run each (default 16 256 1024)");
+  bench->add_option("--nodes", st->scale_opt.nodes,
+                    "scale: node processes on 127.0.0.1 (default 8; 0 skips)");
+  bench->add_option("--scale-platforms", st->scale_opt.child_platforms)->group("");
   bench->add_option("--samples", st->opt.samples, "samples per measurement");
   bench->add_option("--threads", st->opt.threads, "cores to use (default: all)");
   bench->add_option("--data", st->opt.data_dir, "Fashion-MNIST directory");
   bench->add_option("--out", st->opt.out_dir, "directory for results and plots");
-  return [st, bench]() -> int {
+  return [st, bench, epochs]() -> int {
     if (!*bench)
       return -1;
     spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
     spdlog::set_level(spdlog::level::warn);
     if (st->name == "tta")
       return tta(st->opt, st->tta_opt);
+    if (st->name == "aggregation")
+      return aggregation(st->opt, st->aggregation_opt);
+    if (st->name == "scale") {
+      if (epochs->count() > 0)
+        st->scale_opt.epochs = st->tta_opt.epochs;
+      return scale(st->opt, st->scale_opt);
+    }
+    if (st->name == "predictor")
+      return predictor(st->opt, st->predictor_opt);
+    if (st->name == "transport")
+      return transport(st->opt, st->transport_opt);
     return framework(st->opt);
   };
 }
