@@ -15,7 +15,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libcaf-dev libtorch-dev libcapnp-dev capnproto librocksdb-dev
   libboost-test-dev libtomlplusplus-dev libcli11-dev libspdlog-dev
-  libfaiss-dev zlib1g-dev liblapack-dev libblas-dev
+  libfaiss-dev zlib1g-dev liblapack-dev libblas-dev libssl-dev
   dataset-fashion-mnist gnuplot-nox stress-ng
 )
 

@@ -33,6 +33,7 @@ struct platform_entry {
   messages::epoch_report progress;  // latest progress or report
   uint64_t shard_size = 0;          // |X_i|
   std::map<uint32_t, double> predicted_seconds;  // per epoch, EdgeGossip
+  uint32_t first_epoch = 0;  // joined (again) during the run: expected from this epoch on
 };
 
 struct balancer_state {
@@ -56,6 +57,9 @@ struct balancer_state {
   std::map<uint32_t, cluster_epoch> evaluated;
   std::set<uint32_t> evaluating;
   std::vector<messages::epoch_report> all_reports;
+  std::vector<bytes> all_report_bytes;  // the same, encoded (for the run state)
+  double started_unix = 0;
+  double clock_offset = 0;  // seconds of the run before this balancer (resuming)
 
   messages::header header() const {
     return {args.cluster.id, messages::protocol_version, "balancer"};
@@ -68,18 +72,31 @@ struct balancer_state {
     return n;
   }
 
+  /// Every live platform expected in `epoch` reported it (or a later one:
+  /// reports lost with a previous balancer do not hold an epoch back).
   bool complete(uint32_t epoch) const {
     auto i = reports.find(epoch);
     if (i == reports.end())
       return false;
-    for (auto& [name, p] : platforms)
-      if (p.up && i->second.count(name) == 0)
+    for (auto& [name, p] : platforms) {
+      if (!p.up || p.first_epoch > epoch || i->second.count(name))
+        continue;
+      bool later = false;
+      for (auto j = std::next(i); j != reports.end() && !later; ++j)
+        later = j->second.count(name) > 0;
+      if (!later)
         return false;
+    }
     return true;
   }
 
+  /// The newest epoch whose plans went out.
+  uint32_t planned_epoch() const {
+    return epoch_start.empty() ? 0 : epoch_start.rbegin()->first;
+  }
+
   double elapsed() const {
-    return std::chrono::duration<double>(clock::now() - run_start).count();
+    return clock_offset + std::chrono::duration<double>(clock::now() - run_start).count();
   }
 };
 
@@ -229,16 +246,73 @@ void send_plan(self_ptr self, uint32_t epoch) {
          });
 }
 
+void finish(self_ptr self);
+
+/// Sends the run state to the node, which keeps it in every node's store.
+void save_run_state(self_ptr self) {
+  auto& st = self->state;
+  storage::run_state r;
+  r.fingerprint = st.args.fingerprint;
+  r.run = st.run;
+  r.finished = st.finished;
+  r.started_unix = st.started_unix;
+  for (auto& [_, e] : st.evaluated)
+    r.epochs.push_back(e);
+  for (auto& b : st.all_report_bytes)
+    r.reports.emplace_back(b.data(), b.size());
+  self->send(st.args.node, run_atom::value, storage::frame_run_state(r));
+}
+
 void start(self_ptr self) {
   auto& st = self->state;
+  if (st.started)
+    return;
   st.started = true;
-  st.run = run_name(st.args.cluster.id);
   st.run_start = st.last_line = clock::now();
-  spdlog::info("all {} platforms joined; training run {} ({} {}, {} epochs)",
-               st.platforms.size(), st.run, st.args.cluster.strategy.name,
-               st.args.cluster.strategy.schedule, st.args.cluster.train.epochs);
+  uint32_t next = 0;
+  if (st.args.resume && st.args.resume->run.empty()) {
+    // A successor with no saved state (the run's first epoch was not over).
+    st.args.resume.reset();
+    st.run = run_name(st.args.cluster.id);
+    st.started_unix = storage::unix_now();
+    spdlog::info("balancer: starting run {} with {} of {} platforms", st.run, st.up(),
+                 st.args.cluster.platforms().size());
+  } else if (st.args.resume) {
+    auto& r = *st.args.resume;
+    st.run = r.run;
+    st.started_unix = r.started_unix;
+    for (auto& e : r.epochs) {
+      st.evaluated[e.epoch] = e;
+      next = std::max(next, e.epoch + 1);
+      st.clock_offset = std::max(st.clock_offset, e.elapsed_seconds);
+    }
+    for (auto& b : r.reports) {
+      bytes buf(b.begin(), b.end());
+      try {
+        auto env = messages::decode(buf, st.args.cluster.id);
+        st.all_reports.push_back(std::get<messages::epoch_report>(env.payload));
+        st.all_report_bytes.push_back(std::move(buf));
+      } catch (const std::exception& e) {
+        spdlog::warn("balancer: a saved report is unusable: {}", e.what());
+      }
+    }
+    spdlog::info("balancer: continuing run {} at epoch {}/{} with {} of {} platforms",
+                 st.run, next + 1, st.last_epoch + 1, st.up(),
+                 st.args.cluster.platforms().size());
+  } else {
+    st.run = run_name(st.args.cluster.id);
+    st.started_unix = storage::unix_now();
+    spdlog::info("all {} platforms joined; training run {} ({} {}, {} epochs)",
+                 st.platforms.size(), st.run, st.args.cluster.strategy.name,
+                 st.args.cluster.strategy.schedule, st.args.cluster.train.epochs);
+  }
+  save_run_state(self);
   self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
-  send_plan(self, 0);
+  if (next > st.last_epoch) {
+    finish(self);
+    return;
+  }
+  send_plan(self, next);
 }
 
 void write_outputs(self_ptr self) {
@@ -271,6 +345,7 @@ void finish(self_ptr self) {
   if (st.args.interactive)
     std::fputc('\n', stderr);
   write_outputs(self);
+  save_run_state(self);
   for (auto& [name, entry] : st.platforms)
     if (entry.up)
       self->send(entry.handle, done_atom::value, st.run);
@@ -329,7 +404,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
   ce.platforms_up = st.up();
   auto end = st.epoch_end.count(epoch) ? st.epoch_end[epoch] : clock::now();
   if (st.args.cluster.strategy.asynchronous()) {
-    ce.training_seconds = std::chrono::duration<double>(end - st.run_start).count();
+    ce.training_seconds =
+      st.clock_offset + std::chrono::duration<double>(end - st.run_start).count();
   } else {
     double before = epoch > 0 && st.evaluated.count(epoch - 1)
                       ? st.evaluated[epoch - 1].training_seconds
@@ -368,6 +444,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
     }
     st.evaluating.erase(epoch);
     st.evaluated[epoch] = ce;
+    if (epoch < st.last_epoch)
+      save_run_state(self);  // the last one is saved by finish, marked finished
     epoch_evaluated(self, epoch);
   });
 }
@@ -410,6 +488,11 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
   st.names = learning::parameter_names(*st.model);
   st.like = learning::parameters(*st.model);
   st.args = std::move(args);
+  if (st.args.resume) {
+    // Continuing a run: platforms that do not join within a few seconds
+    // (their node is down) do not hold it back; they join again later.
+    self->delayed_send(self, std::chrono::seconds(3), start_atom::value);
+  }
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
     for (auto& [name, entry] : st.platforms)
@@ -439,11 +522,34 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       auto i = st.platforms.find(name);
       if (i != st.platforms.end() && i->second.handle == h)
         return;
+      bool again = i != st.platforms.end();
       self->monitor(h);
       auto size = st.args.shard_sizes.find(name);
-      st.platforms[name] = platform_entry{node, h, caf::actor_cast<predictor_actor>(predictor),
-                                          true, {}, size == st.args.shard_sizes.end() ? 0 : size->second, {}};
-      st.platforms[name].progress.platform = name;
+      auto& entry = st.platforms[name];
+      entry = platform_entry{node, h, caf::actor_cast<predictor_actor>(predictor), true, {},
+                             size == st.args.shard_sizes.end() ? 0 : size->second, {}};
+      entry.progress.platform = name;
+      if (st.started && !st.finished) {
+        // Joins a run in progress (a restarted node): it takes part from the
+        // next epoch (synchronous schedule), or at once with the epoch the
+        // others are in (asynchronous).
+        uint32_t now = 0;
+        for (auto& [_, p] : st.platforms)
+          now = std::max(now, p.progress.epoch);
+        if (st.args.cluster.strategy.asynchronous()) {
+          entry.first_epoch = now;
+          messages::plan p;
+          p.epoch = now;
+          p.ratio = 1.0;
+          p.last_epoch = st.last_epoch;
+          self->send(h, plan_atom::value, messages::encode({st.header(), p}));
+        } else {
+          entry.first_epoch = st.planned_epoch() + 1;
+        }
+        spdlog::info("balancer: platform {} {} from node {}; training from epoch {}", name,
+                     again ? "is back" : "joined", node, entry.first_epoch + 1);
+        return;
+      }
       spdlog::info("balancer: platform {} joined from node {} ({}/{})", name, node,
                    st.platforms.size(), expected.size());
       if (!st.started && st.platforms.size() == expected.size())
@@ -461,9 +567,14 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
           if (p != i->second.predicted_seconds.end())
             r.predicted_seconds = p->second;
         }
+        if (st.reports[r.epoch].count(r.platform))
+          return;  // sent again (a balancer took over): already counted
         st.reports[r.epoch][r.platform] = r;
         st.epoch_end[r.epoch] = clock::now();
         st.all_reports.push_back(r);
+        st.all_report_bytes.push_back(r.predicted_seconds > 0
+                                        ? messages::encode({env.hdr, r})
+                                        : buf);
       } catch (const std::exception& e) {
         spdlog::warn("balancer: refused a report: {}", e.what());
         return;
@@ -494,6 +605,16 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         spdlog::info("{}", progress_line(st));
       }
       self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+    },
+    [self](start_atom) {
+      auto& st = self->state;
+      if (st.started)
+        return;
+      if (st.platforms.empty()) {
+        self->delayed_send(self, std::chrono::seconds(1), start_atom::value);
+        return;
+      }
+      start(self);
     },
   };
 }

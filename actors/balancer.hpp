@@ -4,15 +4,21 @@
 // every live platform reported epoch e; asynchronous: one plan, no barrier),
 // gathers the epoch reports, evaluates the average of all platforms' models,
 // shows progress, and writes the run directory at the end. Platforms are
-// monitored: one that goes down no longer holds back an epoch.
+// monitored: one that goes down no longer holds back an epoch; one that
+// comes back (a restarted node) joins again from the next epoch. After every
+// epoch its run state goes to every node's store, so that a balancer started
+// elsewhere (its node died) or later (the cluster restarted) goes on with the
+// same run.
 
 #include "actors/interfaces.hpp"
 #include "launcher/config.hpp"
+#include "storage/store.hpp"
 
 #include <caf/fwd.hpp>
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace eg::learning {
@@ -27,6 +33,12 @@ struct balancer_args {
   node_actor node;        ///< told when the run is over
   bool interactive = false;  ///< redraw one progress line (a terminal) instead of log lines
   std::map<std::string, uint64_t> shard_sizes;  ///< |X_i| of every platform
+  std::string fingerprint;  ///< config::run_fingerprint of the cluster
+  /// Set to continue a run (a restarted cluster, or a successor to a lost
+  /// balancer): its name, evaluated epochs and reports. The balancer then
+  /// starts with the platforms that joined within a few seconds instead of
+  /// waiting for all of them, and plans the epoch after the last evaluated one.
+  std::optional<storage::run_state> resume;
 };
 
 balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args);

@@ -42,13 +42,16 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using observe_atom = caf::atom_constant<caf::atom("observe")>;
 using predict_atom = caf::atom_constant<caf::atom("predict")>;
 using store_atom = caf::atom_constant<caf::atom("store")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using elect_atom = caf::atom_constant<caf::atom("elect")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
   // Saves a platform checkpoint: platform, epochs done, iterations done,
-  // gossip weight, model bytes, optimizer bytes.
-  caf::reacts_to<checkpoint_atom, std::string, uint64_t, uint64_t, double, std::string,
-                 std::string>,
+  // gossip weight, model bytes, optimizer bytes. Answers whether it was saved.
+  caf::replies_to<checkpoint_atom, std::string, uint64_t, uint64_t, double, std::string,
+                  std::string>::with<bool>,
   // Stores a platform's epoch report (messages::epoch_report) under its key.
   caf::reacts_to<metrics_atom, std::string, uint64_t, bytes>,
   // Stores a record: column family name ("rankings", "predictor", ...), key, value.
@@ -89,8 +92,9 @@ using platform_actor = caf::typed_actor<
   caf::replies_to<weights_atom>::with<bytes>,
   // From the balancer: the run is over (argument: run name).
   caf::reacts_to<done_atom, std::string>,
-  // Control: "pause", "resume", "checkpoint", "stop".
-  caf::reacts_to<control_atom, std::string>>;
+  // Control: "pause", "resume", "checkpoint", "stop". Answers once done
+  // ("checkpoint" and "stop": once the store has the checkpoint).
+  caf::replies_to<control_atom, std::string>::with<bool>>;
 
 // -- balancer: one per cluster; plans epochs, gathers reports -------------------
 using balancer_actor = caf::typed_actor<
@@ -102,7 +106,10 @@ using balancer_actor = caf::typed_actor<
   // From a platform: an encoded epoch_report of the epoch so far.
   caf::reacts_to<progress_atom, bytes>,
   // To itself: refresh the progress display.
-  caf::reacts_to<tick_atom>>;
+  caf::reacts_to<tick_atom>,
+  // To itself: start (or, resuming, go on with) the run with the platforms
+  // that joined so far.
+  caf::reacts_to<start_atom>>;
 
 // -- node: one per process; peering, directory, lifetime -------------------------
 using node_actor = caf::typed_actor<
@@ -120,6 +127,12 @@ using node_actor = caf::typed_actor<
   // is done (or the node was stopped).
   caf::replies_to<wait_atom>::with<std::string>,
   // Control for the whole node: "stop" (clean shutdown).
-  caf::reacts_to<control_atom, std::string>>;
+  caf::reacts_to<control_atom, std::string>,
+  // From the balancer: its run state (storage::frame_run_state), to keep in
+  // the store of every node of the cluster.
+  caf::reacts_to<run_atom, std::string>,
+  // To itself: host the balancer if no live node before this one in the
+  // succession (cluster.balancer first, then file order) does.
+  caf::reacts_to<elect_atom>>;
 
 } // namespace eg::actors

@@ -4,6 +4,8 @@
 #include "actors/predictor.hpp"
 #include "actors/report_files.hpp"
 #include "messages/codec.hpp"
+#include "messages/secret.hpp"
+#include "storage/store.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -30,10 +32,13 @@ struct node_state {
   std::map<std::string, node_actor> peers;  // connected remote nodes by name
   std::set<std::string> dialling;
   std::map<std::string, int> dial_failures;
+  std::set<caf::node_id> peer_ids;         // CAF node ids of peered nodes
+  std::set<std::string> lost;             // nodes that were peered and went down
   std::set<std::string> done;             // local platforms (and "balancer") done
   std::string run;
   bool finished = false;
   bool released = false;  // the launcher may end the process
+  bool stopping = false;
   std::vector<messages::epoch_report> reports;
   std::vector<caf::response_promise> waiting;
 
@@ -41,10 +46,29 @@ struct node_state {
     return {args.cluster.id, messages::protocol_version, args.name};
   }
 
+  /// Nodes in the order they take over the balancer: cluster.balancer,
+  /// then the others in file order.
+  std::vector<std::string> succession() const {
+    std::vector<std::string> order{args.cluster.balancer().name};
+    for (auto& n : args.cluster.nodes)
+      if (n.name != order.front())
+        order.push_back(n.name);
+    return order;
+  }
+
+  /// The node hosting a balancer that we know of ("" if none).
+  std::string balancer_home() const {
+    for (auto& e : directory)
+      if (e.what.role == "balancer")
+        return e.what.node;
+    return {};
+  }
+
   /// Our hello and the handles of our local components, in the same order.
   std::pair<bytes, std::vector<caf::actor>> hello() const {
     messages::hello h;
     h.node = args.name;
+    h.secret_digest = messages::hello_digest(args.cluster.secret, args.cluster.id, args.name);
     std::vector<caf::actor> handles;
     for (auto& e : directory)
       if (e.what.node == args.name) {
@@ -60,6 +84,15 @@ struct node_state {
 };
 
 using self_ptr = node_actor::stateful_pointer<node_state>;
+
+/// Whether the message being handled comes from this process or a peered
+/// node (not from a stranger who connected to our port without a handshake).
+bool from_cluster(self_ptr self) {
+  auto& sender = self->current_sender();
+  if (!sender)
+    return false;
+  return sender->node() == self->node() || self->state.peer_ids.count(sender->node()) > 0;
+}
 
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self) {
@@ -91,6 +124,73 @@ void announce_platforms(self_ptr self, const std::string& node) {
   }
 }
 
+/// Tells every peer node our directory again (a component was added or
+/// removed here); their answers are taken in as in a handshake.
+void rehello(self_ptr self) {
+  auto& st = self->state;
+  for (auto& [name, peer] : st.peers) {
+    auto [buf, handles] = st.hello();
+    self->request(peer, std::chrono::seconds(10), hello_atom::value, std::move(buf),
+                  std::move(handles))
+      .then([](const bytes&, const std::vector<caf::actor>&) {},
+            [self, name = name](caf::error& err) {
+              spdlog::warn("[{}] node {} did not take our update: {}", self->state.args.name,
+                           name, caf::to_string(err));
+            });
+  }
+}
+
+/// Two balancers (a successor, and the node that came back): the one on the
+/// node first in the succession stays; ours stops if it is the other one.
+void resolve_balancers(self_ptr self) {
+  auto& st = self->state;
+  if (!st.balancer)
+    return;
+  auto order = st.succession();
+  auto rank = [&](const std::string& n) {
+    return std::find(order.begin(), order.end(), n) - order.begin();
+  };
+  for (auto& e : st.directory)
+    if (e.what.role == "balancer" && e.what.node != st.args.name
+        && rank(e.what.node) < rank(st.args.name)) {
+      spdlog::warn("[{}] node {} hosts the balancer too: stopping ours", st.args.name,
+                   e.what.node);
+      self->unlink_from(*st.balancer);
+      self->send_exit(*st.balancer, caf::exit_reason::user_shutdown);
+      st.balancer.reset();
+      std::vector<entry> next;
+      for (auto& d : st.directory)
+        if (!(d.what.role == "balancer" && d.what.node == st.args.name))
+          next.push_back(d);
+      st.directory = std::move(next);
+      rehello(self);
+      return;
+    }
+}
+
+/// Starts the balancer here: a new run, or (with a saved run state) the run
+/// its state describes.
+void start_balancer(self_ptr self, bool continuing) {
+  auto& st = self->state;
+  auto args = st.args.balancer;
+  args.node = caf::actor_cast<node_actor>(self);
+  if (continuing) {
+    std::optional<storage::run_state> saved;
+    if (st.args.load_run_state)
+      saved = st.args.load_run_state();
+    if (saved && !saved->finished && saved->fingerprint == args.fingerprint)
+      args.resume = std::move(saved);
+    else
+      args.resume = storage::run_state{args.fingerprint, "", false, {}, {}, 0};
+  }
+  st.balancer = spawn_balancer(self->system(), std::move(args));
+  self->link_to(*st.balancer);
+  st.directory.push_back(entry{{"balancer", st.args.name, st.args.name},
+                               caf::actor_cast<caf::actor>(*st.balancer)});
+  for (auto& n : st.args.cluster.nodes)
+    announce_platforms(self, n.name);
+}
+
 /// Takes a peer node's hello into the directory.
 void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles) {
   auto& st = self->state;
@@ -107,6 +207,13 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
     known_node = known_node || n.name == h->node;
   if (!known_node || h->node == st.args.name)
     throw messages::codec_error("node '" + h->node + "' is not a peer in the cluster file");
+  if (!st.args.cluster.secret.empty()
+      && !messages::same_digest(h->secret_digest, messages::hello_digest(st.args.cluster.secret,
+                                                                         st.args.cluster.id,
+                                                                         h->node)))
+    throw messages::codec_error("node '" + h->node + "' "
+                                + (h->secret_digest.empty() ? "presented no cluster secret"
+                                                            : "presented a wrong cluster secret"));
   // Replace whatever we knew of that node.
   std::vector<entry> next;
   for (auto& e : st.directory)
@@ -123,9 +230,12 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
   if (remote && (old == st.peers.end() || old->second != remote)) {
     self->monitor(remote);
     st.peers[h->node] = remote;
+    st.peer_ids.insert(remote.node());
+    st.lost.erase(h->node);
     spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
                  handles.size());
   }
+  resolve_balancers(self);
   publish_peers(self);
   announce_platforms(self, h->node);
 }
@@ -221,26 +331,22 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     st.platforms.push_back(local_platform{name, platform, pa.mixer, pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
-  if (st.args.balancer) {
-    st.args.balancer->node = me;
-    st.balancer = spawn_balancer(sys, std::move(*st.args.balancer));
-    st.args.balancer.reset();
-    self->link_to(*st.balancer);
-  }
+  st.reports = std::move(st.args.reports);
   auto local = [&](std::string role, std::string name, caf::actor h) {
     st.directory.push_back(entry{{std::move(role), std::move(name), st.args.name}, std::move(h)});
   };
   local("node", st.args.name, caf::actor_cast<caf::actor>(self));
   local("store", st.args.name, caf::actor_cast<caf::actor>(st.args.store));
-  if (st.balancer)
-    local("balancer", st.args.name, caf::actor_cast<caf::actor>(*st.balancer));
   for (auto& p : st.platforms) {
     local("platform", p.name, caf::actor_cast<caf::actor>(p.platform));
     local("mixer", p.name, caf::actor_cast<caf::actor>(p.mixer));
     local("predictor", p.name, caf::actor_cast<caf::actor>(p.predictor));
   }
+  if (st.args.start_balancer)
+    start_balancer(self, false);
+  else
+    self->delayed_send(self, std::chrono::seconds(3), elect_atom::value);
   publish_peers(self);
-  announce_platforms(self, st.args.name);
   for (auto& n : st.args.cluster.nodes)
     if (n.name != st.args.name)
       self->send(self, dial_atom::value, n.name);
@@ -250,7 +356,10 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       if (i->second.address() != dm.source)
         continue;
       auto name = i->first;
+      st.peer_ids.erase(i->second.node());
       st.peers.erase(i);
+      st.lost.insert(name);
+      bool had_balancer = st.balancer_home() == name;
       std::vector<entry> next;
       for (auto& e : st.directory)
         if (e.what.node != name)
@@ -260,6 +369,8 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         return;
       spdlog::warn("[{}] node {} is down ({})", st.args.name, name, caf::to_string(dm.reason));
       publish_peers(self);
+      if (had_balancer)
+        self->delayed_send(self, std::chrono::seconds(2), elect_atom::value);
       // It may come back: keep dialling.
       self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
       return;
@@ -281,6 +392,8 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     [self](dial_atom, const std::string& name) { dial(self, name); },
     [self](done_atom, const std::string& who, const std::string& run) {
       auto& st = self->state;
+      if (!from_cluster(self))
+        return;
       st.run = run;
       st.done.insert(who);
       if (st.done.size() >= st.expected_done())
@@ -288,6 +401,8 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     },
     [self](report_atom, const bytes& buf) {
       auto& st = self->state;
+      if (!from_cluster(self))
+        return;
       try {
         auto env = messages::decode(buf, st.args.cluster.id);
         st.reports.push_back(std::get<messages::epoch_report>(env.payload));
@@ -304,16 +419,70 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     },
     [self](control_atom, const std::string& what) {
       auto& st = self->state;
-      if (what == "stop" && !st.finished) {
+      if (!from_cluster(self)) {
+        spdlog::warn("[{}] refused control '{}' from outside the cluster", st.args.name, what);
+        return;
+      }
+      if (what == "stop" && !st.finished && !st.stopping) {
         spdlog::info("[{}] stopping: final checkpoints", st.args.name);
+        st.stopping = true;
+        // The store is flushed once every platform's final checkpoint is in
+        // it (or after 30 s, when a platform does not answer).
+        auto pending = std::make_shared<size_t>(st.platforms.size());
+        if (*pending == 0)
+          finish(self);
         for (auto& p : st.platforms)
-          self->send(p.platform, control_atom::value, std::string{"stop"});
-        finish(self);
+          self->request(p.platform, std::chrono::seconds(30), control_atom::value,
+                        std::string{"stop"})
+            .then(
+              [self, pending](bool) {
+                if (--*pending == 0)
+                  finish(self);
+              },
+              [self, pending](caf::error& err) {
+                spdlog::error("[{}] a platform did not save its final checkpoint: {}",
+                              self->state.args.name, caf::to_string(err));
+                if (--*pending == 0)
+                  finish(self);
+              });
       } else if (what == "release") {
         st.released = true;
         for (auto& rp : st.waiting)
           rp.deliver(st.run);
         st.waiting.clear();
+      }
+    },
+    [self](run_atom, const std::string& state) {
+      auto& st = self->state;
+      if (!from_cluster(self))
+        return;
+      // Every node keeps the balancer's latest run state.
+      for (auto& e : st.directory)
+        if (e.what.role == "store")
+          self->send(caf::actor_cast<store_actor>(e.handle), store_atom::value,
+                     std::string{storage::name(storage::family::runs)},
+                     std::string{storage::run_state_key}, state);
+    },
+    [self](elect_atom) {
+      auto& st = self->state;
+      if (st.finished || st.stopping || st.balancer || !st.balancer_home().empty())
+        return;
+      if (!st.dialling.empty()) {
+        // Still finding out who is there.
+        self->delayed_send(self, std::chrono::seconds(1), elect_atom::value);
+        return;
+      }
+      for (auto& n : st.succession()) {
+        if (n == st.args.name) {
+          spdlog::warn("[{}] no balancer in the cluster: starting one here", st.args.name);
+          start_balancer(self, true);
+          rehello(self);
+          return;
+        }
+        // A node before us that is up, or has not been seen yet (it may be
+        // starting), has its turn first; one we saw go down has not.
+        if (!st.lost.count(n))
+          return;
       }
     },
   };

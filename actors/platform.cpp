@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <functional>
 #include <random>
 
 namespace eg::actors {
@@ -43,6 +44,7 @@ struct platform_state {
   bool paused = false;
   bool finished = false;
   uint32_t epochs_done = 0;  // completed epochs (what a checkpoint records)
+  bytes last_report;         // encoded report of epoch epochs_done - 1
   uint64_t total_iterations = 0;
   std::optional<clock::time_point> training_start;
   // The current epoch.
@@ -105,13 +107,26 @@ struct platform_state {
 
 using self_ptr = platform_actor::stateful_pointer<platform_state>;
 
-void checkpoint(self_ptr self) {
+/// Saves the platform's state to its node's store; `saved` (if given) gets
+/// whether the store has it.
+void checkpoint(self_ptr self, std::function<void(bool)> saved = nullptr) {
   auto& st = self->state;
   auto& m = st.trainer->model();
-  self->send(st.args.store, checkpoint_atom::value, st.args.platform.name,
-             static_cast<uint64_t>(st.epochs_done), st.total_iterations,
-             st.strategy->weight(), learning::save_model(m),
-             learning::save_optimizer(st.trainer->optimizer()));
+  auto name = st.args.platform.name;
+  self->request(st.args.store, std::chrono::seconds(60), checkpoint_atom::value, name,
+                static_cast<uint64_t>(st.epochs_done), st.total_iterations,
+                st.strategy->weight(), learning::save_model(m),
+                learning::save_optimizer(st.trainer->optimizer()))
+    .then(
+      [saved](bool ok) {
+        if (saved)
+          saved(ok);
+      },
+      [saved, name](caf::error& err) {
+        spdlog::error("[{}] checkpoint not saved: {}", name, caf::to_string(err));
+        if (saved)
+          saved(false);
+      });
 }
 
 /// Exception handling: this platform's part of every failed platform's
@@ -211,6 +226,7 @@ void finish_epoch(self_ptr self) {
                    r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
                    r.test_accuracy, r.messages_received);
       auto buf = messages::encode({st.header(), r});
+      st.last_report = buf;
       self->send(st.args.store, metrics_atom::value, st.args.platform.name,
                  static_cast<uint64_t>(r.epoch), buf);
       self->send(st.args.node, report_atom::value, buf);
@@ -240,13 +256,22 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   }
   st.params = learning::parameters(*model);
   if (args.restore) {
-    learning::load_model(*model, args.restore->model);
-    learning::load_optimizer(st.trainer->optimizer(), args.restore->optimizer);
-    st.strategy->set_weight(args.restore->gossip_weight);
-    st.total_iterations = args.restore->iteration;
-    st.epochs_done = static_cast<uint32_t>(args.restore->epoch);
-    spdlog::info("[{}] restored from its checkpoint after epoch {}", args.platform.name,
-                 args.restore->epoch);
+    try {
+      learning::load_model(*model, args.restore->model);
+      learning::load_optimizer(st.trainer->optimizer(), args.restore->optimizer);
+      st.strategy->set_weight(args.restore->gossip_weight);
+      st.total_iterations = args.restore->iteration;
+      st.epochs_done = static_cast<uint32_t>(args.restore->epoch);
+      st.last_report = args.last_report;
+      spdlog::info("[{}] restored from its checkpoint after epoch {}", args.platform.name,
+                   args.restore->epoch);
+    } catch (const std::exception& e) {
+      spdlog::error("[{}] its checkpoint does not fit this model ({}): starting afresh",
+                    args.platform.name, e.what());
+      auto fresh = learning::make_classifier(args.train.model, args.seed);
+      learning::load_model(*model, learning::save_model(*fresh));
+      st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
+    }
   }
   st.args = std::move(args);
   return {
@@ -263,6 +288,15 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       if (!p || st.finished)
         return;
       st.balancer = caf::actor_cast<caf::actor>(self->current_sender());
+      if (!st.running && p->epoch + 1 == st.epochs_done && !st.last_report.empty()) {
+        // This epoch is done here: a balancer that took over (or restarted)
+        // did not get the report.
+        spdlog::info("[{}] epoch {} was already trained: report sent again",
+                     st.args.platform.name, p->epoch + 1);
+        self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
+                   st.last_report);
+        return;
+      }
       st.epoch = p->epoch;
       st.last_epoch = p->last_epoch;
       st.ratio = p->ratio;
@@ -336,10 +370,13 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         return;
       st.finished = true;
       st.running = false;
-      checkpoint(self);
-      self->send(st.args.node, done_atom::value, st.args.platform.name, run);
+      // The node flushes the store once every platform is done: the final
+      // checkpoint is in the store by then.
+      checkpoint(self, [self, run](bool) {
+        self->send(self->state.args.node, done_atom::value, self->state.args.platform.name, run);
+      });
     },
-    [self](control_atom, const std::string& what) {
+    [self](control_atom, const std::string& what) -> caf::result<bool> {
       auto& st = self->state;
       if (what == "pause") {
         st.paused = true;
@@ -347,12 +384,16 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         if (st.paused && st.running)
           self->send(self, step_atom::value);
         st.paused = false;
-      } else if (what == "checkpoint") {
-        checkpoint(self);
-      } else if (what == "stop") {
-        st.running = false;
-        checkpoint(self);
+      } else if (what == "checkpoint" || what == "stop") {
+        if (what == "stop")
+          st.running = false;
+        auto rp = self->make_response_promise<bool>();
+        checkpoint(self, [rp](bool ok) mutable { rp.deliver(ok); });
+        return rp;
+      } else {
+        return caf::make_error(caf::sec::invalid_argument, "unknown control " + what);
       }
+      return true;
     },
   };
 }

@@ -47,6 +47,10 @@ struct platform_args {
   store_actor store;
   node_actor node;
   std::shared_ptr<const storage::checkpoint> restore;  ///< resume from it when set
+  /// With `restore`: the encoded report of the last epoch it completed, sent
+  /// again when a balancer plans that epoch (its first report may have been
+  /// lost with the balancer that asked for it).
+  bytes last_report;
 };
 
 platform_actor spawn_platform(caf::actor_system& sys, platform_args args);

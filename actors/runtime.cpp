@@ -8,6 +8,7 @@
 #include "actors/platform.hpp"
 #include "actors/store.hpp"
 #include "learning/aggregator.hpp"
+#include "messages/codec.hpp"
 #include "learning/dataset.hpp"
 #include "learning/partition.hpp"
 #include "storage/store.hpp"
@@ -129,19 +130,21 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
 /// the node to stop; no work happens in a signal handler.
 class signal_watch {
 public:
-  signal_watch(bool enabled, node_actor node) : enabled_(enabled) {
+  signal_watch(bool enabled, caf::actor_system& sys, node_actor node) : enabled_(enabled) {
     if (!enabled_)
       return;
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
-    thread_ = std::thread([this, node] {
+    thread_ = std::thread([this, &sys, node] {
       timespec tick{0, 200'000'000};
       while (!over_) {
         if (sigtimedwait(&set_, nullptr, &tick) > 0) {
           received_ = true;
           spdlog::info("signal received: stopping cleanly");
-          caf::anon_send(node, control_atom::value, std::string{"stop"});
+          // From a local actor: the node takes control only from its cluster.
+          caf::scoped_actor asker{sys};
+          asker->send(node, control_atom::value, std::string{"stop"});
         }
       }
     });
@@ -169,6 +172,39 @@ private:
   std::atomic<bool> received_{false};
   std::thread thread_;
 };
+
+/// Resuming `run`: the platform's newest good checkpoint saved since the
+/// run started, its last report and its earlier reports (for the node's
+/// metrics file). Damaged checkpoints are reported and skipped.
+void restore_platform(const storage::store& db, const storage::run_state& run,
+                      platform_args& pa, std::vector<messages::epoch_report>& reports) {
+  const auto& name = pa.platform.name;
+  std::vector<std::string> problems;
+  auto c = storage::load_latest_checkpoint(db, name, &problems);
+  for (auto& p : problems)
+    spdlog::warn("[{}] {}", name, p);
+  if (!c || c->saved_unix + 1.0 < run.started_unix) {
+    spdlog::info("[{}] no checkpoint of run {}: it starts afresh", name, run.run);
+    return;
+  }
+  for (auto& [key, value] : db.scan(storage::family::metrics, name + "/")) {
+    bytes buf(value.begin(), value.end());
+    try {
+      auto env = messages::decode(buf, pa.cluster_id);
+      auto& r = std::get<messages::epoch_report>(env.payload);
+      if (r.epoch >= c->epoch)
+        continue;  // from an older run, or after the checkpoint
+      reports.push_back(r);
+      if (r.epoch + 1 == c->epoch)
+        pa.last_report = std::move(buf);
+    } catch (const std::exception& e) {
+      spdlog::warn("[{}] saved report {} unusable: {}", name, key, e.what());
+    }
+  }
+  spdlog::info("[{}] resuming run {} from its checkpoint after epoch {}", name, run.run,
+               c->epoch);
+  pa.restore = std::make_shared<const storage::checkpoint>(std::move(*c));
+}
 
 } // namespace
 
@@ -225,6 +261,25 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   sys_cfg.set("scheduler.max-throughput", size_t{1});
   caf::actor_system sys{sys_cfg};
 
+  // A run of these settings that did not finish is resumed: the platforms
+  // from their newest checkpoints of that run, the balancer (if it starts
+  // here) from the run state.
+  auto fingerprint = config::run_fingerprint(cfg);
+  std::optional<storage::run_state> unfinished;
+  if (!opts.fresh) {
+    std::string problem;
+    unfinished = storage::load_run_state(*db, &problem);
+    if (!problem.empty())
+      spdlog::warn("node {}: {}; starting a new run", node_name, problem);
+    if (unfinished && (unfinished->finished || unfinished->fingerprint != fingerprint)) {
+      if (!unfinished->finished)
+        spdlog::info("node {}: the unfinished run {} in the store has other settings; "
+                     "starting a new run",
+                     node_name, unfinished->run);
+      unfinished.reset();
+    }
+  }
+
   node_args nargs;
   nargs.cluster = cfg;
   nargs.name = node_name;
@@ -252,21 +307,29 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
       pa.aggregated = a->second;
     if (auto saved = db->get(storage::family::predictor, storage::key(all[i].name, 0)))
       pa.predictor_samples = *saved;
+    if (unfinished)
+      restore_platform(*db, *unfinished, pa, nargs.reports);
     pa.store = nargs.store;
     nargs.platforms.push_back(std::move(pa));
   }
-  if (hosts_balancer) {
-    std::map<std::string, uint64_t> sizes;
-    for (size_t i = 0; i < all.size(); ++i)
-      sizes[all[i].name] = shards[i].size();
-    nargs.balancer = balancer_args{cfg, test, {}, opts.interactive, std::move(sizes)};
-  }
+  // Any node may come to host the balancer (see node.hpp); the one named in
+  // the cluster file starts it now unless a run is to be continued.
+  std::map<std::string, uint64_t> sizes;
+  for (size_t i = 0; i < all.size(); ++i)
+    sizes[all[i].name] = shards[i].size();
+  nargs.balancer = balancer_args{cfg, test, {}, opts.interactive, std::move(sizes), fingerprint,
+                                 std::nullopt};
+  nargs.start_balancer = hosts_balancer && !unfinished;
+  nargs.load_run_state = [db] { return storage::load_run_state(*db); };
+  if (unfinished)
+    spdlog::info("node {}: continuing run {} ({} epochs evaluated; --fresh starts a new run)",
+                 node_name, unfinished->run, unfinished->epochs.size());
   auto store = nargs.store;
   auto node = spawn_node(sys, std::move(nargs));
 
   run_outcome outcome;
   {
-    signal_watch signals(opts.handle_signals, node);
+    signal_watch signals(opts.handle_signals, sys, node);
     corunners load(me.corunners, (std::filesystem::path(cfg.storage_dir) / (node_name + "-corunners")).string());
     if (cfg.nodes.size() > 1) {
       auto port = sys.middleman().publish(node, me.port, me.host.c_str(), true);

@@ -11,6 +11,9 @@ namespace eg::actors {
 struct runtime_options {
   bool interactive = false;     ///< redraw one progress line (stderr is a terminal)
   bool handle_signals = false;  ///< SIGINT / SIGTERM stop the node cleanly
+  /// Start a new run even if the store holds an unfinished one with the
+  /// same settings (which is otherwise resumed from its checkpoints).
+  bool fresh = false;
 };
 
 /// The whole cluster of `cfg` as a single node "local" hosting every

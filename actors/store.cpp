@@ -23,8 +23,10 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                             std::move(optimizer)};
       try {
         storage::save_checkpoint(*self->state.db, c);
+        return true;
       } catch (const storage::storage_error& e) {
         spdlog::error("checkpoint of {} (epoch {}) not saved: {}", c.platform, epoch, e.what());
+        return false;
       }
     },
     [self](metrics_atom, const std::string& platform, uint64_t epoch, const bytes& report) {

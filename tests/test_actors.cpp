@@ -9,6 +9,7 @@
 #include "learning/model.hpp"
 #include "learning/serialize.hpp"
 #include "messages/codec.hpp"
+#include "storage/store.hpp"
 #include "process.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -154,7 +155,7 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](merge_atom, const bytes&) {},
     [=](weights_atom) { return lenet_weights(cluster, name, 0.5); },
     [=](done_atom, const std::string& run) { self->state.run = run; },
-    [](control_atom, const std::string&) {},
+    [](control_atom, const std::string&) { return true; },
   };
 }
 
@@ -308,6 +309,103 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   self->send_exit(b, caf::exit_reason::user_shutdown);
   for (auto& p : platforms)
     self->send_exit(p, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back, fixture) {
+  test::temp_dir dir;
+  auto cfg = config::default_config();
+  cfg.id = "res";
+  cfg.train.epochs = 4;
+  cfg.output_dir = dir / "runs";
+  cfg.nodes[0].platforms.resize(2);
+  cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
+  cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
+  auto test_set = std::make_shared<learning::dataset>();
+  test_set->images = torch::randn({20, 1, 28, 28});
+  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  // The saved run: epochs 0 and 1 evaluated.
+  storage::run_state saved;
+  saved.fingerprint = config::run_fingerprint(cfg);
+  saved.run = "res-saved";
+  saved.started_unix = 1e9;
+  saved.epochs.push_back({0, 5, 5, 200, 1.0, 0.5, 2, 5, -1});
+  saved.epochs.push_back({1, 10, 5, 200, 0.9, 0.6, 2, 10, -1});
+  for (uint32_t e = 0; e < 2; ++e)
+    for (auto name : {"p0", "p1"}) {
+      auto b = report(cfg.id, name, e);
+      saved.reports.emplace_back(b.data(), b.size());
+    }
+  balancer_args args{cfg, test_set, caf::actor_cast<node_actor>(self), false, {}};
+  args.fingerprint = saved.fingerprint;
+  args.resume = saved;
+  auto b = spawn_balancer(sys, args);
+  auto seen0 = std::make_shared<std::vector<messages::plan>>();
+  auto seen1 = std::make_shared<std::vector<messages::plan>>();
+  auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
+  auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
+  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p0), caf::actor{});
+  sched.run();
+  BOOST_TEST(seen0->empty());  // waits a few seconds for the others
+  sched.advance_time(std::chrono::seconds(3));
+  sched.run();
+  // p1 did not join in time (its node is down): the run goes on without it,
+  // at the epoch after the last evaluated one.
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+  BOOST_TEST(seen0->back().epoch == 2u);
+  BOOST_TEST(seen0->back().last_epoch == 3u);
+
+  // p1 comes back mid-epoch: it is not waited for in epoch 2, planned in 3.
+  self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p1), caf::actor{});
+  sched.run();
+  BOOST_TEST(seen1->empty());
+  self->send(b, report_atom::value, report(cfg.id, "p0", 2));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 2u);
+  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+  BOOST_TEST(seen1->back().epoch == 3u);
+  // Epoch 3 waits for both; a report sent twice counts once.
+  self->send(b, report_atom::value, report(cfg.id, "p0", 3));
+  self->send(b, report_atom::value, report(cfg.id, "p0", 3));
+  sched.run();
+  std::string run;
+  bool done = false;
+  self->receive_while([&] { return !done; })(
+    [&](run_atom, const std::string&) {},
+    [&](done_atom, const std::string&, const std::string& r) {
+      done = true;
+      run = r;
+    },
+    caf::after(std::chrono::seconds(0)) >> [&] { done = true; });
+  BOOST_TEST(run.empty());  // p1 has not reported epoch 3 yet
+  self->send(b, report_atom::value, report(cfg.id, "p1", 3));
+  sched.run();
+  storage::run_state last;
+  done = false;
+  self->receive_while([&] { return !done; })(
+    [&](run_atom, const std::string& bytes) {
+      std::string problem;
+      last = storage::parse_run_state(bytes, problem).value();
+    },
+    [&](done_atom, const std::string&, const std::string& r) {
+      done = true;
+      run = r;
+    });
+  // The same run goes on: same name, its epochs and reports kept, finished.
+  BOOST_TEST(run == "res-saved");
+  BOOST_TEST(last.finished);
+  BOOST_TEST(last.run == "res-saved");
+  BOOST_REQUIRE_EQUAL(last.epochs.size(), 4u);
+  BOOST_TEST(last.epochs[1].averaged_accuracy == 0.6);
+  BOOST_TEST(last.epochs[2].platforms_up == 2u);
+  BOOST_TEST(last.reports.size() == 7u);  // 4 saved + p0's epoch 2 + both of epoch 3
+  auto rows = test::read_csv(dir / "runs/res-saved/cluster.csv");
+  BOOST_TEST(rows.size() == 4u);
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
   sched.run();
 }
 
