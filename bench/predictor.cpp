@@ -164,8 +164,7 @@ private:
 struct epoch_record {
   std::string phase;
   std::string level;
-  double predicted = 0;        // seconds, linear model in U (the paper's); 0: none yet
-  double predicted_share = 0;  // seconds, with the CPU-share term
+  double predicted = 0;  // seconds; 0: no prediction yet
   double actual = 0;
   learning::contention u;
 };
@@ -222,11 +221,7 @@ int predictor(const options& opt, const predictor_options& p) {
   }
 
   // -- prediction error under co-runners ------------------------------------------
-  // Both models learn from the same observations: the paper's linear RG(U)
-  // and the one with the CPU-share term (learning/predictor.hpp).
-  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   learning::slowdown_model model;
-  learning::slowdown_model share_model(0.995, 600, cores, 1);
   sampler_thread sampler;
   const int64_t iterations = p.iterations;
   std::vector<epoch_record> records;
@@ -249,7 +244,6 @@ int predictor(const options& opt, const predictor_options& p) {
         auto u = sampler.now();
         const double spp = observed_seconds / static_cast<double>(observed_samples);
         model.observe(u, spp);
-        share_model.observe(u, spp);
         observed_seconds = 0;
         observed_samples = 0;
       }
@@ -263,7 +257,6 @@ int predictor(const options& opt, const predictor_options& p) {
     const double points = static_cast<double>(iterations * 64);
     if (model.size() > 0) {
       rec.predicted = points * model.seconds_per_point(rec.u);
-      rec.predicted_share = points * share_model.seconds_per_point(rec.u);
     }
     auto start = clock_type::now();
     train_for(iterations);
@@ -289,8 +282,8 @@ int predictor(const options& opt, const predictor_options& p) {
               "%zu co-runner levels, %d epochs each, history pass then evaluation pass in "
               "another order\n",
               static_cast<long long>(iterations), all.size(), p.epochs_per_level);
-  std::printf("%-11s %-16s %6s %6s %7s %9s %9s %9s %8s %8s\n", "phase", "level", "core",
-              "net MB", "disk MB", "linear s", "share s", "actual s", "lin err%", "shr err%");
+  std::printf("%-11s %-16s %6s %6s %7s %10s %9s %8s\n", "phase", "level", "core", "net MB",
+              "disk MB", "predicted", "actual s", "error %");
   for (auto [phase, seq] : {std::pair{"history", &history}, std::pair{"evaluation", &evaluation}}) {
     for (size_t li : *seq) {
       corunner load(all[li], (dir / "scratch").string());
@@ -300,10 +293,9 @@ int predictor(const options& opt, const predictor_options& p) {
         auto err = [&](double predicted) {
           return predicted > 0 ? 100 * (predicted - rec.actual) / rec.actual : 0.0;
         };
-        std::printf("%-11s %-16s %6.2f %6.1f %7.1f %9.3f %9.3f %9.3f %+8.1f %+8.1f\n", phase,
+        std::printf("%-11s %-16s %6.2f %6.1f %7.1f %10.3f %9.3f %+8.1f\n", phase,
                     all[li].name.c_str(), rec.u.core, rec.u.net, rec.u.disk, rec.predicted,
-                    rec.predicted_share, rec.actual, err(rec.predicted),
-                    err(rec.predicted_share));
+                    rec.actual, err(rec.predicted));
         std::fflush(stdout);
       }
     }
@@ -322,10 +314,8 @@ int predictor(const options& opt, const predictor_options& p) {
       }
     return std::pair{n > 0 ? 100 * sum / n : -1.0, n};
   };
-  double worst_linear = 0, worst = 0;
-  auto [linear_mape, n] = mape_of(&epoch_record::predicted, &worst_linear);
-  auto [mape, n_share] = mape_of(&epoch_record::predicted_share, &worst);
-  (void)n_share;
+  double worst = 0;
+  auto [mape, n] = mape_of(&epoch_record::predicted, &worst);
   // Baseline: a predictor that ignores contention (the last epoch's time).
   double naive_sum = 0;
   int naive_n = 0;
@@ -338,12 +328,11 @@ int predictor(const options& opt, const predictor_options& p) {
 
   {
     std::ofstream csv(dir / "predictor.csv");
-    csv << "index,phase,level,core,net_mb_s,disk_mb_s,predicted_linear_s,predicted_share_s,"
-           "actual_s\n";
+    csv << "index,phase,level,core,net_mb_s,disk_mb_s,predicted_s,actual_s\n";
     for (size_t i = 0; i < records.size(); ++i) {
       auto& r = records[i];
       csv << i << ',' << r.phase << ',' << r.level << ',' << r.u.core << ',' << r.u.net << ','
-          << r.u.disk << ',' << r.predicted << ',' << r.predicted_share << ',' << r.actual << '\n';
+          << r.u.disk << ',' << r.predicted << ',' << r.actual << '\n';
     }
   }
   {
@@ -355,19 +344,17 @@ int predictor(const options& opt, const predictor_options& p) {
        << "set xlabel 'epoch'\nset ylabel 'seconds'\nset key top left\nset grid\n"
        << "set datafile separator ','\n"
        << "plot '" << (dir / "predictor.csv").string()
-       << "' every ::1 using 1:9 with linespoints title 'actual', '' every ::1 using 1:($7 > 0 ? "
-          "$7 : 1/0) with linespoints title 'predicted, linear in U', '' every ::1 using 1:($8 > "
-          "0 ? $8 : 1/0) with linespoints title 'predicted, with CPU-share term'\n";
+       << "' every ::1 using 1:8 with linespoints title 'actual', '' every ::1 using 1:($7 > 0 ? "
+          "$7 : 1/0) with linespoints title 'predicted'\n";
   }
   if (std::system(("gnuplot '" + (dir / "predictor.gp").string() + "' 2>/dev/null").c_str()) != 0)
     std::printf("(gnuplot failed: no plot)\n");
   std::printf("figures: %s, plot: %s\n", (dir / "predictor.csv").string().c_str(),
               (dir / "predictor.png").string().c_str());
-  std::printf("summary: predictor MAPE %.2f%% over %d evaluation epochs with the CPU-share "
-              "term (worst %.1f%%), %.2f%% linear in U (worst %.1f%%), last-epoch-time "
-              "baseline %.2f%%; goal <= 3%%: %s; cost %.0f us per sample, %.0f us per "
-              "observation, %.1f us per report\n",
-              mape, n, 100 * worst, linear_mape, 100 * worst_linear, naive,
+  std::printf("summary: predictor MAPE %.2f%% over %d evaluation epochs (worst %.1f%%), "
+              "last-epoch-time baseline %.2f%%; goal <= 3%%: %s; cost %.0f us per sample, %.0f "
+              "us per observation, %.1f us per report\n",
+              mape, n, 100 * worst, naive,
               mape >= 0 && mape <= 3 ? "met" : "missed", 1e6 * cost_sample, 1e6 * cost_observe,
               1e6 * cost_report);
   return 0;

@@ -173,9 +173,9 @@ bool valid_sample(const contention& u, double t) {
          std::isfinite(t) && t > 0;
 }
 
-// Solves a x = b in place for n <= 4 by Gaussian elimination with partial
+// Solves a x = b in place for n <= 3 by Gaussian elimination with partial
 // pivoting; a is symmetric positive definite here thanks to the ridge term.
-void solve(double a[4][4], double b[4], size_t n) {
+void solve(double a[3][3], double b[3], size_t n) {
   for (size_t col = 0; col < n; ++col) {
     size_t pivot = col;
     for (size_t r = col + 1; r < n; ++r)
@@ -201,25 +201,13 @@ constexpr const char* model_header = "edgegossip-slowdown-model 1";
 
 } // namespace
 
-slowdown_model::slowdown_model(double forgetting, size_t window, double cores, double threads)
-    : forgetting_(forgetting), window_(window), cores_(cores), threads_(threads) {
+slowdown_model::slowdown_model(double forgetting, size_t window)
+    : forgetting_(forgetting), window_(window) {
   if (!(forgetting > 0 && forgetting <= 1))
     throw std::invalid_argument("slowdown_model: forgetting " + std::to_string(forgetting) +
                                 " is not in (0, 1]");
   if (window == 0)
     throw std::invalid_argument("slowdown_model: the window must hold at least one sample");
-  if (!(cores >= 0) || !std::isfinite(cores) || !(threads > 0) || !std::isfinite(threads))
-    throw std::invalid_argument("slowdown_model: needs cores >= 0 and threads > 0");
-}
-
-void slowdown_model::features(const contention& u, double* x) const {
-  x[0] = u.core;
-  x[1] = u.net;
-  x[2] = u.disk;
-  if (cores_ > 0) {
-    const double share = std::min(1.0, std::max(0.05, (cores_ - u.core) / threads_));
-    x[3] = 1 / share - 1;
-  }
 }
 
 void slowdown_model::observe(const contention& u, double seconds_per_point) {
@@ -237,23 +225,23 @@ void slowdown_model::refit() {
   const size_t n = samples_.size();
   if (n == 0)
     return;
-  const size_t f = features();
 
   // The newest sample weighs 1, each older one `forgetting_` times less.
   std::vector<double> w(n);
   double weight = 1;
   for (size_t k = n; k-- > 0; weight *= forgetting_)
     w[k] = weight;
-  std::vector<std::array<double, max_features>> xs(n);
-  for (size_t k = 0; k < n; ++k)
-    features(samples_[k].u, xs[k].data());
+  auto features = [](const sample& s) {
+    return std::array<double, 3>{s.u.core, s.u.net, s.u.disk};
+  };
 
-  double sw = 0, mean_t = 0, mean_x[max_features] = {};
+  double sw = 0, mean_t = 0, mean_x[3] = {0, 0, 0};
   for (size_t k = 0; k < n; ++k) {
+    const auto x = features(samples_[k]);
     sw += w[k];
     mean_t += w[k] * samples_[k].t;
-    for (size_t a = 0; a < f; ++a)
-      mean_x[a] += w[k] * xs[k][a];
+    for (size_t a = 0; a < 3; ++a)
+      mean_x[a] += w[k] * x[a];
   }
   mean_t /= sw;
   for (double& m : mean_x)
@@ -265,11 +253,11 @@ void slowdown_model::refit() {
   // A feature that never changed in the window says nothing about the
   // slowdown: its coefficient stays 0 and the intercept absorbs its level.
   // Samples whose weight underflowed to 0 do not count as a change.
-  size_t used[max_features], m = 0;
-  for (size_t a = 0; a < f; ++a) {
-    const double newest = xs.back()[a];
+  size_t used[3], m = 0;
+  for (size_t a = 0; a < 3; ++a) {
+    const double newest = features(samples_.back())[a];
     for (size_t k = n; k-- > 0 && w[k] > 0;)
-      if (xs[k][a] != newest) {
+      if (features(samples_[k])[a] != newest) {
         used[m++] = a;
         break;
       }
@@ -278,10 +266,10 @@ void slowdown_model::refit() {
     return;
 
   // Centred weighted normal equations: centring separates the intercept, so
-  // the slopes solve an m x m system (m <= 4).
-  double c[4][4] = {}, r[4] = {};
+  // the slopes solve an m x m system (m <= 3).
+  double c[3][3] = {}, r[3] = {};
   for (size_t k = 0; k < n; ++k) {
-    const auto& x = xs[k];
+    const auto x = features(samples_[k]);
     for (size_t i = 0; i < m; ++i) {
       const double xi = x[used[i]] - mean_x[used[i]];
       r[i] += w[k] * xi * (samples_[k].t - mean_t);
@@ -316,11 +304,7 @@ double slowdown_model::slowdown(const contention& u) const {
   const double base = t0();
   if (!(base > 0))
     return 1;
-  double x[max_features] = {};
-  features(u, x);
-  double t = beta_[0];
-  for (size_t a = 0; a < features(); ++a)
-    t += beta_[1 + a] * x[a];
+  const double t = beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk;
   return std::max(1.0, t / base);
 }
 

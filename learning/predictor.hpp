@@ -37,22 +37,13 @@ private:
   counters last_;
 };
 
-/// Time per data point t = t0 * RG(U) as a linear model t = b0 + b . x(U)
+/// Time per data point t = t0 * RG(U) as a linear model t = b0 + b . U
 /// (t0 = b0, RG(U) = t(U) / t0 >= 1), fitted by weighted least squares with
 /// exponential forgetting so that t0 follows slow drift of the machine.
-///
-/// x(U) is (U_core, U_net, U_disk), plus, when the machine's core count is
-/// given, the CPU-share term s(U_core) = 1 / min(1, max(0.05, (cores -
-/// U_core) / threads)) - 1: a platform of `threads` busy threads gets the
-/// cores the co-runners leave, so its time grows with 1 / (cores - U_core)
-/// once they leave less than it needs, and not at all before. Time is not
-/// linear in U_core there; with this term the fit is (bench predictor).
 class slowdown_model {
 public:
   /// `forgetting` in (0, 1]: weight of a sample decays by this per newer one.
-  /// `cores` > 0 adds the CPU-share term for a platform of `threads` threads.
-  explicit slowdown_model(double forgetting = 0.995, size_t window = 600, double cores = 0,
-                          double threads = 1);
+  explicit slowdown_model(double forgetting = 0.995, size_t window = 600);
 
   /// One observation: contention U and the measured seconds per data point.
   void observe(const contention& u, double seconds_per_point);
@@ -76,16 +67,11 @@ private:
     contention u;
     double t;
   };
-  static constexpr size_t max_features = 4;
   void refit();
-  size_t features() const { return cores_ > 0 ? 4 : 3; }
-  void features(const contention& u, double* x) const;
   double forgetting_;
   size_t window_;
-  double cores_;
-  double threads_;
   std::deque<sample> samples_;
-  double beta_[1 + max_features] = {0, 0, 0, 0, 0};  // b0, b_core, b_net, b_disk, b_share
+  double beta_[4] = {0, 0, 0, 0};  // b0, b_core, b_net, b_disk
 };
 
 } // namespace eg::learning

@@ -304,49 +304,4 @@ BOOST_AUTO_TEST_CASE(malformed_text_throws_and_keeps_the_model) {
   BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-7));
 }
 
-BOOST_AUTO_TEST_CASE(cpu_share_term_fits_time_that_grows_once_cores_run_out) {
-  // Two cores, one training thread: up to one busy core of co-runners costs
-  // nothing, beyond it the platform gets the 2 - U_core cores left, so
-  // t = t0 / min(1, 2 - U_core): not linear in U_core.
-  auto share_truth = [](const contention& u) {
-    return 0.001 / std::min(1.0, std::max(0.05, 2 - u.core)) * (1 + 0.002 * u.disk);
-  };
-  slowdown_model linear(1.0), share(1.0, 600, 2, 1);
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> core(0, 1.6), disk(0, 10);
-  for (int i = 0; i < 300; ++i) {
-    const contention u{core(rng), 0, disk(rng)};
-    linear.observe(u, share_truth(u));
-    share.observe(u, share_truth(u));
-  }
-  for (const contention u : {contention{0, 0, 0}, contention{0.5, 0, 5}, contention{1, 0, 0},
-                             contention{1.4, 0, 2}, contention{1.6, 0, 10}}) {
-    // The fit with the term is close (disk enters as a product, so not exact).
-    BOOST_TEST(share.seconds_per_point(u) == share_truth(u), tt::tolerance(0.02));
-  }
-  BOOST_TEST(share.t0() == 0.001, tt::tolerance(0.02));
-  // Linear in U_core, the same samples are off by more than 10 % somewhere.
-  double worst = 0;
-  for (double c : {0.0, 0.5, 1.0, 1.5})
-    worst = std::max(worst, std::abs(linear.seconds_per_point({c, 0, 0}) -
-                                     share_truth({c, 0, 0})) / share_truth({c, 0, 0}));
-  BOOST_TEST(worst > 0.1);
-}
-
-BOOST_AUTO_TEST_CASE(cpu_share_term_keeps_linear_fits_and_checks_its_arguments) {
-  // Data linear in U_core is still fitted exactly with the term on.
-  slowdown_model m(0.995, 600, 4, 1);
-  std::mt19937_64 rng(8);
-  for (int i = 0; i < 200; ++i) {
-    const auto u = random_contention(rng);
-    m.observe(u, truth(u));
-  }
-  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-6));
-  BOOST_TEST(m.seconds_per_point({1, 0, 50}) == truth({1, 0, 50}), tt::tolerance(1e-6));
-  // Co-runners on more cores than the machine has: the share stays bounded.
-  BOOST_TEST(std::isfinite(m.seconds_per_point({16, 0, 0})));
-  BOOST_CHECK_THROW(slowdown_model(0.9, 10, -1), std::invalid_argument);
-  BOOST_CHECK_THROW(slowdown_model(0.9, 10, 2, 0), std::invalid_argument);
-}
-
 BOOST_AUTO_TEST_SUITE_END()
