@@ -392,8 +392,10 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
     ce.epoch_seconds = std::chrono::duration<double>(clock::now() - from).count();
   double error_sum = 0;
   int predicted = 0;
+  double longest = 0;  // the slowest platform's epoch time
   for (auto& [_, r] : st.reports[epoch]) {
     ce.samples += r.samples;
+    longest = std::max(longest, r.wall_seconds);
     if (r.predicted_seconds > 0 && r.wall_seconds > 0) {
       error_sum += std::abs(r.predicted_seconds - r.wall_seconds) / r.wall_seconds;
       ++predicted;
@@ -401,6 +403,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
   }
   if (predicted > 0)
     ce.prediction_error = error_sum / predicted;
+  // An epoch planned by a lost balancer: its start is not known here.
+  ce.epoch_seconds = std::max(ce.epoch_seconds, longest);
   ce.platforms_up = st.up();
   auto end = st.epoch_end.count(epoch) ? st.epoch_end[epoch] : clock::now();
   if (st.args.cluster.strategy.asynchronous()) {
@@ -410,7 +414,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
     double before = epoch > 0 && st.evaluated.count(epoch - 1)
                       ? st.evaluated[epoch - 1].training_seconds
                       : 0.0;
-    ce.training_seconds = before + std::chrono::duration<double>(end - from).count();
+    ce.training_seconds =
+      before + std::max(longest, std::chrono::duration<double>(end - from).count());
   }
   std::vector<std::pair<std::string, platform_actor>> targets;
   for (auto& [name, entry] : st.platforms)

@@ -189,6 +189,10 @@ void start_balancer(self_ptr self, bool continuing) {
                                caf::actor_cast<caf::actor>(*st.balancer)});
   for (auto& n : st.args.cluster.nodes)
     announce_platforms(self, n.name);
+  // Continuing, it goes on with the platforms of the live nodes, announced
+  // just now, instead of waiting for every configured platform.
+  if (continuing)
+    self->send(*st.balancer, start_atom::value);
 }
 
 /// Takes a peer node's hello into the directory.
@@ -214,6 +218,11 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
     throw messages::codec_error("node '" + h->node + "' "
                                 + (h->secret_digest.empty() ? "presented no cluster secret"
                                                             : "presented a wrong cluster secret"));
+  bool has_node = false;
+  for (auto& c : h->components)
+    has_node = has_node || (c.role == "node" && c.name == h->node && c.node == h->node);
+  if (!has_node)
+    throw messages::codec_error("handshake of node '" + h->node + "' lacks the node itself");
   // Replace whatever we knew of that node.
   std::vector<entry> next;
   for (auto& e : st.directory)

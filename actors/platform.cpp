@@ -150,7 +150,7 @@ learning::epoch_plan make_plan(self_ptr self) {
   auto extra = adopted(st);
   if (!extra.empty())
     spdlog::info("[{}] epoch {}: also training on {} points of failed platforms", st.args.platform.name,
-                 st.epoch, extra.size());
+                 st.epoch + 1, extra.size());
   if (!st.args.aggregated || st.args.edgegossip.selection == "random") {
     if (extra.empty())
       return learning::shuffled_plan(st.trainer->shard(), st.args.train.batch, st.ratio, st.rng);
@@ -193,7 +193,7 @@ void begin_epoch(self_ptr self) {
   st.compute_seconds = st.loss_sum = 0;
   st.samples = st.iterations = st.refused = 0;
   st.running = true;
-  spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.epoch,
+  spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.epoch + 1,
                 st.trainer->remaining());
   self->send(self, step_atom::value);
 }
@@ -203,9 +203,9 @@ void finish_epoch(self_ptr self) {
   st.running = false;
   st.epochs_done = st.epoch + 1;
   auto r = st.report();
-  spdlog::debug("[{}] epoch {} trained; evaluating", st.args.platform.name, st.epoch);
+  spdlog::debug("[{}] epoch {} trained; evaluating", st.args.platform.name, st.epoch + 1);
   auto eval = learning::evaluate(st.trainer->model(), *st.args.test_set);
-  spdlog::debug("[{}] epoch {} evaluated", st.args.platform.name, st.epoch);
+  spdlog::debug("[{}] epoch {} evaluated", st.args.platform.name, st.epoch + 1);
   r.test_loss = eval.loss;
   r.test_accuracy = eval.accuracy;
   checkpoint(self);
@@ -222,7 +222,7 @@ void finish_epoch(self_ptr self) {
       r.received_from = std::move(s.received_from);
       spdlog::info("[{}] epoch {} done: {} samples in {:.2f} s ({:.0f}/s), loss {:.4f}, "
                    "test accuracy {:.4f}, received {} messages",
-                   st.args.platform.name, r.epoch, r.samples, r.wall_seconds,
+                   st.args.platform.name, r.epoch + 1, r.samples, r.wall_seconds,
                    r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
                    r.test_accuracy, r.messages_received);
       auto buf = messages::encode({st.header(), r});
@@ -263,7 +263,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.total_iterations = args.restore->iteration;
       st.epochs_done = static_cast<uint32_t>(args.restore->epoch);
       st.last_report = args.last_report;
-      spdlog::info("[{}] restored from its checkpoint after epoch {}", args.platform.name,
+      spdlog::debug("[{}] restored from its checkpoint after epoch {}", args.platform.name,
                    args.restore->epoch);
     } catch (const std::exception& e) {
       spdlog::error("[{}] its checkpoint does not fit this model ({}): starting afresh",

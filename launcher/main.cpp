@@ -26,6 +26,7 @@ struct common_options {
   std::string config_file;
   std::vector<std::string> overrides;
   bool verbose = false;
+  bool fresh = false;
 
   void add_to(CLI::App& app, bool config_required) {
     auto* opt = app.add_option("-c,--config", config_file, "cluster file (TOML)");
@@ -35,6 +36,9 @@ struct common_options {
                    "override a key of the cluster file, e.g. --set train.epochs=3 "
                    "(repeatable)");
     app.add_flag("-v,--verbose", verbose, "debug logging");
+    app.add_flag("--fresh", fresh,
+                 "start a new run even if the store holds an unfinished one of the same "
+                 "settings (which is otherwise continued from its checkpoints)");
   }
 
   cluster_config load() const {
@@ -112,14 +116,14 @@ int main(int argc, char** argv) {
       auto cfg = eg::actors::as_one_process(run_opts.load());
       bool terminal = isatty(STDERR_FILENO);
       setup_logging(run_opts.verbose, terminal);
-      auto outcome = eg::actors::run_node(cfg, "local", {terminal, true});
+      auto outcome = eg::actors::run_node(cfg, "local", {terminal, true, run_opts.fresh});
       return outcome.stopped || !outcome.run.empty() ? 0 : 1;
     }
     if (*node) {
       auto cfg = node_opts.load();
       setup_logging(node_opts.verbose, false);
       cfg.node(node_name);  // names an unknown node before anything starts
-      auto outcome = eg::actors::run_node(cfg, node_name, {false, true});
+      auto outcome = eg::actors::run_node(cfg, node_name, {false, true, node_opts.fresh});
       return outcome.stopped || !outcome.run.empty() ? 0 : 1;
     }
     if (int rc = run_bench(); rc >= 0)
@@ -136,6 +140,8 @@ int main(int argc, char** argv) {
       }
       if (launch_opts.verbose)
         extra.push_back("--verbose");
+      if (launch_opts.fresh)
+        extra.push_back("--fresh");
       return eg::launcher::launch_nodes(self_path(argv[0]), launch_opts.config_file, names,
                                         extra);
     }

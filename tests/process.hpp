@@ -33,6 +33,10 @@ struct temp_dir {
     std::filesystem::create_directories(path);
   }
   ~temp_dir() {
+    if (std::getenv("EG_KEEP_TEST_DIRS")) {  // for a look at logs after a failure
+      std::fprintf(stderr, "kept %s\n", path.c_str());
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
@@ -95,6 +99,29 @@ struct process {
   }
 
   void signal(int sig) { kill(pid, sig); }
+
+  /// Waits until the output holds `text` (true) or `limit` passed (false).
+  bool wait_for_output(const std::string& text, std::chrono::seconds limit) const {
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (output().find(text) != std::string::npos)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  /// Whether the process is still running.
+  bool running() {
+    if (exited)
+      return false;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      return false;
+    }
+    return true;
+  }
 
   std::string output() const {
     std::ifstream in(log);

@@ -1,0 +1,302 @@
+// Faults with real `edgegossip node` processes on 127.0.0.1: a node killed
+// and restarted (and its newest checkpoint damaged meanwhile), the balancer's
+// node lost, a peer with the wrong cluster secret, a stranger on a node's
+// port sending garbage or well-formed messages without a handshake.
+#include "actors/interfaces.hpp"
+#include "messages/codec.hpp"
+#include "process.hpp"
+#include "storage/store.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <netinet/in.h>
+#include <random>
+
+using namespace eg::test;
+
+namespace {
+
+/// A 3-node cluster file (one platform per node) on free local ports:
+/// logistic regression, every platform 10 times slower than the machine, so
+/// that an epoch lasts a few seconds.
+std::string cluster_file(const temp_dir& dir, const std::string& name, uint32_t epochs,
+                         const std::string& secret = "") {
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"faults\"\nseed = 5\nbalancer = \"a\"\nsecret = \"" << secret
+       << "\"\n[train]\nmodel = \"logreg\"\nepochs = " << epochs << "\n"
+       << "[storage]\ndir = \"" << dir / (name + "-data") << "\"\n"
+       << "[output]\ndir = \"" << dir / (name + "-runs") << "\"\n";
+  for (auto node : {"a", "b", "c"})
+    toml << "[[nodes]]\nname = \"" << node << "\"\nport = " << free_port()
+         << "\n[[nodes.platforms]]\nname = \"" << node << "0\"\nslowdown = 10.0\n";
+  auto path = dir / (name + ".toml");
+  write_file(path, toml.str());
+  return path;
+}
+
+using cluster = std::map<std::string, std::unique_ptr<process>>;
+
+std::unique_ptr<process> start_node(const temp_dir& dir, const std::string& config,
+                                    const std::string& node, const std::string& log) {
+  return std::make_unique<process>(
+    std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", node},
+    dir / log);
+}
+
+cluster start_cluster(const temp_dir& dir, const std::string& config, const std::string& name) {
+  cluster c;
+  for (auto node : {"a", "b", "c"})
+    c[node] = start_node(dir, config, node, name + "-" + node + ".log");
+  return c;
+}
+
+void require_clean_exit(cluster& c) {
+  for (auto& [name, p] : c) {
+    auto code = p->wait(std::chrono::seconds(300));
+    BOOST_TEST_INFO("node " << name << " output:\n" << p->output());
+    BOOST_REQUIRE_EQUAL(code, 0);
+  }
+}
+
+double final_accuracy(const std::filesystem::path& run, size_t epochs) {
+  auto rows = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE_EQUAL(rows.size(), epochs);
+  return std::stod(rows.back()["averaged_accuracy"]);
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (auto i = text.find(part); i != std::string::npos; i = text.find(part, i + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(faults)
+
+BOOST_AUTO_TEST_CASE(a_killed_node_restarts_from_its_last_good_checkpoint) {
+  temp_dir dir;
+  const uint32_t epochs = 6;
+  // The same cluster twice, side by side: one fault-free, one with a fault.
+  auto reference_cfg = cluster_file(dir, "reference", epochs, "s3cret");
+  auto faulty_cfg = cluster_file(dir, "faulty", epochs, "s3cret");
+  auto reference = start_cluster(dir, reference_cfg, "reference");
+  auto faulty = start_cluster(dir, faulty_cfg, "faulty");
+
+  // Kill -9 node b once its platform has finished two epochs.
+  BOOST_REQUIRE_MESSAGE(faulty["b"]->wait_for_output("[b0] epoch 2 done", std::chrono::seconds(120)),
+                        faulty["b"]->output());
+  faulty["b"]->signal(SIGKILL);
+  BOOST_REQUIRE_EQUAL(faulty["b"]->wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  // The survivors see it go at once and carry on.
+  BOOST_REQUIRE(faulty["a"]->wait_for_output("node b is down", std::chrono::seconds(5)));
+  BOOST_REQUIRE(faulty["a"]->wait_for_output("platform b0 on node b is down",
+                                              std::chrono::seconds(5)));
+
+  // Damage b's newest checkpoint (after epoch 2) while it is down.
+  {
+    auto db = eg::storage::store::open((std::filesystem::path(dir / "faulty-data") / "b").string());
+    auto key = eg::storage::key("b0", 2);
+    auto value = db->get(eg::storage::family::checkpoints, key);
+    BOOST_REQUIRE(value.has_value());
+    (*value)[value->size() / 2] ^= 0x40;
+    db->put(eg::storage::family::checkpoints, key, *value);
+  }
+  // Restarted, it resumes from the previous good one and rejoins.
+  faulty["b"] = start_node(dir, faulty_cfg, "b", "faulty-b-again.log");
+  auto& b = *faulty["b"];
+  BOOST_REQUIRE_MESSAGE(b.wait_for_output("resuming run", std::chrono::seconds(60)), b.output());
+  BOOST_TEST(b.output().find("checkpoint b0/0000000002: checksum mismatch") != std::string::npos,
+             b.output());
+  BOOST_TEST(b.output().find("from its checkpoint after epoch 1") != std::string::npos,
+             b.output());
+
+  require_clean_exit(reference);
+  require_clean_exit(faulty);
+  BOOST_TEST_INFO("node a:\n" << faulty["a"]->output());
+  BOOST_TEST(faulty["a"]->output().find("platform b0 is back from node b") != std::string::npos);
+
+  auto ref_run = only_run_dir(dir / "reference-runs");
+  auto run = only_run_dir(dir / "faulty-runs");
+  double ref = final_accuracy(ref_run, epochs);
+  double acc = final_accuracy(run, epochs);
+  BOOST_TEST(ref > 0.8);
+  BOOST_TEST(std::abs(acc - ref) <= 0.01, "with the fault " << acc << ", without " << ref);
+  // b's metrics continue: its first epochs from before the kill, then the
+  // epochs after it rejoined.
+  auto rows = read_csv((run / "b-metrics.csv").string());
+  std::set<int> seen;
+  for (auto& r : rows)
+    seen.insert(std::stoi(r["epoch"]));
+  BOOST_TEST(seen.count(0) == 1u);
+  BOOST_TEST(seen.count(epochs - 1) == 1u);
+  BOOST_TEST(*seen.rbegin() == static_cast<int>(epochs - 1));
+}
+
+BOOST_AUTO_TEST_CASE(losing_the_balancers_node_hands_the_run_to_a_successor) {
+  temp_dir dir;
+  const uint32_t epochs = 6;
+  auto cfg = cluster_file(dir, "run", epochs);
+  auto c = start_cluster(dir, cfg, "run");
+  BOOST_REQUIRE_MESSAGE(c["a"]->wait_for_output("epoch 2/6:", std::chrono::seconds(120)),
+                        c["a"]->output());
+  c["a"]->signal(SIGKILL);
+  BOOST_REQUIRE_EQUAL(c["a"]->wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  // b is next in the succession: it starts a balancer that continues the run.
+  auto& b = *c["b"];
+  BOOST_REQUIRE_MESSAGE(b.wait_for_output("no balancer in the cluster: starting one here",
+                                          std::chrono::seconds(10)),
+                        b.output());
+  BOOST_REQUIRE_MESSAGE(b.wait_for_output("balancer: continuing run", std::chrono::seconds(10)),
+                        b.output());
+  BOOST_TEST(c["c"]->output().find("starting one here") == std::string::npos);
+  // a comes back and rejoins the run under b's balancer.
+  c["a"] = start_node(dir, cfg, "a", "run-a-again.log");
+  require_clean_exit(c);
+  BOOST_TEST_INFO("node b:\n" << b.output());
+  // (The successor never saw a0 before: a0 joins it, from the next epoch.)
+  BOOST_TEST(b.output().find("platform a0 joined from node a; training from epoch")
+             != std::string::npos);
+  BOOST_TEST(c["a"]->output().find("starting one here") == std::string::npos);
+  auto run = only_run_dir(dir / "run-runs");
+  BOOST_TEST(final_accuracy(run, epochs) > 0.8);
+  auto rows = read_csv((run / "cluster.csv").string());
+  for (size_t e = 0; e < rows.size(); ++e)
+    BOOST_TEST(std::stoul(rows[e]["epoch"]) == e);
+}
+
+BOOST_AUTO_TEST_CASE(a_node_without_the_cluster_secret_is_refused) {
+  temp_dir dir;
+  auto cfg = cluster_file(dir, "secret", 2, "right");
+  auto a = start_node(dir, cfg, "a", "a.log");
+  auto b = std::make_unique<process>(
+    std::vector<std::string>{EG_BINARY, "node", "--config", cfg, "--node", "b", "--set",
+                             "cluster.secret=\"wrong\""},
+    dir / "b.log");
+  BOOST_TEST(a->wait_for_output("node 'b' presented a wrong cluster secret",
+                                std::chrono::seconds(30)),
+             a->output());
+  BOOST_TEST(b->wait_for_output("node 'a' presented a wrong cluster secret",
+                                std::chrono::seconds(30)),
+             b->output());
+  BOOST_TEST(a->output().find("peered with node b") == std::string::npos);
+  BOOST_TEST(a->output().find("training run") == std::string::npos);
+  a->signal(SIGTERM);
+  b->signal(SIGTERM);
+  BOOST_TEST(a->wait(std::chrono::seconds(20)) == 0);
+  BOOST_TEST(b->wait(std::chrono::seconds(20)) == 0);
+}
+
+namespace {
+
+int connect_to(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{0, 200000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+uint16_t port_of(const std::string& config, const std::string& node) {
+  std::ifstream in(config);
+  std::string line;
+  bool in_node = false;
+  while (std::getline(in, line)) {
+    if (line == "name = \"" + node + "\"")
+      in_node = true;
+    else if (in_node && line.rfind("port = ", 0) == 0)
+      return static_cast<uint16_t>(std::stoi(line.substr(7)));
+  }
+  return 0;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(strangers_on_a_nodes_port_are_refused_and_it_keeps_running) {
+  temp_dir dir;
+  auto cfg = cluster_file(dir, "fuzz", 2);
+  auto a = start_node(dir, cfg, "a", "a.log");
+  BOOST_REQUIRE(a->wait_for_output("listening on", std::chrono::seconds(60)));
+  auto port = port_of(cfg, "a");
+
+  // Thousands of random, mutated and oversized frames, each connection a few.
+  std::mt19937 rng(7);
+  int sent = 0;
+  for (int conn = 0; conn < 150; ++conn) {
+    int fd = connect_to(port);
+    BOOST_REQUIRE_MESSAGE(fd >= 0, "node stopped accepting connections after " << sent << " frames");
+    for (int f = 0; f < 10; ++f, ++sent) {
+      std::vector<unsigned char> frame(rng() % 512 + 1);
+      for (auto& x : frame)
+        x = static_cast<unsigned char>(rng());
+      if (f % 3 == 1) {
+        // A plausible header announcing a huge payload, then less.
+        for (int i = 0; i < 4; ++i)
+          frame[i] = 0xff;
+      } else if (f % 3 == 2) {
+        frame.resize(std::min<size_t>(frame.size(), 3));  // truncated
+      }
+      if (send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) < 0)
+        break;  // the node closed this connection: fine
+    }
+    close(fd);
+  }
+  BOOST_TEST(sent >= 1000);
+  BOOST_REQUIRE_MESSAGE(a->running(), a->output());
+
+  // A stranger speaking CAF without a handshake: its requests are refused
+  // and a stop request is ignored.
+  {
+    caf::actor_system_config sys_cfg;
+    sys_cfg.load<caf::io::middleman>();
+    sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+    caf::actor_system sys{sys_cfg};
+    auto node = sys.middleman().remote_actor<eg::actors::node_actor>("127.0.0.1", port);
+    std::string why = node ? "" : sys.render(node.error());
+    BOOST_REQUIRE_MESSAGE(node, "cannot reach the node: " << why);
+    caf::scoped_actor self{sys};
+    self->send(*node, eg::actors::control_atom::value, std::string{"stop"});
+    eg::messages::hello h;
+    h.node = "b";
+    auto foreign = eg::messages::encode({{"another-cluster", eg::messages::protocol_version, "b"}, h});
+    bool refused = false;
+    self->request(*node, std::chrono::seconds(10), eg::actors::hello_atom::value, foreign,
+                  std::vector<caf::actor>{})
+      .receive([&](const eg::actors::bytes&, const std::vector<caf::actor>&) {},
+               [&](caf::error&) { refused = true; });
+    BOOST_TEST(refused);
+    // Our own cluster id, posing as node b, but without b's handle.
+    auto no_secret = eg::messages::encode({{"faults", eg::messages::protocol_version, "b"}, h});
+    refused = false;
+    self->request(*node, std::chrono::seconds(10), eg::actors::hello_atom::value, no_secret,
+                  std::vector<caf::actor>{})
+      .receive([&](const eg::actors::bytes&, const std::vector<caf::actor>&) {},
+               [&](caf::error&) { refused = true; });
+    BOOST_TEST(refused);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  BOOST_REQUIRE_MESSAGE(a->running(), a->output());
+  BOOST_TEST(a->output().find("refused control 'stop' from outside the cluster") != std::string::npos,
+             a->output());
+  BOOST_TEST(count(a->output(), "refused a handshake") >= 2u);
+
+  // And it still works: the rest of the cluster joins and a run completes.
+  cluster c;
+  c["a"] = std::move(a);
+  c["b"] = start_node(dir, cfg, "b", "b.log");
+  c["c"] = start_node(dir, cfg, "c", "c.log");
+  require_clean_exit(c);
+  BOOST_TEST(final_accuracy(only_run_dir(dir / "fuzz-runs"), 2) > 0.7);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
