@@ -302,8 +302,8 @@ void start(self_ptr self) {
   } else {
     st.run = run_name(st.args.cluster.id);
     st.started_unix = storage::unix_now();
-    spdlog::info("all {} platforms joined; training run {} ({} {}, {} epochs)",
-                 st.platforms.size(), st.run, st.args.cluster.strategy.name,
+    spdlog::info("{} of {} platforms joined; training run {} ({} {}, {} epochs)",
+                 st.platforms.size(), st.args.cluster.platforms().size(), st.run, st.args.cluster.strategy.name,
                  st.args.cluster.strategy.schedule, st.args.cluster.train.epochs);
   }
   save_run_state(self);
@@ -557,7 +557,9 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       }
       spdlog::info("balancer: platform {} joined from node {} ({}/{})", name, node,
                    st.platforms.size(), expected.size());
-      if (!st.started && st.platforms.size() == expected.size())
+      auto needed = st.args.cluster.quorum > 0 ? static_cast<size_t>(st.args.cluster.quorum)
+                                               : expected.size();
+      if (!st.started && st.platforms.size() >= needed)
         start(self);
     },
     [self](report_atom, const bytes& buf) {

@@ -2,7 +2,7 @@
 // default (default_config()), except that [[nodes]], when present, replaces
 // the default nodes entirely.
 //
-//   [cluster]   id, seed, balancer, secret
+//   [cluster]   id, seed, balancer, secret, quorum
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations
 //   [strategy]  name, schedule, exchange_probability
@@ -88,6 +88,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("cluster.seed", c.seed, non_negative_int);  // TOML integers are 64-bit signed
   visit("cluster.balancer", c.balancer_node, any_text);
   visit("cluster.secret", c.secret, any_text);
+  visit("cluster.quorum", c.quorum, non_negative_int);
   visit("data.name", c.data.name, non_empty);
   visit("data.dir", c.data.dir, non_empty);
   visit("data.partition", c.data.partition, text_rule{{"iid", "dirichlet"}, false});
@@ -580,6 +581,9 @@ void validate(const cluster_config& cfg) {
                        " has no share (an equal part of what is left) but the shares given "
                        "already sum to " + show(shares));
 
+  if (cfg.quorum > static_cast<int64_t>(cfg.platforms().size()))
+    throw config_error("cluster.quorum is " + std::to_string(cfg.quorum) + " but the cluster has " +
+                       std::to_string(cfg.platforms().size()) + " platforms");
   if (!cfg.balancer_node.empty() &&
       std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
                    [&](const node_config& n) { return n.name == cfg.balancer_node; }))

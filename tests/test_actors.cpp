@@ -409,4 +409,48 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
   sched.run();
 }
 
+BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fixture) {
+  test::temp_dir dir;
+  auto cfg = config::default_config();
+  cfg.id = "late";
+  cfg.quorum = 1;
+  cfg.train.epochs = 3;
+  cfg.output_dir = dir / "runs";
+  cfg.nodes[0].platforms.resize(2);
+  cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
+  cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
+  auto test_set = std::make_shared<learning::dataset>();
+  test_set->images = torch::randn({20, 1, 28, 28});
+  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
+  auto seen0 = std::make_shared<std::vector<messages::plan>>();
+  auto seen1 = std::make_shared<std::vector<messages::plan>>();
+  auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
+  auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
+  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p0), caf::actor{});
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);  // the quorum is there: the run starts
+  self->send(b, join_atom::value, std::string{"p1"}, std::string{"late"},
+             caf::actor_cast<caf::actor>(p1), caf::actor{});
+  sched.run();
+  BOOST_TEST(seen1->empty());  // joins from the next epoch
+  self->send(b, report_atom::value, report(cfg.id, "p0", 0));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 2u);
+  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+  BOOST_TEST(seen1->back().epoch == 1u);
+  // From then on it is waited for like any other.
+  self->send(b, report_atom::value, report(cfg.id, "p0", 1));
+  sched.run();
+  BOOST_TEST(seen0->size() == 2u);
+  self->send(b, report_atom::value, report(cfg.id, "p1", 1));
+  sched.run();
+  BOOST_TEST(seen0->size() == 3u);
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 BOOST_AUTO_TEST_SUITE_END()
