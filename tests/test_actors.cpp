@@ -168,20 +168,33 @@ bytes report(const std::string& cluster, const std::string& platform, uint32_t e
   return messages::encode({hdr(cluster, platform), r});
 }
 
-} // namespace
-
-BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, fixture) {
-  test::temp_dir dir;
+/// The default cluster with platforms p0 and p1 (half the data each).
+config::cluster_config two_platforms(const test::temp_dir& dir, const std::string& id,
+                                     uint32_t epochs) {
   auto cfg = config::default_config();
-  cfg.id = "bal";
-  cfg.train.epochs = 3;
+  cfg.id = id;
+  cfg.train.epochs = epochs;
   cfg.output_dir = dir / "runs";
   cfg.nodes[0].platforms.resize(2);
   cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
   cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
+  return cfg;
+}
+
+/// 20 random images: the balancer evaluates averaged models on them.
+std::shared_ptr<learning::dataset> tiny_test_set() {
   auto test_set = std::make_shared<learning::dataset>();
   test_set->images = torch::randn({20, 1, 28, 28});
   test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  return test_set;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, fixture) {
+  test::temp_dir dir;
+  auto cfg = two_platforms(dir, "bal", 3);
+  auto test_set = tiny_test_set();
   auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
   auto seen0 = std::make_shared<std::vector<messages::plan>>();
   auto seen1 = std::make_shared<std::vector<messages::plan>>();
@@ -266,9 +279,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   cfg.strategy.name = "edgegossip";
   cfg.train.epochs = 2;
   cfg.output_dir = dir / "runs";
-  auto test_set = std::make_shared<learning::dataset>();
-  test_set->images = torch::randn({20, 1, 28, 28});
-  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto test_set = tiny_test_set();
   std::map<std::string, uint64_t> sizes{{"p0", 1500}, {"p1", 1500}, {"p2", 1500}, {"p3", 1500}};
   auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, sizes});
   // Throughputs 300, 300, 100, 60 points/s: the paper's 3x and 5x unbalance.
@@ -314,16 +325,8 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
 
 BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back, fixture) {
   test::temp_dir dir;
-  auto cfg = config::default_config();
-  cfg.id = "res";
-  cfg.train.epochs = 4;
-  cfg.output_dir = dir / "runs";
-  cfg.nodes[0].platforms.resize(2);
-  cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
-  cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
-  auto test_set = std::make_shared<learning::dataset>();
-  test_set->images = torch::randn({20, 1, 28, 28});
-  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto cfg = two_platforms(dir, "res", 4);
+  auto test_set = tiny_test_set();
   // The saved run: epochs 0 and 1 evaluated.
   storage::run_state saved;
   saved.fingerprint = config::run_fingerprint(cfg);
@@ -411,17 +414,9 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
 
 BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fixture) {
   test::temp_dir dir;
-  auto cfg = config::default_config();
-  cfg.id = "late";
+  auto cfg = two_platforms(dir, "late", 3);
   cfg.quorum = 1;
-  cfg.train.epochs = 3;
-  cfg.output_dir = dir / "runs";
-  cfg.nodes[0].platforms.resize(2);
-  cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
-  cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
-  auto test_set = std::make_shared<learning::dataset>();
-  test_set->images = torch::randn({20, 1, 28, 28});
-  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto test_set = tiny_test_set();
   auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
   auto seen0 = std::make_shared<std::vector<messages::plan>>();
   auto seen1 = std::make_shared<std::vector<messages::plan>>();
