@@ -17,6 +17,7 @@ packages=(
   libboost-test-dev libtomlplusplus-dev libcli11-dev libspdlog-dev
   libfaiss-dev zlib1g-dev liblapack-dev libblas-dev libssl-dev
   dataset-fashion-mnist gnuplot-nox stress-ng
+  nlohmann-json3-dev tmux
 )
 
 missing=()

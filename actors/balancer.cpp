@@ -1,5 +1,6 @@
 #include "actors/balancer.hpp"
 
+#include "actors/inspection.hpp"
 #include "actors/report_files.hpp"
 #include "learning/balancing.hpp"
 #include "learning/dataset.hpp"
@@ -60,6 +61,18 @@ struct balancer_state {
   std::vector<bytes> all_report_bytes;  // the same, encoded (for the run state)
   double started_unix = 0;
   double clock_offset = 0;  // seconds of the run before this balancer (resuming)
+  /// What the inspection console sees beyond the above.
+  struct {
+    inspection::event_log events;
+    clock::time_point born = clock::now();
+    bool paused = false;
+    std::set<std::string> restoring;  // rejoined after being down, not trained yet
+    std::map<std::string, std::pair<int64_t, double>> checkpoints;  // epochs done, at
+    double now() const { return std::chrono::duration<double>(clock::now() - born).count(); }
+    void note(std::string kind, std::string text) {
+      events.add(now(), std::move(kind), std::move(text));
+    }
+  } console;
 
   messages::header header() const {
     return {args.cluster.id, messages::protocol_version, "balancer"};
@@ -107,6 +120,37 @@ std::string run_name(const std::string& cluster) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
   return cluster + "-" + buf;
+}
+
+// -- inspection console: events ---------------------------------------------------
+
+void console_joined(self_ptr self, const std::string& name, const std::string& node,
+                    const platform_actor& handle, bool rejoined) {
+  auto& st = self->state;
+  st.console.note("join", fmt::format("platform {} {} from node {}", name,
+                                      rejoined ? "rejoined" : "joined", node));
+  if (rejoined)
+    st.console.restoring.insert(name);
+  if (st.console.paused)  // the cluster is paused: so is a platform that joins now
+    self->send(handle, control_atom::value, std::string{"pause"});
+}
+
+/// A platform checkpoints at every epoch end, before it reports.
+void console_reported(balancer_state& st, const messages::epoch_report& r) {
+  st.console.checkpoints[r.platform] = {static_cast<int64_t>(r.epoch) + 1, st.console.now()};
+  st.console.restoring.erase(r.platform);
+}
+
+void console_epoch(balancer_state& st, uint32_t epoch) {
+  auto& e = st.evaluated[epoch];
+  st.console.note("epoch", fmt::format("epoch {}/{}: averaged model accuracy {:.4f}, {} "
+                                       "platforms up",
+                                       epoch + 1, st.last_epoch + 1, e.averaged_accuracy,
+                                       e.platforms_up));
+  std::string who;
+  for (auto& [name, _] : st.reports[epoch])
+    who += " " + name;
+  st.console.note("checkpoint", fmt::format("checkpoints after epoch {}:{}", epoch + 1, who));
 }
 
 /// Asks every target for one encoded answer, all at once, and calls `done`
@@ -210,6 +254,8 @@ void balance_and_send(self_ptr self, uint32_t epoch,
     spdlog::warn("balancer: {} of {} platforms failed: survivors take over their shards",
                  plan.failed, plan.platforms.size());
   spdlog::info("balancer: epoch {} plan:{}", epoch + 1, line);
+  st.console.note("plan", fmt::format("epoch {} plan:{}{}", epoch + 1, line,
+                                      adopt.empty() ? "" : " (survivors take failed shards)"));
   // A platform that is still up but predicted below p_threshold has no ratio
   // here and trains its whole shard (send_plans' default), so the epoch
   // barrier, which waits for every live platform, is never held up by it.
@@ -364,6 +410,7 @@ void epoch_evaluated(self_ptr self, uint32_t epoch) {
                  ? fmt::format(", predicted epoch times off by {:.1f} %",
                                100 * e.prediction_error)
                  : std::string{});
+  console_epoch(st, epoch);
   bool all_done = true;
   for (uint32_t i = 0; i <= st.last_epoch; ++i)
     all_done = all_done && st.evaluated.count(i) > 0;
@@ -486,6 +533,155 @@ std::string progress_line(const balancer_state& st) {
                      st.last_epoch + 1, parts, n ? loss / n : 0.0, acc, secs / 60, secs % 60);
 }
 
+// -- inspection console: snapshot and commands -------------------------------------
+
+inspection::snapshot console_snapshot(const balancer_state& st,
+                                      const std::map<std::string, double>& throughput,
+                                      const std::string& via) {
+  inspection::snapshot s;
+  auto& h = s.cluster;
+  const auto& cfg = st.args.cluster;
+  h.id = cfg.id;
+  h.strategy = cfg.strategy.name;
+  h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
+  h.run = st.run;
+  h.state = !st.started ? "waiting" : st.finished ? "finished" : st.console.paused ? "paused"
+                                                                               : "training";
+  h.elapsed_seconds = st.started ? st.elapsed() : 0.0;
+  h.epochs = st.last_epoch + 1;
+  if (!st.evaluated.empty()) {
+    h.evaluated_epoch = st.evaluated.rbegin()->first;
+    h.averaged_accuracy = st.evaluated.rbegin()->second.averaged_accuracy;
+  }
+  h.balancer = cfg.balancer().name;
+  h.via = via;
+  for (auto& pc : cfg.platforms()) {
+    inspection::platform_row row;
+    row.name = pc.name;
+    for (auto& n : cfg.nodes)
+      for (auto& q : n.platforms)
+        if (q.name == pc.name)
+          row.node = n.name;
+    auto i = st.platforms.find(pc.name);
+    if (i == st.platforms.end()) {
+      row.state = "waiting";  // not joined yet
+      s.platforms.push_back(std::move(row));
+      continue;
+    }
+    auto& p = i->second;
+    row.node = p.node;
+    row.state = !p.up ? "down" : st.console.restoring.count(pc.name) ? "restoring" : "up";
+    (p.up ? h.platforms_up : h.platforms_down) += 1;
+    row.paused = p.up && st.console.paused;
+    row.epoch = p.progress.epoch;
+    h.epoch = std::max(h.epoch, row.epoch);
+    row.iterations = p.progress.iterations;
+    row.samples = p.progress.samples;
+    row.progress = p.progress.planned_samples
+                     ? static_cast<double>(p.progress.samples) / p.progress.planned_samples
+                     : 0.0;
+    row.ratio = p.progress.ratio;
+    row.train_loss = p.progress.train_loss;
+    if (auto t = throughput.find(pc.name); t != throughput.end())
+      row.throughput = t->second;
+    inspection::add_completed_epochs(row, st.all_reports);
+    if (auto c = st.console.checkpoints.find(pc.name); c != st.console.checkpoints.end()) {
+      row.checkpoint_epochs = c->second.first;
+      row.checkpoint_at = c->second.second;
+    }
+    s.platforms.push_back(std::move(row));
+  }
+  for (auto& n : cfg.nodes) {
+    inspection::node_row row{n.name, n.host, n.port, "unknown", n.name == h.balancer, {}};
+    bool any_up = false, any_down = false;
+    for (auto& q : n.platforms) {
+      row.platforms.push_back(q.name);
+      if (auto i = st.platforms.find(q.name); i != st.platforms.end())
+        (i->second.up ? any_up : any_down) = true;
+    }
+    row.state = row.balancer || any_up ? "up" : any_down ? "down" : "unknown";
+    s.nodes.push_back(std::move(row));
+  }
+  s.topology = inspection::topology_of(st.all_reports);
+  s.events = st.console.events.recent();
+  return s;
+}
+
+/// Sends a control command ("pause", "resume", "checkpoint") to every live
+/// platform.
+inspection::answer console_control(self_ptr self, const std::string& what) {
+  auto& st = self->state;
+  if (st.finished)
+    return {false, "the run is over"};
+  std::string names;
+  size_t n = 0;
+  for (auto& [name, entry] : st.platforms)
+    if (entry.up) {
+      self->send(entry.handle, control_atom::value, what);
+      names += (n++ ? ", " : "") + name;
+      if (what == "checkpoint")
+        st.console.checkpoints[name].second = st.console.now();
+    }
+  if (what == "pause")
+    st.console.paused = true;
+  else if (what == "resume")
+    st.console.paused = false;
+  auto text = fmt::format("{} sent to {} platform{}{}", what, n, n == 1 ? "" : "s",
+                          n ? " (" + names + ")" : std::string{});
+  st.console.note(what, text + " by the console");
+  spdlog::info("balancer: console: {}", text);
+  return {true, text};
+}
+
+caf::result<std::string> console_command(self_ptr self, const std::string& text,
+                                         const std::string& via) {
+  auto& st = self->state;
+  inspection::command c;
+  try {
+    c = inspection::parse_command(text);
+  } catch (const inspection::inspection_error& e) {
+    return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
+  }
+  if (c.verb == "snapshot") {
+    // Predicted throughputs asked now, of every live platform's predictor.
+    std::vector<std::pair<std::string, predictor_actor>> targets;
+    for (auto& [name, entry] : st.platforms)
+      if (entry.up && entry.predictor)
+        targets.emplace_back(name, entry.predictor);
+    auto rp = self->make_response_promise<std::string>();
+    gather(self, targets, std::chrono::seconds(2), predict_atom::value, "prediction",
+           [self, rp, via](std::vector<bytes>& answers) mutable {
+             std::map<std::string, double> throughput;
+             for (auto& buf : answers) {
+               try {
+                 auto env = messages::decode(buf, self->state.args.cluster.id);
+                 auto& p = std::get<messages::prediction>(env.payload);
+                 throughput[p.platform] = p.throughput;
+               } catch (const std::exception&) {
+               }
+             }
+             rp.deliver(inspection::to_json(console_snapshot(self->state, throughput, via)));
+           });
+    return rp;
+  }
+  if (c.verb == "history") {
+    bool known = false;
+    for (auto& p : st.args.cluster.platforms())
+      known = known || p.name == c.argument;
+    if (!known)
+      return caf::make_error(caf::sec::invalid_argument,
+                             "no platform named '" + c.argument + "'");
+    inspection::history h{c.argument, {}};
+    for (auto& r : st.all_reports)
+      if (r.platform == c.argument)
+        h.epochs.push_back(r);
+    std::stable_sort(h.epochs.begin(), h.epochs.end(),
+                     [](auto& a, auto& b) { return a.epoch < b.epoch; });
+    return inspection::to_json(h);
+  }
+  return inspection::to_json(console_control(self, c.verb));
+}
+
 balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
   auto& st = self->state;
   st.last_epoch = args.cluster.train.epochs - 1;
@@ -503,6 +699,9 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     for (auto& [name, entry] : st.platforms)
       if (entry.up && entry.handle.address() == dm.source) {
         entry.up = false;
+        st.console.restoring.erase(name);
+        st.console.note("down", fmt::format("platform {} on node {} is down ({})", name,
+                                            entry.node, caf::to_string(dm.reason)));
         if (!st.finished)
           spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,
                        entry.node, caf::to_string(dm.reason), st.up());
@@ -529,6 +728,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         return;
       bool again = i != st.platforms.end();
       self->monitor(h);
+      console_joined(self, name, node, h, i != st.platforms.end());
       auto size = st.args.shard_sizes.find(name);
       auto& entry = st.platforms[name];
       entry = platform_entry{node, h, caf::actor_cast<predictor_actor>(predictor), true, {},
@@ -582,6 +782,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         st.all_report_bytes.push_back(r.predicted_seconds > 0
                                         ? messages::encode({env.hdr, r})
                                         : buf);
+        console_reported(st, r);
       } catch (const std::exception& e) {
         spdlog::warn("balancer: refused a report: {}", e.what());
         return;
@@ -596,6 +797,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         auto i = st.platforms.find(r.platform);
         if (i != st.platforms.end())
           i->second.progress = r;
+        st.console.restoring.erase(r.platform);
       } catch (const std::exception& e) {
         spdlog::debug("balancer: refused a progress message: {}", e.what());
       }
@@ -622,6 +824,9 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         return;
       }
       start(self);
+    },
+    [self](inspect_atom, const std::string& command, const std::string& via) {
+      return console_command(self, command, via);
     },
   };
 }

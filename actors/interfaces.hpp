@@ -45,6 +45,7 @@ using store_atom = caf::atom_constant<caf::atom("store")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using elect_atom = caf::atom_constant<caf::atom("elect")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
+using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -109,7 +110,11 @@ using balancer_actor = caf::typed_actor<
   caf::reacts_to<tick_atom>,
   // To itself: start (or, resuming, go on with) the run with the platforms
   // that joined so far.
-  caf::reacts_to<start_atom>>;
+  caf::reacts_to<start_atom>,
+  // From a node, for the inspection console: a command (inspection::command:
+  // snapshot, history NAME, pause, resume, checkpoint) and the asking node's
+  // name; answered in JSON (actors/inspection.hpp).
+  caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;
 
 // -- node: one per process; peering, directory, lifetime -------------------------
 using node_actor = caf::typed_actor<
@@ -133,6 +138,9 @@ using node_actor = caf::typed_actor<
   caf::reacts_to<run_atom, std::string>,
   // To itself: host the balancer if no live node before this one in the
   // succession (cluster.balancer first, then file order) does.
-  caf::reacts_to<elect_atom>>;
+  caf::reacts_to<elect_atom>,
+  // From the inspection console: the cluster secret and a command; answered
+  // in JSON by the balancer (forwarded), or refused with an error.
+  caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;
 
 } // namespace eg::actors

@@ -1,5 +1,6 @@
 #include "actors/node.hpp"
 
+#include "actors/inspection.hpp"
 #include "actors/mixer.hpp"
 #include "actors/predictor.hpp"
 #include "actors/report_files.hpp"
@@ -320,6 +321,133 @@ void finish(self_ptr self) {
     });
 }
 
+// -- inspection console ----------------------------------------------------------
+
+/// What this node alone knows of the cluster, for when the balancer cannot be
+/// asked: the nodes it is connected to, its own platforms' reports.
+inspection::snapshot local_view(const node_state& st) {
+  const auto& cfg = st.args.cluster;
+  inspection::snapshot s;
+  auto& h = s.cluster;
+  h.id = cfg.id;
+  h.strategy = cfg.strategy.name;
+  h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
+  h.run = st.run;
+  h.state = st.finished ? "finished" : "unknown";
+  h.epochs = cfg.train.epochs;
+  h.balancer = cfg.balancer().name;
+  h.balancer_reachable = false;
+  h.via = st.args.name;
+  auto up = [&](const std::string& node) {
+    return node == st.args.name || st.peers.count(node) > 0;
+  };
+  for (auto& n : cfg.nodes) {
+    inspection::node_row row{n.name, n.host, n.port, up(n.name) ? "up" : "down",
+                             n.name == h.balancer, {}};
+    for (auto& p : n.platforms) {
+      row.platforms.push_back(p.name);
+      inspection::platform_row pr;
+      pr.name = p.name;
+      pr.node = n.name;
+      pr.state = row.state;
+      (up(n.name) ? h.platforms_up : h.platforms_down) += 1;
+      inspection::add_completed_epochs(pr, st.reports);
+      for (auto& r : st.reports)
+        if (r.platform == p.name && r.epoch >= pr.epoch) {
+          pr.epoch = r.epoch;
+          pr.progress = 1;
+          pr.iterations = r.iterations;
+          pr.samples = r.samples;
+          pr.ratio = r.ratio;
+          pr.train_loss = r.train_loss;
+          pr.checkpoint_epochs = r.epoch + 1;
+        }
+      h.epoch = std::max(h.epoch, pr.epoch);
+      s.platforms.push_back(std::move(pr));
+    }
+    s.nodes.push_back(std::move(row));
+  }
+  s.topology = inspection::topology_of(st.reports);
+  s.events.push_back({0, "down", "the balancer on node " + h.balancer + " cannot be reached: "
+                                   "node " + st.args.name + "'s own view"});
+  return s;
+}
+
+/// Without the balancer: a control command straight to every platform this
+/// node knows.
+std::string control_platforms(self_ptr self, const std::string& what) {
+  auto& st = self->state;
+  size_t n = 0;
+  for (auto& e : st.directory)
+    if (e.what.role == "platform") {
+      self->send(caf::actor_cast<platform_actor>(e.handle), control_atom::value, what);
+      ++n;
+    }
+  spdlog::info("[{}] console: {} sent to {} platforms (the balancer is unreachable)",
+               st.args.name, what, n);
+  return inspection::to_json(inspection::answer{
+    true, what + " sent to " + std::to_string(n) + " platforms by node " + st.args.name
+            + " (the balancer is unreachable)"});
+}
+
+/// What this node answers when the balancer cannot: its own view.
+caf::result<std::string> inspect_alone(self_ptr self, const inspection::command& c) {
+  auto& st = self->state;
+  if (c.verb == "snapshot")
+    return inspection::to_json(local_view(st));
+  if (c.verb == "history") {
+    inspection::history h{c.argument, {}};
+    for (auto& r : st.reports)
+      if (r.platform == c.argument)
+        h.epochs.push_back(r);
+    if (h.epochs.empty())
+      return caf::make_error(caf::sec::invalid_argument,
+                             "the balancer is unreachable and platform '" + c.argument
+                               + "' is not on node " + st.args.name);
+    return inspection::to_json(h);
+  }
+  return control_platforms(self, c.verb);
+}
+
+/// The console's request: checks the secret, then asks the balancer
+/// (wherever it runs) and passes its answer on.
+caf::result<std::string> inspect(self_ptr self, const std::string& secret,
+                                 const std::string& text) {
+  auto& st = self->state;
+  if (!inspection::secret_matches(secret, st.args.cluster.secret)) {
+    spdlog::warn("[{}] console refused: wrong cluster secret", st.args.name);
+    return caf::make_error(caf::sec::invalid_argument, std::string{inspection::refused_text});
+  }
+  inspection::command c;
+  try {
+    c = inspection::parse_command(text);
+  } catch (const inspection::inspection_error& e) {
+    return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
+  }
+  balancer_actor balancer;
+  for (auto& e : st.directory)
+    if (e.what.role == "balancer")
+      balancer = caf::actor_cast<balancer_actor>(e.handle);
+  if (!balancer)
+    return inspect_alone(self, c);
+  auto rp = self->make_response_promise<std::string>();
+  self->request(balancer, std::chrono::seconds(5), inspect_atom::value, text, st.args.name)
+    .then([rp](std::string& answer) mutable { rp.deliver(std::move(answer)); },
+          [self, rp, c](caf::error& err) mutable {
+            if (err.category() == caf::atom("system")
+                && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument)) {
+              rp.deliver(std::move(err));  // the balancer's answer
+              return;
+            }
+            auto alone = inspect_alone(self, c);
+            if (alone.flag == caf::rt_value)
+              rp.deliver(alone.value.get_as<std::string>(0));
+            else
+              rp.deliver(std::move(alone.err));
+          });
+  return rp;
+}
+
 node_actor::behavior_type node(self_ptr self, node_args args) {
   auto& st = self->state;
   st.args = std::move(args);
@@ -493,6 +621,9 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         if (!st.lost.count(n))
           return;
       }
+    },
+    [self](inspect_atom, const std::string& secret, const std::string& command) {
+      return inspect(self, secret, command);
     },
   };
 }

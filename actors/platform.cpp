@@ -42,6 +42,8 @@ struct platform_state {
   std::vector<int64_t> subset_classes;  // label of each aggregated point
   bool running = false;  // an epoch is in progress
   bool paused = false;
+  clock::time_point paused_at;
+  bool step_queued = false;  // a step message is on its way (one chain of steps only)
   bool finished = false;
   uint32_t epochs_done = 0;  // completed epochs (what a checkpoint records)
   bytes last_report;         // encoded report of epoch epochs_done - 1
@@ -195,6 +197,7 @@ void begin_epoch(self_ptr self) {
   st.running = true;
   spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.epoch + 1,
                 st.trainer->remaining());
+  st.step_queued = true;
   self->send(self, step_atom::value);
 }
 
@@ -239,6 +242,40 @@ void finish_epoch(self_ptr self) {
         begin_epoch(self);
       }
     });
+}
+
+/// Stops stepping: the step in flight finds `paused` and ends the chain (a
+/// plan received while paused begins its epoch without stepping). The
+/// balancer hears where training stopped.
+void pause(self_ptr self) {
+  auto& st = self->state;
+  if (st.paused || st.finished)
+    return;
+  st.paused = true;
+  st.paused_at = clock::now();
+  if (st.running && st.balancer)
+    self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
+               messages::encode({st.header(), st.report()}));
+  spdlog::info("[{}] paused", st.args.platform.name);
+}
+
+/// Steps again. The pause counts neither in the epoch's wall time nor in what
+/// the predictor observes.
+void resume(self_ptr self) {
+  auto& st = self->state;
+  if (!st.paused)
+    return;
+  st.paused = false;
+  if (st.running) {
+    auto idle = clock::now() - std::max(st.paused_at, st.epoch_start);
+    st.epoch_start += idle;
+    st.last_step_end += idle;
+    if (!st.step_queued) {
+      st.step_queued = true;
+      self->send(self, step_atom::value);
+    }
+  }
+  spdlog::info("[{}] resumed", st.args.platform.name);
 }
 
 platform_actor::behavior_type platform(self_ptr self, platform_args args) {
@@ -307,6 +344,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     },
     [self](step_atom) {
       auto& st = self->state;
+      st.step_queued = false;
       if (!st.running || st.paused)
         return;
       auto r = st.trainer->step();
@@ -340,6 +378,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       // Emulated slowdown: idle (without holding a thread) for the extra
       // time a platform this many times slower would need.
       auto s = st.slowdown();
+      st.step_queued = true;
       if (s > 1.0)
         self->delayed_send(self,
                            std::chrono::microseconds(
@@ -379,11 +418,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     [self](control_atom, const std::string& what) -> caf::result<bool> {
       auto& st = self->state;
       if (what == "pause") {
-        st.paused = true;
+        pause(self);
       } else if (what == "resume") {
-        if (st.paused && st.running)
-          self->send(self, step_atom::value);
-        st.paused = false;
+        resume(self);
       } else if (what == "checkpoint" || what == "stop") {
         if (what == "stop")
           st.running = false;

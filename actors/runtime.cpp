@@ -331,7 +331,9 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   {
     signal_watch signals(opts.handle_signals, sys, node);
     corunners load(me.corunners, (std::filesystem::path(cfg.storage_dir) / (node_name + "-corunners")).string());
-    if (cfg.nodes.size() > 1) {
+    // Several nodes peer over the port; a single node with a port set
+    // listens too, for the inspection console.
+    if (cfg.nodes.size() > 1 || me.port != 0) {
       auto port = sys.middleman().publish(node, me.port, me.host.c_str(), true);
       if (!port) {
         caf::anon_send_exit(node, caf::exit_reason::user_shutdown);

@@ -3,10 +3,12 @@
 //   edgegossip run     [--config F] [options]   the whole cluster in this process
 //   edgegossip node    --config F --node NAME   one node of a cluster
 //   edgegossip launch  --config F               every node of F as its own process here
+//   edgegossip console HOST:PORT                watch and steer a running cluster
 
 #include "actors/runtime.hpp"
 #include "bench/bench.hpp"
 #include "launcher/config.hpp"
+#include "launcher/console.hpp"
 #include "launcher/launch.hpp"
 #include "learning/dataset.hpp"
 #include "storage/store.hpp"
@@ -15,6 +17,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <unistd.h>
 
 namespace {
@@ -66,6 +70,36 @@ std::string self_path(const char* argv0) {
   return buf;
 }
 
+/// The console subcommand; the returned function runs it when it was
+/// chosen (its exit code) and answers -1 otherwise.
+std::function<int()> add_console(CLI::App& app) {
+  struct options {
+    eg::launcher::console_options console;
+    std::string config_file;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = app.add_subcommand("console", "attach to any node of a running cluster: live "
+                                            "view of every platform, commands at a prompt");
+  cmd->add_option("address", o->console.address, "HOST:PORT of a node of the cluster")
+    ->required();
+  auto* secret = cmd->add_option("--secret", o->console.secret, "the cluster secret");
+  cmd->add_option("-c,--config", o->config_file, "cluster file to take the secret from")
+    ->excludes(secret);
+  cmd->add_flag("--once", o->console.once, "print one snapshot and exit");
+  cmd->add_flag("--json", o->console.json, "with --once or --command: print the JSON");
+  cmd->add_option("--command", o->console.command,
+                  "run one command and exit: pause, resume, checkpoint, history NAME");
+  cmd->add_option("--interval", o->console.interval, "seconds between refreshes")
+    ->check(CLI::Range(0.1, 3600.0));
+  return [cmd, o]() -> int {
+    if (!*cmd)
+      return -1;
+    if (!o->config_file.empty())
+      o->console.secret = eg::config::load(o->config_file).secret;
+    return eg::launcher::run_console(o->console);
+  };
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +131,7 @@ int main(int argc, char** argv) {
   launch_opts.add_to(*launch, true);
 
   auto run_bench = eg::bench::add_subcommand(app);
+  auto run_console = add_console(app);
 
   try {
     app.parse(argc, argv);
@@ -127,6 +162,8 @@ int main(int argc, char** argv) {
       return outcome.stopped || !outcome.run.empty() ? 0 : 1;
     }
     if (int rc = run_bench(); rc >= 0)
+      return rc;
+    if (int rc = run_console(); rc >= 0)
       return rc;
     if (*launch) {
       auto cfg = launch_opts.load();

@@ -1,0 +1,318 @@
+#include "actors/inspection.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace eg::inspection {
+
+using json = nlohmann::json;
+
+bool secret_matches(const std::string& given, const std::string& expected) {
+  if (expected.empty())
+    return true;
+  // Every byte of the longer one is looked at, whatever differs.
+  auto n = std::max(given.size(), expected.size());
+  unsigned diff = given.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < n; ++i) {
+    auto a = i < given.size() ? static_cast<unsigned char>(given[i]) : 0u;
+    auto b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0u;
+    diff |= a ^ b;
+  }
+  return diff == 0;
+}
+
+void event_log::add(double at, std::string kind, std::string text) {
+  events_.push_back(event{at, std::move(kind), std::move(text)});
+  while (events_.size() > capacity_)
+    events_.pop_front();
+}
+
+std::vector<link> topology_of(const std::vector<messages::epoch_report>& reports) {
+  std::map<std::pair<std::string, std::string>, link> edges;
+  for (auto& r : reports)
+    for (auto& t : r.received_from) {
+      auto& e = edges[{t.peer, r.platform}];
+      e.from = t.peer;
+      e.to = r.platform;
+      e.messages += t.messages;
+      e.bytes += t.bytes;
+    }
+  std::vector<link> out;
+  for (auto& [_, e] : edges)
+    out.push_back(e);
+  return out;
+}
+
+void add_completed_epochs(platform_row& row, const std::vector<messages::epoch_report>& reports) {
+  uint64_t iterations = 0;
+  const messages::epoch_report* latest = nullptr;
+  for (auto& r : reports) {
+    if (r.platform != row.name)
+      continue;
+    row.bytes_in += r.bytes_received;
+    row.bytes_out += r.bytes_sent;
+    row.messages_in += r.messages_received;
+    row.messages_out += r.messages_sent;
+    iterations += r.iterations;
+    if (!latest || r.epoch >= latest->epoch)
+      latest = &r;
+  }
+  row.exchange_rate
+    = iterations ? static_cast<double>(row.messages_out) / static_cast<double>(iterations) : 0.0;
+  if (latest)
+    row.test_accuracy = latest->test_accuracy;
+}
+
+command parse_command(const std::string& text) {
+  std::istringstream in(text);
+  command c;
+  in >> c.verb;
+  std::string extra;
+  in >> c.argument >> extra;
+  if (c.verb == "snapshot" || c.verb == "pause" || c.verb == "resume"
+      || c.verb == "checkpoint") {
+    if (!c.argument.empty())
+      throw inspection_error("'" + c.verb + "' takes no argument");
+  } else if (c.verb == "history") {
+    if (c.argument.empty())
+      throw inspection_error("'history' needs a platform name");
+    if (!extra.empty())
+      throw inspection_error("'history' takes one platform name");
+  } else {
+    throw inspection_error("unknown command '" + c.verb
+                           + "' (snapshot, history NAME, pause, resume, checkpoint)");
+  }
+  return c;
+}
+
+// -- JSON ------------------------------------------------------------------------
+
+namespace {
+
+template <class T>
+void read(const json& j, const char* key, T& out) {
+  j.at(key).get_to(out);
+}
+
+/// nlohmann writes a NaN or infinite number (a diverged loss) as null.
+void read(const json& j, const char* key, double& out) {
+  auto& v = j.at(key);
+  out = v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+}
+
+json report_json(const messages::epoch_report& r) {
+  json from = json::array();
+  for (auto& t : r.received_from)
+    from.push_back({{"peer", t.peer}, {"messages", t.messages}, {"bytes", t.bytes}});
+  return {{"platform", r.platform},
+          {"node", r.node},
+          {"epoch", r.epoch},
+          {"ratio", r.ratio},
+          {"wall_seconds", r.wall_seconds},
+          {"compute_seconds", r.compute_seconds},
+          {"samples", r.samples},
+          {"planned_samples", r.planned_samples},
+          {"iterations", r.iterations},
+          {"train_loss", r.train_loss},
+          {"test_loss", r.test_loss},
+          {"test_accuracy", r.test_accuracy},
+          {"gossip_weight", r.gossip_weight},
+          {"bytes_sent", r.bytes_sent},
+          {"bytes_received", r.bytes_received},
+          {"messages_sent", r.messages_sent},
+          {"messages_received", r.messages_received},
+          {"messages_refused", r.messages_refused},
+          {"received_from", from},
+          {"predicted_seconds", r.predicted_seconds}};
+}
+
+messages::epoch_report report_from(const json& j) {
+  messages::epoch_report r;
+  read(j, "platform", r.platform);
+  read(j, "node", r.node);
+  read(j, "epoch", r.epoch);
+  read(j, "ratio", r.ratio);
+  read(j, "wall_seconds", r.wall_seconds);
+  read(j, "compute_seconds", r.compute_seconds);
+  read(j, "samples", r.samples);
+  read(j, "planned_samples", r.planned_samples);
+  read(j, "iterations", r.iterations);
+  read(j, "train_loss", r.train_loss);
+  read(j, "test_loss", r.test_loss);
+  read(j, "test_accuracy", r.test_accuracy);
+  read(j, "gossip_weight", r.gossip_weight);
+  read(j, "bytes_sent", r.bytes_sent);
+  read(j, "bytes_received", r.bytes_received);
+  read(j, "messages_sent", r.messages_sent);
+  read(j, "messages_received", r.messages_received);
+  read(j, "messages_refused", r.messages_refused);
+  for (auto& t : j.at("received_from"))
+    r.received_from.push_back(messages::peer_traffic{t.at("peer").get<std::string>(),
+                                                     t.at("messages").get<uint64_t>(),
+                                                     t.at("bytes").get<uint64_t>()});
+  read(j, "predicted_seconds", r.predicted_seconds);
+  return r;
+}
+
+template <class F>
+auto parsed(const std::string& text, const char* what, F&& f) {
+  try {
+    return f(json::parse(text));
+  } catch (const json::exception& e) {
+    throw inspection_error(std::string{"not a "} + what + ": " + e.what());
+  }
+}
+
+} // namespace
+
+std::string to_json(const snapshot& s) {
+  auto& c = s.cluster;
+  json j;
+  j["cluster"] = {{"id", c.id},
+                  {"strategy", c.strategy},
+                  {"schedule", c.schedule},
+                  {"run", c.run},
+                  {"state", c.state},
+                  {"elapsed_seconds", c.elapsed_seconds},
+                  {"epoch", c.epoch},
+                  {"epochs", c.epochs},
+                  {"evaluated_epoch", c.evaluated_epoch},
+                  {"averaged_accuracy", c.averaged_accuracy},
+                  {"platforms_up", c.platforms_up},
+                  {"platforms_down", c.platforms_down},
+                  {"balancer", c.balancer},
+                  {"balancer_reachable", c.balancer_reachable},
+                  {"via", c.via}};
+  j["platforms"] = json::array();
+  for (auto& p : s.platforms)
+    j["platforms"].push_back({{"name", p.name},
+                              {"node", p.node},
+                              {"state", p.state},
+                              {"paused", p.paused},
+                              {"epoch", p.epoch},
+                              {"progress", p.progress},
+                              {"iterations", p.iterations},
+                              {"samples", p.samples},
+                              {"throughput", p.throughput},
+                              {"ratio", p.ratio},
+                              {"train_loss", p.train_loss},
+                              {"test_accuracy", p.test_accuracy},
+                              {"bytes_in", p.bytes_in},
+                              {"bytes_out", p.bytes_out},
+                              {"messages_in", p.messages_in},
+                              {"messages_out", p.messages_out},
+                              {"exchange_rate", p.exchange_rate},
+                              {"checkpoint_epochs", p.checkpoint_epochs},
+                              {"checkpoint_at", p.checkpoint_at}});
+  j["nodes"] = json::array();
+  for (auto& n : s.nodes)
+    j["nodes"].push_back({{"name", n.name},
+                          {"host", n.host},
+                          {"port", n.port},
+                          {"state", n.state},
+                          {"balancer", n.balancer},
+                          {"platforms", n.platforms}});
+  j["topology"] = json::array();
+  for (auto& l : s.topology)
+    j["topology"].push_back(
+      {{"from", l.from}, {"to", l.to}, {"messages", l.messages}, {"bytes", l.bytes}});
+  j["events"] = json::array();
+  for (auto& e : s.events)
+    j["events"].push_back({{"at", e.at}, {"kind", e.kind}, {"text", e.text}});
+  return j.dump();
+}
+
+std::string to_json(const history& h) {
+  json epochs = json::array();
+  for (auto& r : h.epochs)
+    epochs.push_back(report_json(r));
+  return json{{"platform", h.platform}, {"epochs", epochs}}.dump();
+}
+
+std::string to_json(const answer& a) {
+  return json{{"ok", a.ok}, {"text", a.text}}.dump();
+}
+
+snapshot snapshot_from_json(const std::string& text) {
+  return parsed(text, "snapshot", [](const json& j) {
+    snapshot s;
+    auto& c = j.at("cluster");
+    auto& h = s.cluster;
+    read(c, "id", h.id);
+    read(c, "strategy", h.strategy);
+    read(c, "schedule", h.schedule);
+    read(c, "run", h.run);
+    read(c, "state", h.state);
+    read(c, "elapsed_seconds", h.elapsed_seconds);
+    read(c, "epoch", h.epoch);
+    read(c, "epochs", h.epochs);
+    read(c, "evaluated_epoch", h.evaluated_epoch);
+    read(c, "averaged_accuracy", h.averaged_accuracy);
+    read(c, "platforms_up", h.platforms_up);
+    read(c, "platforms_down", h.platforms_down);
+    read(c, "balancer", h.balancer);
+    read(c, "balancer_reachable", h.balancer_reachable);
+    read(c, "via", h.via);
+    for (auto& p : j.at("platforms")) {
+      platform_row r;
+      read(p, "name", r.name);
+      read(p, "node", r.node);
+      read(p, "state", r.state);
+      read(p, "paused", r.paused);
+      read(p, "epoch", r.epoch);
+      read(p, "progress", r.progress);
+      read(p, "iterations", r.iterations);
+      read(p, "samples", r.samples);
+      read(p, "throughput", r.throughput);
+      read(p, "ratio", r.ratio);
+      read(p, "train_loss", r.train_loss);
+      read(p, "test_accuracy", r.test_accuracy);
+      read(p, "bytes_in", r.bytes_in);
+      read(p, "bytes_out", r.bytes_out);
+      read(p, "messages_in", r.messages_in);
+      read(p, "messages_out", r.messages_out);
+      read(p, "exchange_rate", r.exchange_rate);
+      read(p, "checkpoint_epochs", r.checkpoint_epochs);
+      read(p, "checkpoint_at", r.checkpoint_at);
+      s.platforms.push_back(std::move(r));
+    }
+    for (auto& n : j.at("nodes")) {
+      node_row r;
+      read(n, "name", r.name);
+      read(n, "host", r.host);
+      read(n, "port", r.port);
+      read(n, "state", r.state);
+      read(n, "balancer", r.balancer);
+      read(n, "platforms", r.platforms);
+      s.nodes.push_back(std::move(r));
+    }
+    for (auto& l : j.at("topology"))
+      s.topology.push_back(link{l.at("from").get<std::string>(), l.at("to").get<std::string>(),
+                                l.at("messages").get<uint64_t>(), l.at("bytes").get<uint64_t>()});
+    for (auto& e : j.at("events"))
+      s.events.push_back(event{e.at("at").get<double>(), e.at("kind").get<std::string>(),
+                               e.at("text").get<std::string>()});
+    return s;
+  });
+}
+
+history history_from_json(const std::string& text) {
+  return parsed(text, "history", [](const json& j) {
+    history h;
+    read(j, "platform", h.platform);
+    for (auto& r : j.at("epochs"))
+      h.epochs.push_back(report_from(r));
+    return h;
+  });
+}
+
+answer answer_from_json(const std::string& text) {
+  return parsed(text, "command answer", [](const json& j) {
+    return answer{j.at("ok").get<bool>(), j.at("text").get<std::string>()};
+  });
+}
+
+} // namespace eg::inspection

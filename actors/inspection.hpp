@@ -1,0 +1,155 @@
+#pragma once
+// What the inspection console sees of a running cluster: the snapshot (a
+// cluster header, one row per platform, nodes, gossip topology, recent
+// events) and a platform's history, with their JSON form. Plain code, no CAF
+// and no torch: the balancer fills a snapshot, the node passes its JSON on,
+// the console parses and draws it.
+
+#include "messages/codec.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace eg::inspection {
+
+/// A JSON document that is not a snapshot / history / answer.
+class inspection_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The text of the error a node answers for a wrong cluster secret (the
+/// console recognises a refusal by it).
+inline constexpr const char* refused_text = "refused: wrong cluster secret";
+
+/// True when `given` is the cluster secret `expected` (an empty `expected`
+/// requires none). Compares in time independent of where they differ.
+bool secret_matches(const std::string& given, const std::string& expected);
+
+struct cluster_header {
+  std::string id;
+  std::string strategy;
+  std::string schedule;
+  std::string run;          ///< run name ("" before every platform joined)
+  std::string state;        ///< "waiting", "training", "paused", "finished", "unknown"
+  double elapsed_seconds = 0;
+  uint32_t epoch = 0;       ///< the furthest epoch a platform is in (0-based)
+  uint32_t epochs = 0;      ///< epochs of the run
+  int64_t evaluated_epoch = -1;  ///< latest epoch whose averaged model was evaluated
+  double averaged_accuracy = 0;  ///< of that epoch
+  uint32_t platforms_up = 0;
+  uint32_t platforms_down = 0;
+  std::string balancer;     ///< node hosting the balancer
+  bool balancer_reachable = true;  ///< false: the answering node's own partial view
+  std::string via;          ///< node that answered the console
+};
+
+struct platform_row {
+  std::string name;
+  std::string node;
+  std::string state;        ///< "up", "down", "restoring" (rejoined, not trained yet)
+  bool paused = false;
+  uint32_t epoch = 0;       ///< 0-based
+  double progress = 0;      ///< of the epoch, 0..1
+  uint64_t iterations = 0;  ///< of the epoch so far
+  uint64_t samples = 0;     ///< of the epoch so far
+  double throughput = 0;    ///< predicted points/s (0: no prediction)
+  double ratio = 1;         ///< r_i of the epoch
+  double train_loss = 0;    ///< mean over the epoch so far
+  double test_accuracy = -1;  ///< of its own model after its latest epoch (-1: none yet)
+  uint64_t bytes_in = 0;    ///< gossip bytes, completed epochs
+  uint64_t bytes_out = 0;
+  uint64_t messages_in = 0;
+  uint64_t messages_out = 0;
+  double exchange_rate = 0;  ///< messages sent per iteration, completed epochs
+  int64_t checkpoint_epochs = -1;  ///< epochs done in its latest checkpoint (-1: none)
+  double checkpoint_at = -1;       ///< elapsed seconds when it was taken (-1: none)
+};
+
+struct node_row {
+  std::string name;
+  std::string host;
+  uint16_t port = 0;
+  std::string state;        ///< "up", "down", "unknown"
+  bool balancer = false;
+  std::vector<std::string> platforms;
+};
+
+/// Gossip received by `to` from `from` over the completed epochs.
+struct link {
+  std::string from;
+  std::string to;
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+};
+
+struct event {
+  double at = 0;            ///< elapsed seconds since the balancer started
+  std::string kind;         ///< "join", "down", "plan", "epoch", "checkpoint", "pause", "resume"
+  std::string text;
+};
+
+struct snapshot {
+  cluster_header cluster;
+  std::vector<platform_row> platforms;
+  std::vector<node_row> nodes;
+  std::vector<link> topology;
+  std::vector<event> events;  ///< oldest first
+};
+
+/// The per-epoch reports of one platform.
+struct history {
+  std::string platform;
+  std::vector<messages::epoch_report> epochs;
+};
+
+/// The answer to a command (pause, resume, checkpoint).
+struct answer {
+  bool ok = true;
+  std::string text;
+};
+
+/// The most recent events, at most `capacity` of them.
+class event_log {
+public:
+  explicit event_log(size_t capacity = 64) : capacity_(capacity) {}
+  void add(double at, std::string kind, std::string text);
+  std::vector<event> recent() const { return {events_.begin(), events_.end()}; }
+  size_t size() const { return events_.size(); }
+
+private:
+  size_t capacity_;
+  std::deque<event> events_;
+};
+
+/// Who received gossip from whom, summed over the reports' received_from.
+std::vector<link> topology_of(const std::vector<messages::epoch_report>& reports);
+
+/// Adds up a platform's completed epochs into its row: bytes and messages in
+/// and out, exchange rate, test accuracy of the latest epoch.
+void add_completed_epochs(platform_row& row, const std::vector<messages::epoch_report>& reports);
+
+/// A console command: "snapshot", "history NAME", "pause", "resume",
+/// "checkpoint".
+struct command {
+  std::string verb;
+  std::string argument;
+};
+
+/// Parses a command; throws inspection_error naming what is wrong.
+command parse_command(const std::string& text);
+
+std::string to_json(const snapshot& s);
+std::string to_json(const history& h);
+std::string to_json(const answer& a);
+
+/// Parse what to_json wrote; throw inspection_error when the text is not that.
+snapshot snapshot_from_json(const std::string& text);
+history history_from_json(const std::string& text);
+answer answer_from_json(const std::string& text);
+
+} // namespace eg::inspection

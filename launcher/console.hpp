@@ -1,0 +1,24 @@
+#pragma once
+// `edgegossip console HOST:PORT`: attaches to any node of a running cluster
+// over CAF remoting and shows the whole cluster (actors/inspection.hpp),
+// refreshed live in the terminal, with commands at a prompt; or prints one
+// snapshot (--once) or runs one command (--command) for scripts.
+
+#include <string>
+
+namespace eg::launcher {
+
+struct console_options {
+  std::string address;   ///< HOST:PORT of any node of the cluster
+  std::string secret;    ///< the cluster secret ("" when the cluster has none)
+  bool once = false;     ///< print one snapshot and exit
+  bool json = false;     ///< with --once / --command: the JSON as the node sent it
+  std::string command;   ///< run this one command (pause, resume, checkpoint, history NAME)
+  double interval = 1.0; ///< seconds between refreshes
+};
+
+/// Exit codes: 0 done; 2 the address cannot be reached or refused the
+/// secret (a message on stderr says which); 1 other failures.
+int run_console(const console_options& opts);
+
+} // namespace eg::launcher
