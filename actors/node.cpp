@@ -431,7 +431,7 @@ caf::result<std::string> inspect(self_ptr self, const std::string& secret,
   if (!balancer)
     return inspect_alone(self, c);
   auto rp = self->make_response_promise<std::string>();
-  self->request(balancer, std::chrono::seconds(5), inspect_atom::value, text, st.args.name)
+  self->request(balancer, std::chrono::seconds(3), inspect_atom::value, text, st.args.name)
     .then([rp](std::string& answer) mutable { rp.deliver(std::move(answer)); },
           [self, rp, c](caf::error& err) mutable {
             if (err.category() == caf::atom("system")

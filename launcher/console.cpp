@@ -236,7 +236,7 @@ public:
 
   const address& at() const { return at_; }
 
-  reply ask(const std::string& command, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  reply ask(const std::string& command, std::chrono::seconds timeout = std::chrono::seconds(6)) {
     reply r;
     if (!node_)
       return {outcome::lost, "not attached"};
@@ -253,6 +253,8 @@ public:
                  else
                    r.what = outcome::lost;
                });
+    if (r.what == outcome::lost)
+      node_ = node_actor{};  // asked again only once attached again
     if (r.what == outcome::rejected) {
       // Keep only the node's own words.
       auto q = r.text.find('"'), e = r.text.rfind('"');

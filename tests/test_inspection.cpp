@@ -1,0 +1,342 @@
+// links: eg_actors
+// The inspection console's plain code (snapshot, JSON, events, commands) and
+// the balancer's answers to the console, on CAF's testing scheduler.
+#include "actors/balancer.hpp"
+#include "actors/inspection.hpp"
+#include "actors/interfaces.hpp"
+#include "learning/dataset.hpp"
+#include "learning/model.hpp"
+#include "learning/serialize.hpp"
+#include "messages/codec.hpp"
+#include "process.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <cmath>
+
+using namespace eg;
+using namespace eg::actors;
+namespace in = eg::inspection;
+
+namespace {
+
+messages::epoch_report report_of(const std::string& platform, uint32_t epoch) {
+  messages::epoch_report r;
+  r.platform = platform;
+  r.node = "n-" + platform;
+  r.epoch = epoch;
+  r.ratio = 0.5;
+  r.wall_seconds = 2.5;
+  r.samples = 1000;
+  r.planned_samples = 1000;
+  r.iterations = 16;
+  r.train_loss = 0.75;
+  r.test_loss = 0.6;
+  r.test_accuracy = 0.8 + 0.01 * epoch;
+  r.gossip_weight = 0.25;
+  r.bytes_sent = 100;
+  r.bytes_received = 200;
+  r.messages_sent = 2;
+  r.messages_received = 4;
+  return r;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(inspection)
+
+BOOST_AUTO_TEST_CASE(secret_check) {
+  BOOST_TEST(in::secret_matches("", ""));
+  BOOST_TEST(in::secret_matches("anything", ""));  // no secret configured
+  BOOST_TEST(in::secret_matches("s3cret", "s3cret"));
+  BOOST_TEST(!in::secret_matches("", "s3cret"));
+  BOOST_TEST(!in::secret_matches("s3cre", "s3cret"));
+  BOOST_TEST(!in::secret_matches("s3cretX", "s3cret"));
+  BOOST_TEST(!in::secret_matches("S3cret", "s3cret"));
+}
+
+BOOST_AUTO_TEST_CASE(event_log_keeps_the_most_recent) {
+  in::event_log log(3);
+  for (int i = 0; i < 5; ++i)
+    log.add(i, "join", "e" + std::to_string(i));
+  auto ev = log.recent();
+  BOOST_REQUIRE_EQUAL(ev.size(), 3u);
+  BOOST_TEST(ev[0].text == "e2");
+  BOOST_TEST(ev[2].text == "e4");
+  BOOST_TEST(ev[2].at == 4.0);
+}
+
+BOOST_AUTO_TEST_CASE(topology_and_traffic_sum_the_epochs) {
+  auto a0 = report_of("a", 0), a1 = report_of("a", 1), b0 = report_of("b", 0);
+  a0.received_from = {{"b", 3, 300}, {"c", 1, 100}};
+  a1.received_from = {{"b", 2, 200}};
+  b0.received_from = {{"a", 5, 500}};
+  std::vector<messages::epoch_report> all{a0, b0, a1};
+  auto links = in::topology_of(all);
+  BOOST_REQUIRE_EQUAL(links.size(), 3u);
+  std::map<std::string, in::link> by;
+  for (auto& l : links)
+    by[l.from + ">" + l.to] = l;
+  BOOST_TEST(by["b>a"].messages == 5u);
+  BOOST_TEST(by["b>a"].bytes == 500u);
+  BOOST_TEST(by["c>a"].bytes == 100u);
+  BOOST_TEST(by["a>b"].messages == 5u);
+
+  in::platform_row row;
+  row.name = "a";
+  in::add_completed_epochs(row, all);
+  BOOST_TEST(row.bytes_out == 200u);
+  BOOST_TEST(row.bytes_in == 400u);
+  BOOST_TEST(row.messages_out == 4u);
+  BOOST_TEST(row.messages_in == 8u);
+  BOOST_TEST(row.exchange_rate == 4.0 / 32.0);
+  BOOST_TEST(row.test_accuracy == 0.81);  // of the latest epoch
+  in::platform_row none;
+  none.name = "z";
+  in::add_completed_epochs(none, all);
+  BOOST_TEST(none.test_accuracy == -1.0);
+  BOOST_TEST(none.exchange_rate == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(commands_are_checked) {
+  BOOST_TEST(in::parse_command("snapshot").verb == "snapshot");
+  auto h = in::parse_command("  history  p3 ");
+  BOOST_TEST(h.verb == "history");
+  BOOST_TEST(h.argument == "p3");
+  BOOST_TEST(in::parse_command("pause").verb == "pause");
+  BOOST_CHECK_THROW(in::parse_command("history"), in::inspection_error);
+  BOOST_CHECK_THROW(in::parse_command("history a b"), in::inspection_error);
+  BOOST_CHECK_THROW(in::parse_command("pause now"), in::inspection_error);
+  BOOST_CHECK_THROW(in::parse_command("reboot"), in::inspection_error);
+  BOOST_CHECK_THROW(in::parse_command(""), in::inspection_error);
+}
+
+BOOST_AUTO_TEST_CASE(snapshot_json_round_trip) {
+  in::snapshot s;
+  s.cluster = {"c\"1", "edgegossip", "sync", "c1-20260101-000000", "paused", 12.5, 2, 5, 1,
+               0.8123, 2, 1, "a", true, "b"};
+  in::platform_row p;
+  p.name = "p0";
+  p.node = "a";
+  p.state = "up";
+  p.paused = true;
+  p.epoch = 2;
+  p.progress = 0.5;
+  p.iterations = 42;
+  p.samples = 2688;
+  p.throughput = 1234.5;
+  p.ratio = 0.25;
+  p.train_loss = std::nan("");  // a diverged loss survives as NaN
+  p.test_accuracy = 0.7;
+  p.bytes_in = uint64_t{1} << 40;
+  p.bytes_out = 7;
+  p.messages_in = 3;
+  p.messages_out = 4;
+  p.exchange_rate = 0.05;
+  p.checkpoint_epochs = 2;
+  p.checkpoint_at = 11.0;
+  s.platforms = {p};
+  s.nodes = {{"a", "127.0.0.1", 47101, "up", true, {"p0"}}, {"b", "10.0.0.2", 47102, "down", false, {}}};
+  s.topology = {{"p1", "p0", 3, 999}};
+  s.events = {{1.5, "join", "platform p0 joined from node a — ü"}};
+  auto back = in::snapshot_from_json(in::to_json(s));
+  BOOST_TEST(back.cluster.id == "c\"1");
+  BOOST_TEST(back.cluster.state == "paused");
+  BOOST_TEST(back.cluster.evaluated_epoch == 1);
+  BOOST_TEST(back.cluster.averaged_accuracy == 0.8123);
+  BOOST_TEST(back.cluster.via == "b");
+  BOOST_REQUIRE_EQUAL(back.platforms.size(), 1u);
+  auto& q = back.platforms[0];
+  BOOST_TEST(q.paused);
+  BOOST_TEST(q.iterations == 42u);
+  BOOST_TEST(q.bytes_in == uint64_t{1} << 40);
+  BOOST_TEST(std::isnan(q.train_loss));
+  BOOST_TEST(q.checkpoint_epochs == 2);
+  BOOST_REQUIRE_EQUAL(back.nodes.size(), 2u);
+  BOOST_TEST(back.nodes[1].host == "10.0.0.2");
+  BOOST_TEST(back.nodes[1].port == 47102);
+  BOOST_TEST((back.nodes[0].platforms == std::vector<std::string>{"p0"}));
+  BOOST_TEST(back.topology.at(0).bytes == 999u);
+  BOOST_TEST(back.events.at(0).text == s.events[0].text);
+}
+
+BOOST_AUTO_TEST_CASE(history_and_answer_round_trip) {
+  in::history h{"a", {report_of("a", 0), report_of("a", 1)}};
+  h.epochs[1].received_from = {{"b", 2, 20}};
+  auto back = in::history_from_json(in::to_json(h));
+  BOOST_TEST(back.platform == "a");
+  BOOST_REQUIRE_EQUAL(back.epochs.size(), 2u);
+  BOOST_TEST(back.epochs[1].test_accuracy == 0.81);
+  BOOST_TEST(back.epochs[1].received_from.at(0).peer == "b");
+  BOOST_TEST(back.epochs[0].iterations == 16u);
+  auto a = in::answer_from_json(in::to_json(in::answer{false, "the run is over"}));
+  BOOST_TEST(!a.ok);
+  BOOST_TEST(a.text == "the run is over");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_json_is_refused) {
+  BOOST_CHECK_THROW(in::snapshot_from_json("{"), in::inspection_error);
+  BOOST_CHECK_THROW(in::snapshot_from_json("{\"cluster\": {}}"), in::inspection_error);
+  BOOST_CHECK_THROW(in::history_from_json("[1, 2]"), in::inspection_error);
+  BOOST_CHECK_THROW(in::answer_from_json("{\"ok\": \"yes\", \"text\": 1}"),
+                    in::inspection_error);
+}
+
+// -- the balancer's answers -----------------------------------------------------
+
+namespace {
+
+struct fixture {
+  static caf::actor_system_config& make_config(caf::actor_system_config& cfg) {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    cfg.set("logger.verbosity", caf::atom("quiet"));
+    return cfg;
+  }
+  caf::actor_system_config cfg;
+  caf::actor_system sys{make_config(cfg)};
+  caf::scheduler::test_coordinator& sched
+    = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::scoped_actor self{sys};
+
+  /// Asks the balancer; the JSON, or the error's text prefixed with "error: ".
+  std::string ask(const balancer_actor& b, const std::string& command) {
+    std::string out;
+    auto rh = self->request(b, caf::infinite, inspect_atom::value, command, std::string{"n"});
+    sched.run();
+    rh.receive([&](std::string& s) { out = std::move(s); },
+               [&](caf::error& e) { out = "error: " + sys.render(e); });
+    return out;
+  }
+};
+
+/// A stand-in platform recording the control commands it gets.
+platform_actor::behavior_type controlled_platform(platform_actor::pointer,
+                                                  std::shared_ptr<std::vector<std::string>> got) {
+  return {
+    [](plan_atom, const bytes&) {},
+    [](step_atom) {},
+    [](merge_atom, const bytes&) {},
+    [](weights_atom) { return bytes{}; },
+    [](done_atom, const std::string&) {},
+    [=](control_atom, const std::string& what) { got->push_back(what); },
+  };
+}
+
+bytes encoded(const messages::epoch_report& r) {
+  messages::envelope e;
+  e.hdr.cluster_id = "ins";
+  e.hdr.sender = r.platform;
+  e.payload = r;
+  return messages::encode(e);
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
+  test::temp_dir dir;
+  auto cfg = config::default_config();
+  cfg.id = "ins";
+  cfg.train.epochs = 3;
+  cfg.output_dir = dir / "runs";
+  cfg.nodes[0].platforms.resize(2);
+  cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
+  cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
+  auto test_set = std::make_shared<learning::dataset>();
+  test_set->images = torch::randn({20, 1, 28, 28});
+  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
+  auto got0 = std::make_shared<std::vector<std::string>>();
+  auto got1 = std::make_shared<std::vector<std::string>>();
+  auto p0 = sys.spawn(controlled_platform, got0);
+  auto p1 = sys.spawn(controlled_platform, got1);
+  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p0), caf::actor{});
+  sched.run();
+
+  // Before every platform joined: one row per configured platform.
+  auto s = in::snapshot_from_json(ask(b, "snapshot"));
+  BOOST_TEST(s.cluster.state == "waiting");
+  BOOST_TEST(s.cluster.via == "n");
+  BOOST_REQUIRE_EQUAL(s.platforms.size(), 2u);
+  BOOST_TEST(s.platforms[0].state == "up");
+  BOOST_TEST(s.platforms[1].state == "waiting");
+  BOOST_REQUIRE_EQUAL(s.nodes.size(), 1u);
+  BOOST_TEST(s.nodes[0].balancer);
+
+  self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p1), caf::actor{});
+  sched.run();
+  auto r0 = report_of("p0", 0);
+  r0.received_from = {{"p1", 2, 2000}};
+  self->send(b, report_atom::value, encoded(r0));
+  auto progress = report_of("p1", 0);
+  progress.samples = 250;
+  progress.iterations = 4;
+  self->send(b, progress_atom::value, encoded(progress));
+  sched.run();
+  s = in::snapshot_from_json(ask(b, "snapshot"));
+  BOOST_TEST(s.cluster.state == "training");
+  BOOST_TEST(s.cluster.platforms_up == 2u);
+  BOOST_TEST(s.platforms[0].checkpoint_epochs == 1);
+  BOOST_TEST(s.platforms[0].test_accuracy == 0.8);
+  BOOST_TEST(s.platforms[0].progress == 1.0);
+  BOOST_TEST(s.platforms[1].progress == 0.25);
+  BOOST_TEST(s.platforms[1].iterations == 4u);
+  BOOST_TEST(s.platforms[1].checkpoint_epochs == -1);
+  BOOST_REQUIRE_EQUAL(s.topology.size(), 1u);
+  BOOST_TEST(s.topology[0].from == "p1");
+  BOOST_TEST(s.topology[0].bytes == 2000u);
+
+  // Commands reach every live platform; the state and the events say so.
+  auto a = in::answer_from_json(ask(b, "pause"));
+  BOOST_TEST(a.ok);
+  sched.run();
+  BOOST_TEST((*got0 == std::vector<std::string>{"pause"}));
+  BOOST_TEST((*got1 == std::vector<std::string>{"pause"}));
+  s = in::snapshot_from_json(ask(b, "snapshot"));
+  BOOST_TEST(s.cluster.state == "paused");
+  BOOST_TEST(s.platforms[0].paused);
+  in::answer_from_json(ask(b, "resume"));
+  in::answer_from_json(ask(b, "checkpoint"));
+  sched.run();
+  BOOST_TEST((*got1 == std::vector<std::string>{"pause", "resume", "checkpoint"}));
+
+  // History of one platform; unknown platforms and commands are errors.
+  auto h = in::history_from_json(ask(b, "history p0"));
+  BOOST_REQUIRE_EQUAL(h.epochs.size(), 1u);
+  BOOST_TEST(h.epochs[0].received_from.at(0).peer == "p1");
+  BOOST_TEST(ask(b, "history nope").rfind("error: ", 0) == 0);
+  BOOST_TEST(ask(b, "format disk").rfind("error: ", 0) == 0);
+
+  // A platform that goes down shows as down, in the counts and the events;
+  // the pause reaches one that rejoins while paused.
+  in::answer_from_json(ask(b, "pause"));
+  self->send_exit(p1, caf::exit_reason::kill);
+  sched.run();
+  s = in::snapshot_from_json(ask(b, "snapshot"));
+  BOOST_TEST(s.platforms[1].state == "down");
+  BOOST_TEST(s.cluster.platforms_down == 1u);
+  std::vector<std::string> kinds;
+  for (auto& e : s.events)
+    kinds.push_back(e.kind);
+  // (p0 had reported epoch 1: with p1 down the epoch is complete.)
+  BOOST_TEST((kinds == std::vector<std::string>{"join", "join", "pause", "resume", "checkpoint",
+                                                "pause", "down", "epoch", "checkpoint"}));
+  auto got2 = std::make_shared<std::vector<std::string>>();
+  auto p1b = sys.spawn(controlled_platform, got2);
+  self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
+             caf::actor_cast<caf::actor>(p1b), caf::actor{});
+  sched.run();
+  BOOST_TEST((*got2 == std::vector<std::string>{"pause"}));
+  s = in::snapshot_from_json(ask(b, "snapshot"));
+  BOOST_TEST(s.platforms[1].state == "restoring");
+
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1b, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
