@@ -66,6 +66,7 @@ struct balancer_state {
     inspection::event_log events;
     clock::time_point born = clock::now();
     bool paused = false;
+    clock::time_point paused_at;
     std::set<std::string> restoring;  // rejoined after being down, not trained yet
     std::map<std::string, std::pair<int64_t, double>> checkpoints;  // epochs done, at
     double now() const { return std::chrono::duration<double>(clock::now() - born).count(); }
@@ -622,10 +623,16 @@ inspection::answer console_control(self_ptr self, const std::string& what) {
       if (what == "checkpoint")
         st.console.checkpoints[name].second = st.console.now();
     }
-  if (what == "pause")
+  if (what == "pause" && !st.console.paused) {
     st.console.paused = true;
-  else if (what == "resume")
+    st.console.paused_at = clock::now();
+  } else if (what == "resume" && st.console.paused) {
     st.console.paused = false;
+    // The time paused is no epoch time (cluster.csv), as on the platforms.
+    for (auto& [epoch, start] : st.epoch_start)
+      if (!st.complete(epoch))
+        start += clock::now() - std::max(st.console.paused_at, start);
+  }
   auto text = fmt::format("{} sent to {} platform{}{}", what, n, n == 1 ? "" : "s",
                           n ? " (" + names + ")" : std::string{});
   st.console.note(what, text + " by the console");

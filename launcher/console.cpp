@@ -519,8 +519,11 @@ private:
                             gone_at.text(), snapshot_.cluster.via, a.text());
       return;
     }
-    status_ = fmt::format("lost node {} ({}): no node of the cluster answers; retrying", gone,
-                          gone_at.text());
+    status_ = snapshot_.cluster.state == "finished"
+                ? fmt::format("run {} is over: its nodes have left (quit to leave)",
+                              snapshot_.cluster.run)
+                : fmt::format("lost node {} ({}): no node of the cluster answers; retrying",
+                              gone, gone_at.text());
   }
 
   void draw() {

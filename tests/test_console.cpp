@@ -294,6 +294,13 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
                                 << paused_for << " s");
     BOOST_TEST(sorted.back() < median + paused_for / 2);
   }
+  std::vector<double> epochs;
+  for (auto& r : cluster)
+    epochs.push_back(num(r["epoch_seconds"]));
+  std::sort(epochs.begin(), epochs.end());
+  BOOST_TEST(epochs.back() < epochs[epochs.size() / 2] + paused_for / 2,
+             "cluster epoch times: longest " << epochs.back() << " s, median "
+                                             << epochs[epochs.size() / 2] << " s");
 }
 
 namespace {
