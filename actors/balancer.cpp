@@ -125,6 +125,22 @@ std::string run_name(const std::string& cluster) {
 
 // -- inspection console: events ---------------------------------------------------
 
+/// A control command to one platform; a checkpoint is noted once the store
+/// has it.
+void console_send(self_ptr self, const std::string& name, const platform_actor& handle,
+                  const std::string& what) {
+  self->request(handle, std::chrono::seconds(30), control_atom::value, what)
+    .then(
+      [self, name, what](bool ok) {
+        auto& st = self->state;
+        if (what == "checkpoint" && ok)
+          st.console.checkpoints[name].second = st.console.now();
+      },
+      [name, what](caf::error& err) {
+        spdlog::warn("balancer: console: {} on platform {}: {}", what, name, caf::to_string(err));
+      });
+}
+
 void console_joined(self_ptr self, const std::string& name, const std::string& node,
                     const platform_actor& handle, bool rejoined) {
   auto& st = self->state;
@@ -133,7 +149,7 @@ void console_joined(self_ptr self, const std::string& name, const std::string& n
   if (rejoined)
     st.console.restoring.insert(name);
   if (st.console.paused)  // the cluster is paused: so is a platform that joins now
-    self->send(handle, control_atom::value, std::string{"pause"});
+    console_send(self, name, handle, "pause");
 }
 
 /// A platform checkpoints at every epoch end, before it reports.
@@ -618,10 +634,8 @@ inspection::answer console_control(self_ptr self, const std::string& what) {
   size_t n = 0;
   for (auto& [name, entry] : st.platforms)
     if (entry.up) {
-      self->send(entry.handle, control_atom::value, what);
+      console_send(self, name, entry.handle, what);
       names += (n++ ? ", " : "") + name;
-      if (what == "checkpoint")
-        st.console.checkpoints[name].second = st.console.now();
     }
   if (what == "pause" && !st.console.paused) {
     st.console.paused = true;

@@ -1,5 +1,7 @@
 #include "actors/inspection.hpp"
 
+#include "messages/secret.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <limits>
@@ -10,18 +12,13 @@ namespace eg::inspection {
 
 using json = nlohmann::json;
 
-bool secret_matches(const std::string& given, const std::string& expected) {
-  if (expected.empty())
-    return true;
-  // Every byte of the longer one is looked at, whatever differs.
-  auto n = std::max(given.size(), expected.size());
-  unsigned diff = given.size() == expected.size() ? 0u : 1u;
-  for (size_t i = 0; i < n; ++i) {
-    auto a = i < given.size() ? static_cast<unsigned char>(given[i]) : 0u;
-    auto b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0u;
-    diff |= a ^ b;
-  }
-  return diff == 0;
+std::string console_digest(const std::string& secret) {
+  // An empty cluster id, which no cluster has: no node's hello digest.
+  return messages::hello_digest(secret, "", "console");
+}
+
+bool secret_matches(const std::string& digest, const std::string& secret) {
+  return secret.empty() || messages::same_digest(digest, console_digest(secret));
 }
 
 void event_log::add(double at, std::string kind, std::string text) {

@@ -26,9 +26,15 @@ public:
 /// console recognises a refusal by it).
 inline constexpr const char* refused_text = "refused: wrong cluster secret";
 
-/// True when `given` is the cluster secret `expected` (an empty `expected`
-/// requires none). Compares in time independent of where they differ.
-bool secret_matches(const std::string& given, const std::string& expected);
+/// What the console presents for the cluster secret: an HMAC-SHA256 keyed by
+/// it, as in the nodes' handshake (messages/secret.hpp), so that the secret
+/// itself never crosses the network; "" for no secret.
+std::string console_digest(const std::string& secret);
+
+/// True when `digest` is console_digest of the cluster secret `secret` (an
+/// empty `secret` requires none). Compares in time independent of where they
+/// differ.
+bool secret_matches(const std::string& digest, const std::string& secret);
 
 struct cluster_header {
   std::string id;

@@ -380,7 +380,9 @@ std::string control_platforms(self_ptr self, const std::string& what) {
   size_t n = 0;
   for (auto& e : st.directory)
     if (e.what.role == "platform") {
-      self->send(caf::actor_cast<platform_actor>(e.handle), control_atom::value, what);
+      self->request(caf::actor_cast<platform_actor>(e.handle), std::chrono::seconds(30),
+                    control_atom::value, what)
+        .then([](bool) {}, [](caf::error&) {});
       ++n;
     }
   spdlog::info("[{}] console: {} sent to {} platforms (the balancer is unreachable)",
@@ -411,10 +413,10 @@ caf::result<std::string> inspect_alone(self_ptr self, const inspection::command&
 
 /// The console's request: checks the secret, then asks the balancer
 /// (wherever it runs) and passes its answer on.
-caf::result<std::string> inspect(self_ptr self, const std::string& secret,
+caf::result<std::string> inspect(self_ptr self, const std::string& digest,
                                  const std::string& text) {
   auto& st = self->state;
-  if (!inspection::secret_matches(secret, st.args.cluster.secret)) {
+  if (!inspection::secret_matches(digest, st.args.cluster.secret)) {
     spdlog::warn("[{}] console refused: wrong cluster secret", st.args.name);
     return caf::make_error(caf::sec::invalid_argument, std::string{inspection::refused_text});
   }

@@ -220,7 +220,8 @@ struct reply {
 
 class connection {
 public:
-  connection(caf::actor_system& sys, std::string secret) : sys_(sys), secret_(std::move(secret)) {}
+  connection(caf::actor_system& sys, const std::string& secret)
+    : sys_(sys), secret_(in::console_digest(secret)) {}
 
   /// Attaches to the node at `a`; false (and why in `error`) when none answers.
   bool attach(const address& a, std::string& error) {
@@ -266,7 +267,7 @@ public:
 
 private:
   caf::actor_system& sys_;
-  std::string secret_;
+  std::string secret_;  ///< its digest
   node_actor node_;
   address at_;
 };

@@ -8,6 +8,7 @@
 #include "learning/model.hpp"
 #include "learning/serialize.hpp"
 #include "messages/codec.hpp"
+#include "messages/secret.hpp"
 #include "process.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -48,13 +49,20 @@ messages::epoch_report report_of(const std::string& platform, uint32_t epoch) {
 BOOST_AUTO_TEST_SUITE(inspection)
 
 BOOST_AUTO_TEST_CASE(secret_check) {
+  auto digest = in::console_digest("s3cret");
+  BOOST_TEST(digest.size() == 64u);  // hex HMAC-SHA256
+  BOOST_TEST(digest.find("s3cret") == std::string::npos);
+  BOOST_TEST(in::console_digest("").empty());
   BOOST_TEST(in::secret_matches("", ""));
   BOOST_TEST(in::secret_matches("anything", ""));  // no secret configured
-  BOOST_TEST(in::secret_matches("s3cret", "s3cret"));
+  BOOST_TEST(in::secret_matches(digest, "s3cret"));
   BOOST_TEST(!in::secret_matches("", "s3cret"));
-  BOOST_TEST(!in::secret_matches("s3cre", "s3cret"));
-  BOOST_TEST(!in::secret_matches("s3cretX", "s3cret"));
-  BOOST_TEST(!in::secret_matches("S3cret", "s3cret"));
+  BOOST_TEST(!in::secret_matches("s3cret", "s3cret"));  // the secret itself is no digest
+  BOOST_TEST(!in::secret_matches(in::console_digest("s3cre"), "s3cret"));
+  BOOST_TEST(!in::secret_matches(in::console_digest("S3cret"), "s3cret"));
+  BOOST_TEST(!in::secret_matches(digest.substr(1), "s3cret"));
+  // Not what a node presents in its handshake.
+  BOOST_TEST(digest != messages::hello_digest("s3cret", "it-console", "console"));
 }
 
 BOOST_AUTO_TEST_CASE(event_log_keeps_the_most_recent) {
@@ -220,7 +228,10 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
     [](merge_atom, const bytes&) {},
     [](weights_atom) { return bytes{}; },
     [](done_atom, const std::string&) {},
-    [=](control_atom, const std::string& what) { got->push_back(what); },
+    [=](control_atom, const std::string& what) {
+      got->push_back(what);
+      return true;
+    },
   };
 }
 
@@ -246,7 +257,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto test_set = std::make_shared<learning::dataset>();
   test_set->images = torch::randn({20, 1, 28, 28});
   test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, {}});
   auto got0 = std::make_shared<std::vector<std::string>>();
   auto got1 = std::make_shared<std::vector<std::string>>();
   auto p0 = sys.spawn(controlled_platform, got0);
