@@ -179,7 +179,13 @@ void start_balancer(self_ptr self, bool continuing) {
     std::optional<storage::run_state> saved;
     if (st.args.load_run_state)
       saved = st.args.load_run_state();
-    if (saved && !saved->finished && saved->fingerprint == args.fingerprint)
+    if (saved && saved->finished && saved->fingerprint == args.fingerprint) {
+      // The balancer that was lost had finished the run: no new one here.
+      spdlog::warn("[{}] run {} is over (its balancer finished it); not starting another",
+                   st.args.name, saved->run);
+      return;
+    }
+    if (saved && saved->fingerprint == args.fingerprint)
       args.resume = std::move(saved);
     else
       args.resume = storage::run_state{args.fingerprint, "", false, {}, {}, 0};
@@ -537,6 +543,11 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       st.done.insert(who);
       if (st.done.size() >= st.expected_done())
         finish(self);
+      else if (who == "balancer")
+        // The run is over: local platforms that do not say so within 30 s
+        // (a done message lost on the way) do not keep the node up.
+        self->delayed_send(self, std::chrono::seconds(30), control_atom::value,
+                           std::string{"over"});
     },
     [self](report_atom, const bytes& buf) {
       auto& st = self->state;
@@ -584,6 +595,14 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
                 if (--*pending == 0)
                   finish(self);
               });
+      } else if (what == "over" && !st.finished) {
+        std::string missing;
+        for (auto& p : st.platforms)
+          if (!st.done.count(p.name))
+            missing += " " + p.name;
+        spdlog::warn("[{}] the run is over but{} did not finish; ending the node", st.args.name,
+                     missing);
+        finish(self);
       } else if (what == "release") {
         st.released = true;
         for (auto& rp : st.waiting)

@@ -19,6 +19,9 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
 #include <malloc.h>
 #include <csignal>
 #include <filesystem>
@@ -206,6 +209,39 @@ void restore_platform(const storage::store& db, const storage::run_state& run,
   pa.restore = std::make_shared<const storage::checkpoint>(std::move(*c));
 }
 
+/// Once the run is over and the store flushed, the actor system is shut
+/// down; should that hang (an actor that does not end), the process exits
+/// after 30 s with the run's exit code instead of staying up: nothing is
+/// left to save by then.
+class shutdown_watchdog {
+public:
+  void arm(int exit_code) {
+    thread_ = std::thread([this, exit_code] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(30), [this] { return over_; })) {
+        spdlog::error("shutting down the actor system takes more than 30 s: exiting");
+        spdlog::default_logger()->flush();
+        std::_Exit(exit_code);
+      }
+    });
+  }
+  ~shutdown_watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      over_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool over_ = false;
+  std::thread thread_;
+};
+
 } // namespace
 
 run_outcome run_node(const config::cluster_config& cfg, const std::string& node_name,
@@ -252,6 +288,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   for (size_t i = 0; i < all.size(); ++i)
     (*all_shards)[all[i].name] = shards[i];
 
+  shutdown_watchdog watchdog;  // destroyed after the actor system below
   caf::actor_system_config sys_cfg;
   sys_cfg.load<caf::io::middleman>();
   sys_cfg.set("scheduler.max-threads",
@@ -350,6 +387,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
                  spdlog::error("node {} ended abnormally: {}", node_name, sys.render(err));
                });
     outcome.stopped = signals.received();
+    watchdog.arm(outcome.stopped || !outcome.run.empty() ? 0 : 1);
   }
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(store, caf::exit_reason::user_shutdown);

@@ -185,6 +185,9 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
   }
   BOOST_TEST(p2.cluster.evaluated_epoch == p1.cluster.evaluated_epoch);
   BOOST_TEST(p2.cluster.elapsed_seconds > p1.cluster.elapsed_seconds + 3.0);
+  // A pause longer than any epoch (several times the median even on a
+  // loaded machine), so that an epoch counting it would stand out.
+  std::this_thread::sleep_for(5s);
 
   // Resume: they grow again.
   auto resumed_at = std::chrono::steady_clock::now();
@@ -276,12 +279,12 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
     }
   BOOST_TEST(into_pa == row(mid, "pa").bytes_in);
   // The pause shows in the nodes' logs, and counts in no epoch's wall time:
-  // every epoch is well under the median plus the pause.
+  // an epoch that counted it would last at least the pause.
   BOOST_TEST(a->output().find("[pa] paused") != std::string::npos);
   BOOST_TEST(a->output().find("[pa] resumed") != std::string::npos);
   BOOST_TEST(b->output().find("[pb] paused") != std::string::npos);
   auto paused_for = std::chrono::duration<double>(resumed_at - paused_at).count();
-  BOOST_TEST(paused_for > 6.0);
+  BOOST_TEST(paused_for > 11.0);
   for (auto name : {"pa", "pb"}) {
     std::vector<double> walls;
     for (auto& r : metrics)
@@ -292,13 +295,13 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
     auto median = sorted[sorted.size() / 2];
     BOOST_TEST_INFO("platform " << name << ", median epoch " << median << " s, paused "
                                 << paused_for << " s");
-    BOOST_TEST(sorted.back() < median + paused_for / 2);
+    BOOST_TEST(sorted.back() < paused_for);
   }
   std::vector<double> epochs;
   for (auto& r : cluster)
     epochs.push_back(num(r["epoch_seconds"]));
   std::sort(epochs.begin(), epochs.end());
-  BOOST_TEST(epochs.back() < epochs[epochs.size() / 2] + paused_for / 2,
+  BOOST_TEST(epochs.back() < paused_for,
              "cluster epoch times: longest " << epochs.back() << " s, median "
                                              << epochs[epochs.size() / 2] << " s");
 }
