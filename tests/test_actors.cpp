@@ -10,11 +10,11 @@
 #include "learning/serialize.hpp"
 #include "messages/codec.hpp"
 #include "storage/store.hpp"
+#include "actor_testing.hpp"
 #include "process.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 
 #include <map>
 #include <set>
@@ -24,19 +24,7 @@ using namespace eg::actors;
 
 namespace {
 
-/// One actor system on the testing scheduler.
-struct fixture {
-  static caf::actor_system_config& make_config(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    return cfg;
-  }
-  caf::actor_system_config cfg;
-  caf::actor_system sys{make_config(cfg)};
-  caf::scheduler::test_coordinator& sched
-    = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::scoped_actor self{sys};
-};
+using fixture = test::actor_fixture;
 
 messages::header hdr(const std::string& cluster, const std::string& sender) {
   return {cluster, messages::protocol_version, sender};

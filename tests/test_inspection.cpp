@@ -9,11 +9,11 @@
 #include "learning/serialize.hpp"
 #include "messages/codec.hpp"
 #include "messages/secret.hpp"
+#include "actor_testing.hpp"
 #include "process.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 
 #include <cmath>
 
@@ -196,17 +196,7 @@ BOOST_AUTO_TEST_CASE(malformed_json_is_refused) {
 
 namespace {
 
-struct fixture {
-  static caf::actor_system_config& make_config(caf::actor_system_config& cfg) {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    return cfg;
-  }
-  caf::actor_system_config cfg;
-  caf::actor_system sys{make_config(cfg)};
-  caf::scheduler::test_coordinator& sched
-    = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::scoped_actor self{sys};
+struct fixture : eg::test::actor_fixture {
 
   /// Asks the balancer; the JSON, or the error's text prefixed with "error: ".
   std::string ask(const balancer_actor& b, const std::string& command) {
