@@ -24,15 +24,8 @@ namespace wire = eg::messages::wire;
 
 constexpr char magic[5] = "EGCK";
 
-capnp::Data::Reader bytes(const std::string& s) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
-}
-
-std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
-
-std::string str(capnp::Data::Reader d) {
-  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
-}
+using record::data;
+using record::str;
 
 // The checkpoint in `value`, or nullopt with the reason in `problem`.
 std::optional<checkpoint> parse_record(const std::string& value, std::string& problem) {
@@ -71,8 +64,8 @@ void save_checkpoint(store& s, const checkpoint& c) {
     out.setEpoch(c.epoch);
     out.setIteration(c.iteration);
     out.setGossipWeight(c.gossip_weight);
-    out.setModel(bytes(c.model));
-    out.setOptimizer(bytes(c.optimizer));
+    out.setModel(data(c.model));
+    out.setOptimizer(data(c.optimizer));
     out.setSavedUnix(c.saved_unix > 0 ? c.saved_unix : unix_now());
     framed = record::frame(magic, message);
   } catch (const kj::Exception& e) {

@@ -5,6 +5,7 @@
 // damaged records so that readers fall back to older ones instead of
 // restoring garbage. Internal to storage/.
 
+#include <capnp/blob.h>
 #include <capnp/message.h>
 #include <kj/array.h>
 
@@ -24,5 +25,16 @@ std::optional<kj::Array<capnp::word>> unframe(const std::string& bytes, const ch
 
 /// Reader options for a body of `words` words: traversal bounded by its size.
 capnp::ReaderOptions reader_options(size_t words);
+
+/// Bytes of a string as a Cap'n Proto Data field, without copying.
+inline capnp::Data::Reader data(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
+}
+
+/// A Text or Data field as a string.
+inline std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+inline std::string str(capnp::Data::Reader d) {
+  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
+}
 
 } // namespace eg::storage::record

@@ -19,7 +19,8 @@ namespace wire = eg::messages::wire;
 
 constexpr char magic[5] = "EGRS";
 
-std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+using record::data;
+using record::str;
 
 } // namespace
 
@@ -51,8 +52,7 @@ std::string frame_run_state(const run_state& r) {
   }
   auto reports = out.initReports(static_cast<unsigned>(r.reports.size()));
   for (unsigned i = 0; i < r.reports.size(); ++i)
-    reports.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.reports[i].data()),
-                                       r.reports[i].size()));
+    reports.set(i, data(r.reports[i]));
   return record::frame(magic, message);
 }
 
@@ -74,7 +74,7 @@ std::optional<run_state> parse_run_state(const std::string& value, std::string& 
                                        e.getAveragedAccuracy(), e.getPlatformsUp(),
                                        e.getTrainingSeconds(), e.getPredictionError()});
     for (auto d : in.getReports())
-      r.reports.emplace_back(reinterpret_cast<const char*>(d.begin()), d.size());
+      r.reports.push_back(str(d));
     return r;
   } catch (const kj::Exception& e) {
     problem = std::string("body does not parse: ") + e.getDescription().cStr();

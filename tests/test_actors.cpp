@@ -147,6 +147,19 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
   };
 }
 
+/// A stand-in platform and the plans it receives.
+std::pair<platform_actor, std::shared_ptr<std::vector<messages::plan>>>
+spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::string& cluster) {
+  auto seen = std::make_shared<std::vector<messages::plan>>();
+  return {sys.spawn(fake_platform, name, cluster, seen), seen};
+}
+
+/// Platform `name` of node `node` joins balancer `b` (with no predictor).
+void join(caf::scoped_actor& self, const balancer_actor& b, const std::string& name,
+          const std::string& node, const platform_actor& p) {
+  self->send(b, join_atom::value, name, node, caf::actor_cast<caf::actor>(p), caf::actor{});
+}
+
 bytes report(const std::string& cluster, const std::string& platform, uint32_t epoch) {
   messages::epoch_report r;
   r.platform = platform;
@@ -184,16 +197,12 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   auto cfg = two_platforms(dir, "bal", 3);
   auto test_set = tiny_test_set();
   auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
-  auto seen0 = std::make_shared<std::vector<messages::plan>>();
-  auto seen1 = std::make_shared<std::vector<messages::plan>>();
-  auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
-  auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
-  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p0), caf::actor{});
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  join(self, b, "p0", "local", p0);
   sched.run();
   BOOST_TEST(seen0->empty());  // waits for every configured platform
-  self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1), caf::actor{});
+  join(self, b, "p1", "local", p1);
   sched.run();
   BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
   BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
@@ -331,12 +340,9 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
   args.fingerprint = saved.fingerprint;
   args.resume = saved;
   auto b = spawn_balancer(sys, args);
-  auto seen0 = std::make_shared<std::vector<messages::plan>>();
-  auto seen1 = std::make_shared<std::vector<messages::plan>>();
-  auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
-  auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
-  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p0), caf::actor{});
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  join(self, b, "p0", "local", p0);
   sched.run();
   BOOST_TEST(seen0->empty());  // waits a few seconds for the others
   sched.advance_time(std::chrono::seconds(3));
@@ -348,8 +354,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
   BOOST_TEST(seen0->back().last_epoch == 3u);
 
   // p1 comes back mid-epoch: it is not waited for in epoch 2, planned in 3.
-  self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1), caf::actor{});
+  join(self, b, "p1", "local", p1);
   sched.run();
   BOOST_TEST(seen1->empty());
   self->send(b, report_atom::value, report(cfg.id, "p0", 2));
@@ -406,16 +411,12 @@ BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fix
   cfg.quorum = 1;
   auto test_set = tiny_test_set();
   auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
-  auto seen0 = std::make_shared<std::vector<messages::plan>>();
-  auto seen1 = std::make_shared<std::vector<messages::plan>>();
-  auto p0 = sys.spawn(fake_platform, std::string{"p0"}, cfg.id, seen0);
-  auto p1 = sys.spawn(fake_platform, std::string{"p1"}, cfg.id, seen1);
-  self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p0), caf::actor{});
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  join(self, b, "p0", "local", p0);
   sched.run();
   BOOST_REQUIRE_EQUAL(seen0->size(), 1u);  // the quorum is there: the run starts
-  self->send(b, join_atom::value, std::string{"p1"}, std::string{"late"},
-             caf::actor_cast<caf::actor>(p1), caf::actor{});
+  join(self, b, "p1", "late", p1);
   sched.run();
   BOOST_TEST(seen1->empty());  // joins from the next epoch
   self->send(b, report_atom::value, report(cfg.id, "p0", 0));
