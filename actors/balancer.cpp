@@ -104,6 +104,24 @@ struct balancer_state {
     return true;
   }
 
+  /// A platform's weight in the averaged model of `epoch`: the points it
+  /// trained in that epoch (FedAvg's n_k), so that a platform on a small
+  /// share r_i counts in proportion. Under GoSGD every platform trains its
+  /// whole shard and the average is the plain mean. A platform without a
+  /// report for the epoch counts as the mean of those with one.
+  double averaging_weight(uint32_t epoch, const std::string& name) const {
+    auto i = reports.find(epoch);
+    if (i == reports.end() || i->second.empty())
+      return 1;
+    auto r = i->second.find(name);
+    if (r != i->second.end() && r->second.samples > 0)
+      return static_cast<double>(r->second.samples);
+    double sum = 0;
+    for (auto& [_, report] : i->second)
+      sum += static_cast<double>(report.samples);
+    return sum > 0 ? sum / static_cast<double>(i->second.size()) : 1;
+  }
+
   /// The newest epoch whose plans went out.
   uint32_t planned_epoch() const {
     return epoch_start.empty() ? 0 : epoch_start.rbegin()->first;
@@ -489,6 +507,7 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
          [self, ce, epoch](std::vector<bytes>& answers) mutable {
     auto& st = self->state;
     std::vector<std::vector<torch::Tensor>> models;
+    std::vector<double> samples;  // each model's weight in the average
     for (auto& buf : answers) {
       try {
         auto env = messages::decode(buf, st.args.cluster.id);
@@ -498,12 +517,13 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
         for (auto& t : learning::from_views(w.tensors, st.names, st.like))
           ts.push_back(t.clone());
         models.push_back(std::move(ts));
+        samples.push_back(st.averaging_weight(epoch, env.hdr.sender));
       } catch (const std::exception& e) {
         spdlog::warn("balancer: ignoring weights that cannot be averaged: {}", e.what());
       }
     }
     if (!models.empty()) {
-      auto avg = learning::average(models);
+      auto avg = learning::average(models, samples);
       torch::NoGradGuard guard;
       for (size_t i = 0; i < avg.size(); ++i)
         st.like[i].copy_(avg[i]);

@@ -206,11 +206,15 @@ void finish_epoch(self_ptr self) {
   st.running = false;
   st.epochs_done = st.epoch + 1;
   auto r = st.report();
-  spdlog::debug("[{}] epoch {} trained; evaluating", st.args.platform.name, st.epoch + 1);
-  auto eval = learning::evaluate(st.trainer->model(), *st.args.test_set);
-  spdlog::debug("[{}] epoch {} evaluated", st.args.platform.name, st.epoch + 1);
-  r.test_loss = eval.loss;
-  r.test_accuracy = eval.accuracy;
+  // Its own model on the test set: monitoring, every `evaluate_every`
+  // epochs and after the last (-1: not evaluated this epoch).
+  const auto every = st.args.train.evaluate_every;
+  r.test_loss = r.test_accuracy = -1;
+  if (every > 0 && ((st.epoch + 1) % every == 0 || st.epoch >= st.last_epoch)) {
+    auto eval = learning::evaluate(st.trainer->model(), *st.args.test_set);
+    r.test_loss = eval.loss;
+    r.test_accuracy = eval.accuracy;
+  }
   checkpoint(self);
   self->request(st.args.mixer, caf::infinite, stats_atom::value)
     .then([self, r](const bytes& stats) mutable {

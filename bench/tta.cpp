@@ -111,6 +111,10 @@ void plot(const std::vector<outcome>& results, const std::filesystem::path& dir,
 
 int tta(const options& opt, const tta_options& t) {
   auto base = t.config_file.empty() ? default_profile() : config::load(t.config_file);
+  // The clock measures training: platforms do not evaluate their own models
+  // (the balancer evaluates the averaged model between epochs, off the
+  // clock). `--set train.evaluate_every=1` puts it back.
+  base.train.evaluate_every = 0;
   for (auto& o : t.overrides)
     config::apply_override(base, o);
   base.train.epochs = t.epochs;

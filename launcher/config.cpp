@@ -4,7 +4,7 @@
 //
 //   [cluster]   id, seed, balancer, secret, quorum
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
-//   [train]     model, lr, momentum, batch, epochs, max_iterations
+//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, exchange_probability
 //   [edgegossip] aggregator, aggregation_ratio, selection, p_threshold, f_threshold
 //   [storage]   dir
@@ -101,6 +101,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.batch", c.train.batch, positive_int);
   visit("train.epochs", c.train.epochs, positive_u32);
   visit("train.max_iterations", c.train.max_iterations, non_negative_int);
+  visit("train.evaluate_every", c.train.evaluate_every, non_negative_int);
   visit("strategy.name", c.strategy.name,
         text_rule{{"gosgd", "gosgd-async", "edgegossip"}, false});
   visit("strategy.schedule", c.strategy.schedule, text_rule{{"sync", "async"}, false});

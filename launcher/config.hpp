@@ -66,6 +66,11 @@ struct train_config {
   int64_t batch = 64;
   uint32_t epochs = 5;
   int64_t max_iterations = 0;      ///< per platform per epoch; 0 = no cap
+  /// Each platform evaluates its own model on the test set after every this
+  /// many epochs (and after the last); 0 = never. Monitoring, not training:
+  /// `bench tta` sets 0 for every strategy, so that its training clock holds
+  /// training only (it evaluates the averaged model between epochs).
+  int64_t evaluate_every = 1;
 };
 
 struct strategy_config {

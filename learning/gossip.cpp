@@ -1,6 +1,7 @@
 #include "learning/gossip.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <torch/torch.h>
 
@@ -146,9 +147,25 @@ std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& 
   return out;
 }
 
-std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models) {
+std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models,
+                                   const std::vector<double>& weights) {
   if (models.empty())
     throw std::invalid_argument("average: no models");
+  if (!weights.empty() && weights.size() != models.size())
+    throw std::invalid_argument("average: " + std::to_string(weights.size()) + " weights for " +
+                                std::to_string(models.size()) + " models");
+  double total = 0;
+  for (double w : weights) {
+    if (!(w >= 0) || !std::isfinite(w))
+      throw std::invalid_argument("average: weight " + std::to_string(w) +
+                                  " is not a finite non-negative number");
+    total += w;
+  }
+  if (!weights.empty() && !(total > 0))
+    throw std::invalid_argument("average: the weights are all 0");
+  auto share = [&](size_t k) {
+    return weights.empty() ? 1.0 / static_cast<double>(models.size()) : weights[k] / total;
+  };
   const size_t n = models.front().size();
   for (const auto& m : models)
     if (m.size() != n)
@@ -157,14 +174,14 @@ std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>
   std::vector<torch::Tensor> mean;
   mean.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    auto sum = models.front()[i].detach().clone();
+    auto sum = models.front()[i].detach().mul(share(0));
     for (size_t k = 1; k < models.size(); ++k) {
       if (!models[k][i].sizes().equals(sum.sizes()))
         throw std::invalid_argument("average: tensor " + std::to_string(i) +
                                     " has different shapes across models");
-      sum.add_(models[k][i]);
+      sum.add_(models[k][i], share(k));
     }
-    mean.push_back(sum.div_(static_cast<double>(models.size())));
+    mean.push_back(sum);
   }
   return mean;
 }

@@ -81,7 +81,9 @@ std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& 
                                       const std::vector<std::string>& names,
                                       const std::vector<torch::Tensor>& like);
 
-/// The element-wise mean of several models' parameter lists.
-std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models);
+/// The element-wise mean of several models' parameter lists; with `weights`
+/// (one per model, not all 0) the weighted mean, sum_k w_k x_k / sum_k w_k.
+std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models,
+                                   const std::vector<double>& weights = {});
 
 } // namespace eg::learning

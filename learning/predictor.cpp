@@ -201,10 +201,15 @@ constexpr const char* model_header = "edgegossip-slowdown-model 1";
 
 } // namespace
 
-slowdown_model::slowdown_model(double forgetting, size_t window)
-    : forgetting_(forgetting), window_(window) {
+slowdown_model::slowdown_model(double forgetting, size_t window, double tracking,
+                               size_t min_fit_samples)
+    : forgetting_(forgetting), window_(window), tracking_(tracking),
+      min_fit_samples_(std::max<size_t>(2, min_fit_samples)) {
   if (!(forgetting > 0 && forgetting <= 1))
     throw std::invalid_argument("slowdown_model: forgetting " + std::to_string(forgetting) +
+                                " is not in (0, 1]");
+  if (!(tracking > 0 && tracking <= 1))
+    throw std::invalid_argument("slowdown_model: tracking " + std::to_string(tracking) +
                                 " is not in (0, 1]");
   if (window == 0)
     throw std::invalid_argument("slowdown_model: the window must hold at least one sample");
@@ -221,6 +226,11 @@ void slowdown_model::observe(const contention& u, double seconds_per_point) {
 }
 
 void slowdown_model::refit() {
+  fit_slopes();
+  track_t0();
+}
+
+void slowdown_model::fit_slopes() {
   std::fill(std::begin(beta_), std::end(beta_), 0.0);
   const size_t n = samples_.size();
   if (n == 0)
@@ -247,65 +257,92 @@ void slowdown_model::refit() {
   for (double& m : mean_x)
     m /= sw;
   beta_[0] = mean_t;
-  if (n < 2)
+  if (n < min_fit_samples_)
     return;
 
   // A feature that never changed in the window says nothing about the
   // slowdown: its coefficient stays 0 and the intercept absorbs its level.
   // Samples whose weight underflowed to 0 do not count as a change.
-  size_t used[3], m = 0;
+  std::vector<size_t> used;
   for (size_t a = 0; a < 3; ++a) {
     const double newest = features(samples_.back())[a];
     for (size_t k = n; k-- > 0 && w[k] > 0;)
       if (features(samples_[k])[a] != newest) {
-        used[m++] = a;
+        used.push_back(a);
         break;
       }
   }
-  if (m == 0)
-    return;
 
   // Centred weighted normal equations: centring separates the intercept, so
-  // the slopes solve an m x m system (m <= 3).
-  double c[3][3] = {}, r[3] = {};
-  for (size_t k = 0; k < n; ++k) {
-    const auto x = features(samples_[k]);
-    for (size_t i = 0; i < m; ++i) {
-      const double xi = x[used[i]] - mean_x[used[i]];
-      r[i] += w[k] * xi * (samples_[k].t - mean_t);
-      for (size_t j = 0; j < m; ++j)
-        c[i][j] += w[k] * xi * (x[used[j]] - mean_x[used[j]]);
+  // the slopes solve an m x m system (m <= 3). A slope below 0 (more
+  // contention, faster training) is noise: that feature is dropped and the
+  // rest fitted again, until every slope left is at least 0.
+  double slopes[3] = {0, 0, 0};
+  while (!used.empty()) {
+    const size_t m = used.size();
+    double c[3][3] = {}, r[3] = {};
+    for (size_t k = 0; k < n; ++k) {
+      const auto x = features(samples_[k]);
+      for (size_t i = 0; i < m; ++i) {
+        const double xi = x[used[i]] - mean_x[used[i]];
+        r[i] += w[k] * xi * (samples_[k].t - mean_t);
+        for (size_t j = 0; j < m; ++j)
+          c[i][j] += w[k] * xi * (x[used[j]] - mean_x[used[j]]);
+      }
     }
+    // A tiny ridge, relative to each feature's own spread so that it biases
+    // none of them, keeps collinear features (core and disk rising together)
+    // solvable.
+    for (size_t i = 0; i < m; ++i)
+      c[i][i] *= 1 + 1e-9;
+    solve(c, r, m);
+    size_t most_negative = m;
+    for (size_t i = 0; i < m; ++i)
+      if (r[i] < 0 && (most_negative == m || r[i] < r[most_negative]))
+        most_negative = i;
+    if (most_negative == m) {
+      for (size_t i = 0; i < m; ++i)
+        slopes[used[i]] = r[i];
+      break;
+    }
+    used.erase(used.begin() + static_cast<std::ptrdiff_t>(most_negative));
   }
-  // A tiny ridge, relative to each feature's own spread so that it biases
-  // none of them, keeps collinear features (core and disk rising together)
-  // solvable.
-  for (size_t i = 0; i < m; ++i)
-    c[i][i] *= 1 + 1e-9;
-  solve(c, r, m);
-  for (size_t i = 0; i < m; ++i) {
-    beta_[1 + used[i]] = r[i];
-    beta_[0] -= r[i] * mean_x[used[i]];
+  for (size_t a = 0; a < 3; ++a) {
+    beta_[1 + a] = slopes[a];
+    beta_[0] -= slopes[a] * mean_x[a];
   }
 }
 
-double slowdown_model::t0() const {
-  if (beta_[0] > 0 || samples_.empty())
-    return beta_[0];
-  // The fit crossed zero (few samples, or noise at low contention): the
-  // fastest time actually observed is the best guess of the quiet machine.
-  double best = std::numeric_limits<double>::infinity();
-  for (const auto& s : samples_)
-    best = std::min(best, s.t);
-  return best;
-}
-
-double slowdown_model::slowdown(const contention& u) const {
-  const double base = t0();
-  if (!(base > 0))
+double slowdown_model::fitted_slowdown(const contention& u) const {
+  double base = beta_[0];
+  if (!(base > 0)) {
+    // The fit crossed zero (few samples, or noise at low contention): the
+    // fastest time actually observed is the best guess of the quiet machine.
+    base = std::numeric_limits<double>::infinity();
+    for (const auto& s : samples_)
+      base = std::min(base, s.t);
+  }
+  if (!(base > 0) || !std::isfinite(base))
     return 1;
   const double t = beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk;
   return std::max(1.0, t / base);
+}
+
+void slowdown_model::track_t0() {
+  // t0 as the newest samples show it: each time per point divided by the
+  // slowdown its contention explains, the newest weighing most.
+  double sum = 0, weights = 0, weight = 1;
+  for (size_t k = samples_.size(); k-- > 0 && weight > 1e-6; weight *= tracking_) {
+    sum += weight * samples_[k].t / fitted_slowdown(samples_[k].u);
+    weights += weight;
+  }
+  t0_ = weights > 0 ? sum / weights : 0;
+}
+
+double slowdown_model::t0() const { return t0_; }
+
+double slowdown_model::slowdown(const contention& u) const {
+  return samples_.empty() ? 1 : fitted_slowdown(u);
 }
 
 double slowdown_model::seconds_per_point(const contention& u) const {

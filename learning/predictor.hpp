@@ -37,13 +37,22 @@ private:
   counters last_;
 };
 
-/// Time per data point t = t0 * RG(U) as a linear model t = b0 + b . U
-/// (t0 = b0, RG(U) = t(U) / t0 >= 1), fitted by weighted least squares with
-/// exponential forgetting so that t0 follows slow drift of the machine.
+/// Time per data point t = t0 * RG(U). RG comes from a linear fit
+/// t = b0 + b . U by weighted least squares with exponential forgetting over
+/// a long window: RG(U) = (b0 + b . U) / b0 >= 1. Contention only ever slows
+/// a platform down, so a slope the samples fit below 0 is taken out and the
+/// fit made again without it, and slopes are only fitted from
+/// `min_fit_samples` samples on (two or three samples fit any noise exactly
+/// and extrapolate wildly). t0 follows the observed times quickly: it is the
+/// recency-weighted mean of t_k / RG(U_k) over the newest samples (each older
+/// one weighs `tracking` times less), so a machine that slows down for
+/// reasons U does not see is followed within a few observations.
 class slowdown_model {
 public:
-  /// `forgetting` in (0, 1]: weight of a sample decays by this per newer one.
-  explicit slowdown_model(double forgetting = 0.995, size_t window = 600);
+  /// `forgetting` in (0, 1]: weight of a sample in the fit decays by this per
+  /// newer one. `tracking` in (0, 1]: the same for t0.
+  explicit slowdown_model(double forgetting = 0.995, size_t window = 600, double tracking = 0.8,
+                          size_t min_fit_samples = 5);
 
   /// One observation: contention U and the measured seconds per data point.
   void observe(const contention& u, double seconds_per_point);
@@ -51,7 +60,8 @@ public:
   size_t size() const { return samples_.size(); }
   /// Predicted seconds per data point under U (0 when nothing observed).
   double seconds_per_point(const contention& u) const;
-  /// t0: predicted seconds per point without interference.
+  /// t0: predicted seconds per point without interference, following the
+  /// newest observations.
   double t0() const;
   /// RG(U) = t(U) / t0, at least 1.
   double slowdown(const contention& u) const;
@@ -68,10 +78,17 @@ private:
     double t;
   };
   void refit();
+  void fit_slopes();
+  void track_t0();
+  /// RG(U) of the fit (before the t0 tracking), at least 1.
+  double fitted_slowdown(const contention& u) const;
   double forgetting_;
   size_t window_;
+  double tracking_;
+  size_t min_fit_samples_;
   std::deque<sample> samples_;
   double beta_[4] = {0, 0, 0, 0};  // b0, b_core, b_net, b_disk
+  double t0_ = 0;                  // tracked t0
 };
 
 } // namespace eg::learning

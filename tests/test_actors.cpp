@@ -15,7 +15,10 @@
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
+#include <torch/torch.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -134,24 +137,27 @@ struct fake_platform_state {
 
 platform_actor::behavior_type
 fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::string name,
-              std::string cluster, std::shared_ptr<std::vector<messages::plan>> seen) {
+              std::string cluster, std::shared_ptr<std::vector<messages::plan>> seen,
+              uint64_t seed) {
   return {
     [=](plan_atom, const bytes& b) {
       seen->push_back(std::get<messages::plan>(messages::decode(b, cluster).payload));
     },
     [](step_atom) {},
     [](merge_atom, const bytes&) {},
-    [=](weights_atom) { return lenet_weights(cluster, name, 0.5); },
+    [=](weights_atom) { return lenet_weights(cluster, name, 0.5, seed); },
     [=](done_atom, const std::string& run) { self->state.run = run; },
     [](control_atom, const std::string&) { return true; },
   };
 }
 
-/// A stand-in platform and the plans it receives.
+/// A stand-in platform and the plans it receives; its weights are a LeNet-5
+/// initialised with `seed`.
 std::pair<platform_actor, std::shared_ptr<std::vector<messages::plan>>>
-spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::string& cluster) {
+spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::string& cluster,
+               uint64_t seed = 1) {
   auto seen = std::make_shared<std::vector<messages::plan>>();
-  return {sys.spawn(fake_platform, name, cluster, seen), seen};
+  return {sys.spawn(fake_platform, name, cluster, seen, seed), seen};
 }
 
 /// Platform `name` of node `node` joins balancer `b` (with no predictor).
@@ -160,12 +166,13 @@ void join(caf::scoped_actor& self, const balancer_actor& b, const std::string& n
   self->send(b, join_atom::value, name, node, caf::actor_cast<caf::actor>(p), caf::actor{});
 }
 
-bytes report(const std::string& cluster, const std::string& platform, uint32_t epoch) {
+bytes report(const std::string& cluster, const std::string& platform, uint32_t epoch,
+             uint64_t samples = 100) {
   messages::epoch_report r;
   r.platform = platform;
   r.node = "local";
   r.epoch = epoch;
-  r.samples = 100;
+  r.samples = samples;
   return messages::encode({hdr(cluster, platform), r});
 }
 
@@ -249,6 +256,37 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   sched.run();
 }
 
+BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixture) {
+  // p0 trained 300 points in the epoch, p1 (on a smaller share) 100: the
+  // averaged model is 3/4 of p0's model and 1/4 of p1's.
+  test::temp_dir dir;
+  auto cfg = two_platforms(dir, "avg", 1);
+  auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false, {}});
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, 1);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id, 2);
+  join(self, b, "p0", "local", p0);
+  join(self, b, "p1", "local", p1);
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+  self->send(b, report_atom::value, report(cfg.id, "p0", 0, 300));
+  self->send(b, report_atom::value, report(cfg.id, "p1", 0, 100));
+  sched.run();
+  std::string run;
+  self->receive([&](done_atom, const std::string&, const std::string& r) { run = r; });
+  auto path = dir / ("runs/" + run + "/model.pt");
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto dict = torch::pickle_load(bytes).toGenericDict();
+  auto a = learning::make_classifier("lenet5", 1)->named_parameters()["fc3.bias"];
+  auto c = learning::make_classifier("lenet5", 2)->named_parameters()["fc3.bias"];
+  BOOST_TEST(!torch::allclose(a, c));
+  BOOST_TEST(torch::allclose(dict.at("fc3.bias").toTensor(), 0.75 * a + 0.25 * c, 1e-5, 1e-6));
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 namespace {
 
 /// A stand-in predictor answering a fixed throughput.
@@ -286,7 +324,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   for (int i = 0; i < 4; ++i) {
     auto name = "p" + std::to_string(i);
     seen.push_back(std::make_shared<std::vector<messages::plan>>());
-    platforms.push_back(sys.spawn(fake_platform, name, cfg.id, seen.back()));
+    platforms.push_back(sys.spawn(fake_platform, name, cfg.id, seen.back(), uint64_t{1}));
     auto pred = sys.spawn(fake_predictor, name, cfg.id, speed[i]);
     self->send(b, join_atom::value, name, std::string{"local"},
                caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred));

@@ -43,6 +43,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.train.batch == b.train.batch);
   BOOST_TEST(a.train.epochs == b.train.epochs);
   BOOST_TEST(a.train.max_iterations == b.train.max_iterations);
+  BOOST_TEST(a.train.evaluate_every == b.train.evaluate_every);
   BOOST_TEST(a.strategy.name == b.strategy.name);
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
@@ -297,6 +298,7 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.train.batch = 0; }, "train.batch"},
       {[](cluster_config& c) { c.train.epochs = 0; }, "train.epochs must be a positive integer, got 0"},
       {[](cluster_config& c) { c.train.max_iterations = -1; }, "train.max_iterations"},
+      {[](cluster_config& c) { c.train.evaluate_every = -2; }, "train.evaluate_every"},
       {[](cluster_config& c) { c.strategy.name = "pushsum"; }, "strategy.name"},
       {[](cluster_config& c) { c.strategy.schedule = "never"; }, "strategy.schedule"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 0; }, "strategy.exchange_probability"},

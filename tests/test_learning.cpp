@@ -599,6 +599,24 @@ BOOST_AUTO_TEST_CASE(average_is_elementwise_mean) {
   BOOST_CHECK_THROW(average({}), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(weighted_average_counts_each_model_by_its_weight) {
+  // Points trained this epoch: 15,000 and 5,000, so 3/4 and 1/4.
+  std::vector<std::vector<torch::Tensor>> models{{torch::tensor({4.0f, 0.0f})},
+                                                 {torch::tensor({0.0f, 8.0f})}};
+  auto mean = average(models, {15000, 5000});
+  BOOST_REQUIRE_EQUAL(mean.size(), 1u);
+  BOOST_TEST(torch::allclose(mean[0], torch::tensor({3.0f, 2.0f})));
+  // Equal weights are the plain mean; a weight of 0 leaves a model out.
+  BOOST_TEST(torch::allclose(average(models, {7, 7})[0], average(models)[0]));
+  BOOST_TEST(torch::allclose(average(models, {0, 2})[0], models[1][0]));
+  // The inputs are not changed.
+  BOOST_TEST(torch::equal(models[0][0], torch::tensor({4.0f, 0.0f})));
+  BOOST_CHECK_THROW(average(models, {1}), std::invalid_argument);
+  BOOST_CHECK_THROW(average(models, {0, 0}), std::invalid_argument);
+  BOOST_CHECK_THROW(average(models, {1, -1}), std::invalid_argument);
+  BOOST_CHECK_THROW(average(models, {1, std::nan("")}), std::invalid_argument);
+}
+
 // --- serialize ---------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {

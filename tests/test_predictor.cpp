@@ -162,7 +162,9 @@ BOOST_AUTO_TEST_CASE(forgetting_follows_a_step_in_t0) {
   BOOST_TEST(forgetful.t0() == 0.002, tt::tolerance(1e-3));
   BOOST_TEST(forgetful.seconds_per_point({1, 0, 50}) == truth({1, 0, 50}, 0.002),
              tt::tolerance(1e-3));
-  BOOST_TEST(remembering.t0() < 0.0018);
+  // Without forgetting the fit mixes both machines (its slopes carry their
+  // noise: about 10 % here), but t0 still tracks the newest observations.
+  BOOST_TEST(remembering.t0() > 0.0016);
 
   // The window drops old samples altogether.
   slowdown_model windowed(1.0, 50);
@@ -172,6 +174,50 @@ BOOST_AUTO_TEST_CASE(forgetting_follows_a_step_in_t0) {
   }
   BOOST_TEST(windowed.size() == 50u);
   BOOST_TEST(windowed.t0() == 0.002, tt::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(t0_tracks_a_slowdown_that_contention_does_not_explain) {
+  // Contention is constant; the machine (or an emulated slowdown) makes every
+  // point take 3x longer from sample 100 on. The long fit would take minutes
+  // to follow; t0 follows within a few observations.
+  slowdown_model m;
+  for (int i = 0; i < 100; ++i)
+    m.observe({0.2, 0, 1}, 0.001);
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-9));
+  for (int i = 0; i < 3; ++i)
+    m.observe({0.2, 0, 1}, 0.003);
+  BOOST_TEST(m.t0() > 0.0015);
+  for (int i = 0; i < 27; ++i)
+    m.observe({0.2, 0, 1}, 0.003);
+  BOOST_TEST(m.seconds_per_point({0.2, 0, 1}) == 0.003, tt::tolerance(0.01));
+  BOOST_CHECK_THROW(slowdown_model(0.99, 10, 0), std::invalid_argument);
+  BOOST_CHECK_THROW(slowdown_model(0.99, 10, 1.5), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(negative_slopes_and_too_few_samples_fit_no_slowdown) {
+  // Disk traffic happened to come with faster epochs: noise, not an effect.
+  // Its slope is dropped and the core slope fitted alone.
+  slowdown_model m(1.0, 600, 1.0);
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<double> core(0, 2), disk(0, 100);
+  for (int i = 0; i < 200; ++i) {
+    const contention u{core(rng), 0, disk(rng)};
+    m.observe(u, 0.001 * (1 + 0.8 * u.core) - 0.000002 * u.disk + 0.0002);
+  }
+  BOOST_TEST(m.slowdown({0, 0, 100}) == 1.0);
+  BOOST_TEST(m.slowdown({1, 0, 0}) > 1.5);
+  BOOST_TEST(m.seconds_per_point({1, 0, 100}) == m.seconds_per_point({1, 0, 0}),
+             tt::tolerance(1e-12));
+
+  // Three samples fit any line exactly: no slopes until five.
+  slowdown_model few;
+  few.observe({0.1, 0, 0}, 0.0010);
+  few.observe({0.3, 0, 0}, 0.0011);
+  few.observe({0.2, 0, 0}, 0.0013);
+  BOOST_TEST(few.slowdown({2, 0, 0}) == 1.0);
+  few.observe({1.5, 0, 0}, 0.0025);
+  few.observe({1.8, 0, 0}, 0.0028);
+  BOOST_TEST(few.slowdown({2, 0, 0}) > 1.5);
 }
 
 BOOST_AUTO_TEST_CASE(constant_features_do_not_break_the_fit) {
@@ -189,7 +235,7 @@ BOOST_AUTO_TEST_CASE(constant_features_do_not_break_the_fit) {
   BOOST_TEST(m.seconds_per_point({1, 3, 0}) == truth({1, 0, 0}), tt::tolerance(1e-7));
 
   // Nothing varies at all: the mean time is all there is.
-  slowdown_model flat(1.0);
+  slowdown_model flat(1.0, 600, 1.0);
   for (double t : {0.001, 0.002, 0.003})
     flat.observe({1, 2, 3}, t);
   BOOST_TEST(flat.t0() == 0.002, tt::tolerance(1e-12));
@@ -233,7 +279,7 @@ BOOST_AUTO_TEST_CASE(few_samples_and_negative_intercepts) {
   slowdown_model steep(1.0);
   for (double c : {1.0, 1.25, 1.5, 1.75, 2.0})
     steep.observe({c, 0, 0}, -0.001 + 0.002 * c);
-  BOOST_TEST(steep.t0() == 0.001, tt::tolerance(1e-12));
+  BOOST_TEST(steep.t0() == 0.001, tt::tolerance(1e-9));
   BOOST_TEST(steep.slowdown({}) == 1.0);
   BOOST_TEST(steep.seconds_per_point({2, 0, 0}) == 0.003, tt::tolerance(1e-7));
   BOOST_TEST(steep.slowdown({2, 0, 0}) == 3.0, tt::tolerance(1e-7));
@@ -284,6 +330,7 @@ BOOST_AUTO_TEST_CASE(malformed_text_throws_and_keeps_the_model) {
   slowdown_model m;
   m.observe({0, 0, 0}, 0.001);
   m.observe({1, 0, 0}, 0.002);
+  const double t0 = m.t0();
   const std::string header = "edgegossip-slowdown-model 1\n";
   for (const std::string& bad :
        {std::string(), std::string("0 0 0 0.001\n"), std::string("edgegossip-slowdown-model 2\n"),
@@ -301,7 +348,7 @@ BOOST_AUTO_TEST_CASE(malformed_text_throws_and_keeps_the_model) {
     BOOST_TEST(what.find("line 3") != std::string::npos);
     BOOST_TEST(what.find("oops") != std::string::npos);
   }
-  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-7));
+  BOOST_TEST(m.t0() == t0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
