@@ -153,7 +153,10 @@ learning::epoch_plan make_plan(self_ptr self) {
   if (!extra.empty())
     spdlog::info("[{}] epoch {}: also training on {} points of failed platforms", st.args.platform.name,
                  st.epoch + 1, extra.size());
-  if (!st.args.aggregated || st.args.edgegossip.selection == "random") {
+  // A platform that keeps all its data (r_i = 1) trains every subset:
+  // ranking them would change nothing but cost a forward pass over every
+  // aggregated point.
+  if (!st.args.aggregated || st.args.edgegossip.selection == "random" || st.ratio >= 1.0) {
     if (extra.empty())
       return learning::shuffled_plan(st.trainer->shard(), st.args.train.batch, st.ratio, st.rng);
     extra.insert(extra.end(), st.trainer->shard().begin(), st.trainer->shard().end());

@@ -83,6 +83,7 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
       p.core = st.now.core;
       p.net = st.now.net;
       p.disk = st.now.disk;
+      p.wait = st.now.wait;
       if (p.observations > 0) {
         p.throughput = st.model.throughput(st.now);
         p.seconds_per_point = st.model.seconds_per_point(st.now);

@@ -199,7 +199,7 @@ int predictor(const options& opt, const predictor_options& p) {
     std::uniform_real_distribution<double> d(0, 2);
     start = clock_type::now();
     for (int i = 0; i < n; ++i)
-      m.observe({d(r), d(r) * 10, d(r) * 50}, 1e-4 * (1 + d(r)));
+      m.observe({d(r), d(r) * 10, d(r) * 50, d(r)}, 1e-4 * (1 + d(r)));
     cost_observe = seconds_since(start) / n;  // the window fills to 600 samples
     start = clock_type::now();
     size_t bytes = 0;
@@ -282,8 +282,8 @@ int predictor(const options& opt, const predictor_options& p) {
               "%zu co-runner levels, %d epochs each, history pass then evaluation pass in "
               "another order\n",
               static_cast<long long>(iterations), all.size(), p.epochs_per_level);
-  std::printf("%-11s %-16s %6s %6s %7s %10s %9s %8s\n", "phase", "level", "core", "net MB",
-              "disk MB", "predicted", "actual s", "error %");
+  std::printf("%-11s %-16s %6s %6s %7s %6s %10s %9s %8s\n", "phase", "level", "core", "net MB",
+              "disk MB", "wait", "predicted", "actual s", "error %");
   for (auto [phase, seq] : {std::pair{"history", &history}, std::pair{"evaluation", &evaluation}}) {
     for (size_t li : *seq) {
       corunner load(all[li], (dir / "scratch").string());
@@ -293,9 +293,9 @@ int predictor(const options& opt, const predictor_options& p) {
         auto err = [&](double predicted) {
           return predicted > 0 ? 100 * (predicted - rec.actual) / rec.actual : 0.0;
         };
-        std::printf("%-11s %-16s %6.2f %6.1f %7.1f %10.3f %9.3f %+8.1f\n", phase,
-                    all[li].name.c_str(), rec.u.core, rec.u.net, rec.u.disk, rec.predicted,
-                    rec.actual, err(rec.predicted));
+        std::printf("%-11s %-16s %6.2f %6.1f %7.1f %6.2f %10.3f %9.3f %+8.1f\n", phase,
+                    all[li].name.c_str(), rec.u.core, rec.u.net, rec.u.disk, rec.u.wait,
+                    rec.predicted, rec.actual, err(rec.predicted));
         std::fflush(stdout);
       }
     }
@@ -328,11 +328,11 @@ int predictor(const options& opt, const predictor_options& p) {
 
   {
     std::ofstream csv(dir / "predictor.csv");
-    csv << "index,phase,level,core,net_mb_s,disk_mb_s,predicted_s,actual_s\n";
+    csv << "index,phase,level,core,net_mb_s,disk_mb_s,wait,predicted_s,actual_s\n";
     for (size_t i = 0; i < records.size(); ++i) {
       auto& r = records[i];
       csv << i << ',' << r.phase << ',' << r.level << ',' << r.u.core << ',' << r.u.net << ','
-          << r.u.disk << ',' << r.predicted << ',' << r.actual << '\n';
+          << r.u.disk << ',' << r.u.wait << ',' << r.predicted << ',' << r.actual << '\n';
     }
   }
   {
@@ -344,8 +344,8 @@ int predictor(const options& opt, const predictor_options& p) {
        << "set xlabel 'epoch'\nset ylabel 'seconds'\nset key top left\nset grid\n"
        << "set datafile separator ','\n"
        << "plot '" << (dir / "predictor.csv").string()
-       << "' every ::1 using 1:8 with linespoints title 'actual', '' every ::1 using 1:($7 > 0 ? "
-          "$7 : 1/0) with linespoints title 'predicted'\n";
+       << "' every ::1 using 1:9 with linespoints title 'actual', '' every ::1 using 1:($8 > 0 ? "
+          "$8 : 1/0) with linespoints title 'predicted'\n";
   }
   if (std::system(("gnuplot '" + (dir / "predictor.gp").string() + "' 2>/dev/null").c_str()) != 0)
     std::printf("(gnuplot failed: no plot)\n");

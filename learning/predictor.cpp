@@ -8,6 +8,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -133,6 +134,23 @@ double read_disk_bytes() {
   return sectors * 512;
 }
 
+// /proc/self/task/<tid>/schedstat: nanoseconds on a CPU, nanoseconds
+// runnable but waiting in a run queue, time slices. Summed over the threads
+// alive now (a thread that ended takes its share along; the deltas are
+// clamped at 0).
+void read_schedstat(double& run_ns, double& wait_ns) {
+  run_ns = wait_ns = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/task", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::ifstream f(it->path() / "schedstat");
+    double v[2] = {};
+    read_numbers(f, v, 2);
+    run_ns += v[0];
+    wait_ns += v[1];
+  }
+}
+
 } // namespace
 
 contention_sampler::contention_sampler() : last_(read()) {}
@@ -144,6 +162,7 @@ contention_sampler::counters contention_sampler::read() {
   c.self_jiffies = read_self_jiffies();
   c.net_bytes = read_net_bytes();
   c.disk_bytes = read_disk_bytes();
+  read_schedstat(c.run_ns, c.wait_ns);
   return c;
 }
 
@@ -159,6 +178,11 @@ contention contention_sampler::sample() {
     u.core = std::max(0.0, others / jiffies_per_second() / wall);
     u.net = delta(now.net_bytes, last_.net_bytes) / 1e6 / wall;
     u.disk = delta(now.disk_bytes, last_.disk_bytes) / 1e6 / wall;
+    // Waiting per second run; a process that hardly ran (under 10 ms) says
+    // little about the CPUs: the last reading stands.
+    const double run = delta(now.run_ns, last_.run_ns);
+    u.wait = run >= 1e7 ? delta(now.wait_ns, last_.wait_ns) / run : last_wait_;
+    last_wait_ = u.wait;
   }
   last_ = now;
   return u;
@@ -170,12 +194,12 @@ namespace {
 
 bool valid_sample(const contention& u, double t) {
   return std::isfinite(u.core) && std::isfinite(u.net) && std::isfinite(u.disk) &&
-         std::isfinite(t) && t > 0;
+         std::isfinite(u.wait) && std::isfinite(t) && t > 0;
 }
 
-// Solves a x = b in place for n <= 3 by Gaussian elimination with partial
+// Solves a x = b in place for n <= 4 by Gaussian elimination with partial
 // pivoting; a is symmetric positive definite here thanks to the ridge term.
-void solve(double a[3][3], double b[3], size_t n) {
+void solve(double a[4][4], double b[4], size_t n) {
   for (size_t col = 0; col < n; ++col) {
     size_t pivot = col;
     for (size_t r = col + 1; r < n; ++r)
@@ -197,7 +221,11 @@ void solve(double a[3][3], double b[3], size_t n) {
   }
 }
 
-constexpr const char* model_header = "edgegossip-slowdown-model 1";
+// Version 2 adds U_wait; version 1 text (without it) is still read, with
+// U_wait = 0.
+constexpr const char* model_header = "edgegossip-slowdown-model 2";
+constexpr const char* model_header_v1 = "edgegossip-slowdown-model 1";
+constexpr size_t features_count = 4;
 
 } // namespace
 
@@ -242,15 +270,15 @@ void slowdown_model::fit_slopes() {
   for (size_t k = n; k-- > 0; weight *= forgetting_)
     w[k] = weight;
   auto features = [](const sample& s) {
-    return std::array<double, 3>{s.u.core, s.u.net, s.u.disk};
+    return std::array<double, features_count>{s.u.core, s.u.net, s.u.disk, s.u.wait};
   };
 
-  double sw = 0, mean_t = 0, mean_x[3] = {0, 0, 0};
+  double sw = 0, mean_t = 0, mean_x[features_count] = {};
   for (size_t k = 0; k < n; ++k) {
     const auto x = features(samples_[k]);
     sw += w[k];
     mean_t += w[k] * samples_[k].t;
-    for (size_t a = 0; a < 3; ++a)
+    for (size_t a = 0; a < features_count; ++a)
       mean_x[a] += w[k] * x[a];
   }
   mean_t /= sw;
@@ -264,7 +292,7 @@ void slowdown_model::fit_slopes() {
   // slowdown: its coefficient stays 0 and the intercept absorbs its level.
   // Samples whose weight underflowed to 0 do not count as a change.
   std::vector<size_t> used;
-  for (size_t a = 0; a < 3; ++a) {
+  for (size_t a = 0; a < features_count; ++a) {
     const double newest = features(samples_.back())[a];
     for (size_t k = n; k-- > 0 && w[k] > 0;)
       if (features(samples_[k])[a] != newest) {
@@ -274,13 +302,13 @@ void slowdown_model::fit_slopes() {
   }
 
   // Centred weighted normal equations: centring separates the intercept, so
-  // the slopes solve an m x m system (m <= 3). A slope below 0 (more
+  // the slopes solve an m x m system (m <= 4). A slope below 0 (more
   // contention, faster training) is noise: that feature is dropped and the
   // rest fitted again, until every slope left is at least 0.
-  double slopes[3] = {0, 0, 0};
+  double slopes[features_count] = {};
   while (!used.empty()) {
     const size_t m = used.size();
-    double c[3][3] = {}, r[3] = {};
+    double c[features_count][features_count] = {}, r[features_count] = {};
     for (size_t k = 0; k < n; ++k) {
       const auto x = features(samples_[k]);
       for (size_t i = 0; i < m; ++i) {
@@ -307,7 +335,7 @@ void slowdown_model::fit_slopes() {
     }
     used.erase(used.begin() + static_cast<std::ptrdiff_t>(most_negative));
   }
-  for (size_t a = 0; a < 3; ++a) {
+  for (size_t a = 0; a < features_count; ++a) {
     beta_[1 + a] = slopes[a];
     beta_[0] -= slopes[a] * mean_x[a];
   }
@@ -324,7 +352,8 @@ double slowdown_model::fitted_slowdown(const contention& u) const {
   }
   if (!(base > 0) || !std::isfinite(base))
     return 1;
-  const double t = beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk;
+  const double t =
+    beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk + beta_[4] * u.wait;
   return std::max(1.0, t / base);
 }
 
@@ -360,7 +389,7 @@ std::string slowdown_model::serialize() const {
   char buf[32];
   for (const auto& s : samples_) {
     const char* sep = "";
-    for (double v : {s.u.core, s.u.net, s.u.disk, s.t}) {
+    for (double v : {s.u.core, s.u.net, s.u.disk, s.u.wait, s.t}) {
       // Shortest form that reads back to the same double.
       const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
       out += sep;
@@ -375,19 +404,22 @@ std::string slowdown_model::serialize() const {
 void slowdown_model::restore(const std::string& text) {
   std::istringstream in(text);
   std::string line;
-  if (!std::getline(in, line) || line != model_header)
+  if (!std::getline(in, line) || (line != model_header && line != model_header_v1))
     throw std::runtime_error("slowdown_model::restore: line 1 is not '" +
                              std::string(model_header) + "'");
+  const bool v1 = line == model_header_v1;
+  const size_t fields = v1 ? 4 : 5;
+  const char* layout = v1 ? "core net disk seconds" : "core net disk wait seconds";
   std::deque<sample> parsed;
   for (size_t number = 2; std::getline(in, line); ++number) {
     auto malformed = [&] {
       return std::runtime_error("slowdown_model::restore: line " + std::to_string(number) +
-                                " is not 'core net disk seconds': '" + line + "'");
+                                " is not '" + layout + "': '" + line + "'");
     };
-    double v[4];
+    double v[5] = {};
     const char* p = line.data();
     const char* end = line.data() + line.size();
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < fields; ++i) {
       if (i > 0 && (p == end || *p != ' '))
         throw malformed();
       while (p < end && *p == ' ')
@@ -397,10 +429,11 @@ void slowdown_model::restore(const std::string& text) {
         throw malformed();
       p = next;
     }
-    const contention u{v[0], v[1], v[2]};
-    if (p != end || !valid_sample(u, v[3]))
+    const contention u{v[0], v[1], v[2], v1 ? 0.0 : v[3]};
+    const double t = v[fields - 1];
+    if (p != end || !valid_sample(u, t))
       throw malformed();
-    parsed.push_back({u, v[3]});
+    parsed.push_back({u, t});
     if (parsed.size() > window_)
       parsed.pop_front();
   }

@@ -10,16 +10,23 @@
 
 namespace eg::learning {
 
-/// U = (U_core, U_net, U_disk) caused by co-running programs.
+/// U = (U_core, U_net, U_disk) caused by co-running programs, and U_wait,
+/// how that contention reaches this process's threads.
 struct contention {
   double core = 0;  ///< cores busy with other programs (0 .. cores)
   double net = 0;   ///< network MB/s (all interfaces)
   double disk = 0;  ///< disk MB/s read + written
+  /// Seconds this process's threads waited in a run queue per second they
+  /// ran (/proc/self/task/*/schedstat). U_core saturates once every core is
+  /// busy (on 2 cores, 2 and 3 CPU hogs read 1.3 and 1.5 cores), while the
+  /// slowdown of a CPU-bound thread keeps growing as 1 + U_wait.
+  double wait = 0;
 };
 
-/// Reads /proc/stat, /proc/self/stat, /proc/net/dev and /proc/diskstats;
-/// each sample() is the mean contention since the previous call. The CPU
-/// time of this process itself is not contention and is subtracted.
+/// Reads /proc/stat, /proc/self/stat, /proc/net/dev, /proc/diskstats and
+/// /proc/self/task/*/schedstat; each sample() is the mean contention since
+/// the previous call. The CPU time of this process itself is not contention
+/// and is subtracted.
 class contention_sampler {
 public:
   contention_sampler();
@@ -32,13 +39,16 @@ private:
     double self_jiffies = 0;  // this process, user + system
     double net_bytes = 0;
     double disk_bytes = 0;
+    double run_ns = 0;   // this process's threads: on a CPU
+    double wait_ns = 0;  // this process's threads: runnable, waiting for a CPU
   };
   static counters read();
   counters last_;
+  double last_wait_ = 0;
 };
 
 /// Time per data point t = t0 * RG(U). RG comes from a linear fit
-/// t = b0 + b . U by weighted least squares with exponential forgetting over
+/// t = b0 + b . U (U = core, net, disk, wait) by weighted least squares with exponential forgetting over
 /// a long window: RG(U) = (b0 + b . U) / b0 >= 1. Contention only ever slows
 /// a platform down, so a slope the samples fit below 0 is taken out and the
 /// fit made again without it, and slopes are only fitted from
@@ -87,7 +97,7 @@ private:
   double tracking_;
   size_t min_fit_samples_;
   std::deque<sample> samples_;
-  double beta_[4] = {0, 0, 0, 0};  // b0, b_core, b_net, b_disk
+  double beta_[5] = {0, 0, 0, 0, 0};  // b0, b_core, b_net, b_disk, b_wait
   double t0_ = 0;                  // tracked t0
 };
 

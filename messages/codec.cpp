@@ -163,6 +163,7 @@ struct body_writer {
     out.setCore(p.core);
     out.setNet(p.net);
     out.setDisk(p.disk);
+    out.setWait(p.wait);
     out.setObservations(p.observations);
   }
   void operator()(const epoch_report& r) {
@@ -268,6 +269,7 @@ struct body_reader {
     p.core = in.getCore();
     p.net = in.getNet();
     p.disk = in.getDisk();
+    p.wait = in.getWait();
     p.observations = in.getObservations();
     return p;
   }

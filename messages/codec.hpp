@@ -91,6 +91,7 @@ struct prediction {
   double net = 0;
   double disk = 0;
   uint64_t observations = 0;
+  double wait = 0;              ///< run-queue wait per second run (learning::contention)
 };
 
 /// Messages received from one peer during an epoch.

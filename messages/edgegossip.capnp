@@ -58,6 +58,7 @@ struct Prediction {
   net @5 :Float64;
   disk @6 :Float64;
   observations @7 :UInt64;
+  wait @8 :Float64;
 }
 
 struct PeerTraffic {

@@ -111,7 +111,7 @@ BOOST_AUTO_TEST_CASE(plan_with_adopted_shards_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(prediction_round_trip) {
-  prediction p{"p1", 4321.5, 1.0 / 4321.5, 2e-4, 0.75, 1.5, 12.25, 42};
+  prediction p{"p1", 4321.5, 1.0 / 4321.5, 2e-4, 0.75, 1.5, 12.25, 42, 0.625};
   prediction r = round_trip(p);
   BOOST_TEST(r.platform == "p1");
   BOOST_TEST(r.throughput == 4321.5);
@@ -121,6 +121,7 @@ BOOST_AUTO_TEST_CASE(prediction_round_trip) {
   BOOST_TEST(r.net == 1.5);
   BOOST_TEST(r.disk == 12.25);
   BOOST_TEST(r.observations == 42u);
+  BOOST_TEST(r.wait == 0.625);
 }
 
 BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {

@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
+#include <algorithm>
 
 using namespace eg::learning;
 using namespace std::chrono_literals;
@@ -99,6 +101,25 @@ BOOST_AUTO_TEST_CASE(own_cpu_time_is_not_contention) {
   BOOST_TEST(self > 0.5);
   BOOST_TEST(u.core >= 0);
   BOOST_TEST(u.core < all - self + 0.15);
+}
+
+BOOST_AUTO_TEST_CASE(more_threads_than_cores_wait_in_the_run_queue) {
+  // 2 x cores + 1 spinning threads of this process: each gets under half a
+  // core, so it waits at least as long as it runs.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  contention_sampler s;
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < 2 * cores + 1; ++i)
+    threads.emplace_back([] { spin(1.0); });
+  // Sampled while they run: a thread that ended takes its counters along.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const auto u = s.sample();
+  for (auto& t : threads)
+    t.join();
+  BOOST_TEST_MESSAGE("sampled U_wait " << u.wait << " with " << 2 * cores + 1
+                                       << " threads on " << cores << " cores");
+  BOOST_TEST(u.wait > 0.5);
+  BOOST_TEST(std::isfinite(u.wait));
 }
 
 BOOST_AUTO_TEST_CASE(a_busy_child_process_is_contention) {
@@ -285,6 +306,34 @@ BOOST_AUTO_TEST_CASE(few_samples_and_negative_intercepts) {
   BOOST_TEST(steep.slowdown({2, 0, 0}) == 3.0, tt::tolerance(1e-7));
 }
 
+BOOST_AUTO_TEST_CASE(run_queue_wait_predicts_where_core_usage_saturates) {
+  // On 2 cores with one training thread: k CPU hogs read as U_core =
+  // 2k / (1 + k) cores (1, 1.33, 1.5: saturating), while the thread runs
+  // 2 / (1 + k) of the time, so t = t0 * (1 + U_wait) with U_wait = (k - 1) / 2.
+  slowdown_model m;
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> hogs(1, 5);
+  std::normal_distribution<double> noise(1, 0.01);
+  for (int i = 0; i < 300; ++i) {
+    const double k = hogs(rng);
+    const contention u{2 * k / (1 + k), 0, 0, (k - 1) / 2};
+    m.observe(u, 0.001 * (1 + u.wait) * noise(rng));
+  }
+  for (double k : {1.0, 3.0, 5.0}) {
+    const contention u{2 * k / (1 + k), 0, 0, (k - 1) / 2};
+    BOOST_TEST(m.seconds_per_point(u) == 0.001 * (1 + u.wait), tt::tolerance(0.02));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(version_1_samples_restore_without_wait) {
+  // Samples stored before U_wait existed still make a warm start.
+  slowdown_model m(1.0, 600, 1.0);
+  m.restore("edgegossip-slowdown-model 1\n0.5 0 0 0.001\n1 0 0 0.002\n");
+  BOOST_TEST(m.size() == 2u);
+  BOOST_TEST(m.t0() == 0.0015, tt::tolerance(1e-12));
+  BOOST_TEST(m.serialize() == "edgegossip-slowdown-model 2\n0.5 0 0 0 0.001\n1 0 0 0 0.002\n");
+}
+
 BOOST_AUTO_TEST_CASE(bad_observations_throw) {
   BOOST_CHECK_THROW(slowdown_model(0), std::invalid_argument);
   BOOST_CHECK_THROW(slowdown_model(1.5), std::invalid_argument);
@@ -293,6 +342,7 @@ BOOST_AUTO_TEST_CASE(bad_observations_throw) {
   BOOST_CHECK_THROW(m.observe({}, 0), std::invalid_argument);
   BOOST_CHECK_THROW(m.observe({}, -1), std::invalid_argument);
   BOOST_CHECK_THROW(m.observe({std::nan(""), 0, 0}, 0.001), std::invalid_argument);
+  BOOST_CHECK_THROW(m.observe({0, 0, 0, std::nan("")}, 0.001), std::invalid_argument);
   BOOST_TEST(m.size() == 0u);
 }
 
@@ -306,7 +356,7 @@ BOOST_AUTO_TEST_CASE(serialize_restore_round_trip) {
     m.observe(u, truth(u) * noise(rng));
   }
   const auto text = m.serialize();
-  BOOST_TEST(text.rfind("edgegossip-slowdown-model 1\n", 0) == 0u);
+  BOOST_TEST(text.rfind("edgegossip-slowdown-model 2\n", 0) == 0u);
 
   slowdown_model back(0.99, 100);
   back.restore(text);
@@ -331,17 +381,18 @@ BOOST_AUTO_TEST_CASE(malformed_text_throws_and_keeps_the_model) {
   m.observe({0, 0, 0}, 0.001);
   m.observe({1, 0, 0}, 0.002);
   const double t0 = m.t0();
-  const std::string header = "edgegossip-slowdown-model 1\n";
+  const std::string header = "edgegossip-slowdown-model 2\n";
   for (const std::string& bad :
-       {std::string(), std::string("0 0 0 0.001\n"), std::string("edgegossip-slowdown-model 2\n"),
-        header + "1 2 3\n", header + "1 2 3 x\n", header + "1 2 3 4 5\n", header + "1 2 3 -1\n",
-        header + "1 2 3 0\n", header + "1 2 3 nan\n", header + "1,2,3,4\n", header + "1 2 3 4x\n",
-        header + "\n", header + "1.5.5 2 3 4\n"}) {
+       {std::string(), std::string("0 0 0 0 0.001\n"), std::string("edgegossip-slowdown-model 3\n"),
+        header + "1 2 3 4\n", header + "1 2 3 0 x\n", header + "1 2 3 0 4 5\n",
+        header + "1 2 3 0 -1\n", header + "1 2 3 0 0\n", header + "1 2 3 0 nan\n",
+        header + "1,2,3,0,4\n", header + "1 2 3 0 4x\n", header + "\n",
+        header + "1.5.5 2 3 0 4\n", std::string("edgegossip-slowdown-model 1\n1 2 3 0 4\n")}) {
     BOOST_CHECK_THROW(m.restore(bad), std::runtime_error);
     BOOST_TEST(m.size() == 2u);
   }
   try {
-    m.restore(header + "0 0 0 0.001\n0 0 0 oops\n");
+    m.restore(header + "0 0 0 0 0.001\n0 0 0 0 oops\n");
     BOOST_FAIL("restore accepted a malformed line");
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
