@@ -71,6 +71,7 @@ struct platform_state {
   bytes encode_weights(double weight) {
     messages::weights w;
     w.gossip_weight = weight;
+    w.rate = ratio;
     w.epoch = epoch;
     w.iteration = total_iterations;
     w.tensors = learning::to_views(names, params);
@@ -400,7 +401,11 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         auto env = messages::decode(buf, st.args.cluster_id);
         auto& w = std::get<messages::weights>(env.payload);
         auto received = learning::from_views(w.tensors, st.names, st.params);
-        st.strategy->merge(st.params, received, w.gossip_weight);
+        if (st.args.edgegossip.merge == "rate")
+          st.strategy->merge(st.params, received, w.gossip_weight, std::max(st.ratio, 1e-3),
+                             w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);
+        else
+          st.strategy->merge(st.params, received, w.gossip_weight);
       } catch (const std::exception& e) {
         ++st.refused;
         spdlog::warn("[{}] refused weights: {}", st.args.platform.name, e.what());

@@ -22,6 +22,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -103,9 +104,16 @@ public:
     posix_spawnattr_init(&attr);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);  // its own group: stop all workers
     posix_spawnattr_setpgroup(&attr, 0);
-    if (posix_spawnp(&pid_, "stress-ng", nullptr, &attr, argv.data(), environ) != 0)
-      throw std::runtime_error("bench predictor: stress-ng cannot be run");
+    // Its stderr would only say that each level was stopped before its
+    // --timeout ("finished prematurely"), which is how the levels change.
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 2, "/dev/null", O_WRONLY, 0);
+    const int rc = posix_spawnp(&pid_, "stress-ng", &files, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&files);
     posix_spawnattr_destroy(&attr);
+    if (rc != 0)
+      throw std::runtime_error("bench predictor: stress-ng cannot be run");
   }
   ~corunner() {
     if (pid_ > 0) {

@@ -6,7 +6,7 @@
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, exchange_probability
-//   [edgegossip] aggregator, aggregation_ratio, selection, p_threshold, f_threshold
+//   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port
@@ -110,6 +110,7 @@ void scalar_keys(C& c, Visit&& visit) {
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
   visit("edgegossip.aggregation_ratio", c.edgegossip.aggregation_ratio, positive_int);
   visit("edgegossip.selection", c.edgegossip.selection, text_rule{{"loss", "random"}, false});
+  visit("edgegossip.merge", c.edgegossip.merge, text_rule{{"gossip", "rate"}, false});
   visit("edgegossip.p_threshold", c.edgegossip.p_threshold, non_negative);
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("storage.dir", c.storage_dir, non_empty);

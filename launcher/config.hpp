@@ -101,6 +101,11 @@ struct edgegossip_config {
   /// trainer: highest-loss aggregated subsets) or "random" (a random r_i of
   /// the shard; the balancer alone).
   std::string selection = "loss";
+  /// How a merge mixes two models: "gossip" (GoSGD's rule, by gossip
+  /// weight) or "rate" (by gossip weight times the share r of its data each
+  /// platform trains per epoch, so a platform on a small share pulls its
+  /// peers less; the gossip weights still add up as GoSGD's do).
+  std::string merge = "rate";
   double p_threshold = 0.001;              ///< a platform slower than this has failed
   double f_threshold = 0.1;                ///< failed share that triggers exception handling
 };

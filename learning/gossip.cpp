@@ -19,7 +19,8 @@ gosgd::gosgd(double initial_weight, double exchange_probability)
 }
 
 void gosgd::merge(const std::vector<torch::Tensor>& params,
-                  const std::vector<torch::Tensor>& received, double received_weight) {
+                  const std::vector<torch::Tensor>& received, double received_weight,
+                  double own_rate, double received_rate) {
   if (params.size() != received.size())
     throw std::invalid_argument("gosgd::merge: received " + std::to_string(received.size()) +
                                 " tensors, the model has " + std::to_string(params.size()));
@@ -30,9 +31,13 @@ void gosgd::merge(const std::vector<torch::Tensor>& params,
       throw std::invalid_argument("gosgd::merge: tensor " + std::to_string(i) +
                                   " has another shape than the model's");
 
+  if (!(own_rate > 0) || !(received_rate > 0) || !std::isfinite(own_rate) ||
+      !std::isfinite(received_rate))
+    throw std::invalid_argument("gosgd::merge: rates must be positive");
   const double total = weight_ + received_weight;
-  const double keep = weight_ / total;
-  const double take = received_weight / total;
+  const double mine = weight_ * own_rate, theirs = received_weight * received_rate;
+  const double keep = mine / (mine + theirs);
+  const double take = theirs / (mine + theirs);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i)
     params[i].mul_(keep).add_(received[i], take);

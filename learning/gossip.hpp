@@ -28,9 +28,13 @@ public:
   /// The gossip weight this platform holds (GoSGD's a_i, push-sum's w_i).
   virtual double weight() const = 0;
   virtual void set_weight(double w) = 0;
-  /// Merges a received model (x_s, a_s) into `params`.
+  /// Merges a received model (x_s, a_s) into `params`. `own_rate` and
+  /// `received_rate` (r_i and r_s: the share of its data each platform
+  /// trains per epoch) scale how much each model counts in the mix; the
+  /// gossip weights add up as they always do. 1 and 1: the plain rule.
   virtual void merge(const std::vector<torch::Tensor>& params,
-                     const std::vector<torch::Tensor>& received, double received_weight) = 0;
+                     const std::vector<torch::Tensor>& received, double received_weight,
+                     double own_rate = 1, double received_rate = 1) = 0;
   /// Called after each local step; may rescale `params` and the held weight,
   /// and returns the messages to send (each carries the params as they are
   /// after this call).
@@ -54,7 +58,7 @@ public:
   double weight() const override { return weight_; }
   void set_weight(double w) override { weight_ = w; }
   void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
-             double received_weight) override;
+             double received_weight, double own_rate = 1, double received_rate = 1) override;
   std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
                                      std::mt19937_64& rng) override;
   void scale_exchange(double factor) override;

@@ -127,6 +127,7 @@ struct body_writer {
   void operator()(const weights& w) {
     auto out = body.initWeights();
     out.setGossipWeight(w.gossip_weight);
+    out.setRate(w.rate);
     out.setEpoch(w.epoch);
     out.setIteration(w.iteration);
     auto tensors = out.initTensors(static_cast<unsigned>(w.tensors.size()));
@@ -212,6 +213,7 @@ struct body_reader {
   weights operator()(wire::Weights::Reader in) const {
     weights w;
     w.gossip_weight = in.getGossipWeight();
+    w.rate = in.getRate();
     w.epoch = in.getEpoch();
     w.iteration = in.getIteration();
     auto tensors = in.getTensors();

@@ -52,6 +52,7 @@ struct weights {
   uint64_t epoch = 0;
   uint64_t iteration = 0;
   std::vector<tensor_view> tensors;
+  double rate = 0;  ///< r_i of the sender this epoch (0: not given, counts as 1)
 };
 
 /// One component of a node, announced in the handshake.

@@ -26,6 +26,7 @@ struct Weights {
   epoch @1 :UInt64;
   iteration @2 :UInt64;
   tensors @3 :List(Tensor);
+  rate @4 :Float64;  # share of its data the sender trains per epoch (r_i); 0: not given
 }
 
 struct Component {

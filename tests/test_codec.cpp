@@ -203,12 +203,14 @@ BOOST_AUTO_TEST_CASE(weights_round_trip_is_bit_exact) {
 
   weights w;
   w.gossip_weight = 0.0625;
+  w.rate = 0.375;
   w.epoch = 4;
   w.iteration = 987654321;
   for (auto& t : owned) w.tensors.push_back(t.view);
 
   weights r = round_trip(w);
   BOOST_TEST(r.gossip_weight == w.gossip_weight);
+  BOOST_TEST(r.rate == w.rate);
   BOOST_TEST(r.epoch == w.epoch);
   BOOST_TEST(r.iteration == w.iteration);
   BOOST_REQUIRE(r.tensors.size() == w.tensors.size());

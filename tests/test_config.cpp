@@ -50,6 +50,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.edgegossip.aggregator == b.edgegossip.aggregator);
   BOOST_TEST(a.edgegossip.aggregation_ratio == b.edgegossip.aggregation_ratio);
   BOOST_TEST(a.edgegossip.selection == b.edgegossip.selection);
+  BOOST_TEST(a.edgegossip.merge == b.edgegossip.merge);
   BOOST_TEST(a.edgegossip.p_threshold == b.edgegossip.p_threshold);
   BOOST_TEST(a.edgegossip.f_threshold == b.edgegossip.f_threshold);
   BOOST_REQUIRE(a.nodes.size() == b.nodes.size());
@@ -93,9 +94,9 @@ cluster_config unusual_config() {
   c.output_dir = "out/runs";
   c.secret = "it's \"secret\"\n\t\\ λ";
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
-  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250};
+  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3};
   c.strategy = {"edgegossip", "async", 1.0 / 3.0};
-  c.edgegossip = {"isvd-lsh", 20, "random", 0.01, 0.25};
+  c.edgegossip = {"isvd-lsh", 20, "random", "gossip", 0.01, 0.25};
   c.nodes.clear();
   c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {}});
   c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}, {}});
@@ -300,6 +301,7 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.train.max_iterations = -1; }, "train.max_iterations"},
       {[](cluster_config& c) { c.train.evaluate_every = -2; }, "train.evaluate_every"},
       {[](cluster_config& c) { c.strategy.name = "pushsum"; }, "strategy.name"},
+      {[](cluster_config& c) { c.edgegossip.merge = "mean"; }, "edgegossip.merge"},
       {[](cluster_config& c) { c.strategy.schedule = "never"; }, "strategy.schedule"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 0; }, "strategy.exchange_probability"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 1.5; }, "strategy.exchange_probability"},

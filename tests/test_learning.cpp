@@ -448,6 +448,8 @@ BOOST_AUTO_TEST_CASE(gosgd_merge_formula) {
   BOOST_TEST(torch::equal(x[1], torch::tensor({6.0f})));
   BOOST_CHECK_THROW(g.merge(x, {xs[0]}, 0.5), std::invalid_argument);
   BOOST_CHECK_THROW(g.merge(x, {xs[1], xs[0]}, 0.5), std::invalid_argument);
+  BOOST_CHECK_THROW(g.merge(x, xs, 0.5, 0, 1), std::invalid_argument);
+  BOOST_CHECK_THROW(g.merge(x, xs, 0.5, 1, std::nan("")), std::invalid_argument);
 
   // Merging into a model's parameters works in place without autograd errors.
   auto model = make_classifier("logreg", 1);
@@ -459,6 +461,26 @@ BOOST_AUTO_TEST_CASE(gosgd_merge_formula) {
   auto before = snapshot(*model);
   h.merge(params, zeros, 0.5);
   BOOST_TEST(torch::allclose(parameters(*model)[0], before[0] / 2));
+}
+
+BOOST_AUTO_TEST_CASE(gosgd_merge_by_rate_counts_a_slow_sender_less) {
+  // Both hold weight 0.5; the sender trains r = 0.25 of its data per epoch,
+  // the receiver all of it: the mix is 0.5 : 0.125, i.e. 4/5 and 1/5, and
+  // the weights still add up to 1.
+  gosgd g(0.5, 0.5);
+  std::vector<torch::Tensor> x{torch::tensor({0.0f, 10.0f})};
+  std::vector<torch::Tensor> xs{torch::tensor({5.0f, 0.0f})};
+  g.merge(x, xs, 0.5, 1.0, 0.25);
+  BOOST_TEST(g.weight() == 1.0);
+  BOOST_TEST(torch::allclose(x[0], torch::tensor({1.0f, 8.0f})));
+  // Equal rates are GoSGD's rule, whatever their value.
+  gosgd a(0.25, 0.5), b(0.25, 0.5);
+  std::vector<torch::Tensor> xa{torch::tensor({1.0f})}, xb{torch::tensor({1.0f})};
+  std::vector<torch::Tensor> in{torch::tensor({9.0f})};
+  a.merge(xa, in, 0.75);
+  b.merge(xb, in, 0.75, 0.3, 0.3);
+  BOOST_TEST(torch::allclose(xa[0], xb[0]));
+  BOOST_TEST(a.weight() == b.weight());
 }
 
 BOOST_AUTO_TEST_CASE(gosgd_after_step_halves_weight) {
