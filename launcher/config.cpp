@@ -621,7 +621,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << cfg.train.momentum << '|' << cfg.train.batch << '|' << cfg.train.max_iterations << '|'
        << cfg.strategy.name << '|' << cfg.strategy.schedule << '|'
        << cfg.strategy.exchange_probability << '|' << cfg.edgegossip.aggregator << '|'
-       << cfg.edgegossip.aggregation_ratio << '|' << cfg.edgegossip.selection;
+       << cfg.edgegossip.aggregation_ratio << '|' << cfg.edgegossip.selection << '|'
+       << cfg.edgegossip.merge;
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   // FNV-1a, 64 bits: stable across builds and machines.

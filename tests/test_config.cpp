@@ -399,4 +399,22 @@ BOOST_AUTO_TEST_CASE(to_toml_round_trip) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
+  auto a = default_config();
+  auto b = a;
+  b.train.epochs = a.train.epochs + 3;  // a longer run of the same training
+  b.output_dir = "elsewhere";
+  BOOST_TEST(run_fingerprint(a) == run_fingerprint(b));
+  for (auto change : std::vector<void (*)(cluster_config&)>{
+         [](cluster_config& c) { c.seed = 2; },
+         [](cluster_config& c) { c.train.lr = 0.02; },
+         [](cluster_config& c) { c.strategy.name = "edgegossip"; },
+         [](cluster_config& c) { c.edgegossip.selection = "random"; },
+         [](cluster_config& c) { c.edgegossip.merge = "gossip"; }}) {
+    auto c = a;
+    change(c);
+    BOOST_TEST(run_fingerprint(c) != run_fingerprint(a));
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
