@@ -197,9 +197,13 @@ bool valid_sample(const contention& u, double t) {
          std::isfinite(u.wait) && std::isfinite(t) && t > 0;
 }
 
-// Solves a x = b in place for n <= 4 by Gaussian elimination with partial
-// pivoting; a is symmetric positive definite here thanks to the ridge term.
-void solve(double a[4][4], double b[4], size_t n) {
+// U = (core, net, disk, wait).
+constexpr size_t features_count = 4;
+
+// Solves a x = b in place for n <= features_count by Gaussian elimination
+// with partial pivoting; a is symmetric positive definite here thanks to the
+// ridge term.
+void solve(double a[features_count][features_count], double b[features_count], size_t n) {
   for (size_t col = 0; col < n; ++col) {
     size_t pivot = col;
     for (size_t r = col + 1; r < n; ++r)
@@ -225,7 +229,6 @@ void solve(double a[4][4], double b[4], size_t n) {
 // U_wait = 0.
 constexpr const char* model_header = "edgegossip-slowdown-model 2";
 constexpr const char* model_header_v1 = "edgegossip-slowdown-model 1";
-constexpr size_t features_count = 4;
 
 } // namespace
 
@@ -255,6 +258,7 @@ void slowdown_model::observe(const contention& u, double seconds_per_point) {
 
 void slowdown_model::refit() {
   fit_slopes();
+  find_base();
   track_t0();
 }
 
@@ -341,20 +345,25 @@ void slowdown_model::fit_slopes() {
   }
 }
 
-double slowdown_model::fitted_slowdown(const contention& u) const {
-  double base = beta_[0];
-  if (!(base > 0)) {
+void slowdown_model::find_base() {
+  base_ = beta_[0];
+  if (!(base_ > 0)) {
     // The fit crossed zero (few samples, or noise at low contention): the
     // fastest time actually observed is the best guess of the quiet machine.
-    base = std::numeric_limits<double>::infinity();
+    base_ = std::numeric_limits<double>::infinity();
     for (const auto& s : samples_)
-      base = std::min(base, s.t);
+      base_ = std::min(base_, s.t);
   }
-  if (!(base > 0) || !std::isfinite(base))
+  if (!(base_ > 0) || !std::isfinite(base_))
+    base_ = 0;
+}
+
+double slowdown_model::slowdown(const contention& u) const {
+  if (!(base_ > 0))
     return 1;
   const double t =
     beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk + beta_[4] * u.wait;
-  return std::max(1.0, t / base);
+  return std::max(1.0, t / base_);
 }
 
 void slowdown_model::track_t0() {
@@ -362,17 +371,13 @@ void slowdown_model::track_t0() {
   // slowdown its contention explains, the newest weighing most.
   double sum = 0, weights = 0, weight = 1;
   for (size_t k = samples_.size(); k-- > 0 && weight > 1e-6; weight *= tracking_) {
-    sum += weight * samples_[k].t / fitted_slowdown(samples_[k].u);
+    sum += weight * samples_[k].t / slowdown(samples_[k].u);
     weights += weight;
   }
   t0_ = weights > 0 ? sum / weights : 0;
 }
 
 double slowdown_model::t0() const { return t0_; }
-
-double slowdown_model::slowdown(const contention& u) const {
-  return samples_.empty() ? 1 : fitted_slowdown(u);
-}
 
 double slowdown_model::seconds_per_point(const contention& u) const {
   return t0() * slowdown(u);

@@ -89,16 +89,16 @@ private:
   };
   void refit();
   void fit_slopes();
+  void find_base();
   void track_t0();
-  /// RG(U) of the fit (before the t0 tracking), at least 1.
-  double fitted_slowdown(const contention& u) const;
   double forgetting_;
   size_t window_;
   double tracking_;
   size_t min_fit_samples_;
   std::deque<sample> samples_;
   double beta_[5] = {0, 0, 0, 0, 0};  // b0, b_core, b_net, b_disk, b_wait
-  double t0_ = 0;                  // tracked t0
+  double base_ = 0;  // the fit's time per point on a quiet machine (0: none)
+  double t0_ = 0;    // tracked t0
 };
 
 } // namespace eg::learning
