@@ -2,8 +2,13 @@
 // Every actor interface of edgegossip in one place, so the whole protocol can
 // be read here. Payloads that cross nodes are Cap'n Proto buffers (`bytes`,
 // see messages/codec.hpp); the remaining elements are CAF built-in types, so
-// no message type has to be announced to the middleman.
+// no message type has to be announced to the middleman. Gossip messages are
+// `shared_bytes` inside a process and travel between nodes on the weights
+// lane (messages/lane.hpp), not through the middleman.
 
+#include "messages/buffer.hpp"
+
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 #include <caf/replies_to.hpp>
@@ -17,6 +22,10 @@ namespace eg::actors {
 
 /// A Cap'n Proto message (messages::encode / messages::decode).
 using bytes = std::vector<char>;
+/// A Cap'n Proto message in the process's buffer cache
+/// (messages::encode_to_buffer), passed between the actors of one process
+/// without copying. Never serialized: CAF cannot send it to another node.
+using shared_bytes = messages::shared_buffer;
 
 // -- atoms (at most 10 characters each) ----------------------------------------
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
@@ -63,12 +72,19 @@ using store_actor = caf::typed_actor<
 // -- mixer: the gossip endpoint of one platform ---------------------------------
 using mixer_actor = caf::typed_actor<
   // From its platform: send these encoded weights to peer index i (-1: a
-  // peer chosen uniformly at random).
-  caf::reacts_to<send_atom, int64_t, bytes>,
-  // From a peer mixer: encoded weights; checked, counted, passed on.
+  // peer chosen uniformly at random): on the weights lane to a peer on
+  // another node, as a local message to one in this process.
+  caf::reacts_to<send_atom, int64_t, shared_bytes>,
+  // From a peer mixer on a node without a weights lane (through the
+  // middleman): encoded weights; checked, counted, passed on.
   caf::reacts_to<gossip_atom, bytes>,
-  // From the node: the peer mixers (platform names and handles).
-  caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>>,
+  // The same from the weights lane or a peer in this process.
+  caf::reacts_to<gossip_atom, shared_bytes>,
+  // From the node: the peer mixers (platform names, handles, and the weights
+  // lane of each one's node as messages::to_string(lane_endpoint), "" for
+  // none or this process).
+  caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>,
+                 std::vector<std::string>>,
   // Traffic since the last call, as an encoded epoch_report (counters only).
   caf::replies_to<stats_atom>::with<bytes>>;
 
@@ -88,7 +104,7 @@ using platform_actor = caf::typed_actor<
   // To itself: one training iteration.
   caf::reacts_to<step_atom>,
   // From its mixer: encoded weights received from a peer, to merge.
-  caf::reacts_to<merge_atom, bytes>,
+  caf::reacts_to<merge_atom, shared_bytes>,
   // The current parameters, encoded (averaging, inspection).
   caf::replies_to<weights_atom>::with<bytes>,
   // From the balancer: the run is over (argument: run name).
@@ -144,3 +160,6 @@ using node_actor = caf::typed_actor<
   caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;
 
 } // namespace eg::actors
+
+// Local only (see shared_bytes).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eg::messages::shared_buffer)

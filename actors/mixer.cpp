@@ -1,6 +1,7 @@
 #include "actors/mixer.hpp"
 
 #include "messages/codec.hpp"
+#include "messages/lane.hpp"
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
@@ -16,6 +17,7 @@ using bind_atom = caf::atom_constant<caf::atom("bind")>;
 struct peer {
   std::string name;
   mixer_actor handle;
+  messages::lane_endpoint lane;  ///< port 0: reached through CAF
 };
 
 struct traffic {
@@ -38,9 +40,29 @@ struct mixer_state {
 };
 
 using bound_mixer = mixer_actor::extend<caf::reacts_to<bind_atom, caf::actor>>;
+using self_ptr = bound_mixer::stateful_pointer<mixer_state>;
 
-bound_mixer::behavior_type mixer(bound_mixer::stateful_pointer<mixer_state> self,
-                                 mixer_args args) {
+/// A received gossip message: checked at the door, counted, passed on.
+void take(self_ptr self, shared_bytes payload) {
+  auto& st = self->state;
+  try {
+    if (!payload)
+      throw messages::codec_error("empty message");
+    auto env = messages::decode(payload->data(), payload->size(), st.args.cluster_id);
+    if (!std::holds_alternative<messages::weights>(env.payload))
+      throw messages::codec_error("gossip message does not hold weights");
+    auto& t = st.received[env.hdr.sender];
+    ++t.messages;
+    t.bytes += payload->size();
+    if (st.platform)
+      self->send(st.platform, merge_atom::value, std::move(payload));
+  } catch (const messages::codec_error& e) {
+    ++st.messages_refused;
+    spdlog::warn("[{}] refused a gossip message: {}", st.args.platform, e.what());
+  }
+}
+
+bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
   self->state.rng.seed(args.seed);
   self->state.args = std::move(args);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -57,9 +79,9 @@ bound_mixer::behavior_type mixer(bound_mixer::stateful_pointer<mixer_state> self
     [self](bind_atom, caf::actor platform) {
       self->state.platform = caf::actor_cast<platform_actor>(platform);
     },
-    [self](send_atom, int64_t index, bytes& payload) {
+    [self](send_atom, int64_t index, shared_bytes& payload) {
       auto& st = self->state;
-      if (st.peers.empty()) {
+      if (st.peers.empty() || !payload) {
         ++st.messages_dropped;
         return;
       }
@@ -70,28 +92,25 @@ bound_mixer::behavior_type mixer(bound_mixer::stateful_pointer<mixer_state> self
         std::uniform_int_distribution<size_t> pick(0, st.peers.size() - 1);
         i = pick(st.rng);
       }
-      st.bytes_sent += payload.size();
+      auto& to = st.peers[i];
+      st.bytes_sent += payload->size();
       ++st.messages_sent;
-      self->send(st.peers[i].handle, gossip_atom::value, std::move(payload));
+      if (to.handle.node() == self->node())
+        self->send(to.handle, gossip_atom::value, std::move(payload));
+      else if (st.args.lane && to.lane.port != 0)
+        st.args.lane->send(to.lane, to.name, std::move(payload));
+      else  // a node without a lane: through the middleman, one more copy
+        self->send(to.handle, gossip_atom::value,
+                   bytes(payload->data(), payload->data() + payload->size()));
     },
-    [self](gossip_atom, bytes& payload) {
-      auto& st = self->state;
-      try {
-        auto env = messages::decode(payload, st.args.cluster_id);
-        if (!std::holds_alternative<messages::weights>(env.payload))
-          throw messages::codec_error("gossip message does not hold weights");
-        auto& t = st.received[env.hdr.sender];
-        ++t.messages;
-        t.bytes += payload.size();
-        if (st.platform)
-          self->send(st.platform, merge_atom::value, std::move(payload));
-      } catch (const messages::codec_error& e) {
-        ++st.messages_refused;
-        spdlog::warn("[{}] refused a gossip message: {}", st.args.platform, e.what());
-      }
+    [self](gossip_atom, const bytes& payload) {
+      messages::buffer copy(payload.size());
+      std::copy(payload.begin(), payload.end(), copy.data());
+      take(self, std::make_shared<const messages::buffer>(std::move(copy)));
     },
+    [self](gossip_atom, shared_bytes& payload) { take(self, std::move(payload)); },
     [self](peers_atom, const std::vector<std::string>& names,
-           const std::vector<caf::actor>& handles) {
+           const std::vector<caf::actor>& handles, const std::vector<std::string>& lanes) {
       auto& st = self->state;
       std::vector<peer> next;
       for (size_t i = 0; i < names.size() && i < handles.size(); ++i) {
@@ -103,7 +122,10 @@ bound_mixer::behavior_type mixer(bound_mixer::stateful_pointer<mixer_state> self
           known = known || p.handle == h;
         if (!known)
           self->monitor(h);
-        next.push_back(peer{names[i], h});
+        peer p{names[i], h, {}};
+        if (i < lanes.size() && !lanes[i].empty())
+          p.lane = messages::parse_endpoint(lanes[i]);
+        next.push_back(std::move(p));
       }
       st.peers = std::move(next);
     },

@@ -1,7 +1,8 @@
 #pragma once
 // The mixer: the gossip endpoint of one platform. It knows the peer mixers
 // (monitoring each), sends the platform's encoded weights to the peer the
-// strategy picked, checks every received message at the door (cluster id,
+// strategy picked (on the weights lane when the peer is on another node),
+// checks every received message at the door (cluster id,
 // protocol version, well-formedness), counts traffic per peer, and passes
 // accepted weights to its platform, which owns the parameters and merges.
 
@@ -9,7 +10,12 @@
 
 #include <caf/fwd.hpp>
 
+#include <memory>
 #include <string>
+
+namespace eg::messages {
+class lane;
+}
 
 namespace eg::actors {
 
@@ -17,6 +23,8 @@ struct mixer_args {
   std::string platform;    ///< name of the platform it serves
   std::string cluster_id;  ///< messages of any other cluster are refused
   uint64_t seed = 1;       ///< peer choice
+  /// This node's weights lane (none: every peer is reached through CAF).
+  std::shared_ptr<messages::lane> lane;
 };
 
 /// Spawns a mixer for `platform`; `set_platform` must be sent before gossip

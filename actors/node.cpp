@@ -5,6 +5,7 @@
 #include "actors/predictor.hpp"
 #include "actors/report_files.hpp"
 #include "messages/codec.hpp"
+#include "messages/lane.hpp"
 #include "messages/secret.hpp"
 #include "storage/store.hpp"
 
@@ -42,6 +43,15 @@ struct node_state {
   bool stopping = false;
   std::vector<messages::epoch_report> reports;
   std::vector<caf::response_promise> waiting;
+  /// The weights lane (none in a single-node cluster, with
+  /// cluster.transport = "middleman", or when it could not listen).
+  std::shared_ptr<messages::lane> lane;
+  std::map<std::string, messages::lane_endpoint> lanes;  // of peered nodes
+
+  ~node_state() {
+    if (lane)
+      lane->stop();  // no frames for mixers of a node that is gone
+  }
 
   messages::header header() const {
     return {args.cluster.id, messages::protocol_version, args.name};
@@ -70,6 +80,7 @@ struct node_state {
     messages::hello h;
     h.node = args.name;
     h.secret_digest = messages::hello_digest(args.cluster.secret, args.cluster.id, args.name);
+    h.lane_port = lane ? lane->port() : 0;
     std::vector<caf::actor> handles;
     for (auto& e : directory)
       if (e.what.node == args.name) {
@@ -98,15 +109,19 @@ bool from_cluster(self_ptr self) {
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self) {
   auto& st = self->state;
-  std::vector<std::string> names;
+  std::vector<std::string> names, lanes;
   std::vector<caf::actor> handles;
   for (auto& e : st.directory)
     if (e.what.role == "mixer") {
       names.push_back(e.what.name);
       handles.push_back(e.handle);
+      auto l = st.lanes.find(e.what.node);
+      lanes.push_back(e.what.node != st.args.name && l != st.lanes.end() && l->second.port != 0
+                        ? messages::to_string(l->second)
+                        : std::string{});
     }
   for (auto& p : st.platforms)
-    self->send(p.mixer, peers_atom::value, names, handles);
+    self->send(p.mixer, peers_atom::value, names, handles, lanes);
 }
 
 /// Tells the local balancer about platforms it has not seen yet.
@@ -242,6 +257,7 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
       remote = caf::actor_cast<node_actor>(handles[i]);
   }
   st.directory = std::move(next);
+  st.lanes[h->node] = {h->node, st.args.cluster.node(h->node).host, h->lane_port};
   auto old = st.peers.find(h->node);
   if (remote && (old == st.peers.end() || old->second != remote)) {
     self->monitor(remote);
@@ -456,15 +472,60 @@ caf::result<std::string> inspect(self_ptr self, const std::string& digest,
   return rp;
 }
 
+/// The weights lane of a node in a cluster of several, listening on the
+/// node's host (any free port, announced in the hello); none when it cannot
+/// listen (gossip then goes through the middleman) or is configured off.
+std::shared_ptr<messages::lane> open_lane(const node_state& st) {
+  const auto& cfg = st.args.cluster;
+  if (cfg.nodes.size() < 2 || cfg.transport != "lane")
+    return nullptr;
+  messages::lane_options o;
+  o.cluster_id = cfg.id;
+  o.node = st.args.name;
+  o.secret = cfg.secret;
+  o.host = cfg.node(st.args.name).host;
+  try {
+    auto lane = std::make_shared<messages::lane>(std::move(o));
+    spdlog::info("[{}] weights lane listening on {}:{}", st.args.name, lane->options().host,
+                 lane->port());
+    return lane;
+  } catch (const std::exception& e) {
+    spdlog::error("[{}] no weights lane ({}); gossip goes through the middleman", st.args.name,
+                  e.what());
+    return nullptr;
+  }
+}
+
+/// Hands frames from the lane to the local mixers (by platform name).
+void start_lane(node_state& st) {
+  std::map<std::string, caf::actor_addr> mixers;
+  for (auto& p : st.platforms)
+    mixers[p.name] = caf::actor_cast<caf::actor_addr>(p.mixer);
+  st.lane->start([mixers = std::move(mixers), me = st.args.name](
+                   const std::string& from, const std::string& target, shared_bytes message) {
+    auto i = mixers.find(target);
+    auto mixer = i == mixers.end() ? caf::actor{} : caf::actor_cast<caf::actor>(i->second);
+    if (!mixer) {
+      spdlog::warn("[{}] weights lane: a message from node '{}' for platform '{}', which this "
+                   "node does not host (any more), dropped",
+                   me, from, target);
+      return;
+    }
+    caf::anon_send(caf::actor_cast<mixer_actor>(mixer), gossip_atom::value, std::move(message));
+  });
+}
+
 node_actor::behavior_type node(self_ptr self, node_args args) {
   auto& st = self->state;
   st.args = std::move(args);
   auto me = caf::actor_cast<node_actor>(self);
   auto& sys = self->system();
+  st.lane = open_lane(st);
   for (auto& pa : st.args.platforms) {
     auto name = pa.platform.name;
     pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.cluster.id,
-                                            st.args.cluster.seed ^ std::hash<std::string>{}(name)});
+                                            st.args.cluster.seed ^ std::hash<std::string>{}(name),
+                                            st.lane});
     pa.node = me;
     pa.predictor = spawn_predictor(sys, {name, st.args.cluster.id, st.args.store,
                                          std::move(pa.predictor_samples)});
@@ -476,6 +537,8 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     st.platforms.push_back(local_platform{name, platform, pa.mixer, pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
+  if (st.lane)
+    start_lane(st);
   st.reports = std::move(st.args.reports);
   auto local = [&](std::string role, std::string name, caf::actor h) {
     st.directory.push_back(entry{{std::move(role), std::move(name), st.args.name}, std::move(h)});
@@ -503,6 +566,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       auto name = i->first;
       st.peer_ids.erase(i->second.node());
       st.peers.erase(i);
+      st.lanes.erase(name);
       st.lost.insert(name);
       bool had_balancer = st.balancer_home() == name;
       std::vector<entry> next;

@@ -68,14 +68,14 @@ struct platform_state {
     return {args.cluster_id, messages::protocol_version, args.platform.name};
   }
 
-  bytes encode_weights(double weight) {
+  messages::envelope weights_message(double weight) {
     messages::weights w;
     w.gossip_weight = weight;
     w.rate = ratio;
     w.epoch = epoch;
     w.iteration = total_iterations;
     w.tensors = learning::to_views(names, params);
-    return messages::encode({header(), std::move(w)});
+    return {header(), std::move(w)};
   }
 
   /// The emulated slowdown factor in force now (config + interference schedule).
@@ -373,7 +373,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         st.observed_samples = 0;
       }
       for (auto& order : st.strategy->after_step(st.params, st.rng))
-        self->send(st.args.mixer, send_atom::value, order.peer, st.encode_weights(order.weight));
+        self->send(st.args.mixer, send_atom::value, order.peer,
+                   std::make_shared<const messages::buffer>(
+                     messages::encode_to_buffer(st.weights_message(order.weight))));
       if (st.balancer && seconds_since(st.last_progress) >= 1.0) {
         st.last_progress = clock::now();
         self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
@@ -395,10 +397,12 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       else
         self->send(self, step_atom::value);
     },
-    [self](merge_atom, const bytes& buf) {
+    [self](merge_atom, const shared_bytes& buf) {
       auto& st = self->state;
       try {
-        auto env = messages::decode(buf, st.args.cluster_id);
+        if (!buf)
+          throw messages::codec_error("empty message");
+        auto env = messages::decode(buf->data(), buf->size(), st.args.cluster_id);
         auto& w = std::get<messages::weights>(env.payload);
         auto received = learning::from_views(w.tensors, st.names, st.params);
         if (st.args.edgegossip.merge == "rate")
@@ -413,7 +417,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     },
     [self](weights_atom) -> bytes {
       auto& st = self->state;
-      return st.encode_weights(st.strategy->weight());
+      return messages::encode(st.weights_message(st.strategy->weight()));
     },
     [self](done_atom, const std::string& run) {
       auto& st = self->state;

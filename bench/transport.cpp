@@ -11,14 +11,13 @@
 #include "actors/runtime.hpp"
 #include "learning/model.hpp"
 #include "messages/codec.hpp"
+#include "messages/lane.hpp"
+#include "messages/socket.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <torch/torch.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -26,10 +25,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -48,106 +49,27 @@ double seconds_since(clock_type::time_point t) {
 
 // -- raw sockets ---------------------------------------------------------------
 
-void check(bool ok, const char* what) {
-  if (!ok)
-    throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
-}
-
-void write_all(int fd, const void* data, size_t n) {
-  auto p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    check(w > 0, "write");
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-/// Writes several buffers with as few system calls as the kernel allows.
-void writev_all(int fd, std::vector<iovec> iov) {
-  size_t first = 0;
-  while (first < iov.size()) {
-    int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t w = ::writev(fd, iov.data() + first, count);
-    if (w < 0 && errno == EINTR)
-      continue;
-    check(w > 0, "writev");
-    auto left = static_cast<size_t>(w);
-    while (first < iov.size() && left >= iov[first].iov_len)
-      left -= iov[first++].iov_len;
-    if (first < iov.size()) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-  }
-}
-
-bool read_all(int fd, void* data, size_t n) {
-  auto p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-void no_delay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-/// Listens on 127.0.0.1 (a free port); returns the socket and its port.
-std::pair<int, uint16_t> listen_loopback() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  check(fd >= 0, "socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  check(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "bind");
-  check(::listen(fd, 4) == 0, "listen");
-  socklen_t len = sizeof addr;
-  check(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0, "getsockname");
-  return {fd, ntohs(addr.sin_port)};
-}
-
-int connect_loopback(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  check(fd >= 0, "socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  check(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "connect");
-  no_delay(fd);
-  return fd;
-}
-
 /// The raw side of the peer: each message is an 8-byte length and that many
 /// bytes, read into one buffer that is reused; answered with the length.
 void serve_raw(int listener) {
-  int fd = ::accept(listener, nullptr, nullptr);
-  if (fd < 0)
+  messages::socket_fd fd(::accept(listener, nullptr, nullptr));
+  if (!fd)
     return;
-  no_delay(fd);
+  messages::tune_socket(fd.get(), 0, 0);
   std::unique_ptr<char[]> buf;
   uint64_t capacity = 0;
-  for (uint64_t n; read_all(fd, &n, sizeof n);) {
-    if (n > capacity) {
-      buf.reset(new char[n]);  // not zeroed: the socket writes every byte
-      capacity = n;
+  try {
+    for (uint64_t n; messages::read_all(fd.get(), &n, sizeof n);) {
+      if (n > capacity) {
+        buf.reset(new char[n]);  // not zeroed: the socket writes every byte
+        capacity = n;
+      }
+      if (!messages::read_all(fd.get(), buf.get(), n))
+        break;
+      messages::write_all(fd.get(), &n, sizeof n);
     }
-    if (!read_all(fd, buf.get(), n))
-      break;
-    write_all(fd, &n, sizeof n);
+  } catch (const messages::socket_error&) {
   }
-  ::close(fd);
 }
 
 // -- the model's bytes ---------------------------------------------------------
@@ -202,25 +124,55 @@ messages::envelope as_weights(const model_bytes& m, uint64_t iteration) {
   return {{cluster_id, messages::protocol_version, "sender"}, std::move(w)};
 }
 
-// -- the CAF side of the peer --------------------------------------------------
+// -- the node side of the peer ------------------------------------------------
+
+const std::string peer_node = "peer", bench_node = "bench";
 
 using echo_actor = caf::typed_actor<
-  // Encoded weights: decoded and checked; answers the tensor bytes and the
-  // seconds decoding took.
-  caf::replies_to<actors::gossip_atom, actors::bytes>::with<uint64_t, double>>;
+  // Through the middleman: encoded weights, decoded and checked; answers the
+  // tensor bytes and the seconds decoding took.
+  caf::replies_to<actors::gossip_atom, actors::bytes>::with<uint64_t, double>,
+  // From the weights lane: the same, answered on the lane.
+  caf::reacts_to<actors::gossip_atom, actors::shared_bytes>>;
 
-echo_actor::behavior_type echo(echo_actor::pointer) {
+struct echo_state {
+  std::shared_ptr<messages::lane> lane;
+  messages::lane_endpoint reply_to;  // the bench process's lane
+};
+
+/// The tensor bytes of a weights message (decoded and checked), or 0.
+uint64_t tensor_bytes(const char* data, size_t size) {
+  auto env = messages::decode(data, size, cluster_id);
+  auto* w = std::get_if<messages::weights>(&env.payload);
+  uint64_t n = 0;
+  if (w)
+    for (auto& t : w->tensors)
+      n += t.bytes;
+  return n;
+}
+
+echo_actor::behavior_type echo(echo_actor::stateful_pointer<echo_state> self,
+                               std::shared_ptr<messages::lane> lane,
+                               messages::lane_endpoint reply_to) {
+  self->state.lane = std::move(lane);
+  self->state.reply_to = std::move(reply_to);
   return {
     [](actors::gossip_atom, const actors::bytes& payload) -> caf::result<uint64_t, double> {
       auto start = clock_type::now();
-      auto env = messages::decode(payload, cluster_id);
-      auto* w = std::get_if<messages::weights>(&env.payload);
-      if (!w)
+      uint64_t n = tensor_bytes(payload.data(), payload.size());
+      if (n == 0)
         return caf::make_error(caf::sec::unexpected_message);
-      uint64_t n = 0;
-      for (auto& t : w->tensors)
-        n += t.bytes;
       return {n, seconds_since(start)};
+    },
+    [self](actors::gossip_atom, const actors::shared_bytes& payload) {
+      auto start = clock_type::now();
+      uint64_t n = tensor_bytes(payload->data(), payload->size());
+      double took = seconds_since(start);
+      messages::buffer answer(sizeof n + sizeof took);
+      std::memcpy(answer.data(), &n, sizeof n);
+      std::memcpy(answer.data() + sizeof n, &took, sizeof took);
+      self->state.lane->send(self->state.reply_to, bench_node,
+                             std::make_shared<const messages::buffer>(std::move(answer)));
     },
   };
 }
@@ -234,43 +186,78 @@ void node_settings(caf::actor_system_config& cfg) {
   cfg.set("logger.verbosity", caf::atom("quiet"));
 }
 
-/// The second process: publishes the echo actor and serves raw sockets;
-/// prints "ports CAF RAW" and runs until its standard input closes.
+messages::lane_options lane_settings(const std::string& node) {
+  messages::lane_options o;
+  o.cluster_id = cluster_id;
+  o.node = node;
+  o.secret = "bench";  // as a cluster with a secret: the handshake is checked
+  return o;
+}
+
+/// The second process: a weights lane and a published echo actor as a node
+/// has them, and a raw socket server. Prints "ports CAF RAW LANE", reads the
+/// bench's lane port from standard input, runs until that closes.
 int peer() {
   actors::tune_allocator();
   caf::actor_system_config cfg;
   node_settings(cfg);
   caf::actor_system sys{cfg};
-  auto e = sys.spawn(echo);
-  auto port = sys.middleman().publish(e, 0, "127.0.0.1", true);
-  if (!port) {
-    std::fprintf(stderr, "transport peer: cannot publish: %s\n", sys.render(port.error()).c_str());
+  auto lane = std::make_shared<messages::lane>(lane_settings(peer_node));
+  auto listener = messages::listen_tcp("127.0.0.1", 0);
+  auto raw_port = messages::bound_port(listener.get());
+  std::thread raw([l = listener.get()] { serve_raw(l); });
+  auto publish = [&](const echo_actor& e) {
+    auto port = sys.middleman().publish(e, 0, "127.0.0.1", true);
+    if (!port)
+      throw std::runtime_error("transport peer: cannot publish: " + sys.render(port.error()));
+    return *port;
+  };
+  std::printf("lane %u\n", static_cast<unsigned>(lane->port()));
+  std::fflush(stdout);
+  unsigned bench_lane = 0;
+  if (std::scanf("%u", &bench_lane) != 1)
     return 1;
-  }
-  auto [listener, raw_port] = listen_loopback();
-  std::thread raw([l = listener] { serve_raw(l); });
-  std::printf("ports %u %u\n", static_cast<unsigned>(*port), static_cast<unsigned>(raw_port));
+  auto e = sys.spawn(echo, lane, messages::lane_endpoint{bench_node, "127.0.0.1",
+                                                         static_cast<uint16_t>(bench_lane)});
+  auto caf_port = publish(e);
+  lane->start([e](const std::string&, const std::string&, actors::shared_bytes m) {
+    caf::anon_send(e, actors::gossip_atom::value, std::move(m));
+  });
+  std::printf("ports %u %u\n", static_cast<unsigned>(caf_port), static_cast<unsigned>(raw_port));
   std::fflush(stdout);
   char c;
   while (::read(STDIN_FILENO, &c, 1) > 0) {
   }
-  ::shutdown(listener, SHUT_RDWR);
-  ::close(listener);
+  ::shutdown(listener.get(), SHUT_RDWR);
   raw.detach();
+  lane->stop();
   caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
   std::_Exit(0);  // the raw thread may still block in read
 }
 
 /// Starts the peer process; returns its pid, the write end of its stdin and
-/// the two ports.
+/// the ports.
 struct peer_process {
   pid_t pid = -1;
   int stdin_fd = -1;
   uint16_t caf_port = 0;
   uint16_t raw_port = 0;
+  uint16_t lane_port = 0;
 };
 
-peer_process start_peer() {
+void check(bool ok, const char* what) {
+  if (!ok)
+    throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
+}
+
+std::string read_line(int fd) {
+  std::string line;
+  for (char c; ::read(fd, &c, 1) == 1 && c != '\n';)
+    line += c;
+  return line;
+}
+
+peer_process start_peer(uint16_t bench_lane) {
   int in[2], out[2];
   check(::pipe(in) == 0 && ::pipe(out) == 0, "pipe");
   pid_t pid = ::fork();
@@ -286,14 +273,18 @@ peer_process start_peer() {
   }
   ::close(in[0]);
   ::close(out[1]);
-  std::string line;
-  for (char c; ::read(out[0], &c, 1) == 1 && c != '\n';)
-    line += c;
-  ::close(out[0]);
   peer_process p;
   p.pid = pid;
   p.stdin_fd = in[1];
+  auto line = read_line(out[0]);
   unsigned a = 0, b = 0;
+  if (std::sscanf(line.c_str(), "lane %u", &a) != 1)
+    throw std::runtime_error("transport peer did not start: '" + line + "'");
+  p.lane_port = static_cast<uint16_t>(a);
+  auto mine = std::to_string(bench_lane) + "\n";
+  messages::write_all(p.stdin_fd, mine.data(), mine.size());
+  line = read_line(out[0]);
+  ::close(out[0]);
   if (std::sscanf(line.c_str(), "ports %u %u", &a, &b) != 2)
     throw std::runtime_error("transport peer did not start: '" + line + "'");
   p.caf_port = static_cast<uint16_t>(a);
@@ -312,7 +303,35 @@ double percentile(std::vector<double> v, double q) {
 }
 
 struct round_times {
-  std::vector<double> raw, caf, encode, decode;
+  std::vector<double> raw, lane, caf, encode, decode;
+};
+
+/// The answers that come back on the bench process's lane.
+struct answers {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<actors::shared_bytes> queue;
+
+  void put(actors::shared_bytes m) {
+    std::lock_guard<std::mutex> lock(mutex);
+    queue.push_back(std::move(m));
+    arrived.notify_one();
+  }
+  /// The next answer: tensor bytes and decode seconds (throws after 60 s).
+  std::pair<uint64_t, double> take() {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!arrived.wait_for(lock, std::chrono::seconds(60), [&] { return !queue.empty(); }))
+      throw std::runtime_error("transport: no answer on the weights lane within 60 s");
+    auto m = std::move(queue.front());
+    queue.erase(queue.begin());
+    uint64_t n = 0;
+    double took = 0;
+    if (m->size() == sizeof n + sizeof took) {
+      std::memcpy(&n, m->data(), sizeof n);
+      std::memcpy(&took, m->data() + sizeof n, sizeof took);
+    }
+    return {n, took};
+  }
 };
 
 } // namespace
@@ -322,7 +341,13 @@ int transport(const options& opt, const transport_options& t) {
     return peer();
   actors::tune_allocator();  // the same allocator settings as the nodes
   at::set_num_threads(1);
-  auto p = start_peer();
+  messages::lane lane(lane_settings(bench_node));
+  answers back;
+  lane.start([&back](const std::string&, const std::string&, actors::shared_bytes m) {
+    back.put(std::move(m));
+  });
+  auto p = start_peer(lane.port());
+  const messages::lane_endpoint to_peer{peer_node, "127.0.0.1", p.lane_port};
 
   caf::actor_system_config cfg;
   node_settings(cfg);
@@ -330,26 +355,40 @@ int transport(const options& opt, const transport_options& t) {
   auto remote = sys.middleman().remote_actor<echo_actor>("127.0.0.1", p.caf_port);
   if (!remote)
     throw std::runtime_error("cannot reach the transport peer: " + sys.render(remote.error()));
-  int raw = connect_loopback(p.raw_port);
+  auto raw = messages::connect_tcp("127.0.0.1", p.raw_port);
   caf::scoped_actor self{sys};
 
-  // One gossip message through CAF: encode, send, decoded on the peer, ack.
+  auto expect = [](const model_bytes& m, uint64_t got, const char* path) {
+    if (got != m.bytes())
+      throw std::runtime_error(std::string("transport (") + path + "): the peer decoded "
+                               + std::to_string(got) + " of " + std::to_string(m.bytes())
+                               + " bytes");
+  };
+  // One gossip message as the nodes send it: encoded into the buffer cache,
+  // on the weights lane, decoded by an actor on the peer; answered on the
+  // peer's lane.
+  auto lane_round = [&](const model_bytes& m, uint64_t it, round_times& r) {
+    auto start = clock_type::now();
+    auto buf = std::make_shared<const messages::buffer>(
+      messages::encode_to_buffer(as_weights(m, it)));
+    r.encode.push_back(seconds_since(start));
+    if (!lane.send(to_peer, "echo", std::move(buf)))
+      throw std::runtime_error("transport: the weights lane dropped a message");
+    auto [got, decode_seconds] = back.take();
+    r.lane.push_back(seconds_since(start));
+    r.decode.push_back(decode_seconds);
+    expect(m, got, "weights lane");
+  };
+  // The same through the CAF middleman (cluster.transport = "middleman").
   auto caf_round = [&](const model_bytes& m, uint64_t it, round_times& r) {
     auto start = clock_type::now();
     auto buf = messages::encode(as_weights(m, it));
-    r.encode.push_back(seconds_since(start));
     uint64_t got = 0;
     self->request(*remote, caf::infinite, actors::gossip_atom::value, std::move(buf))
-      .receive(
-        [&](uint64_t n, double decode_seconds) {
-          got = n;
-          r.decode.push_back(decode_seconds);
-        },
-        [&](caf::error& e) { throw std::runtime_error("transport: " + sys.render(e)); });
+      .receive([&](uint64_t n, double) { got = n; },
+               [&](caf::error& e) { throw std::runtime_error("transport: " + sys.render(e)); });
     r.caf.push_back(seconds_since(start));
-    if (got != m.bytes())
-      throw std::runtime_error("transport: the peer decoded " + std::to_string(got) + " of "
-                               + std::to_string(m.bytes()) + " bytes");
+    expect(m, got, "middleman");
   };
   // The same bytes over a plain socket: length, the tensors' bytes, ack.
   auto raw_round = [&](const model_bytes& m, round_times& r) {
@@ -358,9 +397,9 @@ int transport(const options& opt, const transport_options& t) {
     std::vector<iovec> iov{{&n, sizeof n}};
     for (auto& x : m.tensors)
       iov.push_back({x.data_ptr(), static_cast<size_t>(x.nbytes())});
-    writev_all(raw, iov);
+    messages::writev_all(raw.get(), iov);
     uint64_t ack = 0;
-    if (!read_all(raw, &ack, sizeof ack) || ack != n)
+    if (!messages::read_all(raw.get(), &ack, sizeof ack) || ack != n)
       throw std::runtime_error("transport: raw peer went away");
     r.raw.push_back(seconds_since(start));
   };
@@ -376,12 +415,13 @@ int transport(const options& opt, const transport_options& t) {
   cases.push_back({synthetic(size_t{250} << 20, "250 MB"), t.rounds > 0 ? t.rounds : 4});
 
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  std::printf("transport: weights between two processes on 127.0.0.1; CAF 0.17 middleman + "
-              "Cap'n Proto codec against a plain TCP socket, rounds interleaved, medians; "
-              "GLIBC_TUNABLES=%s\n",
+  std::printf("transport: weights between two processes on 127.0.0.1: the weights lane (Cap'n "
+              "Proto codec, as the nodes send gossip) and the CAF 0.17 middleman, against a "
+              "plain TCP socket, rounds interleaved, medians; GLIBC_TUNABLES=%s\n",
               tunables ? tunables : "(unset)");
-  std::printf("%-8s %11s %7s %12s %12s %7s %10s %10s %11s %11s\n", "model", "bytes", "rounds",
-              "raw MB/s", "codec MB/s", "ratio", "raw ms", "codec ms", "encode ms", "decode ms");
+  std::printf("%-8s %11s %7s %10s %10s %7s %10s %7s %9s %9s %10s %10s\n", "model", "bytes",
+              "rounds", "raw MB/s", "lane MB/s", "ratio", "CAF MB/s", "ratio", "raw ms", "lane ms",
+              "encode ms", "decode ms");
   std::string summary;
   double worst_large = 1e9;
   round_times lenet_times;
@@ -391,45 +431,55 @@ int transport(const options& opt, const transport_options& t) {
     round_times warm;
     for (int i = 0; i < 2; ++i) {
       raw_round(c.model, warm);
+      lane_round(c.model, 0, warm);
       caf_round(c.model, 0, warm);
     }
     for (int i = 0; i < c.rounds; ++i) {
-      // Alternate which goes first so drift of the machine hits both alike.
-      if (i % 2 == 0) {
-        raw_round(c.model, r);
-        caf_round(c.model, static_cast<uint64_t>(i), r);
-      } else {
-        caf_round(c.model, static_cast<uint64_t>(i), r);
-        raw_round(c.model, r);
+      // Rotate which goes first so drift of the machine hits all alike.
+      auto it = static_cast<uint64_t>(i);
+      switch (i % 3) {
+      case 0: raw_round(c.model, r); lane_round(c.model, it, r); caf_round(c.model, it, r); break;
+      case 1: lane_round(c.model, it, r); caf_round(c.model, it, r); raw_round(c.model, r); break;
+      default: caf_round(c.model, it, r); raw_round(c.model, r); lane_round(c.model, it, r);
       }
     }
     const double mb = static_cast<double>(c.model.bytes()) / 1e6;
-    const double raw_s = median(r.raw), caf_s = median(r.caf);
-    const double ratio = raw_s / caf_s;
-    std::printf("%-8s %11zu %7d %12.0f %12.0f %7.2f %10.3f %10.3f %11.3f %11.3f\n",
-                c.model.label.c_str(), c.model.bytes(), c.rounds, mb / raw_s, mb / caf_s, ratio,
-                1e3 * raw_s, 1e3 * caf_s, 1e3 * median(r.encode), 1e3 * median(r.decode));
+    const double raw_s = median(r.raw), lane_s = median(r.lane), caf_s = median(r.caf);
+    const double ratio = raw_s / lane_s;
+    std::printf("%-8s %11zu %7d %10.0f %10.0f %7.2f %10.0f %7.2f %9.3f %9.3f %10.3f %10.3f\n",
+                c.model.label.c_str(), c.model.bytes(), c.rounds, mb / raw_s, mb / lane_s, ratio,
+                mb / caf_s, raw_s / caf_s, 1e3 * raw_s, 1e3 * lane_s, 1e3 * median(r.encode),
+                1e3 * median(r.decode));
     std::fflush(stdout);
     char part[96];
-    std::snprintf(part, sizeof part, " %s %.2f;", c.model.label.c_str(), ratio);
+    std::snprintf(part, sizeof part, " %s %.2f (middleman %.2f);", c.model.label.c_str(), ratio,
+                  raw_s / caf_s);
     summary += part;
     if (c.model.bytes() >= (size_t{4} << 20) - (size_t{64} << 10))
       worst_large = std::min(worst_large, ratio);
     if (&c == &cases.front())
       lenet_times = r;
   }
-  std::printf("round trip, LeNet-5 weights there and an 8-byte answer back: codec median %.0f us "
-              "(p90 %.0f us), raw socket median %.0f us (p90 %.0f us)\n",
-              1e6 * median(lenet_times.caf), 1e6 * percentile(lenet_times.caf, 0.9),
-              1e6 * median(lenet_times.raw), 1e6 * percentile(lenet_times.raw, 0.9));
+  std::printf("round trip, LeNet-5 weights there and an answer back: lane median %.0f us (p90 "
+              "%.0f us), middleman %.0f us, raw socket %.0f us (p90 %.0f us)\n",
+              1e6 * median(lenet_times.lane), 1e6 * percentile(lenet_times.lane, 0.9),
+              1e6 * median(lenet_times.caf), 1e6 * median(lenet_times.raw),
+              1e6 * percentile(lenet_times.raw, 0.9));
+  auto ls = lane.stats();
+  auto cache = messages::buffer_cache();
+  std::printf("bench process: lane %llu frames sent, %llu lost; buffer cache %zu reused, %zu "
+              "allocated\n",
+              static_cast<unsigned long long>(ls.frames_sent),
+              static_cast<unsigned long long>(ls.frames_lost), cache.reused, cache.allocated);
 
-  ::close(raw);
+  raw.close();
   ::close(p.stdin_fd);
   int status = 0;
   ::waitpid(p.pid, &status, 0);
-  std::printf("summary: transport throughput / raw socket:%s LeNet-5 round trip %.0f us vs "
+  lane.stop();
+  std::printf("summary: weights lane throughput / raw socket:%s LeNet-5 round trip %.0f us vs "
               "%.0f us raw; %s (goal >= 0.8 for 4 MB and up, worst %.2f)\n",
-              summary.c_str(), 1e6 * median(lenet_times.caf), 1e6 * median(lenet_times.raw),
+              summary.c_str(), 1e6 * median(lenet_times.lane), 1e6 * median(lenet_times.raw),
               worst_large >= 0.8 ? "goal met" : "goal missed", worst_large);
   (void)opt;
   return 0;

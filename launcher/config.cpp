@@ -2,7 +2,7 @@
 // default (default_config()), except that [[nodes]], when present, replaces
 // the default nodes entirely.
 //
-//   [cluster]   id, seed, balancer, secret, quorum
+//   [cluster]   id, seed, balancer, secret, quorum, transport
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, exchange_probability
@@ -89,6 +89,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("cluster.balancer", c.balancer_node, any_text);
   visit("cluster.secret", c.secret, any_text);
   visit("cluster.quorum", c.quorum, non_negative_int);
+  visit("cluster.transport", c.transport, text_rule{{"lane", "middleman"}, false});
   visit("data.name", c.data.name, non_empty);
   visit("data.dir", c.data.dir, non_empty);
   visit("data.partition", c.data.partition, text_rule{{"iid", "dirichlet"}, false});

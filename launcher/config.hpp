@@ -117,6 +117,9 @@ struct cluster_config {
   std::string storage_dir = "edgegossip-data";  ///< one RocksDB per node below it
   std::string output_dir = "runs"; ///< run directories (metrics CSV, final model)
   std::string secret;              ///< optional cluster secret required to join
+  /// How gossip messages travel between nodes: "lane" (the weights lane,
+  /// messages/lane.hpp) or "middleman" (CAF messages, as everything else).
+  std::string transport = "lane";
   /// Platforms that must have joined for a new run to start (0: all of
   /// them); the others join the running run when their nodes start.
   int64_t quorum = 0;

@@ -137,6 +137,7 @@ struct body_writer {
     auto out = body.initHello();
     out.setNode(text(h.node));
     out.setSecretDigest(text(h.secret_digest));
+    out.setLanePort(h.lane_port);
     auto components = out.initComponents(static_cast<unsigned>(h.components.size()));
     for (unsigned i = 0; i < components.size(); ++i) {
       components[i].setRole(text(h.components[i].role));
@@ -246,6 +247,7 @@ struct body_reader {
     h.secret_digest = str(in.getSecretDigest());
     for (auto c : in.getComponents())
       h.components.push_back({str(c.getRole()), str(c.getName()), str(c.getNode())});
+    h.lane_port = in.getLanePort();
     return h;
   }
   plan operator()(wire::Plan::Reader in) const {
@@ -330,7 +332,12 @@ size_t element_size(dtype t) {
   throw codec_error("unknown dtype " + std::to_string(static_cast<int>(t)));
 }
 
-std::vector<char> encode(const envelope& e) {
+namespace {
+
+/// Builds the message of `e` and hands it, with its size in bytes, to
+/// `write(message, bytes)`, which writes it out.
+template <class Write>
+auto build_and_write(const envelope& e, Write write) {
   try {
     capnp::MallocMessageBuilder message(static_cast<unsigned>(
         std::min<uint64_t>(first_segment_words(e), max_message_bytes / sizeof(capnp::word))));
@@ -344,6 +351,16 @@ std::vector<char> encode(const envelope& e) {
     if (bytes > max_message_bytes)
       throw codec_error("message of " + std::to_string(bytes) + " bytes exceeds the limit of " +
                         std::to_string(max_message_bytes) + " bytes");
+    return write(message, bytes);
+  } catch (const kj::Exception& ex) {
+    throw codec_error(std::string("cannot encode message: ") + ex.getDescription().cStr());
+  }
+}
+
+} // namespace
+
+std::vector<char> encode(const envelope& e) {
+  return build_and_write(e, [](capnp::MessageBuilder& message, size_t bytes) {
     // The segment table and the segments are appended straight to the
     // result, which is reserved but not zero-filled first (zeroing it cost a
     // whole extra pass over the message: bench transport).
@@ -356,27 +373,41 @@ std::vector<char> encode(const envelope& e) {
       throw codec_error("encoded " + std::to_string(out.size()) + " bytes, expected " +
                         std::to_string(bytes));
     return out;
-  } catch (const kj::Exception& ex) {
-    throw codec_error(std::string("cannot encode message: ") + ex.getDescription().cStr());
-  }
+  });
+}
+
+buffer encode_to_buffer(const envelope& e) {
+  return build_and_write(e, [](capnp::MessageBuilder& message, size_t bytes) {
+    buffer out(bytes);
+    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), bytes));
+    capnp::writeMessage(stream, message);
+    if (stream.getArray().size() != bytes)
+      throw codec_error("encoded " + std::to_string(stream.getArray().size()) +
+                        " bytes, expected " + std::to_string(bytes));
+    return out;
+  });
 }
 
 envelope decode(const std::vector<char>& buffer, const std::string& cluster_id) {
-  if (buffer.empty()) throw codec_error("empty message");
-  if (buffer.size() > max_message_bytes)
-    throw codec_error("message of " + std::to_string(buffer.size()) +
+  return decode(buffer.data(), buffer.size(), cluster_id);
+}
+
+envelope decode(const char* data, size_t size, const std::string& cluster_id) {
+  if (size == 0) throw codec_error("empty message");
+  if (size > max_message_bytes)
+    throw codec_error("message of " + std::to_string(size) +
                       " bytes exceeds the limit of " + std::to_string(max_message_bytes) +
                       " bytes");
-  if (buffer.size() % sizeof(capnp::word) != 0)
-    throw codec_error("truncated or malformed message: " + std::to_string(buffer.size()) +
+  if (size % sizeof(capnp::word) != 0)
+    throw codec_error("truncated or malformed message: " + std::to_string(size) +
                       " bytes is not a whole number of 8-byte words");
 
-  size_t words = buffer.size() / sizeof(capnp::word);
+  size_t words = size / sizeof(capnp::word);
   kj::Array<capnp::word> aligned;
-  auto parsed = reinterpret_cast<const capnp::word*>(buffer.data());
+  auto parsed = reinterpret_cast<const capnp::word*>(data);
   if (reinterpret_cast<uintptr_t>(parsed) % alignof(capnp::word) != 0) {
     aligned = kj::heapArray<capnp::word>(words);
-    std::memcpy(aligned.begin(), buffer.data(), buffer.size());
+    std::memcpy(aligned.begin(), data, size);
     parsed = aligned.begin();
   }
 
@@ -402,7 +433,7 @@ envelope decode(const std::vector<char>& buffer, const std::string& cluster_id) 
                         "', this node belongs to '" + cluster_id + "'");
     e.hdr.sender = str(root.getSender());
     e.payload = read_body(root.getBody(),
-                          body_reader{reinterpret_cast<const char*>(parsed), buffer.data()});
+                          body_reader{reinterpret_cast<const char*>(parsed), data});
     return e;
   } catch (const kj::Exception& ex) {
     throw codec_error(std::string("truncated or malformed message: ") +

@@ -5,6 +5,8 @@
 // writes them once into the output buffer and decoding points into the
 // received buffer (no per-element work). No torch and no CAF in this layer.
 
+#include "messages/buffer.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -68,6 +70,7 @@ struct hello {
   std::string node;
   std::string secret_digest;  ///< digest of the cluster secret ("" if none)
   std::vector<component> components;
+  uint16_t lane_port = 0;  ///< where its weights lane listens (0: it has none)
 };
 
 /// Balancer -> platform: train epoch `epoch` on `ratio` of the local data.
@@ -143,10 +146,17 @@ struct envelope {
 /// returned buffer.
 std::vector<char> encode(const envelope& e);
 
+/// The same into a messages::buffer (storage that earlier messages already
+/// touched): what gossip sends.
+buffer encode_to_buffer(const envelope& e);
+
 /// Decodes and checks a buffer. Throws codec_error when it is not a
 /// well-formed message of this protocol version, or its cluster id is not
 /// `cluster_id`. Tensor views point into `buffer`.
 envelope decode(const std::vector<char>& buffer, const std::string& cluster_id);
+/// The same for `size` bytes at `data` (best 8-byte aligned: else they are
+/// copied once to be read).
+envelope decode(const char* data, size_t size, const std::string& cluster_id);
 
 /// Buffers larger than this are refused before decoding (1 GiB).
 inline constexpr size_t max_message_bytes = size_t{1} << 30;

@@ -39,6 +39,7 @@ struct Hello {
   node @0 :Text;
   secretDigest @1 :Text;
   components @2 :List(Component);
+  lanePort @3 :UInt16;  # the node's weights lane (messages/lane.hpp); 0: none
 }
 
 struct Plan {

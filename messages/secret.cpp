@@ -7,12 +7,11 @@
 #include <cstdio>
 
 namespace eg::messages {
+namespace {
 
-std::string hello_digest(const std::string& secret, const std::string& cluster_id,
-                         const std::string& node) {
+std::string keyed_digest(const std::string& secret, const std::string& text) {
   if (secret.empty())
     return {};
-  std::string text = "edgegossip hello " + cluster_id + " " + node;
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
@@ -21,6 +20,18 @@ std::string hello_digest(const std::string& secret, const std::string& cluster_i
   for (unsigned i = 0; i < len; ++i)
     std::snprintf(&hex[2 * i], 3, "%02x", mac[i]);
   return hex;
+}
+
+} // namespace
+
+std::string hello_digest(const std::string& secret, const std::string& cluster_id,
+                         const std::string& node) {
+  return keyed_digest(secret, "edgegossip hello " + cluster_id + " " + node);
+}
+
+std::string lane_digest(const std::string& secret, const std::string& cluster_id,
+                        const std::string& node) {
+  return keyed_digest(secret, "edgegossip lane " + cluster_id + " " + node);
 }
 
 bool same_digest(const std::string& a, const std::string& b) {

@@ -14,6 +14,12 @@ namespace eg::messages {
 std::string hello_digest(const std::string& secret, const std::string& cluster_id,
                          const std::string& node);
 
+/// Hex HMAC-SHA256(secret, "edgegossip lane <cluster id> <node>"): what a
+/// node presents when it opens a weights lane connection (messages/lane.hpp);
+/// "" when `secret` is empty.
+std::string lane_digest(const std::string& secret, const std::string& cluster_id,
+                        const std::string& node);
+
 /// Compares two digests in time independent of where they differ.
 bool same_digest(const std::string& a, const std::string& b);
 

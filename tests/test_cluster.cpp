@@ -10,9 +10,11 @@ using namespace eg::test;
 namespace {
 
 /// A 3-node cluster file on free local ports, training LeNet-5 on a subset.
-std::string three_node_config(const temp_dir& dir, uint32_t epochs, int max_iterations) {
+std::string three_node_config(const temp_dir& dir, uint32_t epochs, int max_iterations,
+                              const std::string& transport = "lane") {
   std::ostringstream toml;
-  toml << "[cluster]\nid = \"it-three\"\nseed = 3\n"
+  toml << "[cluster]\nid = \"it-three\"\nseed = 3\nsecret = \"s3\"\ntransport = \""
+       << transport << "\"\n"
        << "[data]\ntrain_samples = 12000\ntest_samples = 2000\n"
        << "[train]\nepochs = " << epochs << "\nmax_iterations = " << max_iterations << "\n"
        << "[strategy]\nname = \"gosgd\"\nschedule = \"sync\"\nexchange_probability = 0.3\n"
@@ -30,29 +32,32 @@ std::string three_node_config(const temp_dir& dir, uint32_t epochs, int max_iter
 
 BOOST_AUTO_TEST_SUITE(cluster)
 
-BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
-  temp_dir dir;
-  auto config = three_node_config(dir, 2, 0);
+/// Runs nodes a, b and c of `config` to the end; checks that every node's
+/// platform heard from both others over the run; returns their logs.
+std::vector<std::string> run_three_nodes(const temp_dir& dir, const std::string& config) {
   std::vector<std::unique_ptr<process>> nodes;
   for (auto name : {"a", "b", "c"})
     nodes.push_back(std::make_unique<process>(
       std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name},
       dir / (std::string(name) + ".log")));
+  std::vector<std::string> logs;
   for (auto& n : nodes) {
     auto code = n->wait(std::chrono::seconds(400));
     BOOST_TEST_INFO("node output:\n" << n->output());
     BOOST_REQUIRE_EQUAL(code, 0);
+    logs.push_back(n->output());
   }
-  auto run = only_run_dir(dir / "runs");
-  // The balancer's node wrote the cluster files; every node its own metrics.
-  auto cluster = read_csv((run / "cluster.csv").string());
-  BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
-  auto averaged = std::stod(cluster.back()["averaged_accuracy"]);
-  BOOST_TEST(averaged > 0.6, "averaged model accuracy " << averaged << " is not well above chance");
-  BOOST_TEST(std::filesystem::file_size(run / "model.pt") > 200000u);
+  return logs;
+}
+
+/// Each node's platform heard from both other platforms over the run (its
+/// metrics file); returns the messages they received in all.
+uint64_t check_everyone_heard_everyone(const std::filesystem::path& run) {
+  uint64_t all = 0;
   for (auto name : {"a", "b", "c"}) {
     auto rows = read_csv((run / (std::string(name) + "-metrics.csv")).string());
-    BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+    BOOST_TEST_INFO("node " << name);
+    BOOST_REQUIRE(!rows.empty());
     uint64_t received = 0;
     std::set<std::string> heard;
     for (auto& r : rows) {
@@ -63,13 +68,51 @@ BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
     }
     BOOST_TEST_INFO("node " << name);
     BOOST_TEST(received > 0u);
-    BOOST_TEST(std::stod(rows.back()["test_accuracy"]) > 0.5);
-    // Over the run each node's platform hears from both other platforms.
     std::set<std::string> others;
     for (auto o : {"a", "b", "c"})
       if (std::string(o) != name)
         others.insert(std::string("p") + o);
     BOOST_TEST((heard == others));
+    all += received;
+  }
+  return all;
+}
+
+BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
+  temp_dir dir;
+  auto config = three_node_config(dir, 2, 0);
+  auto logs = run_three_nodes(dir, config);
+  auto run = only_run_dir(dir / "runs");
+  // The balancer's node wrote the cluster files; every node its own metrics.
+  auto cluster = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
+  auto averaged = std::stod(cluster.back()["averaged_accuracy"]);
+  BOOST_TEST(averaged > 0.6, "averaged model accuracy " << averaged << " is not well above chance");
+  BOOST_TEST(std::filesystem::file_size(run / "model.pt") > 200000u);
+  for (auto name : {"a", "b", "c"}) {
+    auto rows = read_csv((run / (std::string(name) + "-metrics.csv")).string());
+    BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+    BOOST_TEST(std::stod(rows.back()["test_accuracy"]) > 0.5);
+  }
+  // Over the run each node's platform hears from both other platforms, on
+  // the weights lanes (the default), whose handshakes took the secret.
+  check_everyone_heard_everyone(run);
+  for (auto& log : logs) {
+    BOOST_TEST_INFO(log);
+    BOOST_TEST(log.find("weights lane listening") != std::string::npos);
+    BOOST_TEST(log.find("refused a connection") == std::string::npos);
+    BOOST_TEST(log.find("through the middleman") == std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gossip_goes_through_the_middleman_when_configured) {
+  temp_dir dir;
+  auto config = three_node_config(dir, 1, 30, "middleman");
+  auto logs = run_three_nodes(dir, config);
+  check_everyone_heard_everyone(only_run_dir(dir / "runs"));
+  for (auto& log : logs) {
+    BOOST_TEST_INFO(log);
+    BOOST_TEST(log.find("weights lane") == std::string::npos);
   }
 }
 

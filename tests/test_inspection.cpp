@@ -215,7 +215,7 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
   return {
     [](plan_atom, const bytes&) {},
     [](step_atom) {},
-    [](merge_atom, const bytes&) {},
+    [](merge_atom, const shared_bytes&) {},
     [](weights_atom) { return bytes{}; },
     [](done_atom, const std::string&) {},
     [=](control_atom, const std::string& what) {

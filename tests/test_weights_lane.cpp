@@ -1,0 +1,304 @@
+// links: eg_messages
+// The weights lane (messages/lane.hpp) between real sockets on 127.0.0.1,
+// the buffer cache behind it, and the codec's buffer path.
+#include "messages/buffer.hpp"
+#include "messages/codec.hpp"
+#include "messages/lane.hpp"
+#include "messages/secret.hpp"
+#include "messages/socket.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace eg::messages;
+
+namespace {
+
+struct received {
+  std::string from, target;
+  std::string bytes;
+};
+
+/// A lane that records what it receives.
+struct endpoint {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<received> got;
+  lane l;
+
+  endpoint(const std::string& node, const std::string& secret,
+           const std::string& cluster = "c")
+      : l(options(node, secret, cluster)) {
+    l.start([this](const std::string& from, const std::string& target, shared_buffer m) {
+      std::lock_guard<std::mutex> lock(mutex);
+      got.push_back({from, target, std::string(m->data(), m->size())});
+      cv.notify_all();
+    });
+  }
+
+  static lane_options options(const std::string& node, const std::string& secret,
+                              const std::string& cluster) {
+    lane_options o;
+    o.cluster_id = cluster;
+    o.node = node;
+    o.secret = secret;
+    o.connect_timeout_ms = 1000;
+    return o;
+  }
+
+  lane_endpoint where() const { return {l.options().node, "127.0.0.1", l.port()}; }
+
+  /// Waits until `n` messages arrived (at most 10 s); returns how many did.
+  size_t wait_for(size_t n) {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= n; });
+    return got.size();
+  }
+};
+
+shared_buffer bytes_of(const std::string& s) {
+  buffer b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return std::make_shared<const buffer>(std::move(b));
+}
+
+/// Waits until `pred` holds (at most 10 s).
+template <class Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 1000 && !pred(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return pred();
+}
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void put_text(std::string& out, const std::string& s) {
+  put(out, static_cast<uint16_t>(s.size()));
+  out += s;
+}
+
+/// A hand-made connection that passes the handshake of node `node`.
+socket_fd handshaken(const endpoint& to, const std::string& node, const std::string& secret) {
+  auto fd = connect_tcp("127.0.0.1", to.l.port());
+  std::string hello;
+  put(hello, uint32_t{0x484c4745});  // "EGLH"
+  put(hello, uint32_t{1});
+  put_text(hello, "c");
+  put_text(hello, node);
+  put_text(hello, lane_digest(secret, "c", node));
+  write_all(fd.get(), hello.data(), hello.size());
+  uint32_t status = 1;
+  BOOST_REQUIRE(read_all(fd.get(), &status, sizeof status));
+  BOOST_REQUIRE_EQUAL(status, 0u);
+  uint16_t n = 0;
+  BOOST_REQUIRE(read_all(fd.get(), &n, sizeof n));
+  std::string name(n, '\0');
+  BOOST_REQUIRE(read_all(fd.get(), name.data(), n));
+  BOOST_TEST(name == to.l.options().node);
+  return fd;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(weights_lane)
+
+BOOST_AUTO_TEST_CASE(messages_arrive_whole_in_order_from_the_named_node) {
+  endpoint a("a", "s"), b("b", "s");
+  std::string big(5u << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<char>(i * 131 % 251);
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("first")));
+  BOOST_TEST(a.l.send(b.where(), "p2", bytes_of(big)));
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("third")));
+  BOOST_REQUIRE_EQUAL(b.wait_for(3), 3u);
+  BOOST_TEST(b.got[0].from == "a");
+  BOOST_TEST(b.got[0].target == "p1");
+  BOOST_TEST(b.got[0].bytes == "first");
+  BOOST_TEST(b.got[1].target == "p2");
+  BOOST_TEST((b.got[1].bytes == big));
+  BOOST_TEST(b.got[2].bytes == "third");
+  // And the other way, on a connection of its own.
+  BOOST_TEST(b.l.send(a.where(), "p0", bytes_of("back")));
+  BOOST_REQUIRE_EQUAL(a.wait_for(1), 1u);
+  BOOST_TEST(a.got[0].from == "b");
+  BOOST_TEST(eventually([&] { return a.l.stats().frames_sent == 3; }));
+  BOOST_TEST(b.l.stats().frames_received == 3u);
+  BOOST_TEST(b.l.stats().bytes_received == 5u + big.size() + 5u);
+}
+
+BOOST_AUTO_TEST_CASE(a_wrong_secret_or_cluster_is_refused_and_nothing_delivered) {
+  endpoint b("b", "right");
+  endpoint wrong("x", "wrong"), none("y", ""), other("z", "right", "another-cluster");
+  BOOST_TEST(wrong.l.send(b.where(), "p1", bytes_of("w")));
+  BOOST_TEST(none.l.send(b.where(), "p1", bytes_of("n")));
+  BOOST_TEST(other.l.send(b.where(), "p1", bytes_of("o")));
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 3; }));
+  BOOST_TEST(eventually([&] {
+    return wrong.l.stats().frames_lost == 1 && none.l.stats().frames_lost == 1
+           && other.l.stats().frames_lost == 1;
+  }));
+  BOOST_TEST(b.got.empty());
+  BOOST_TEST(b.l.stats().frames_received == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(foreign_bytes_close_the_connection_and_the_lane_goes_on) {
+  endpoint a("a", "s"), b("b", "s");
+  {
+    auto fd = connect_tcp("127.0.0.1", b.l.port());
+    std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    write_all(fd.get(), junk.data(), junk.size());
+    char c;
+    BOOST_TEST(read_some_all(fd.get(), &c, 1) == 0u);  // closed by the lane
+  }
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 1; }));
+  {
+    // Past the handshake, a frame with the wrong magic.
+    auto fd = handshaken(b, "a", "s");
+    std::string junk(64, '\x7f');
+    write_all(fd.get(), junk.data(), junk.size());
+    char c;
+    BOOST_TEST(read_some_all(fd.get(), &c, 1) == 0u);
+  }
+  BOOST_TEST(eventually([&] { return b.l.stats().frames_refused == 1; }));
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("still here")));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  BOOST_TEST(b.got[0].bytes == "still here");
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_cut_short_or_oversized_is_dropped) {
+  endpoint b("b", "s");
+  {
+    auto fd = handshaken(b, "a", "s");
+    std::string frame;
+    put(frame, uint32_t{0x464c4745});  // "EGLF"
+    put(frame, uint32_t{2});
+    put(frame, uint64_t{1000});
+    frame += "p1";
+    frame += std::string(10, 'x');  // 10 of 1,000 bytes, then the peer goes
+    write_all(fd.get(), frame.data(), frame.size());
+  }
+  BOOST_TEST(eventually([&] { return b.l.stats().frames_refused == 1; }));
+  {
+    auto fd = handshaken(b, "a", "s");
+    std::string frame;
+    put(frame, uint32_t{0x464c4745});
+    put(frame, uint32_t{2});
+    put(frame, uint64_t{max_message_bytes + 1});
+    frame += "p1";
+    write_all(fd.get(), frame.data(), frame.size());
+    char c;
+    BOOST_TEST(read_some_all(fd.get(), &c, 1) == 0u);
+  }
+  BOOST_TEST(eventually([&] { return b.l.stats().frames_refused == 2; }));
+  BOOST_TEST(b.got.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_is_gone_loses_messages_without_blocking) {
+  endpoint a("a", "s");
+  lane_endpoint gone;
+  {
+    endpoint b("b", "s");
+    gone = b.where();
+    BOOST_TEST(a.l.send(gone, "p1", bytes_of("one")));
+    BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  }  // b stops: its connections close
+  auto before = a.l.stats();
+  BOOST_TEST(a.l.send(gone, "p1", bytes_of("two")));
+  BOOST_TEST(a.l.send(gone, "p1", bytes_of("three")));
+  BOOST_TEST(eventually([&] { return a.l.stats().frames_lost == before.frames_lost + 2; }));
+  // A new node at another port is reached as before.
+  endpoint c("c", "s");
+  BOOST_TEST(a.l.send(c.where(), "p1", bytes_of("four")));
+  BOOST_REQUIRE_EQUAL(c.wait_for(1), 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_queue_drops_instead_of_growing) {
+  auto o = endpoint::options("a", "s", "c");
+  o.max_queued_bytes = 1000;
+  eg::messages::lane a(o);
+  // Not started yet: nothing would drain the queue.
+  BOOST_TEST(!a.send({"b", "127.0.0.1", 1}, "p1", bytes_of("x")));
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  BOOST_TEST(!a.send({"b", "127.0.0.1", 1}, "p1", bytes_of(std::string(2000, 'x'))));
+  BOOST_TEST(a.stats().frames_lost == 2u);
+  BOOST_CHECK_THROW(a.send({"b", "127.0.0.1", 1}, "", bytes_of("x")), lane_error);
+}
+
+BOOST_AUTO_TEST_CASE(endpoints_round_trip_and_bad_ones_are_named) {
+  lane_endpoint e{"n1", "10.0.0.7", 4242};
+  BOOST_TEST(to_string(e) == "n1@10.0.0.7:4242");
+  BOOST_TEST((parse_endpoint(to_string(e)) == e));
+  for (auto bad : {"n1", "n1@host", "n1@host:", "n1@host:0", "n1@host:70000", "n1@host:12x"})
+    BOOST_CHECK_THROW(parse_endpoint(bad), lane_error);
+}
+
+BOOST_AUTO_TEST_CASE(a_port_in_use_is_a_clear_error) {
+  endpoint a("a", "s");
+  auto o = endpoint::options("b", "s", "c");
+  o.port = a.l.port();
+  try {
+    eg::messages::lane b(o);
+    BOOST_FAIL("a second lane on the same port");
+  } catch (const lane_error& e) {
+    BOOST_TEST(std::string(e.what()).find(std::to_string(a.l.port())) != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(buffers_reuse_the_storage_of_earlier_large_messages) {
+  auto before = buffer_cache();
+  const char* first = nullptr;
+  {
+    buffer b(8u << 20);
+    first = b.data();
+    BOOST_TEST(reinterpret_cast<uintptr_t>(first) % 8 == 0u);
+  }
+  {
+    buffer again(7u << 20);  // fits the cached block
+    BOOST_TEST(static_cast<const void*>(again.data()) == static_cast<const void*>(first));
+    BOOST_TEST(again.size() == (7u << 20));
+  }
+  auto after = buffer_cache();
+  BOOST_TEST(after.reused == before.reused + 1);
+  {
+    buffer small(100);  // below the cache's minimum: plain memory
+    BOOST_TEST(small.size() == 100u);
+  }
+  BOOST_TEST(buffer_cache().reused == after.reused);
+  buffer from(64);
+  auto* p = from.data();
+  buffer to(std::move(from));
+  BOOST_TEST(to.data() == p);
+  BOOST_TEST(from.data() == nullptr);
+  BOOST_TEST(from.size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(encode_to_buffer_writes_what_encode_writes) {
+  std::vector<float> w(300000, 0.5f), bias(10, 1.f);
+  weights msg;
+  msg.gossip_weight = 0.25;
+  msg.tensors.push_back({"w", dtype::float32, {300000}, w.data(), w.size() * 4});
+  msg.tensors.push_back({"b", dtype::float32, {10}, bias.data(), bias.size() * 4});
+  envelope e{{"c", protocol_version, "p0"}, msg};
+  auto v = encode(e);
+  auto b = encode_to_buffer(e);
+  BOOST_REQUIRE_EQUAL(b.size(), v.size());
+  BOOST_TEST(std::memcmp(b.data(), v.data(), v.size()) == 0);
+  auto back = decode(b.data(), b.size(), "c");
+  auto& got = std::get<weights>(back.payload);
+  BOOST_TEST(got.gossip_weight == 0.25);
+  BOOST_REQUIRE_EQUAL(got.tensors.size(), 2u);
+  BOOST_TEST(static_cast<const float*>(got.tensors[0].data)[299999] == 0.5f);
+  BOOST_CHECK_THROW(decode(b.data(), b.size() - 8, "c"), codec_error);
+  BOOST_CHECK_THROW(decode(b.data(), b.size(), "other"), codec_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
