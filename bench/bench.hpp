@@ -42,7 +42,7 @@ int tta(const options& opt, const tta_options& t);
 
 struct transport_options {
   bool peer = false;  ///< hidden: be the second process (echo actor, raw socket server)
-  int rounds = 0;     ///< 0: per size, 300 / 40 / 10 / 4 rounds
+  int rounds = 0;     ///< bursts per model size (0: 20 / 10 / 6 / 3)
 };
 
 /// Model weights between two node processes on 127.0.0.1 (CAF middleman and

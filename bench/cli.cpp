@@ -40,7 +40,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--set", st->tta_opt.overrides,
                     "tta: override a key, e.g. --set cluster.seed=2");
   bench->add_option("--rounds", st->transport_opt.rounds,
-                    "transport: rounds per model size (default 300 / 40 / 10 / 4)");
+                    "transport: bursts per model size (default 20 / 10 / 6 / 3)");
   bench->add_flag("--transport-peer", st->transport_opt.peer)->group("");  // the second process
   bench->add_option("--combinations", st->aggregation_opt.combinations,
                     "aggregation: aggregator combinations (default: all three)");

@@ -364,92 +364,109 @@ int transport(const options& opt, const transport_options& t) {
                                + std::to_string(got) + " of " + std::to_string(m.bytes())
                                + " bytes");
   };
-  // One gossip message as the nodes send it: encoded into the buffer cache,
-  // on the weights lane, decoded by an actor on the peer; answered on the
-  // peer's lane.
-  auto lane_round = [&](const model_bytes& m, uint64_t it, round_times& r) {
+  // A burst: `count` gossip messages as the nodes send them (each encoded
+  // into the buffer cache and queued on the weights lane, the sender going
+  // on at once), decoded one by one by an actor on the peer, each answered
+  // on the peer's lane; done when the last answer is in. With count 1 it
+  // is one round trip.
+  auto lane_burst = [&](const model_bytes& m, int count, round_times& r) {
     auto start = clock_type::now();
-    auto buf = std::make_shared<const messages::buffer>(
-      messages::encode_to_buffer(as_weights(m, it)));
-    r.encode.push_back(seconds_since(start));
-    if (!lane.send(to_peer, "echo", std::move(buf)))
-      throw std::runtime_error("transport: the weights lane dropped a message");
-    auto [got, decode_seconds] = back.take();
-    r.lane.push_back(seconds_since(start));
-    r.decode.push_back(decode_seconds);
-    expect(m, got, "weights lane");
+    for (int k = 0; k < count; ++k) {
+      auto t = clock_type::now();
+      auto buf = std::make_shared<const messages::buffer>(
+        messages::encode_to_buffer(as_weights(m, static_cast<uint64_t>(k))));
+      r.encode.push_back(seconds_since(t));
+      if (!lane.send(to_peer, "echo", std::move(buf)))
+        throw std::runtime_error("transport: the weights lane dropped a message");
+    }
+    for (int k = 0; k < count; ++k) {
+      auto [got, decode_seconds] = back.take();
+      r.decode.push_back(decode_seconds);
+      expect(m, got, "weights lane");
+    }
+    r.lane.push_back(seconds_since(start) / count);
   };
-  // The same through the CAF middleman (cluster.transport = "middleman").
-  auto caf_round = [&](const model_bytes& m, uint64_t it, round_times& r) {
+  // The same through the CAF middleman (cluster.transport = "middleman"):
+  // the echo actor's answers come back as messages.
+  auto caf_burst = [&](const model_bytes& m, int count, round_times& r) {
     auto start = clock_type::now();
-    auto buf = messages::encode(as_weights(m, it));
-    uint64_t got = 0;
-    self->request(*remote, caf::infinite, actors::gossip_atom::value, std::move(buf))
-      .receive([&](uint64_t n, double) { got = n; },
-               [&](caf::error& e) { throw std::runtime_error("transport: " + sys.render(e)); });
-    r.caf.push_back(seconds_since(start));
-    expect(m, got, "middleman");
+    for (int k = 0; k < count; ++k)
+      self->send(*remote, actors::gossip_atom::value,
+                 messages::encode(as_weights(m, static_cast<uint64_t>(k))));
+    for (int k = 0; k < count; ++k) {
+      uint64_t got = 0;
+      self->receive([&](uint64_t n, double) { got = n; },
+                    [&](caf::error& e) { throw std::runtime_error("transport: " + sys.render(e)); },
+                    caf::after(std::chrono::seconds(60)) >>
+                      [&] { throw std::runtime_error("transport: no answer through CAF"); });
+      expect(m, got, "middleman");
+    }
+    r.caf.push_back(seconds_since(start) / count);
   };
-  // The same bytes over a plain socket: length, the tensors' bytes, ack.
-  auto raw_round = [&](const model_bytes& m, round_times& r) {
+  // The same bytes over a plain socket: length and the tensors' bytes per
+  // message, written back to back; the peer answers each with its length.
+  auto raw_burst = [&](const model_bytes& m, int count, round_times& r) {
     auto start = clock_type::now();
     uint64_t n = m.bytes();
     std::vector<iovec> iov{{&n, sizeof n}};
     for (auto& x : m.tensors)
       iov.push_back({x.data_ptr(), static_cast<size_t>(x.nbytes())});
-    messages::writev_all(raw.get(), iov);
-    uint64_t ack = 0;
-    if (!messages::read_all(raw.get(), &ack, sizeof ack) || ack != n)
-      throw std::runtime_error("transport: raw peer went away");
-    r.raw.push_back(seconds_since(start));
+    for (int k = 0; k < count; ++k)
+      messages::writev_all(raw.get(), iov);
+    for (int k = 0; k < count; ++k) {
+      uint64_t ack = 0;
+      if (!messages::read_all(raw.get(), &ack, sizeof ack) || ack != n)
+        throw std::runtime_error("transport: raw peer went away");
+    }
+    r.raw.push_back(seconds_since(start) / count);
+  };
+  // Alternate which goes first so drift of the machine hits all alike.
+  auto measure = [&](const model_bytes& m, int count, int repeats, round_times& r) {
+    round_times warm;  // connections, buffers and the allocator's pools
+    raw_burst(m, count, warm);
+    lane_burst(m, count, warm);
+    caf_burst(m, count, warm);
+    for (int i = 0; i < repeats; ++i)
+      switch (i % 3) {
+      case 0: raw_burst(m, count, r); lane_burst(m, count, r); caf_burst(m, count, r); break;
+      case 1: lane_burst(m, count, r); caf_burst(m, count, r); raw_burst(m, count, r); break;
+      default: caf_burst(m, count, r); raw_burst(m, count, r); lane_burst(m, count, r);
+      }
   };
 
   struct size_case {
     model_bytes model;
-    int rounds;
+    int burst;    // messages in flight at once
+    int repeats;  // bursts measured
   };
   std::vector<size_case> cases;
-  cases.push_back({lenet5(), t.rounds > 0 ? t.rounds : 300});
-  cases.push_back({synthetic(size_t{4} << 20, "4 MB"), t.rounds > 0 ? t.rounds : 40});
-  cases.push_back({synthetic(size_t{40} << 20, "40 MB"), t.rounds > 0 ? t.rounds : 10});
-  cases.push_back({synthetic(size_t{250} << 20, "250 MB"), t.rounds > 0 ? t.rounds : 4});
+  cases.push_back({lenet5(), 32, t.rounds > 0 ? t.rounds : 20});
+  cases.push_back({synthetic(size_t{4} << 20, "4 MB"), 16, t.rounds > 0 ? t.rounds : 10});
+  cases.push_back({synthetic(size_t{40} << 20, "40 MB"), 4, t.rounds > 0 ? t.rounds : 6});
+  cases.push_back({synthetic(size_t{250} << 20, "250 MB"), 2, t.rounds > 0 ? t.rounds : 3});
 
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   std::printf("transport: weights between two processes on 127.0.0.1: the weights lane (Cap'n "
               "Proto codec, as the nodes send gossip) and the CAF 0.17 middleman, against a "
-              "plain TCP socket, rounds interleaved, medians; GLIBC_TUNABLES=%s\n",
+              "plain TCP socket; throughput from bursts of messages sent back to back, medians "
+              "of bursts taken in turn; GLIBC_TUNABLES=%s\n",
               tunables ? tunables : "(unset)");
-  std::printf("%-8s %11s %7s %10s %10s %7s %10s %7s %9s %9s %10s %10s\n", "model", "bytes",
-              "rounds", "raw MB/s", "lane MB/s", "ratio", "CAF MB/s", "ratio", "raw ms", "lane ms",
-              "encode ms", "decode ms");
+  std::printf("%-8s %11s %11s %10s %10s %7s %10s %7s %11s %11s\n", "model", "bytes",
+              "burst x n", "raw MB/s", "lane MB/s", "ratio", "CAF MB/s", "ratio", "encode ms",
+              "decode ms");
   std::string summary;
   double worst_large = 1e9;
-  round_times lenet_times;
   for (auto& c : cases) {
     round_times r;
-    // Warm-up: connections, buffers and the allocator's pools.
-    round_times warm;
-    for (int i = 0; i < 2; ++i) {
-      raw_round(c.model, warm);
-      lane_round(c.model, 0, warm);
-      caf_round(c.model, 0, warm);
-    }
-    for (int i = 0; i < c.rounds; ++i) {
-      // Rotate which goes first so drift of the machine hits all alike.
-      auto it = static_cast<uint64_t>(i);
-      switch (i % 3) {
-      case 0: raw_round(c.model, r); lane_round(c.model, it, r); caf_round(c.model, it, r); break;
-      case 1: lane_round(c.model, it, r); caf_round(c.model, it, r); raw_round(c.model, r); break;
-      default: caf_round(c.model, it, r); raw_round(c.model, r); lane_round(c.model, it, r);
-      }
-    }
+    measure(c.model, c.burst, c.repeats, r);
     const double mb = static_cast<double>(c.model.bytes()) / 1e6;
     const double raw_s = median(r.raw), lane_s = median(r.lane), caf_s = median(r.caf);
     const double ratio = raw_s / lane_s;
-    std::printf("%-8s %11zu %7d %10.0f %10.0f %7.2f %10.0f %7.2f %9.3f %9.3f %10.3f %10.3f\n",
-                c.model.label.c_str(), c.model.bytes(), c.rounds, mb / raw_s, mb / lane_s, ratio,
-                mb / caf_s, raw_s / caf_s, 1e3 * raw_s, 1e3 * lane_s, 1e3 * median(r.encode),
-                1e3 * median(r.decode));
+    char shape[32];
+    std::snprintf(shape, sizeof shape, "%d x %d", c.burst, c.repeats);
+    std::printf("%-8s %11zu %11s %10.0f %10.0f %7.2f %10.0f %7.2f %11.3f %11.3f\n",
+                c.model.label.c_str(), c.model.bytes(), shape, mb / raw_s, mb / lane_s, ratio,
+                mb / caf_s, raw_s / caf_s, 1e3 * median(r.encode), 1e3 * median(r.decode));
     std::fflush(stdout);
     char part[96];
     std::snprintf(part, sizeof part, " %s %.2f (middleman %.2f);", c.model.label.c_str(), ratio,
@@ -457,6 +474,18 @@ int transport(const options& opt, const transport_options& t) {
     summary += part;
     if (c.model.bytes() >= (size_t{4} << 20) - (size_t{64} << 10))
       worst_large = std::min(worst_large, ratio);
+  }
+  // Round trips, one message at a time: latency, and what throughput a
+  // sender that waits for each answer sees.
+  std::printf("one message at a time (round trips, medians):\n");
+  round_times lenet_times;
+  for (auto& c : cases) {
+    round_times r;
+    measure(c.model, 1, &c == &cases.front() ? 10 * c.repeats : c.repeats, r);
+    std::printf("  %-8s raw %9.3f ms, lane %9.3f ms (ratio %.2f), middleman %9.3f ms (%.2f)\n",
+                c.model.label.c_str(), 1e3 * median(r.raw), 1e3 * median(r.lane),
+                median(r.raw) / median(r.lane), 1e3 * median(r.caf),
+                median(r.raw) / median(r.caf));
     if (&c == &cases.front())
       lenet_times = r;
   }
