@@ -92,7 +92,7 @@ using mixer_actor = caf::typed_actor<
 using predictor_actor = caf::typed_actor<
   // From its platform: wall seconds (idle included) spent on that many points.
   caf::reacts_to<observe_atom, double, uint64_t>,
-  // To itself: sample the contention of co-running programs (once a second).
+  // To itself: sample the contention of co-running programs (twice a second).
   caf::reacts_to<tick_atom>,
   // The predicted throughput now, as an encoded messages::prediction.
   caf::replies_to<predict_atom>::with<bytes>>;

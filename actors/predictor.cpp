@@ -8,36 +8,23 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <mutex>
 
 namespace eg::actors {
 namespace {
 
 /// Contention is a property of the machine, not of a platform: every
-/// predictor of this process shares one sampler, and a sample younger than
-/// half a second is handed out again instead of reading /proc once more.
-/// With 1,024 platforms in a process, per-predictor sampling read /proc
-/// 4,096 times a second (bench scale).
-learning::contention shared_sample() {
-  using clock = std::chrono::steady_clock;
-  static std::mutex mutex;
-  static learning::contention_sampler sampler;
-  static learning::contention last;
-  static clock::time_point taken{};
-  std::lock_guard<std::mutex> lock(mutex);
-  auto now = clock::now();
-  if (taken == clock::time_point{} || now - taken >= std::chrono::milliseconds(500)) {
-    last = sampler.sample();
-    taken = now;
-  }
-  return last;
+/// predictor of this process shares one monitor, which samples when its
+/// newest sample is half a second old, so 1,024 platforms in a process read
+/// /proc twice a second, not 4,096 times (bench scale).
+learning::contention_monitor& machine() {
+  static learning::contention_monitor m;
+  return m;
 }
 
 struct predictor_state {
   static inline const char* name = "predictor";
   predictor_args args;
   learning::slowdown_model model;
-  learning::contention now;  // the latest contention sample
   uint64_t unsaved = 0;
 };
 
@@ -54,14 +41,16 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
     }
   }
   st.args = std::move(args);
-  shared_sample();  // starts the shared sampler's clock with the first predictor
-  self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+  machine().refresh();  // starts the shared sampler's clock with the first predictor
+  self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
   return {
     [self](observe_atom, double seconds, uint64_t samples) {
       auto& st = self->state;
       if (samples == 0 || seconds <= 0)
         return;
-      st.model.observe(st.now, seconds / static_cast<double>(samples));
+      // The contention those seconds of training ran under.
+      machine().refresh();
+      st.model.observe(machine().last(seconds), seconds / static_cast<double>(samples));
       // Persist every 10 observations: a restarted node starts warm.
       if (++st.unsaved >= 10) {
         st.unsaved = 0;
@@ -71,22 +60,23 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
       }
     },
     [self](tick_atom) {
-      auto& st = self->state;
-      st.now = shared_sample();
-      self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      machine().refresh();
+      self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
     },
     [self](predict_atom) -> bytes {
       auto& st = self->state;
+      machine().refresh();
+      const auto now = machine().last(learning::contention_monitor::prediction_window);
       messages::prediction p;
       p.platform = st.args.platform;
       p.observations = st.model.size();
-      p.core = st.now.core;
-      p.net = st.now.net;
-      p.disk = st.now.disk;
-      p.wait = st.now.wait;
+      p.core = now.core;
+      p.net = now.net;
+      p.disk = now.disk;
+      p.wait = now.wait;
       if (p.observations > 0) {
-        p.throughput = st.model.throughput(st.now);
-        p.seconds_per_point = st.model.seconds_per_point(st.now);
+        p.throughput = st.model.throughput(now);
+        p.seconds_per_point = st.model.seconds_per_point(now);
         p.t0 = st.model.t0();
       }
       return messages::encode(

@@ -1,10 +1,12 @@
 #pragma once
-// The predictor: EdgeGossip's performance predictor of one platform. Once a
-// second it samples the contention of co-running programs from /proc; its
-// platform reports how long its iterations really took; it keeps the
-// regression of time per point against contention (learning/predictor.hpp),
-// saves its samples to the store so a restarted node starts warm, and
-// answers the predicted throughput.
+// The predictor: EdgeGossip's performance predictor of one platform. Twice a
+// second the contention of co-running programs is sampled from /proc (one
+// sampler and history per process); its platform reports how long its
+// iterations really took, which it pairs with the mean contention of those
+// seconds; it keeps the regression of time per point against contention
+// (learning/predictor.hpp), saves its samples to the store so a restarted
+// node starts warm, and answers the throughput predicted for the mean
+// contention of the last 2 seconds.
 
 #include "actors/interfaces.hpp"
 

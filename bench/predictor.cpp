@@ -2,9 +2,10 @@
 // the time real training epochs take while stress-ng co-runners of changing
 // intensity (CPU, disk, network) share the machine. The predictor is used as
 // the actors use it (actors/predictor.cpp, actors/platform.cpp): a contention
-// sample once a second, an observation of wall time per point after every
-// second of training, and before each epoch the prediction the balancer
-// plans with, epoch time = points * t0 * RG(U). A history pass visits every
+// sample twice a second, an observation of wall time per point after every
+// second of training (paired with the mean contention of that second), and
+// before each epoch the prediction the balancer plans with, epoch time =
+// points * t0 * RG(U) for the mean contention U of the last 2 seconds. A history pass visits every
 // intensity level once (the paper's profiling runs); the evaluation pass
 // visits them again in another order and compares each epoch's prediction
 // with the time it really took. Also the predictor's own cost per sample and
@@ -130,7 +131,8 @@ private:
   pid_t pid_ = -1;
 };
 
-/// The predictor actor's clock: one contention sample a second.
+/// The predictor actor's clock: the contention monitor refreshed twice a
+/// second, as actors/predictor.cpp does it.
 class sampler_thread {
 public:
   sampler_thread() : thread_([this] { run(); }) {}
@@ -142,27 +144,24 @@ public:
     wake_.notify_all();
     thread_.join();
   }
-  learning::contention now() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return now_;
-  }
+  learning::contention_monitor& monitor() { return monitor_; }
 
 private:
   void run() {
     std::unique_lock<std::mutex> lock(mutex_);
     auto next = clock_type::now();
+    const auto period = std::chrono::duration_cast<clock_type::duration>(
+      std::chrono::duration<double>(learning::contention_monitor::sample_period));
     while (!over_) {
-      next += std::chrono::seconds(1);
+      next += period;
       if (wake_.wait_until(lock, next, [this] { return over_; }))
         return;
       lock.unlock();
-      auto u = sampler_.sample();
+      monitor_.refresh();
       lock.lock();
-      now_ = u;
     }
   }
-  learning::contention_sampler sampler_;
-  learning::contention now_;
+  learning::contention_monitor monitor_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool over_ = false;
@@ -235,13 +234,16 @@ int predictor(const options& opt, const predictor_options& p) {
   std::vector<epoch_record> records;
   double observed_seconds = 0;
   uint64_t observed_samples = 0;
-  // Trains `iterations` iterations; observations as the platform makes them.
-  auto train_for = [&](int64_t its) {
+  // Trains `its` iterations (fewer when `max_seconds` > 0 runs out first);
+  // observations as the platform makes them.
+  auto train_for = [&](int64_t its, double max_seconds) {
     auto plan = learning::shuffled_plan(shard, 64, 1.0, rng);
-    plan.batches.resize(static_cast<size_t>(its));
+    plan.batches.resize(std::min(plan.batches.size(), static_cast<size_t>(its)));
     trainer.begin_epoch(std::move(plan));
     auto last = clock_type::now();
-    while (!trainer.epoch_done()) {
+    const auto begin = last;
+    while (!trainer.epoch_done()
+           && (max_seconds <= 0 || seconds_since(begin) < max_seconds)) {
       auto r = trainer.step();
       auto t = clock_type::now();
       observed_seconds += std::chrono::duration<double>(t - last).count();
@@ -249,7 +251,9 @@ int predictor(const options& opt, const predictor_options& p) {
       last = t;
       // As the platform does: an observation after every second of training.
       if (observed_seconds >= 1.0) {
-        auto u = sampler.now();
+        // Paired with the contention of those seconds, as the predictor does.
+        sampler.monitor().refresh();
+        auto u = sampler.monitor().last(observed_seconds);
         const double spp = observed_seconds / static_cast<double>(observed_samples);
         model.observe(u, spp);
         observed_seconds = 0;
@@ -261,23 +265,28 @@ int predictor(const options& opt, const predictor_options& p) {
     epoch_record rec;
     rec.phase = phase;
     rec.level = name;
-    rec.u = sampler.now();
+    sampler.monitor().refresh();
+    rec.u = sampler.monitor().last(learning::contention_monitor::prediction_window);
     const double points = static_cast<double>(iterations * 64);
     if (model.size() > 0) {
       rec.predicted = points * model.seconds_per_point(rec.u);
     }
     auto start = clock_type::now();
-    train_for(iterations);
+    train_for(iterations, 0);
     rec.actual = seconds_since(start);
     records.push_back(rec);
     return rec;
   };
   // Training goes on while a level changes (co-runners start beside a
   // platform at work), for `settle` seconds before the next epoch is predicted.
+  // It trains epochs of the same length as the measured ones (each begins
+  // with a new shuffled plan): with short ones, that per-epoch work made the
+  // observations 10 % slower than the epochs (bench predictor, 360
+  // iterations an epoch).
   auto keep_training = [&](double seconds) {
     auto start = clock_type::now();
     while (seconds_since(start) < seconds)
-      train_for(10);
+      train_for(iterations, seconds - seconds_since(start));
   };
 
   auto all = levels();

@@ -18,12 +18,12 @@ namespace eg::learning {
 
 // --- contention_sampler --------------------------------------------------------
 
-namespace {
-
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
 
 double jiffies_per_second() {
   static const double hz = [] {
@@ -186,6 +186,57 @@ contention contention_sampler::sample() {
   }
   last_ = now;
   return u;
+}
+
+// --- contention_history ----------------------------------------------------------
+
+contention_history::contention_history(double keep_seconds) : keep_(keep_seconds) {}
+
+void contention_history::add(double start, double end, const contention& u) {
+  if (!(end > start))
+    return;
+  spans_.push_back({start, end, u});
+  while (!spans_.empty() && spans_.front().end < end - keep_)
+    spans_.pop_front();
+}
+
+contention contention_history::mean(double from, double to) const {
+  contention sum;
+  double weight = 0;
+  for (auto& s : spans_) {
+    double overlap = std::min(to, s.end) - std::max(from, s.start);
+    if (overlap <= 0)
+      continue;
+    sum.core += overlap * s.u.core;
+    sum.net += overlap * s.u.net;
+    sum.disk += overlap * s.u.disk;
+    sum.wait += overlap * s.u.wait;
+    weight += overlap;
+  }
+  if (weight <= 0)
+    return spans_.empty() ? contention{} : spans_.back().u;
+  sum.core /= weight;
+  sum.net /= weight;
+  sum.disk /= weight;
+  sum.wait /= weight;
+  return sum;
+}
+
+// --- contention_monitor ----------------------------------------------------------
+
+void contention_monitor::refresh() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (steady_seconds() - sampler_.sampled_at() >= sample_period) {
+    double from = sampler_.sampled_at();
+    auto u = sampler_.sample();
+    history_.add(from, sampler_.sampled_at(), u);
+  }
+}
+
+contention contention_monitor::last(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  double now = steady_seconds();
+  return history_.mean(now - seconds, now);
 }
 
 // --- slowdown_model ------------------------------------------------------------

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ class contention_sampler {
 public:
   contention_sampler();
   contention sample();
+  /// When the last sample() ended (or the sampler was made), in
+  /// steady_seconds(): a sample covers the time since the one before.
+  double sampled_at() const { return last_.wall; }
 
 private:
   struct counters {
@@ -45,6 +49,54 @@ private:
   static counters read();
   counters last_;
   double last_wait_ = 0;
+};
+
+/// Seconds on the steady clock (the time base of contention_history).
+double steady_seconds();
+
+/// Contention samples with the time span each covers, for the two means the
+/// predictor needs: the contention an observation's seconds of training ran
+/// under (paired with that observation), and the contention of the last few
+/// seconds a prediction is made for. One sample a second before an epoch
+/// was a noisy estimate of co-runners that burst (a duty-cycled CPU hog,
+/// disk writes): bench predictor's largest errors.
+class contention_history {
+public:
+  /// Samples that ended more than `keep_seconds` before the newest go.
+  explicit contention_history(double keep_seconds = 120);
+  /// A sample: the mean contention over [start, end].
+  void add(double start, double end, const contention& u);
+  /// Time-weighted mean over [from, to] of the samples overlapping it; the
+  /// newest sample when none does; all zero when there is none.
+  contention mean(double from, double to) const;
+  size_t size() const { return spans_.size(); }
+
+private:
+  struct span {
+    double start, end;
+    contention u;
+  };
+  std::deque<span> spans_;
+  double keep_;
+};
+
+/// A contention_sampler and its history, shared by threads: what the
+/// predictors of one process (actors/predictor.cpp) and bench predictor use.
+class contention_monitor {
+public:
+  /// Samples now if the newest sample is `sample_period` seconds old.
+  void refresh();
+  /// The mean contention of the last `seconds`.
+  contention last(double seconds);
+
+  static constexpr double sample_period = 0.5;
+  /// A prediction is made for the mean contention of this many seconds.
+  static constexpr double prediction_window = 2.0;
+
+private:
+  std::mutex mutex_;
+  contention_sampler sampler_;
+  contention_history history_;
 };
 
 /// Time per data point t = t0 * RG(U). RG comes from a linear fit

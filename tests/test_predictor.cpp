@@ -137,6 +137,34 @@ BOOST_AUTO_TEST_CASE(a_busy_child_process_is_contention) {
   BOOST_TEST(u.core > 0.5);
 }
 
+BOOST_AUTO_TEST_CASE(history_means_are_weighted_by_the_time_each_sample_covers) {
+  contention_history h(10);
+  BOOST_TEST(h.mean(0, 1).core == 0.0);  // nothing yet
+  contention busy, idle;
+  busy.core = 1;
+  busy.wait = 0.5;
+  h.add(0, 1, idle);
+  h.add(1, 2, busy);
+  h.add(2, 2.5, busy);
+  // [1.5, 2.5]: all busy; [0.5, 1.5]: half and half; [0, 2.5]: 1.5 of 2.5 busy.
+  BOOST_TEST(h.mean(1.5, 2.5).core == 1.0);
+  BOOST_TEST(h.mean(0.5, 1.5).core == 0.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(h.mean(0, 2.5).core == 0.6, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(h.mean(0, 2.5).wait == 0.3, boost::test_tools::tolerance(1e-12));
+  // After the newest sample: the newest sample stands.
+  BOOST_TEST(h.mean(3, 4).core == 1.0);
+  // Old samples go once they ended more than keep_seconds before the newest.
+  h.add(11.5, 12, idle);
+  BOOST_TEST(h.size() == 3u);  // (0, 1] ended 11 s before the newest
+  BOOST_TEST(h.mean(0, 2).core == 1.0);
+  h.add(20, 21, idle);
+  BOOST_TEST(h.size() == 2u);
+  BOOST_TEST(h.mean(0, 2).core == 0.0);  // no overlap: the newest sample
+  // Empty or reversed spans are not samples.
+  h.add(22, 22, busy);
+  BOOST_TEST(h.size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(regression_recovers_known_coefficients) {
   slowdown_model m;
   std::mt19937_64 rng(1);
