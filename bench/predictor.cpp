@@ -236,29 +236,35 @@ int predictor(const options& opt, const predictor_options& p) {
   uint64_t observed_samples = 0;
   // Trains `its` iterations (fewer when `max_seconds` > 0 runs out first);
   // observations as the platform makes them.
+  // More iterations than the shard has batches take several shuffled passes.
   auto train_for = [&](int64_t its, double max_seconds) {
-    auto plan = learning::shuffled_plan(shard, 64, 1.0, rng);
-    plan.batches.resize(std::min(plan.batches.size(), static_cast<size_t>(its)));
-    trainer.begin_epoch(std::move(plan));
-    auto last = clock_type::now();
-    const auto begin = last;
-    while (!trainer.epoch_done()
-           && (max_seconds <= 0 || seconds_since(begin) < max_seconds)) {
-      auto r = trainer.step();
-      auto t = clock_type::now();
-      observed_seconds += std::chrono::duration<double>(t - last).count();
-      observed_samples += static_cast<uint64_t>(r.samples);
-      last = t;
-      // As the platform does: an observation after every second of training.
-      if (observed_seconds >= 1.0) {
-        // Paired with the contention of those seconds, as the predictor does.
-        sampler.monitor().refresh();
-        auto u = sampler.monitor().last(observed_seconds);
-        const double spp = observed_seconds / static_cast<double>(observed_samples);
-        model.observe(u, spp);
-        observed_seconds = 0;
-        observed_samples = 0;
+    const auto begin = clock_type::now();
+    for (int64_t left = its; left > 0;) {
+      auto plan = learning::shuffled_plan(shard, 64, 1.0, rng);
+      plan.batches.resize(std::min(plan.batches.size(), static_cast<size_t>(left)));
+      left -= static_cast<int64_t>(plan.batches.size());
+      trainer.begin_epoch(std::move(plan));
+      auto last = clock_type::now();
+      while (!trainer.epoch_done()
+             && (max_seconds <= 0 || seconds_since(begin) < max_seconds)) {
+        auto r = trainer.step();
+        auto t = clock_type::now();
+        observed_seconds += std::chrono::duration<double>(t - last).count();
+        observed_samples += static_cast<uint64_t>(r.samples);
+        last = t;
+        // As the platform does: an observation after every second of training.
+        if (observed_seconds >= 1.0) {
+          // Paired with the contention of those seconds, as the predictor does.
+          sampler.monitor().refresh();
+          auto u = sampler.monitor().last(observed_seconds);
+          const double spp = observed_seconds / static_cast<double>(observed_samples);
+          model.observe(u, spp);
+          observed_seconds = 0;
+          observed_samples = 0;
+        }
       }
+      if (max_seconds > 0 && seconds_since(begin) >= max_seconds)
+        return;
     }
   };
   auto run_epoch = [&](const std::string& phase, const std::string& name) {
