@@ -20,8 +20,9 @@ packages=(
   nlohmann-json3-dev tmux
   # LibTorch calls the system BLAS (libblas.so.3) for every fully connected
   # layer; without this it is the reference BLAS, and LeNet-5 trains at 0.6x
-  # the speed. Single-threaded: each platform runs on its own thread.
-  libopenblas0-serial
+  # the speed. The pthread build: its calls are safe from several threads
+  # (each platform is one); edgegossip runs it with OPENBLAS_NUM_THREADS=1.
+  libopenblas0-pthread
 )
 
 missing=()

@@ -104,42 +104,55 @@ std::function<int()> add_console(CLI::App& app) {
   };
 }
 
-/// glibc reads its tunables once, when the process starts, so asking it for
-/// transparent huge pages (`glibc.malloc.hugetlb=1`: madvise(MADV_HUGEPAGE)
-/// on the memory malloc maps) means starting again with the variable set.
-/// Large models need it: CAF's read buffer and each received message are
-/// fresh mallocs that otherwise fault in every 4 KiB page (bench transport:
-/// 250 MB went from 0.10 to 0.45 of a raw socket). Skipped when the variable
-/// already names the tunable (so this runs once), when the machine has
-/// transparent huge pages off, or with EDGEGOSSIP_NO_HUGE_PAGES set.
-void restart_with_huge_pages(char** argv) {
+/// What glibc and OpenBLAS read once, when the process starts, so setting
+/// them means starting again with the variables set (once: the restarted
+/// process finds them set):
+/// - `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: transparent huge pages
+///   (madvise(MADV_HUGEPAGE)) for the memory malloc maps. Large models need
+///   it: CAF's read buffer and each message it receives are fresh mallocs
+///   that otherwise fault in every 4 KiB page (bench transport: 250 MB went
+///   from 0.10 to 0.45 of a raw socket through the middleman). Not where the
+///   machine has transparent huge pages off, or with EDGEGOSSIP_NO_HUGE_PAGES.
+/// - `OPENBLAS_NUM_THREADS=1`: LibTorch calls the system BLAS for fully
+///   connected layers; OpenBLAS would run each call on a pool of one thread
+///   per core while every platform is a thread of its own already (the
+///   default run took 2.5x longer). Unless the variable is set.
+void restart_with_settings(char** argv) {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (std::getenv("EDGEGOSSIP_NO_HUGE_PAGES") ||
-      (tunables && std::strstr(tunables, "glibc.malloc.hugetlb")))
-    return;
-  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string mode;
-  if (!std::getline(thp, mode) || mode.find("[never]") != std::string::npos)
+  bool huge_pages = !std::getenv("EDGEGOSSIP_NO_HUGE_PAGES")
+                    && !(tunables && std::strstr(tunables, "glibc.malloc.hugetlb"));
+  if (huge_pages) {
+    std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string mode;
+    huge_pages = std::getline(thp, mode) && mode.find("[never]") == std::string::npos;
+  }
+  const bool blas_threads = !std::getenv("OPENBLAS_NUM_THREADS");
+  if (!huge_pages && !blas_threads)
     return;
   const std::optional<std::string> before =
     tunables ? std::optional<std::string>(tunables) : std::nullopt;
-  std::string value = "glibc.malloc.hugetlb=1";
-  if (before && !before->empty())
-    value = *before + ":" + value;
-  if (setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0)
-    return;
+  if (huge_pages) {
+    std::string value = "glibc.malloc.hugetlb=1";
+    if (before && !before->empty())
+      value = *before + ":" + value;
+    setenv("GLIBC_TUNABLES", value.c_str(), 1);
+  }
+  if (blas_threads)
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
   execv("/proc/self/exe", argv);
-  // Not re-executed (no /proc?): go on as we are, without the variable.
+  // Not re-executed (no /proc?): go on as we are, without the variables.
   if (before)
     setenv("GLIBC_TUNABLES", before->c_str(), 1);
   else
     unsetenv("GLIBC_TUNABLES");
+  if (blas_threads)
+    unsetenv("OPENBLAS_NUM_THREADS");
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
-  restart_with_huge_pages(argv);
+  restart_with_settings(argv);
   CLI::App app{"edgegossip: gossip training across heterogeneous edge machines"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "edgegossip 0.1.0");
