@@ -93,15 +93,20 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         i = pick(st.rng);
       }
       auto& to = st.peers[i];
-      st.bytes_sent += payload->size();
-      ++st.messages_sent;
-      if (to.handle.node() == self->node())
+      const auto size = payload->size();
+      if (to.handle.node() == self->node()) {
         self->send(to.handle, gossip_atom::value, std::move(payload));
-      else if (st.args.lane && to.lane.port != 0)
-        st.args.lane->send(to.lane, to.name, std::move(payload));
-      else  // a node without a lane: through the middleman, one more copy
+      } else if (st.args.lane && to.lane.port != 0) {
+        if (!st.args.lane->send(to.lane, to.name, std::move(payload))) {
+          ++st.messages_dropped;  // the lane's queue is full
+          return;
+        }
+      } else {  // a node without a lane: through the middleman, one more copy
         self->send(to.handle, gossip_atom::value,
                    bytes(payload->data(), payload->data() + payload->size()));
+      }
+      st.bytes_sent += size;
+      ++st.messages_sent;
     },
     [self](gossip_atom, const bytes& payload) {
       messages::buffer copy(payload.size());
@@ -123,8 +128,14 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         if (!known)
           self->monitor(h);
         peer p{names[i], h, {}};
-        if (i < lanes.size() && !lanes[i].empty())
-          p.lane = messages::parse_endpoint(lanes[i]);
+        if (i < lanes.size() && !lanes[i].empty()) {
+          try {
+            p.lane = messages::parse_endpoint(lanes[i]);
+          } catch (const messages::lane_error& e) {
+            spdlog::warn("[{}] peer {} is reached through the middleman: {}", st.args.platform,
+                         names[i], e.what());
+          }
+        }
         next.push_back(std::move(p));
       }
       st.peers = std::move(next);

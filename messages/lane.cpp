@@ -412,12 +412,13 @@ const lane_options& lane::options() const {
 
 void lane::start(deliver_fn deliver) {
   auto& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.queue_mutex);  // send() reads `started`
   if (d.started || d.stopped)
     return;
-  d.started = true;
   d.deliver = std::move(deliver);
   d.acceptor = std::thread([&d] { d.accept_loop(); });
   d.sender = std::thread([&d] { d.send_loop(); });
+  d.started = true;
 }
 
 bool lane::send(const lane_endpoint& to, const std::string& target, shared_buffer message) {
