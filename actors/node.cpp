@@ -484,6 +484,11 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   o.node = st.args.name;
   o.secret = cfg.secret;
   o.host = cfg.node(st.args.name).host;
+  std::set<std::string> peers;
+  for (auto& n : cfg.nodes)
+    if (n.name != st.args.name)
+      peers.insert(n.name);
+  o.peer_allowed = [peers](const std::string& node) { return peers.count(node) > 0; };
   try {
     auto lane = std::make_shared<messages::lane>(std::move(o));
     spdlog::info("[{}] weights lane listening on {}:{}", st.args.name, lane->options().host,

@@ -229,6 +229,8 @@ struct lane::impl {
     if (cluster != opt.cluster_id)
       refuse("node '" + node + "' belongs to cluster '" + cluster + "', this node to '"
              + opt.cluster_id + "'");
+    if (opt.peer_allowed && !opt.peer_allowed(node))
+      refuse("node '" + node + "' is not a peer in the cluster file");
     if (!opt.secret.empty()
         && !same_digest(digest, lane_digest(opt.secret, opt.cluster_id, node)))
       refuse("node '" + node + "' "

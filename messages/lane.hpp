@@ -55,6 +55,9 @@ struct lane_options {
   std::string cluster_id;
   std::string node;    ///< this node's name
   std::string secret;  ///< the cluster secret ("" when none is configured)
+  /// Whether a dialling node of that name may send (the cluster file's
+  /// nodes); empty: any node of the cluster id.
+  std::function<bool(const std::string&)> peer_allowed;
   std::string host = "127.0.0.1";  ///< where to listen
   uint16_t port = 0;               ///< 0: any free port
   /// Frames waiting to be sent, in bytes; a frame beyond it is dropped.

@@ -150,6 +150,27 @@ BOOST_AUTO_TEST_CASE(a_wrong_secret_or_cluster_is_refused_and_nothing_delivered)
   BOOST_TEST(b.l.stats().frames_received == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_node_outside_the_cluster_file_is_refused) {
+  auto o = endpoint::options("b", "s", "c");
+  o.peer_allowed = [](const std::string& node) { return node == "a"; };
+  std::vector<std::string> got;
+  std::mutex mutex;
+  eg::messages::lane b(o);
+  b.start([&](const std::string& from, const std::string&, shared_buffer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    got.push_back(from);
+  });
+  endpoint a("a", "s"), x("x", "s");
+  lane_endpoint to{"b", "127.0.0.1", b.port()};
+  BOOST_TEST(x.l.send(to, "p1", bytes_of("from x")));
+  BOOST_TEST(eventually([&] { return b.stats().connections_refused == 1; }));
+  BOOST_TEST(a.l.send(to, "p1", bytes_of("from a")));
+  BOOST_TEST(eventually([&] { return b.stats().frames_received == 1; }));
+  std::lock_guard<std::mutex> lock(mutex);
+  BOOST_REQUIRE_EQUAL(got.size(), 1u);
+  BOOST_TEST(got[0] == "a");
+}
+
 BOOST_AUTO_TEST_CASE(foreign_bytes_close_the_connection_and_the_lane_goes_on) {
   endpoint a("a", "s"), b("b", "s");
   {
@@ -287,7 +308,10 @@ BOOST_AUTO_TEST_CASE(encode_to_buffer_writes_what_encode_writes) {
   msg.gossip_weight = 0.25;
   msg.tensors.push_back({"w", dtype::float32, {300000}, w.data(), w.size() * 4});
   msg.tensors.push_back({"b", dtype::float32, {10}, bias.data(), bias.size() * 4});
-  envelope e{{"c", protocol_version, "p0"}, msg};
+  envelope e;
+  e.hdr.cluster_id = "c";
+  e.hdr.sender = "p0";
+  e.payload = msg;
   auto v = encode(e);
   auto b = encode_to_buffer(e);
   BOOST_REQUIRE_EQUAL(b.size(), v.size());
