@@ -79,8 +79,10 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
         p.seconds_per_point = st.model.seconds_per_point(now);
         p.t0 = st.model.t0();
       }
-      return messages::encode(
-        {{st.args.cluster_id, messages::protocol_version, st.args.platform}, p});
+      messages::envelope e;  // (a braced temporary made GCC warn of an uninitialised string)
+      e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+      e.payload = std::move(p);
+      return messages::encode(e);
     },
   };
 }

@@ -41,7 +41,6 @@ struct cache {
       if (best < free.size() && free[best].capacity <= 2 * size) {
         block b = free[best];
         free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
-        stats.blocks = free.size();
         stats.bytes -= b.capacity;
         ++stats.reused;
         return b;
@@ -70,7 +69,7 @@ struct cache {
   }
 
   void give(block b) {
-    if (b.capacity >= min_cached_bytes) {
+    if (b.capacity >= min_cached_bytes && b.capacity <= max_cached_bytes) {
       std::lock_guard<std::mutex> lock(mutex);
       // Oldest blocks go first when the cache would grow past its bound.
       while (!free.empty() && stats.bytes + b.capacity > max_cached_bytes) {
@@ -78,13 +77,9 @@ struct cache {
         std::free(free.front().data);
         free.erase(free.begin());
       }
-      if (b.capacity <= max_cached_bytes) {
-        free.push_back(b);
-        stats.bytes += b.capacity;
-        stats.blocks = free.size();
-        return;
-      }
-      stats.blocks = free.size();
+      free.push_back(b);
+      stats.bytes += b.capacity;
+      return;
     }
     std::free(b.data);
   }
@@ -133,7 +128,9 @@ buffer::~buffer() {
 buffer_cache_stats buffer_cache() {
   auto& c = the_cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  return c.stats;
+  auto s = c.stats;
+  s.blocks = c.free.size();
+  return s;
 }
 
 } // namespace eg::messages

@@ -28,12 +28,6 @@ public:
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  /// Counts only the first `size` bytes from now on (the storage stays).
-  void shrink(size_t size) {
-    if (size < size_)
-      size_ = size;
-  }
-
 private:
   char* data_ = nullptr;
   size_t size_ = 0;
