@@ -1,5 +1,7 @@
 #include "learning/model.hpp"
 
+#include "learning/pooling.hpp"
+
 #include <torch/torch.h>
 
 #include <mutex>
@@ -26,8 +28,8 @@ public:
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
-    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    x = max_pool_2x2(torch::relu(conv1->forward(x)));
+    x = max_pool_2x2(torch::relu(conv2->forward(x)));
     x = x.flatten(1);
     x = torch::relu(fc1->forward(x));
     x = torch::relu(fc2->forward(x));
