@@ -7,6 +7,7 @@
 // lane (messages/lane.hpp), not through the middleman.
 
 #include "messages/buffer.hpp"
+#include "messages/codec.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
@@ -26,6 +27,10 @@ using bytes = std::vector<char>;
 /// (messages::encode_to_buffer), passed between the actors of one process
 /// without copying. Never serialized: CAF cannot send it to another node.
 using shared_bytes = messages::shared_buffer;
+/// A gossip message as a platform sends it: in pieces that reference the
+/// platform's parameters (messages::encode_gathered), written to the
+/// weights lane as they lie. Local only, like shared_bytes.
+using shared_gathered = messages::shared_gathered;
 
 // -- atoms (at most 10 characters each) ----------------------------------------
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
@@ -74,7 +79,7 @@ using mixer_actor = caf::typed_actor<
   // From its platform: send these encoded weights to peer index i (-1: a
   // peer chosen uniformly at random): on the weights lane to a peer on
   // another node, as a local message to one in this process.
-  caf::reacts_to<send_atom, int64_t, shared_bytes>,
+  caf::reacts_to<send_atom, int64_t, shared_gathered>,
   // From a peer mixer on a node without a weights lane (through the
   // middleman): encoded weights; checked, counted, passed on.
   caf::reacts_to<gossip_atom, bytes>,
@@ -163,3 +168,4 @@ using node_actor = caf::typed_actor<
 
 // Local only (see shared_bytes).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eg::messages::shared_buffer)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eg::messages::shared_gathered)

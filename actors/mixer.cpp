@@ -79,7 +79,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
     [self](bind_atom, caf::actor platform) {
       self->state.platform = caf::actor_cast<platform_actor>(platform);
     },
-    [self](send_atom, int64_t index, shared_bytes& payload) {
+    [self](send_atom, int64_t index, shared_gathered& payload) {
       auto& st = self->state;
       if (st.peers.empty() || !payload) {
         ++st.messages_dropped;
@@ -94,16 +94,24 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       }
       auto& to = st.peers[i];
       const auto size = payload->size();
-      if (to.handle.node() == self->node()) {
-        self->send(to.handle, gossip_atom::value, std::move(payload));
-      } else if (st.args.lane && to.lane.port != 0) {
+      if (st.args.lane && to.lane.port != 0 && to.handle.node() != self->node()) {
+        // Written from the sender's parameters as they lie.
         if (!st.args.lane->send(to.lane, to.name, std::move(payload))) {
           ++st.messages_dropped;  // the lane's queue is full
           return;
         }
-      } else {  // a node without a lane: through the middleman, one more copy
-        self->send(to.handle, gossip_atom::value,
-                   bytes(payload->data(), payload->data() + payload->size()));
+      } else {
+        // A peer in this process gets one contiguous copy, shared with its
+        // mixer and platform; a node without a lane gets it through the
+        // middleman, one more copy. The sender's parameters are free again
+        // once it is made.
+        auto flat = payload->flatten();
+        payload.reset();
+        if (to.handle.node() == self->node())
+          self->send(to.handle, gossip_atom::value,
+                     std::make_shared<const messages::buffer>(std::move(flat)));
+        else
+          self->send(to.handle, gossip_atom::value, bytes(flat.data(), flat.data() + flat.size()));
       }
       st.bytes_sent += size;
       ++st.messages_sent;

@@ -372,10 +372,13 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         st.observed_seconds = 0;
         st.observed_samples = 0;
       }
+      // Messages reference the parameters (no copy) and hold a loan on
+      // them until written: the next step or merge copies them only if one
+      // is still on its way (learning/loans.hpp).
       for (auto& order : st.strategy->after_step(st.params, st.rng))
         self->send(st.args.mixer, send_atom::value, order.peer,
-                   std::make_shared<const messages::buffer>(
-                     messages::encode_to_buffer(st.weights_message(order.weight))));
+                   std::make_shared<const messages::gathered>(messages::encode_gathered(
+                     st.weights_message(order.weight), st.trainer->loans().lend(st.params))));
       if (st.balancer && seconds_since(st.last_progress) >= 1.0) {
         st.last_progress = clock::now();
         self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
@@ -405,6 +408,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         auto env = messages::decode(buf->data(), buf->size(), st.args.cluster_id);
         auto& w = std::get<messages::weights>(env.payload);
         auto received = learning::from_views(w.tensors, st.names, st.params);
+        st.trainer->loans().before_write(st.params);
         if (st.args.edgegossip.merge == "rate")
           st.strategy->merge(st.params, received, w.gossip_weight, std::max(st.ratio, 1e-3),
                              w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);

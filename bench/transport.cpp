@@ -9,6 +9,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/runtime.hpp"
+#include "learning/loans.hpp"
 #include "learning/model.hpp"
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
@@ -365,16 +366,21 @@ int transport(const options& opt, const transport_options& t) {
                                + " bytes");
   };
   // A burst: `count` gossip messages as the nodes send them (each encoded
-  // into the buffer cache and queued on the weights lane, the sender going
-  // on at once), decoded one by one by an actor on the peer, each answered
+  // in pieces that reference the tensors, queued on the weights lane and
+  // written with one gather write, the sender going on at once), decoded one by one by an actor on the peer, each answered
   // on the peer's lane; done when the last answer is in. With count 1 it
   // is one round trip.
+  // The model's tensors are lent to the messages as a platform lends its
+  // parameters (learning/loans.hpp); they do not change during a burst, so
+  // nothing is copied: a platform pays one copy only for a message still
+  // queued when it next writes its parameters.
+  learning::parameter_loans loans;
   auto lane_burst = [&](const model_bytes& m, int count, round_times& r) {
     auto start = clock_type::now();
     for (int k = 0; k < count; ++k) {
       auto t = clock_type::now();
-      auto buf = std::make_shared<const messages::buffer>(
-        messages::encode_to_buffer(as_weights(m, static_cast<uint64_t>(k))));
+      auto buf = std::make_shared<const messages::gathered>(messages::encode_gathered(
+        as_weights(m, static_cast<uint64_t>(k)), loans.lend(m.tensors)));
       r.encode.push_back(seconds_since(t));
       if (!lane.send(to_peer, "echo", std::move(buf)))
         throw std::runtime_error("transport: the weights lane dropped a message");

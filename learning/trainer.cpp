@@ -56,7 +56,8 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
       shard_(std::move(shard)),
       opt_(opt),
       optimizer_(model_->parameters(),
-                 torch::optim::SGDOptions(opt.lr).momentum(opt.momentum)) {
+                 torch::optim::SGDOptions(opt.lr).momentum(opt.momentum)),
+      params_(model_->parameters()) {
   const int64_t n = train_->size();
   for (int64_t i : shard_)
     if (i < 0 || i >= n)
@@ -89,6 +90,7 @@ step_result local_trainer::step() {
   optimizer_.zero_grad();
   auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
   loss.backward();
+  loans_.before_write(params_);
   optimizer_.step();
 
   step_result r;

@@ -3,6 +3,7 @@
 // stepped one iteration at a time so the actor hosting it stays responsive.
 
 #include "learning/dataset.hpp"
+#include "learning/loans.hpp"
 #include "learning/model.hpp"
 
 #include <torch/optim/sgd.h>
@@ -53,6 +54,7 @@ public:
   /// True when the current epoch's plan is used up.
   bool epoch_done() const;
   /// One iteration: forward, backward, optimizer step on the next batch.
+  /// The step writes the parameters in place, after loans().before_write().
   step_result step();
   /// Batches left in the current epoch.
   size_t remaining() const;
@@ -60,6 +62,10 @@ public:
   classifier& model() { return *model_; }
   std::shared_ptr<classifier> model_ptr() { return model_; }
   torch::optim::SGD& optimizer() { return optimizer_; }
+  /// The parameters lent to messages in flight (gossip sends them without
+  /// copying); whoever else writes the parameters in place calls
+  /// loans().before_write() first.
+  parameter_loans& loans() { return loans_; }
   const std::vector<int64_t>& shard() const { return shard_; }
   const sgd_options& options() const { return opt_; }
 
@@ -69,6 +75,8 @@ private:
   std::vector<int64_t> shard_;
   sgd_options opt_;
   torch::optim::SGD optimizer_;
+  std::vector<torch::Tensor> params_;
+  parameter_loans loans_;
   epoch_plan plan_;
   size_t next_ = 0;
 };

@@ -335,19 +335,20 @@ size_t element_size(dtype t) {
 namespace {
 
 /// Builds the message of `e` and hands it, with its size in bytes, to
-/// `write(message, bytes)`, which writes it out.
+/// `write(message, bytes)`, which writes it out (and may keep the builder,
+/// whose segments the message's pieces are).
 template <class Write>
 auto build_and_write(const envelope& e, Write write) {
   try {
-    capnp::MallocMessageBuilder message(static_cast<unsigned>(
+    auto message = std::make_shared<capnp::MallocMessageBuilder>(static_cast<unsigned>(
         std::min<uint64_t>(first_segment_words(e), max_message_bytes / sizeof(capnp::word))));
-    auto root = message.initRoot<wire::Envelope>();
+    auto root = message->initRoot<wire::Envelope>();
     root.setClusterId(text(e.hdr.cluster_id));
     root.setVersion(e.hdr.version);
     root.setSender(text(e.hdr.sender));
-    std::visit(body_writer{root.initBody(), message.getOrphanage()}, e.payload);
+    std::visit(body_writer{root.initBody(), message->getOrphanage()}, e.payload);
 
-    size_t bytes = capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word);
+    size_t bytes = capnp::computeSerializedSizeInWords(*message) * sizeof(capnp::word);
     if (bytes > max_message_bytes)
       throw codec_error("message of " + std::to_string(bytes) + " bytes exceeds the limit of " +
                         std::to_string(max_message_bytes) + " bytes");
@@ -360,7 +361,8 @@ auto build_and_write(const envelope& e, Write write) {
 } // namespace
 
 std::vector<char> encode(const envelope& e) {
-  return build_and_write(e, [](capnp::MessageBuilder& message, size_t bytes) {
+  return build_and_write(e, [](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
+                               size_t bytes) {
     // The segment table and the segments are appended straight to the
     // result, which is reserved but not zero-filled first (zeroing it cost a
     // whole extra pass over the message: bench transport).
@@ -368,7 +370,7 @@ std::vector<char> encode(const envelope& e) {
     out.reserve(bytes);
     ask_for_huge_pages(out.data(), bytes);
     append_stream stream{out};
-    capnp::writeMessage(stream, message);
+    capnp::writeMessage(stream, *message);
     if (out.size() != bytes)
       throw codec_error("encoded " + std::to_string(out.size()) + " bytes, expected " +
                         std::to_string(bytes));
@@ -377,15 +379,55 @@ std::vector<char> encode(const envelope& e) {
 }
 
 buffer encode_to_buffer(const envelope& e) {
-  return build_and_write(e, [](capnp::MessageBuilder& message, size_t bytes) {
+  return build_and_write(e, [](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
+                               size_t bytes) {
     buffer out(bytes);
     kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), bytes));
-    capnp::writeMessage(stream, message);
+    capnp::writeMessage(stream, *message);
     if (stream.getArray().size() != bytes)
       throw codec_error("encoded " + std::to_string(stream.getArray().size()) +
                         " bytes, expected " + std::to_string(bytes));
     return out;
   });
+}
+
+gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold) {
+  return build_and_write(e, [&](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
+                                size_t bytes) {
+    gathered g;
+    g.size_ = bytes;
+    auto segments = message->getSegmentsForOutput();
+    // The segment table as capnp::writeMessage writes it: the count less
+    // one, each segment's size in words, padded to a whole word.
+    g.table_.assign((segments.size() + 2) & ~size_t{1}, 0);
+    g.table_[0] = static_cast<uint32_t>(segments.size() - 1);
+    for (size_t i = 0; i < segments.size(); ++i)
+      g.table_[i + 1] = static_cast<uint32_t>(segments[i].size());
+    g.pieces_.reserve(segments.size() + 1);
+    g.pieces_.push_back({reinterpret_cast<const char*>(g.table_.data()),
+                         g.table_.size() * sizeof(uint32_t)});
+    for (auto s : segments)
+      g.pieces_.push_back({reinterpret_cast<const char*>(s.begin()), s.size() * sizeof(capnp::word)});
+    size_t total = 0;
+    for (auto& p : g.pieces_)
+      total += p.size;
+    if (total != bytes)
+      throw codec_error("gathered " + std::to_string(total) + " bytes, expected " +
+                        std::to_string(bytes));
+    g.builder_ = message;
+    g.hold_ = std::move(hold);
+    return g;
+  });
+}
+
+buffer gathered::flatten() const {
+  buffer out(size_);
+  char* at = out.data();
+  for (auto& p : pieces_) {
+    std::memcpy(at, p.data, p.size);
+    at += p.size;
+  }
+  return out;
 }
 
 envelope decode(const std::vector<char>& buffer, const std::string& cluster_id) {

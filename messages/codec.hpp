@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -149,6 +150,40 @@ std::vector<char> encode(const envelope& e);
 /// The same into a messages::buffer (storage that earlier messages already
 /// touched): what gossip sends.
 buffer encode_to_buffer(const envelope& e);
+
+/// A message whose tensor bytes stay where they are: its pieces (the
+/// segment table, the message's own segment, then each tensor's bytes in
+/// the caller's memory) are written out with one gather write, and equal
+/// encode()'s bytes once put end to end. What the pieces point into must
+/// not change while the message lives: `hold` (given to encode_gathered)
+/// keeps it, and the sender must not write to it in place meanwhile
+/// (learning::parameter_loans: copy-on-write of a platform's parameters).
+class gathered {
+public:
+  struct piece {
+    const char* data;
+    size_t size;
+  };
+  const std::vector<piece>& pieces() const { return pieces_; }
+  /// Bytes in all, as encode() would give them.
+  size_t size() const { return size_; }
+  /// The pieces copied into one buffer (for a receiver in this process, or
+  /// the middleman).
+  buffer flatten() const;
+
+private:
+  friend gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold);
+  std::vector<piece> pieces_;
+  std::vector<uint32_t> table_;               // the segment table (piece 0)
+  std::shared_ptr<const void> builder_;       // the message's own segment(s)
+  std::shared_ptr<const void> hold_;          // the tensors' memory
+  size_t size_ = 0;
+};
+using shared_gathered = std::shared_ptr<const gathered>;
+
+/// Encodes `e` without copying the bytes of its (8-byte aligned, whole
+/// word) tensors; `hold` keeps their memory alive with the message.
+gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold);
 
 /// Decodes and checks a buffer. Throws codec_error when it is not a
 /// well-formed message of this protocol version, or its cluster id is not

@@ -131,7 +131,9 @@ struct lane::impl {
   struct job {
     lane_endpoint to;
     std::string target;
-    shared_buffer message;
+    std::vector<iovec> pieces;  // the message, written as it lies
+    size_t size = 0;
+    std::shared_ptr<const void> hold;  // what the pieces point into
   };
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
@@ -344,14 +346,16 @@ struct lane::impl {
       std::string head;
       put(head, frame_magic);
       put(head, static_cast<uint32_t>(j.target.size()));
-      put(head, static_cast<uint64_t>(j.message->size()));
+      put(head, static_cast<uint64_t>(j.size));
       head += j.target;
-      writev_all(i->second.get(),
-                 {iovec{head.data(), head.size()},
-                  iovec{const_cast<char*>(j.message->data()), j.message->size()}});
+      std::vector<iovec> iov;
+      iov.reserve(j.pieces.size() + 1);
+      iov.push_back({head.data(), head.size()});
+      iov.insert(iov.end(), j.pieces.begin(), j.pieces.end());
+      writev_all(i->second.get(), std::move(iov));
       count([&](lane_stats& s) {
         ++s.frames_sent;
-        s.bytes_sent += j.message->size();
+        s.bytes_sent += j.size;
       });
       failures.erase(key);
     } catch (const std::exception& e) {
@@ -363,6 +367,24 @@ struct lane::impl {
                      opt.node, j.target, j.to.node, key,
                      n > 1 ? " (" + std::to_string(n) + " in a row)" : std::string{}, e.what());
     }
+  }
+
+  bool enqueue(const lane_endpoint& to, const std::string& target, std::vector<iovec> pieces,
+               size_t size, std::shared_ptr<const void> hold) {
+    if (target.empty() || target.size() > max_name_bytes)
+      throw lane_error("weights lane: no target, or a target name over "
+                       + std::to_string(max_name_bytes) + " bytes");
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      if (!stopping && started && queued_bytes + size <= opt.max_queued_bytes) {
+        queued_bytes += size;
+        queue.push_back({to, target, std::move(pieces), size, std::move(hold)});
+        queue_cv.notify_one();
+        return true;
+      }
+    }
+    count([](lane_stats& s) { ++s.frames_lost; });
+    return false;
   }
 
   void send_loop() {
@@ -377,8 +399,10 @@ struct lane::impl {
         queue.pop_front();
       }
       send_one(j);
+      const size_t size = j.size;
+      j = job{};  // the message is written: its hold goes now, not with the next job
       std::lock_guard<std::mutex> lock(queue_mutex);
-      queued_bytes -= j.message->size();
+      queued_bytes -= size;
     }
   }
 };
@@ -424,20 +448,22 @@ void lane::start(deliver_fn deliver) {
 }
 
 bool lane::send(const lane_endpoint& to, const std::string& target, shared_buffer message) {
-  auto& d = *impl_;
-  if (!message || message->empty() || target.empty() || target.size() > max_name_bytes)
-    throw lane_error("weights lane: nothing to send, or no target");
-  {
-    std::lock_guard<std::mutex> lock(d.queue_mutex);
-    if (!d.stopping && d.started && d.queued_bytes + message->size() <= d.opt.max_queued_bytes) {
-      d.queued_bytes += message->size();
-      d.queue.push_back({to, target, std::move(message)});
-      d.queue_cv.notify_one();
-      return true;
-    }
-  }
-  d.count([](lane_stats& s) { ++s.frames_lost; });
-  return false;
+  if (!message || message->empty())
+    throw lane_error("weights lane: nothing to send");
+  std::vector<iovec> pieces{{const_cast<char*>(message->data()), message->size()}};
+  const size_t size = message->size();
+  return impl_->enqueue(to, target, std::move(pieces), size, std::move(message));
+}
+
+bool lane::send(const lane_endpoint& to, const std::string& target, shared_gathered message) {
+  if (!message || message->size() == 0)
+    throw lane_error("weights lane: nothing to send");
+  std::vector<iovec> pieces;
+  pieces.reserve(message->pieces().size());
+  for (auto& p : message->pieces())
+    pieces.push_back({const_cast<char*>(p.data), p.size});
+  const size_t size = message->size();
+  return impl_->enqueue(to, target, std::move(pieces), size, std::move(message));
 }
 
 void lane::stop() {

@@ -23,6 +23,7 @@
 // dropped, never retried; peers' liveness is the CAF monitors' business.
 
 #include "messages/buffer.hpp"
+#include "messages/codec.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -100,6 +101,10 @@ public:
   /// Queues `message` for platform `target` on the node at `to`. Returns
   /// false when it was dropped at once (lane stopped, queue full).
   bool send(const lane_endpoint& to, const std::string& target, shared_buffer message);
+  /// The same for a message in pieces (messages::encode_gathered), written
+  /// with one gather write; `message` (and what it holds) is released as
+  /// soon as it is written or dropped.
+  bool send(const lane_endpoint& to, const std::string& target, shared_gathered message);
   /// Closes every connection and joins the threads; frames still queued are
   /// dropped. Idempotent; the destructor calls it.
   void stop();

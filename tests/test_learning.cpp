@@ -1,6 +1,7 @@
 // links: eg_learning
 #include "learning/dataset.hpp"
 #include "learning/gossip.hpp"
+#include "learning/loans.hpp"
 #include "learning/model.hpp"
 #include "learning/partition.hpp"
 #include "learning/pooling.hpp"
@@ -420,6 +421,56 @@ BOOST_AUTO_TEST_CASE(max_pool_2x2_falls_back_to_torch) {
     auto mine = max_pool_2x2(x);
     BOOST_CHECK(torch::equal(mine, torch::max_pool2d(x, 2)));
   }
+}
+
+BOOST_AUTO_TEST_CASE(lent_parameters_are_copied_only_while_a_loan_is_held) {
+  auto model = make_classifier("lenet5", 3);
+  auto params = parameters(*model);
+  parameter_loans loans;
+  // Given back before the next write: no copy, same storage.
+  const void* before = params[0].data_ptr();
+  { auto token = loans.lend(params); }
+  BOOST_TEST(!loans.before_write(params));
+  BOOST_TEST(params[0].data_ptr() == before);
+  // Still held: the parameters move to copies, the holder keeps what it was
+  // lent, unchanged by what the parameters do next.
+  auto token = loans.lend(params);
+  auto lent = params[0].detach().clone();
+  BOOST_TEST(loans.before_write(params));
+  BOOST_TEST(params[0].data_ptr() != before);
+  BOOST_TEST(torch::equal(params[0], lent));
+  {
+    torch::NoGradGuard no_grad;
+    params[0].add_(1.0);
+  }
+  BOOST_TEST(torch::equal(torch::from_blob(const_cast<void*>(before), lent.sizes()), lent));
+  // One copy per loan: the next write finds nothing lent.
+  BOOST_TEST(!loans.before_write(params));
+  BOOST_TEST(loans.lent() == 2u);
+  BOOST_TEST(loans.copies() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_training_step_copies_parameters_still_lent) {
+  local_trainer trainer(make_classifier("lenet5", 1), random_set(256, 2), iota(256),
+                        {0.01, 0.9, 64});
+  std::mt19937_64 rng(1);
+  trainer.begin_epoch(shuffled_plan(trainer.shard(), 64, 1.0, rng));
+  auto params = parameters(trainer.model());
+  trainer.step();  // the optimizer has momentum state from here on
+  auto snapshot = params[2].detach().clone();
+  const void* lent_at = params[2].data_ptr();
+  auto token = trainer.loans().lend(params);
+  trainer.step();
+  // The step wrote to a copy: what was lent is as it was, the model moved
+  // on, and the optimizer still updates the same parameters.
+  BOOST_TEST(trainer.loans().copies() == 1u);
+  BOOST_TEST(torch::equal(torch::from_blob(const_cast<void*>(lent_at), snapshot.sizes()), snapshot));
+  BOOST_TEST(!torch::equal(params[2], snapshot));
+  auto after_copy = params[2].detach().clone();
+  token.reset();
+  trainer.step();
+  BOOST_TEST(trainer.loans().copies() == 1u);
+  BOOST_TEST(!torch::equal(params[2], after_copy));
 }
 
 BOOST_AUTO_TEST_CASE(shuffled_plan_sizes) {

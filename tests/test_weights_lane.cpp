@@ -325,4 +325,67 @@ BOOST_AUTO_TEST_CASE(encode_to_buffer_writes_what_encode_writes) {
   BOOST_CHECK_THROW(decode(b.data(), b.size(), "other"), codec_error);
 }
 
+BOOST_AUTO_TEST_CASE(a_gathered_message_is_what_encode_writes_without_copying_tensors) {
+  std::vector<float> w(300000, 0.5f), bias(10, 1.f), odd(5, 2.f);
+  weights msg;
+  msg.gossip_weight = 0.25;
+  msg.tensors.push_back({"w", dtype::float32, {300000}, w.data(), w.size() * 4});
+  msg.tensors.push_back({"b", dtype::float32, {10}, bias.data(), bias.size() * 4});
+  msg.tensors.push_back({"odd", dtype::float32, {5}, odd.data(), odd.size() * 4});  // 20 bytes
+  envelope e;
+  e.hdr.cluster_id = "c";
+  e.hdr.sender = "p0";
+  e.payload = msg;
+  auto hold = std::make_shared<int>(7);
+  std::weak_ptr<int> held = hold;
+  auto g = encode_gathered(e, std::move(hold));
+  auto v = encode(e);
+  BOOST_REQUIRE_EQUAL(g.size(), v.size());
+  auto flat = g.flatten();
+  BOOST_REQUIRE_EQUAL(flat.size(), v.size());
+  BOOST_TEST(std::memcmp(flat.data(), v.data(), v.size()) == 0);
+  // Whole-word tensors are pieces of their own, pointing at the caller's
+  // memory; a tensor of 20 bytes is copied into the message.
+  auto points_at = [&](const void* p) {
+    for (auto& piece : g.pieces())
+      if (piece.data == p)
+        return true;
+    return false;
+  };
+  BOOST_TEST(points_at(w.data()));
+  BOOST_TEST(points_at(bias.data()));
+  BOOST_TEST(!points_at(odd.data()));
+  BOOST_TEST(!held.expired());
+  auto back = decode(flat.data(), flat.size(), "c");
+  auto& got = std::get<weights>(back.payload);
+  BOOST_REQUIRE_EQUAL(got.tensors.size(), 3u);
+  BOOST_TEST(static_cast<const float*>(got.tensors[2].data)[4] == 2.f);
+  { auto gone = std::move(g); }
+  BOOST_TEST(held.expired());
+}
+
+BOOST_AUTO_TEST_CASE(a_gathered_message_crosses_the_lane_and_lets_go_once_written) {
+  endpoint a("a", "s"), b("b", "s");
+  std::vector<double> values(1u << 20);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<double>(i) * 0.5;
+  weights msg;
+  msg.tensors.push_back({"x", dtype::float64, {static_cast<int64_t>(values.size())},
+                         values.data(), values.size() * 8});
+  envelope e;
+  e.hdr.cluster_id = "c";
+  e.hdr.sender = "p0";
+  e.payload = msg;
+  auto hold = std::make_shared<int>(0);
+  std::weak_ptr<int> held = hold;
+  BOOST_TEST(a.l.send(b.where(), "p1",
+                      std::make_shared<const gathered>(encode_gathered(e, std::move(hold)))));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  auto v = encode(e);
+  BOOST_TEST((b.got[0].bytes == std::string(v.data(), v.size())));
+  // The sender's memory is free again once the frame is written.
+  BOOST_TEST(eventually([&] { return held.expired(); }));
+  BOOST_TEST(a.l.stats().bytes_sent == v.size());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
