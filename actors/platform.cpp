@@ -429,6 +429,10 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         return;
       st.finished = true;
       st.running = false;
+      const auto& loans = st.trainer->loans();
+      spdlog::debug("[{}] gossip: {} messages sent from the parameters, which were copied {} "
+                    "times (a message still queued at the next step or merge)",
+                    st.args.platform.name, loans.lent(), loans.copies());
       // The node flushes the store once every platform is done: the final
       // checkpoint is in the store by then.
       checkpoint(self, [self, run](bool) {
