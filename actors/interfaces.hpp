@@ -2,9 +2,10 @@
 // Every actor interface of edgegossip in one place, so the whole protocol can
 // be read here. Payloads that cross nodes are Cap'n Proto buffers (`bytes`,
 // see messages/codec.hpp); the remaining elements are CAF built-in types, so
-// no message type has to be announced to the middleman. Gossip messages are
-// `shared_bytes` inside a process and travel between nodes on the weights
-// lane (messages/lane.hpp), not through the middleman.
+// no message type has to be announced to the middleman. Gossip messages
+// leave a platform as `shared_gathered` (pieces that reference its
+// parameters), travel between nodes on the weights lane (messages/lane.hpp),
+// not through the middleman, and are `shared_bytes` once received.
 
 #include "messages/buffer.hpp"
 #include "messages/codec.hpp"
@@ -23,9 +24,10 @@ namespace eg::actors {
 
 /// A Cap'n Proto message (messages::encode / messages::decode).
 using bytes = std::vector<char>;
-/// A Cap'n Proto message in the process's buffer cache
-/// (messages::encode_to_buffer), passed between the actors of one process
-/// without copying. Never serialized: CAF cannot send it to another node.
+/// A Cap'n Proto message in the process's buffer cache (as the weights lane
+/// receives it, or the sending mixer copies it for a peer in this process),
+/// passed between the actors of one process without copying. Never
+/// serialized: CAF cannot send it to another node.
 using shared_bytes = messages::shared_buffer;
 /// A gossip message as a platform sends it: in pieces that reference the
 /// platform's parameters (messages::encode_gathered), written to the

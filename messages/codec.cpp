@@ -378,19 +378,6 @@ std::vector<char> encode(const envelope& e) {
   });
 }
 
-buffer encode_to_buffer(const envelope& e) {
-  return build_and_write(e, [](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
-                               size_t bytes) {
-    buffer out(bytes);
-    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), bytes));
-    capnp::writeMessage(stream, *message);
-    if (stream.getArray().size() != bytes)
-      throw codec_error("encoded " + std::to_string(stream.getArray().size()) +
-                        " bytes, expected " + std::to_string(bytes));
-    return out;
-  });
-}
-
 gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold) {
   return build_and_write(e, [&](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
                                 size_t bytes) {

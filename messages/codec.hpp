@@ -147,10 +147,6 @@ struct envelope {
 /// returned buffer.
 std::vector<char> encode(const envelope& e);
 
-/// The same into a messages::buffer (storage that earlier messages already
-/// touched): what gossip sends.
-buffer encode_to_buffer(const envelope& e);
-
 /// A message whose tensor bytes stay where they are: its pieces (the
 /// segment table, the message's own segment, then each tensor's bytes in
 /// the caller's memory) are written out with one gather write, and equal
@@ -160,6 +156,14 @@ buffer encode_to_buffer(const envelope& e);
 /// (learning::parameter_loans: copy-on-write of a platform's parameters).
 class gathered {
 public:
+  gathered() = default;
+  // Moves keep the pieces valid (the table's storage moves with it); a copy
+  // would point into the original's table.
+  gathered(gathered&&) = default;
+  gathered& operator=(gathered&&) = default;
+  gathered(const gathered&) = delete;
+  gathered& operator=(const gathered&) = delete;
+
   struct piece {
     const char* data;
     size_t size;
