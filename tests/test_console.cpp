@@ -186,8 +186,8 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
   }
   BOOST_TEST(p2.cluster.evaluated_epoch == p1.cluster.evaluated_epoch);
   BOOST_TEST(p2.cluster.elapsed_seconds > p1.cluster.elapsed_seconds + 3.0);
-  // A pause longer than any epoch (several times the median even on a
-  // loaded machine), so that an epoch counting it would stand out.
+  // A long pause (several times the median epoch even on a loaded
+  // machine), so that an epoch counting it would stand out.
   std::this_thread::sleep_for(5s);
 
   // Resume: they grow again.
@@ -280,7 +280,9 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
     }
   BOOST_TEST(into_pa == row(mid, "pa").bytes_in);
   // The pause shows in the nodes' logs, and counts in no epoch's wall time:
-  // an epoch that counted it would last at least the pause.
+  // an epoch that counted it would last at least the pause more than the
+  // shortest epoch (in a sanitized build an epoch itself lasts about as long
+  // as the pause).
   BOOST_TEST(a->output().find("[pa] paused") != std::string::npos);
   BOOST_TEST(a->output().find("[pa] resumed") != std::string::npos);
   BOOST_TEST(b->output().find("[pb] paused") != std::string::npos);
@@ -293,18 +295,17 @@ BOOST_AUTO_TEST_CASE(snapshots_pause_resume_and_refusals_on_a_real_cluster) {
         walls.push_back(num(r["wall_seconds"]));
     auto sorted = walls;
     std::sort(sorted.begin(), sorted.end());
-    auto median = sorted[sorted.size() / 2];
-    BOOST_TEST_INFO("platform " << name << ", median epoch " << median << " s, paused "
-                                << paused_for << " s");
-    BOOST_TEST(sorted.back() < paused_for);
+    BOOST_TEST_INFO("platform " << name << ", epochs " << sorted.front() << " to "
+                                << sorted.back() << " s, paused " << paused_for << " s");
+    BOOST_TEST(sorted.back() < sorted.front() + paused_for);
   }
   std::vector<double> epochs;
   for (auto& r : cluster)
     epochs.push_back(num(r["epoch_seconds"]));
   std::sort(epochs.begin(), epochs.end());
-  BOOST_TEST(epochs.back() < paused_for,
-             "cluster epoch times: longest " << epochs.back() << " s, median "
-                                             << epochs[epochs.size() / 2] << " s");
+  BOOST_TEST(epochs.back() < epochs.front() + paused_for,
+             "cluster epoch times: longest " << epochs.back() << " s, shortest "
+                                             << epochs.front() << " s");
 }
 
 namespace {
