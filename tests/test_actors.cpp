@@ -21,6 +21,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <utility>
 
 using namespace eg;
 using namespace eg::actors;
@@ -33,16 +34,21 @@ messages::header hdr(const std::string& cluster, const std::string& sender) {
   return {cluster, messages::protocol_version, sender};
 }
 
+/// A fresh LeNet-5 and a weights message (gossip weight w) whose tensor
+/// views point into its parameters.
+std::pair<std::shared_ptr<learning::classifier>, messages::envelope>
+lenet_message(const std::string& cluster, const std::string& sender, double w, uint64_t seed) {
+  auto m = learning::make_classifier("lenet5", seed);
+  messages::weights msg;
+  msg.gossip_weight = w;
+  msg.tensors = learning::to_views(learning::parameter_names(*m), learning::parameters(*m));
+  return {m, {hdr(cluster, sender), msg}};
+}
+
 /// Encoded weights of a fresh LeNet-5 with gossip weight w.
 bytes lenet_weights(const std::string& cluster, const std::string& sender, double w,
                     uint64_t seed = 1) {
-  auto m = learning::make_classifier("lenet5", seed);
-  auto names = learning::parameter_names(*m);
-  auto params = learning::parameters(*m);
-  messages::weights msg;
-  msg.gossip_weight = w;
-  msg.tensors = learning::to_views(names, params);
-  return messages::encode({hdr(cluster, sender), msg});
+  return messages::encode(lenet_message(cluster, sender, w, seed).second);
 }
 
 /// The same bytes as a shared buffer (what platforms send, the lane delivers).
@@ -56,17 +62,11 @@ shared_bytes share(const bytes& b) {
 /// reference its parameters, holding `hold`.
 shared_gathered gathered_weights(const std::string& cluster, const std::string& sender, double w,
                                  std::shared_ptr<const void> hold = nullptr, uint64_t seed = 1) {
-  auto m = learning::make_classifier("lenet5", seed);
-  auto names = learning::parameter_names(*m);
-  auto params = learning::parameters(*m);
-  messages::weights msg;
-  msg.gossip_weight = w;
-  msg.tensors = learning::to_views(names, params);
+  auto [m, e] = lenet_message(cluster, sender, w, seed);
   // The model's parameters stay alive with the message, beside `hold`.
   auto keep = std::make_shared<std::pair<std::shared_ptr<const void>,
                                          std::shared_ptr<learning::classifier>>>(std::move(hold), m);
-  return std::make_shared<const messages::gathered>(
-    messages::encode_gathered({hdr(cluster, sender), msg}, std::move(keep)));
+  return std::make_shared<const messages::gathered>(messages::encode_gathered(e, std::move(keep)));
 }
 
 bool same_bytes(const shared_bytes& a, const bytes& b) {
