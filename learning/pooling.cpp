@@ -138,8 +138,8 @@ struct max_pool_2x2_function : torch::autograd::Function<max_pool_2x2_function> 
 
 Tensor max_pool_2x2(const Tensor& x) {
   const bool fast = x.dim() == 4 && x.device().is_cpu() && x.scalar_type() == torch::kFloat32
-                    && x.is_contiguous() && x.size(2) % 2 == 0 && x.size(3) % 2 == 0 && x.size(3) <= max_width
-                    && x.numel() > 0;
+                    && x.is_contiguous() && x.numel() > 0 && x.size(2) % 2 == 0
+                    && x.size(3) % 2 == 0 && x.size(3) <= max_width;
   if (!fast)
     return torch::max_pool2d(x, 2);
   if (torch::GradMode::is_enabled() && x.requires_grad())

@@ -1,12 +1,12 @@
 #pragma once
 // 2 x 2 max pooling with stride 2, the pooling of LeNet-5.
 //
-// LibTorch 1.13's CPU `max_pool2d` takes about 20 us a point for LeNet-5's
+// LibTorch 1.13's CPU `max_pool2d` takes about 17 us a point for LeNet-5's
 // first pooling (6 x 28 x 28), more than both convolutions together, and
-// half of an evaluation pass; this one takes about 2 us (5 with the indices
-// a backward pass needs) and gives the same values, the same gradients and
-// the same choice among equal maxima (the first in row-major order, NaN
-// wins). See bench/README.md, "aggregation".
+// half of an evaluation pass; this one takes 0.7 us (1.5 us with the
+// winners a backward pass needs) and gives the same values, the same
+// gradients and the same choice among equal maxima (the first in row-major
+// order, NaN wins). See bench/README.md, "aggregation".
 
 #include <torch/types.h>
 

@@ -370,10 +370,13 @@ struct lane::impl {
   }
 
   bool enqueue(const lane_endpoint& to, const std::string& target, std::vector<iovec> pieces,
-               size_t size, std::shared_ptr<const void> hold) {
+               std::shared_ptr<const void> hold) {
     if (target.empty() || target.size() > max_name_bytes)
       throw lane_error("weights lane: no target, or a target name over "
                        + std::to_string(max_name_bytes) + " bytes");
+    size_t size = 0;
+    for (auto& p : pieces)
+      size += p.iov_len;
     {
       std::lock_guard<std::mutex> lock(queue_mutex);
       if (!stopping && started && queued_bytes + size <= opt.max_queued_bytes) {
@@ -451,8 +454,7 @@ bool lane::send(const lane_endpoint& to, const std::string& target, shared_buffe
   if (!message || message->empty())
     throw lane_error("weights lane: nothing to send");
   std::vector<iovec> pieces{{const_cast<char*>(message->data()), message->size()}};
-  const size_t size = message->size();
-  return impl_->enqueue(to, target, std::move(pieces), size, std::move(message));
+  return impl_->enqueue(to, target, std::move(pieces), std::move(message));
 }
 
 bool lane::send(const lane_endpoint& to, const std::string& target, shared_gathered message) {
@@ -462,8 +464,7 @@ bool lane::send(const lane_endpoint& to, const std::string& target, shared_gathe
   pieces.reserve(message->pieces().size());
   for (auto& p : message->pieces())
     pieces.push_back({const_cast<char*>(p.data), p.size});
-  const size_t size = message->size();
-  return impl_->enqueue(to, target, std::move(pieces), size, std::move(message));
+  return impl_->enqueue(to, target, std::move(pieces), std::move(message));
 }
 
 void lane::stop() {

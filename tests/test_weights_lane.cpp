@@ -68,6 +68,15 @@ shared_buffer bytes_of(const std::string& s) {
   return std::make_shared<const buffer>(std::move(b));
 }
 
+/// A weights message of platform p0 in cluster c.
+envelope from_p0(const weights& msg) {
+  envelope e;
+  e.hdr.cluster_id = "c";
+  e.hdr.sender = "p0";
+  e.payload = msg;
+  return e;
+}
+
 /// Waits until `pred` holds (at most 10 s).
 template <class Pred>
 bool eventually(Pred pred) {
@@ -310,10 +319,7 @@ BOOST_AUTO_TEST_CASE(a_gathered_message_is_what_encode_writes_without_copying_te
   msg.tensors.push_back({"w", dtype::float32, {300000}, w.data(), w.size() * 4});
   msg.tensors.push_back({"b", dtype::float32, {10}, bias.data(), bias.size() * 4});
   msg.tensors.push_back({"odd", dtype::float32, {5}, odd.data(), odd.size() * 4});  // 20 bytes
-  envelope e;
-  e.hdr.cluster_id = "c";
-  e.hdr.sender = "p0";
-  e.payload = msg;
+  auto e = from_p0(msg);
   auto hold = std::make_shared<int>(7);
   std::weak_ptr<int> held = hold;
   auto g = encode_gathered(e, std::move(hold));
@@ -358,10 +364,7 @@ BOOST_AUTO_TEST_CASE(a_gathered_message_crosses_the_lane_and_lets_go_once_writte
   weights msg;
   msg.tensors.push_back({"x", dtype::float64, {static_cast<int64_t>(values.size())},
                          values.data(), values.size() * 8});
-  envelope e;
-  e.hdr.cluster_id = "c";
-  e.hdr.sender = "p0";
-  e.payload = msg;
+  auto e = from_p0(msg);
   auto hold = std::make_shared<int>(0);
   std::weak_ptr<int> held = hold;
   BOOST_TEST(a.l.send(b.where(), "p1",
