@@ -65,23 +65,6 @@ trained train_on(std::shared_ptr<const learning::dataset> data, const learning::
   return t;
 }
 
-/// learning::aggregated_losses with another batch size (what the project's
-/// batch of 1,000 costs against smaller ones; learning/ranking.cpp).
-double losses_seconds(learning::classifier& model, const learning::aggregated_points& a,
-                      int64_t batch) {
-  auto start = clock_type::now();
-  learning::evaluation_scope scope(model);
-  const int64_t m = a.size();
-  for (int64_t begin = 0; begin < m; begin += batch) {
-    const int64_t len = std::min(batch, m - begin);
-    auto e = torch::nn::functional::cross_entropy(
-      model.forward(a.points.narrow(0, begin, len)), a.labels.narrow(0, begin, len),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-    e.sum().item<float>();
-  }
-  return seconds_since(start);
-}
-
 struct row {
   std::string combination;
   int64_t ratio = 0;
@@ -89,10 +72,8 @@ struct row {
   double reduce = 0, divide = 0, mean = 0;
   double processing = 0;  // losses + ranking + plan, per epoch
   double losses = 0;      // of which the losses
-  double losses_128 = 0;  // the losses in batches of 128 instead of 1,000
   double epoch = 0;       // training epoch over the shard, measured beside it
   double share = 0;       // of the epoch's training time
-  double share_128 = 0;   // the same with the losses in batches of 128
   double accuracy = -1;   // model on the aggregated points alone
 };
 
@@ -133,9 +114,9 @@ int aggregation(const options& opt, const aggregation_options& a) {
               "samples/s)\n\n",
               epoch_seconds, static_cast<double>(shard.size()) / epoch_seconds);
 
-  std::printf("%-12s %5s %7s %9s %9s %9s %9s %12s %10s %9s %8s %10s\n", "combination",
-              "ratio", "points", "reduce s", "divide s", "mean s", "total s", "per-epoch ms",
-              "losses ms", "epoch s", "share %", "share@128");
+  std::printf("%-12s %5s %7s %9s %9s %9s %9s %12s %10s %9s %8s\n", "combination", "ratio",
+              "points", "reduce s", "divide s", "mean s", "total s", "per-epoch ms",
+              "losses ms", "epoch s", "share %");
   std::vector<row> rows;
   std::vector<std::pair<std::string, learning::aggregated_points>> for_accuracy;
   for (auto& combination : a.combinations) {
@@ -171,11 +152,6 @@ int aggregation(const options& opt, const aggregation_options& a) {
       std::sort(loss_times.begin(), loss_times.end());
       r.processing = times[times.size() / 2];
       r.losses = loss_times[loss_times.size() / 2];
-      std::vector<double> small;
-      for (int k = 0; k < 5; ++k)
-        small.push_back(losses_seconds(*model, agg, 128));
-      std::sort(small.begin(), small.end());
-      r.losses_128 = small[small.size() / 2];
       auto plan = learning::shuffled_plan(shard, 64, 1.0, rng);
       plan.batches.resize(200);
       trainer.begin_epoch(std::move(plan));
@@ -184,12 +160,11 @@ int aggregation(const options& opt, const aggregation_options& a) {
         trainer.step();
       r.epoch = seconds_since(t) / (200.0 * 64) * static_cast<double>(shard.size());
       r.share = r.processing / r.epoch;
-      r.share_128 = (r.processing - r.losses + r.losses_128) / r.epoch;
-      std::printf("%-12s %5lld %7lld %9.3f %9.3f %9.3f %9.3f %12.2f %10.2f %9.3f %8.2f %10.2f\n",
+      std::printf("%-12s %5lld %7lld %9.3f %9.3f %9.3f %9.3f %12.2f %10.2f %9.3f %8.2f\n",
                   combination.c_str(), static_cast<long long>(ratio),
                   static_cast<long long>(r.points), r.reduce, r.divide, r.mean,
                   r.reduce + r.divide + r.mean, 1e3 * r.processing, 1e3 * r.losses, r.epoch,
-                  100 * r.share, 100 * r.share_128);
+                  100 * r.share);
       std::fflush(stdout);
       if (ratio == a.accuracy_ratio)
         for_accuracy.emplace_back(combination, std::move(agg));
@@ -244,33 +219,30 @@ int aggregation(const options& opt, const aggregation_options& a) {
   {
     std::ofstream csv(dir / "aggregation.csv");
     csv << "combination,ratio,points,reduce_s,divide_s,mean_s,processing_ms,losses_ms,epoch_s,"
-           "share_pct,share_batch128_pct,accuracy\n";
+           "share_pct,accuracy\n";
     for (auto& r : rows)
       csv << r.combination << ',' << r.ratio << ',' << r.points << ',' << r.reduce << ','
           << r.divide << ',' << r.mean << ',' << 1e3 * r.processing << ',' << 1e3 * r.losses
-          << ',' << r.epoch << ',' << 100 * r.share << ',' << 100 * r.share_128
-          << ',' << r.accuracy << '\n';
+          << ',' << r.epoch << ',' << 100 * r.share << ',' << r.accuracy << '\n';
   }
 
-  double worst_share = 0, worst_share_10 = 0, slowest = 0, worst_128_10 = 0;
+  double worst_share = 0, worst_share_10 = 0, slowest = 0;
   double epoch_seconds_mean = 0;
   for (auto& r : rows)
     epoch_seconds_mean += r.epoch / static_cast<double>(rows.size());
   for (auto& r : rows) {
     worst_share = std::max(worst_share, r.share);
-    if (r.ratio == 10) {
+    if (r.ratio == 10)
       worst_share_10 = std::max(worst_share_10, r.share);
-      worst_128_10 = std::max(worst_128_10, r.share_128);
-    }
     slowest = std::max(slowest, r.reduce + r.divide + r.mean);
   }
   std::printf("figures: %s\n", (dir / "aggregation.csv").string().c_str());
   std::printf("summary: aggregation generation <= %.2f s (%.1f%% of one training epoch); "
               "per-epoch processing <= %.2f%% of training at ratio 10, <= %.2f%% at any ratio "
-              "(goal <= 2%%: %s; %.2f%% with the losses in batches of 128); accuracy on aggregated points alone:%s random %.3f, shard "
+              "(goal <= 2%%: %s); accuracy on aggregated points alone:%s random %.3f, shard "
               "%.3f\n",
               slowest, 100 * slowest / epoch_seconds_mean, 100 * worst_share_10, 100 * worst_share,
-              worst_share_10 <= 0.02 ? "met" : "missed", 100 * worst_128_10, acc_summary.c_str(), random_acc,
+              worst_share_10 <= 0.02 ? "met" : "missed", acc_summary.c_str(), random_acc,
               full_acc);
   return 0;
 }
