@@ -1,5 +1,6 @@
 #include "learning/model.hpp"
 
+#include "learning/conv.hpp"
 #include "learning/pooling.hpp"
 
 #include <torch/torch.h>
@@ -27,9 +28,11 @@ public:
     register_module("fc3", fc3);
   }
 
+  // Without gradients (evaluation, ranking) the convolutions and their
+  // ReLUs run as the fused kernels of conv.hpp; training runs torch's.
   torch::Tensor forward(torch::Tensor x) override {
-    x = max_pool_2x2(torch::relu(conv1->forward(x)));
-    x = max_pool_2x2(torch::relu(conv2->forward(x)));
+    x = max_pool_2x2(conv2d_relu(conv1, x));
+    x = max_pool_2x2(conv2d_relu(conv2, x));
     x = x.flatten(1);
     x = torch::relu(fc1->forward(x));
     x = torch::relu(fc2->forward(x));
