@@ -69,6 +69,9 @@ struct predictor_options {
   int epochs_per_level = 3;     ///< epochs under each co-runner level
   double settle_seconds = 2.0;  ///< after a level changes, before its first epoch
   uint64_t seed = 1;            ///< order of the evaluation pass
+  /// A directory a run wrote (predictor.csv, observations.csv): replay it
+  /// through the predictor as it is now instead of measuring.
+  std::string replay;
 };
 
 /// Performance predictor: mean absolute percentage error of the predicted

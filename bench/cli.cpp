@@ -50,6 +50,9 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "predictor: LeNet-5 iterations per epoch (default 234: a platform's shard of the default cluster)");
   bench->add_option("--epochs-per-level", st->predictor_opt.epochs_per_level,
                     "predictor: epochs under each co-runner level (default 3)");
+  bench->add_option("--replay", st->predictor_opt.replay,
+                    "predictor: replay a recorded run (the directory of its predictor.csv and "
+                    "observations.csv) through the predictor as it is now");
   bench->add_option("--platforms", st->scale_opt.platforms,
                     "scale: platforms in one process, one run each (default 16 256 1024)");
   bench->add_option("--nodes", st->scale_opt.nodes,

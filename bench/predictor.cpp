@@ -40,6 +40,8 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 
 extern char** environ;
@@ -174,11 +176,162 @@ struct epoch_record {
   double predicted = 0;  // seconds; 0: no prediction yet
   double actual = 0;
   learning::contention u;
+  size_t observations = 0;  // observations made before the prediction
+  double points = 0;        // data points the epoch trained
 };
+
+/// An observation as the model got it: the trace that lets another model
+/// be replayed on the same run.
+struct observation_record {
+  double at = 0;  // seconds since the measuring began
+  learning::contention u;
+  double seconds_per_point = 0;
+};
+
+/// The error figures of the evaluation epochs, in percent (-1: none).
+struct error_figures {
+  double mape = -1;
+  double worst = 0;
+  int epochs = 0;
+  /// Baseline: a predictor that ignores contention (the last epoch's time).
+  double last_epoch = -1;
+  /// The spread of the levels themselves: each evaluation epoch "predicted"
+  /// after the fact by the mean time of the other epochs of its level
+  /// (history and evaluation). No predictor that knows only the level, and
+  /// nothing of how the co-runners burst during the epoch, does better on
+  /// average; its MAPE is the run's noise floor.
+  double noise_floor = -1;
+};
+
+error_figures errors_of(const std::vector<epoch_record>& records) {
+  error_figures f;
+  double sum = 0, naive_sum = 0, floor_sum = 0;
+  int naive_n = 0, floor_n = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    if (r.phase != "evaluation")
+      continue;
+    if (r.predicted > 0) {
+      const double e = std::abs(r.predicted - r.actual) / r.actual;
+      sum += e;
+      f.worst = std::max(f.worst, 100 * e);
+      ++f.epochs;
+    }
+    if (i > 0) {
+      naive_sum += std::abs(records[i - 1].actual - r.actual) / r.actual;
+      ++naive_n;
+    }
+    double others = 0;
+    int count = 0;
+    for (const auto& o : records)
+      if (&o != &r && o.level == r.level) {
+        others += o.actual;
+        ++count;
+      }
+    if (count > 0) {
+      floor_sum += std::abs(others / count - r.actual) / r.actual;
+      ++floor_n;
+    }
+  }
+  if (f.epochs > 0)
+    f.mape = 100 * sum / f.epochs;
+  if (naive_n > 0)
+    f.last_epoch = 100 * naive_sum / naive_n;
+  if (floor_n > 0)
+    f.noise_floor = 100 * floor_sum / floor_n;
+  return f;
+}
+
+/// Rows of a CSV file written by this benchmark, without its header; each
+/// row must have `fields` fields.
+std::vector<std::vector<std::string>> read_csv(const std::filesystem::path& file,
+                                               size_t fields) {
+  std::ifstream in(file);
+  if (!in)
+    throw std::runtime_error("bench predictor: cannot read " + file.string());
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    if (number == 1)
+      continue;
+    std::vector<std::string> row;
+    std::stringstream cells(line);
+    for (std::string cell; std::getline(cells, cell, ',');)
+      row.push_back(cell);
+    if (row.size() != fields)
+      throw std::runtime_error("bench predictor: " + file.string() + " line " +
+                               std::to_string(number) + " has " + std::to_string(row.size()) +
+                               " fields, not " + std::to_string(fields));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+double number(const std::vector<std::string>& row, size_t i, const std::filesystem::path& file) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(row[i], &used);
+    if (used == row[i].size() && std::isfinite(v))
+      return v;
+  } catch (const std::exception&) {
+  }
+  throw std::runtime_error("bench predictor: " + file.string() + ": '" + row[i] +
+                           "' is not a number");
+}
+
+/// A recorded run (predictor.csv and observations.csv of `dir`) replayed
+/// through the predictor as it is now: the same observations in the same
+/// order, the same contention at each prediction, so that a change of the
+/// model is judged on the same co-runners' noise.
+int replay(const std::filesystem::path& dir) {
+  const auto epochs_file = dir / "predictor.csv", trace_file = dir / "observations.csv";
+  const auto epochs = read_csv(epochs_file, 11);
+  const auto trace = read_csv(trace_file, 6);
+  learning::slowdown_model model;
+  std::vector<epoch_record> records;
+  double recorded_sum = 0;
+  int recorded_n = 0;
+  size_t fed = 0;
+  for (const auto& row : epochs) {
+    const auto upto = static_cast<size_t>(number(row, 9, epochs_file));
+    if (upto > trace.size() || upto < fed)
+      throw std::runtime_error("bench predictor: " + epochs_file.string() + " names " +
+                               std::to_string(upto) + " observations, " + trace_file.string() +
+                               " has " + std::to_string(trace.size()));
+    for (; fed < upto; ++fed) {
+      const auto& o = trace[fed];
+      model.observe({number(o, 1, trace_file), number(o, 2, trace_file),
+                     number(o, 3, trace_file), number(o, 4, trace_file)},
+                    number(o, 5, trace_file));
+    }
+    epoch_record r;
+    r.phase = row[1];
+    r.level = row[2];
+    r.u = {number(row, 3, epochs_file), number(row, 4, epochs_file),
+           number(row, 5, epochs_file), number(row, 6, epochs_file)};
+    r.actual = number(row, 8, epochs_file);
+    if (model.size() > 0)
+      r.predicted = number(row, 10, epochs_file) * model.seconds_per_point(r.u);
+    const double recorded = number(row, 7, epochs_file);
+    if (r.phase == "evaluation" && recorded > 0) {
+      recorded_sum += std::abs(recorded - r.actual) / r.actual;
+      ++recorded_n;
+    }
+    records.push_back(r);
+  }
+  const auto e = errors_of(records);
+  std::printf("summary: replayed %s (%zu epochs, %zu observations): predictor MAPE %.2f%% over "
+              "%d evaluation epochs (worst %.1f%%; recorded: %.2f%%), noise floor %.2f%%\n",
+              dir.string().c_str(), records.size(), trace.size(), e.mape, e.epochs, e.worst,
+              recorded_n > 0 ? 100 * recorded_sum / recorded_n : -1.0, e.noise_floor);
+  return 0;
+}
 
 } // namespace
 
 int predictor(const options& opt, const predictor_options& p) {
+  if (!p.replay.empty())
+    return replay(p.replay);
   actors::tune_allocator();
   at::set_num_threads(1);
   auto train = std::make_shared<learning::dataset>(
@@ -232,6 +385,8 @@ int predictor(const options& opt, const predictor_options& p) {
   sampler_thread sampler;
   const int64_t iterations = p.iterations;
   std::vector<epoch_record> records;
+  std::vector<observation_record> trace;
+  const auto measuring = clock_type::now();
   double observed_seconds = 0;
   uint64_t observed_samples = 0;
   // Trains `its` iterations (fewer when `max_seconds` > 0 runs out first);
@@ -259,6 +414,7 @@ int predictor(const options& opt, const predictor_options& p) {
           auto u = sampler.monitor().last(observed_seconds);
           const double spp = observed_seconds / static_cast<double>(observed_samples);
           model.observe(u, spp);
+          trace.push_back({seconds_since(measuring), u, spp});
           observed_seconds = 0;
           observed_samples = 0;
         }
@@ -273,7 +429,9 @@ int predictor(const options& opt, const predictor_options& p) {
     rec.level = name;
     sampler.monitor().refresh();
     rec.u = sampler.monitor().last(learning::contention_monitor::prediction_window);
+    rec.observations = trace.size();
     const double points = static_cast<double>(iterations * 64);
+    rec.points = points;
     if (model.size() > 0) {
       rec.predicted = points * model.seconds_per_point(rec.u);
     }
@@ -325,61 +483,26 @@ int predictor(const options& opt, const predictor_options& p) {
   }
   std::filesystem::remove_all(dir / "scratch");
 
-  auto mape_of = [&](double epoch_record::*field, double* worst) {
-    double sum = 0;
-    int n = 0;
-    for (auto& r : records)
-      if (r.phase == "evaluation" && r.*field > 0) {
-        double e = std::abs(r.*field - r.actual) / r.actual;
-        sum += e;
-        *worst = std::max(*worst, e);
-        ++n;
-      }
-    return std::pair{n > 0 ? 100 * sum / n : -1.0, n};
-  };
-  double worst = 0;
-  auto [mape, n] = mape_of(&epoch_record::predicted, &worst);
-  // Baseline: a predictor that ignores contention (the last epoch's time).
-  double naive_sum = 0;
-  int naive_n = 0;
-  for (size_t i = 1; i < records.size(); ++i)
-    if (records[i].phase == "evaluation") {
-      naive_sum += std::abs(records[i - 1].actual - records[i].actual) / records[i].actual;
-      ++naive_n;
-    }
-  const double naive = naive_n > 0 ? 100 * naive_sum / naive_n : -1;
-  // The spread of the levels themselves: each evaluation epoch "predicted"
-  // after the fact by the mean time of the other epochs of its level
-  // (history and evaluation). No predictor that knows only the level, and
-  // nothing of how the co-runners burst during the epoch, does better on
-  // average; its MAPE is this run's noise floor.
-  double floor_sum = 0;
-  int floor_n = 0;
-  for (auto& r : records) {
-    if (r.phase != "evaluation")
-      continue;
-    double others = 0;
-    int count = 0;
-    for (auto& o : records)
-      if (&o != &r && o.level == r.level) {
-        others += o.actual;
-        ++count;
-      }
-    if (count > 0) {
-      floor_sum += std::abs(others / count - r.actual) / r.actual;
-      ++floor_n;
-    }
-  }
-  const double noise_floor = floor_n > 0 ? 100 * floor_sum / floor_n : -1;
+  const auto e = errors_of(records);
 
   {
     std::ofstream csv(dir / "predictor.csv");
-    csv << "index,phase,level,core,net_mb_s,disk_mb_s,wait,predicted_s,actual_s\n";
+    csv.precision(17);
+    csv << "index,phase,level,core,net_mb_s,disk_mb_s,wait,predicted_s,actual_s,observations,points\n";
     for (size_t i = 0; i < records.size(); ++i) {
       auto& r = records[i];
       csv << i << ',' << r.phase << ',' << r.level << ',' << r.u.core << ',' << r.u.net << ','
-          << r.u.disk << ',' << r.u.wait << ',' << r.predicted << ',' << r.actual << '\n';
+          << r.u.disk << ',' << r.u.wait << ',' << r.predicted << ',' << r.actual << ','
+          << r.observations << ',' << r.points << '\n';
     }
+  }
+  {
+    std::ofstream csv(dir / "observations.csv");
+    csv.precision(17);
+    csv << "seconds,core,net_mb_s,disk_mb_s,wait,seconds_per_point\n";
+    for (auto& o : trace)
+      csv << o.at << ',' << o.u.core << ',' << o.u.net << ',' << o.u.disk << ',' << o.u.wait
+          << ',' << o.seconds_per_point << '\n';
   }
   {
     std::ofstream gp(dir / "predictor.gp");
@@ -401,9 +524,9 @@ int predictor(const options& opt, const predictor_options& p) {
               "last-epoch-time baseline %.2f%%, noise floor (mean of the level's other "
               "epochs, after the fact) %.2f%%; goal <= 3%%: %s; cost %.0f us per sample, %.0f "
               "us per observation, %.1f us per report\n",
-              mape, n, 100 * worst, naive, noise_floor,
-              mape >= 0 && mape <= 3 ? "met" : "missed", 1e6 * cost_sample, 1e6 * cost_observe,
-              1e6 * cost_report);
+              e.mape, e.epochs, e.worst, e.last_epoch, e.noise_floor,
+              e.mape >= 0 && e.mape <= 3 ? "met" : "missed", 1e6 * cost_sample,
+              1e6 * cost_observe, 1e6 * cost_report);
   return 0;
 }
 
