@@ -248,8 +248,12 @@ bool valid_sample(const contention& u, double t) {
          std::isfinite(u.wait) && std::isfinite(t) && t > 0;
 }
 
-// U = (core, net, disk, wait).
-constexpr size_t features_count = 4;
+// The fit's U = (core, net, disk); U_wait is not fitted (slowdown_model).
+constexpr size_t features_count = 3;
+
+// A training thread's wall time is the time it runs and the time it waits
+// for a CPU: run time = t / (1 + U_wait).
+double run_time(double t, const contention& u) { return t / (1 + std::max(0.0, u.wait)); }
 
 // Solves a x = b in place for n <= features_count by Gaussian elimination
 // with partial pivoting; a is symmetric positive definite here thanks to the
@@ -325,14 +329,15 @@ void slowdown_model::fit_slopes() {
   for (size_t k = n; k-- > 0; weight *= forgetting_)
     w[k] = weight;
   auto features = [](const sample& s) {
-    return std::array<double, features_count>{s.u.core, s.u.net, s.u.disk, s.u.wait};
+    return std::array<double, features_count>{s.u.core, s.u.net, s.u.disk};
   };
+  auto target = [](const sample& s) { return run_time(s.t, s.u); };
 
   double sw = 0, mean_t = 0, mean_x[features_count] = {};
   for (size_t k = 0; k < n; ++k) {
     const auto x = features(samples_[k]);
     sw += w[k];
-    mean_t += w[k] * samples_[k].t;
+    mean_t += w[k] * target(samples_[k]);
     for (size_t a = 0; a < features_count; ++a)
       mean_x[a] += w[k] * x[a];
   }
@@ -368,7 +373,7 @@ void slowdown_model::fit_slopes() {
       const auto x = features(samples_[k]);
       for (size_t i = 0; i < m; ++i) {
         const double xi = x[used[i]] - mean_x[used[i]];
-        r[i] += w[k] * xi * (samples_[k].t - mean_t);
+        r[i] += w[k] * xi * (target(samples_[k]) - mean_t);
         for (size_t j = 0; j < m; ++j)
           c[i][j] += w[k] * xi * (x[used[j]] - mean_x[used[j]]);
       }
@@ -403,7 +408,7 @@ void slowdown_model::find_base() {
     // fastest time actually observed is the best guess of the quiet machine.
     base_ = std::numeric_limits<double>::infinity();
     for (const auto& s : samples_)
-      base_ = std::min(base_, s.t);
+      base_ = std::min(base_, run_time(s.t, s.u));
   }
   if (!(base_ > 0) || !std::isfinite(base_))
     base_ = 0;
@@ -412,9 +417,8 @@ void slowdown_model::find_base() {
 double slowdown_model::slowdown(const contention& u) const {
   if (!(base_ > 0))
     return 1;
-  const double t =
-    beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk + beta_[4] * u.wait;
-  return std::max(1.0, t / base_);
+  const double t = beta_[0] + beta_[1] * u.core + beta_[2] * u.net + beta_[3] * u.disk;
+  return std::max(1.0, t / base_) * (1 + std::max(0.0, u.wait));
 }
 
 void slowdown_model::track_t0() {

@@ -99,9 +99,16 @@ private:
   contention_history history_;
 };
 
-/// Time per data point t = t0 * RG(U). RG comes from a linear fit
-/// t = b0 + b . U (U = core, net, disk, wait) by weighted least squares with exponential forgetting over
-/// a long window: RG(U) = (b0 + b . U) / b0 >= 1. Contention only ever slows
+/// Time per data point t = t0 * RG(U), with RG(U) = RG_run(U) * (1 + U_wait):
+/// a training thread's wall time is the time it runs and the time it waits
+/// for a CPU, so U_wait slows it by exactly 1 + U_wait, while core, network
+/// and disk load slow its running (caches, memory bandwidth, interrupts).
+/// RG_run comes from a linear fit of the run time t / (1 + U_wait) =
+/// b0 + b . U (U = core, net, disk) by weighted least squares with
+/// exponential forgetting over a long window: RG_run(U) = (b0 + b . U) / b0
+/// >= 1. (A linear fit of t against all four, wait included, predicted the
+/// same recorded runs of bench predictor 0.2-0.7 points worse: its wait
+/// slope absorbed the core load that rises with it.) Contention only ever slows
 /// a platform down, so a slope the samples fit below 0 is taken out and the
 /// fit made again without it, and slopes are only fitted from
 /// `min_fit_samples` samples on (two or three samples fit any noise exactly
@@ -148,7 +155,7 @@ private:
   double tracking_;
   size_t min_fit_samples_;
   std::deque<sample> samples_;
-  double beta_[5] = {0, 0, 0, 0, 0};  // b0, b_core, b_net, b_disk, b_wait
+  double beta_[4] = {0, 0, 0, 0};  // b0, b_core, b_net, b_disk (of the run time)
   double base_ = 0;  // the fit's time per point on a quiet machine (0: none)
   double t0_ = 0;    // tracked t0
 };

@@ -353,6 +353,24 @@ BOOST_AUTO_TEST_CASE(run_queue_wait_predicts_where_core_usage_saturates) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(run_queue_wait_multiplies_the_run_time) {
+  // Disk load slows the thread's running (run time t0 * (1 + 0.5 U_disk /
+  // 100)); waiting for a CPU adds U_wait seconds per second run on top. Seen
+  // only one at a time, both together are predicted as their product (a
+  // linear fit of t against both gives their sum: 0.0025 here, not 0.003).
+  slowdown_model m;
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> level(0, 1);
+  for (int i = 0; i < 300; ++i) {
+    const bool disk = i % 2 == 0;
+    const contention u{0, 0, disk ? 100 * level(rng) : 0, disk ? 0 : level(rng)};
+    m.observe(u, 0.001 * (1 + 0.005 * u.disk) * (1 + u.wait));
+  }
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-6));
+  BOOST_TEST(m.seconds_per_point({0, 0, 100, 1}) == 0.003, tt::tolerance(1e-6));
+  BOOST_TEST(m.slowdown({0, 0, 100, 1}) == 3.0, tt::tolerance(1e-6));
+}
+
 BOOST_AUTO_TEST_CASE(version_1_samples_restore_without_wait) {
   // Samples stored before U_wait existed still make a warm start.
   slowdown_model m(1.0, 600, 1.0);
