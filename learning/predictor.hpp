@@ -106,9 +106,10 @@ private:
 /// RG_run comes from a linear fit of the run time t / (1 + U_wait) =
 /// b0 + b . U (U = core, net, disk) by weighted least squares with
 /// exponential forgetting over a long window: RG_run(U) = (b0 + b . U) / b0
-/// >= 1. (A linear fit of t against all four, wait included, predicted the
-/// same recorded runs of bench predictor 0.2-0.7 points worse: its wait
-/// slope absorbed the core load that rises with it.) Contention only ever slows
+/// >= 1. (A linear fit of t against all four, wait included, predicted two
+/// recorded runs of bench predictor 0.2 and 0.7 points worse, and load of two
+/// kinds at once as the sum of their slowdowns, not the product.)
+/// Contention only ever slows
 /// a platform down, so a slope the samples fit below 0 is taken out and the
 /// fit made again without it, and slopes are only fitted from
 /// `min_fit_samples` samples on (two or three samples fit any noise exactly
