@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace eg::bench {
@@ -105,9 +106,9 @@ int framework(const options& opt) {
   // after it, and the ratio said an actor system beat a bare loop).
   const double bare1_before = bare_loop(train, samples, 1);
   const double bare_all_before = bare_loop(train, samples, cores);
-  std::vector<framework_result> runs;
+  std::vector<std::pair<int, framework_result>> runs;  // platforms, result
   for (int p : {1, 2, 4})  // each platform one thread; more platforms than cores share them
-    runs.push_back(in_actors(opt, p, 1, samples));
+    runs.emplace_back(p, in_actors(opt, p, 1, samples));
   const double bare1_after = bare_loop(train, samples, 1);
   const double bare_all_after = bare_loop(train, samples, cores);
   const double bare1 = (bare1_before + bare1_after) / 2;
@@ -119,10 +120,7 @@ int framework(const options& opt) {
               "-", bare_all_before, bare_all_after);
   double worst = 1e9;
   std::string summary;
-  const int counts[] = {1, 2, 4};
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const int p = counts[i];
-    const auto& r = runs[i];
+  for (const auto& [p, r] : runs) {
     double base = p == 1 ? bare1 : std::max(bare_all, bare1);
     double ratio = r.samples_per_second / base;
     worst = std::min(worst, ratio);

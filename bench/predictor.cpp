@@ -242,18 +242,31 @@ error_figures errors_of(const std::vector<epoch_record>& records) {
   return f;
 }
 
-/// Rows of a CSV file written by this benchmark, without its header; each
-/// row must have `fields` fields.
+// The trace's two files: what the run writes and --replay reads.
+constexpr const char* epochs_header =
+  "index,phase,level,core,net_mb_s,disk_mb_s,wait,predicted_s,actual_s,observations,points";
+constexpr size_t epochs_fields = 11;
+constexpr const char* observations_header =
+  "seconds,core,net_mb_s,disk_mb_s,wait,seconds_per_point";
+constexpr size_t observations_fields = 6;
+
+/// Rows of a CSV file written by this benchmark, below its header, which
+/// must be `header`; each row must have `fields` fields.
 std::vector<std::vector<std::string>> read_csv(const std::filesystem::path& file,
-                                               size_t fields) {
+                                               const char* header, size_t fields) {
   std::ifstream in(file);
   if (!in)
     throw std::runtime_error("bench predictor: cannot read " + file.string());
   std::vector<std::vector<std::string>> rows;
   std::string line;
   for (size_t number = 1; std::getline(in, line); ++number) {
-    if (number == 1)
+    if (number == 1) {
+      if (line != header)
+        throw std::runtime_error("bench predictor: " + file.string() +
+                                 " is not a trace of this benchmark: its first line is not '" +
+                                 header + "'");
       continue;
+    }
     std::vector<std::string> row;
     std::stringstream cells(line);
     for (std::string cell; std::getline(cells, cell, ',');)
@@ -285,12 +298,10 @@ double number(const std::vector<std::string>& row, size_t i, const std::filesyst
 /// model is judged on the same co-runners' noise.
 int replay(const std::filesystem::path& dir) {
   const auto epochs_file = dir / "predictor.csv", trace_file = dir / "observations.csv";
-  const auto epochs = read_csv(epochs_file, 11);
-  const auto trace = read_csv(trace_file, 6);
+  const auto epochs = read_csv(epochs_file, epochs_header, epochs_fields);
+  const auto trace = read_csv(trace_file, observations_header, observations_fields);
   learning::slowdown_model model;
-  std::vector<epoch_record> records;
-  double recorded_sum = 0;
-  int recorded_n = 0;
+  std::vector<epoch_record> records, recorded;
   size_t fed = 0;
   for (const auto& row : epochs) {
     const auto upto = static_cast<size_t>(number(row, 9, epochs_file));
@@ -312,18 +323,15 @@ int replay(const std::filesystem::path& dir) {
     r.actual = number(row, 8, epochs_file);
     if (model.size() > 0)
       r.predicted = number(row, 10, epochs_file) * model.seconds_per_point(r.u);
-    const double recorded = number(row, 7, epochs_file);
-    if (r.phase == "evaluation" && recorded > 0) {
-      recorded_sum += std::abs(recorded - r.actual) / r.actual;
-      ++recorded_n;
-    }
     records.push_back(r);
+    r.predicted = number(row, 7, epochs_file);
+    recorded.push_back(r);
   }
   const auto e = errors_of(records);
   std::printf("summary: replayed %s (%zu epochs, %zu observations): predictor MAPE %.2f%% over "
               "%d evaluation epochs (worst %.1f%%; recorded: %.2f%%), noise floor %.2f%%\n",
               dir.string().c_str(), records.size(), trace.size(), e.mape, e.epochs, e.worst,
-              recorded_n > 0 ? 100 * recorded_sum / recorded_n : -1.0, e.noise_floor);
+              errors_of(recorded).mape, e.noise_floor);
   return 0;
 }
 
@@ -488,7 +496,7 @@ int predictor(const options& opt, const predictor_options& p) {
   {
     std::ofstream csv(dir / "predictor.csv");
     csv.precision(17);
-    csv << "index,phase,level,core,net_mb_s,disk_mb_s,wait,predicted_s,actual_s,observations,points\n";
+    csv << epochs_header << '\n';
     for (size_t i = 0; i < records.size(); ++i) {
       auto& r = records[i];
       csv << i << ',' << r.phase << ',' << r.level << ',' << r.u.core << ',' << r.u.net << ','
@@ -499,7 +507,7 @@ int predictor(const options& opt, const predictor_options& p) {
   {
     std::ofstream csv(dir / "observations.csv");
     csv.precision(17);
-    csv << "seconds,core,net_mb_s,disk_mb_s,wait,seconds_per_point\n";
+    csv << observations_header << '\n';
     for (auto& o : trace)
       csv << o.at << ',' << o.u.core << ',' << o.u.net << ',' << o.u.disk << ',' << o.u.wait
           << ',' << o.seconds_per_point << '\n';

@@ -409,6 +409,8 @@ Tensor conv2d_relu(const torch::nn::Conv2d& conv, const Tensor& x, int width) {
   if (width != 0 && std::find(widths.begin(), widths.end(), width) == widths.end())
     throw std::invalid_argument("conv2d_relu: this processor runs no kernels of " +
                                 std::to_string(width) + " floats a vector");
+  // Torch's own convolution and ReLU, for what the kernels do not take.
+  const auto torch_path = [&] { return torch::relu(conv.ptr()->forward(x)); };
   const auto& m = *conv.ptr();
   const Tensor& weight = m.weight;
   const Tensor& bias = m.bias;
@@ -420,13 +422,13 @@ Tensor conv2d_relu(const torch::nn::Conv2d& conv, const Tensor& x, int width) {
                     x.size(1) == weight.size(1) && bias.numel() == weight.size(0) &&
                     x.size(2) + 2 * pad >= kernel && x.size(3) + 2 * pad >= kernel;
   if (!ours)
-    return torch::relu(conv.ptr()->forward(x));
+    return torch_path();
   const int64_t n = x.size(0), cin = x.size(1), cout = weight.size(0);
   const int64_t ho = x.size(2) + 2 * pad - kernel + 1, wo = x.size(3) + 2 * pad - kernel + 1;
   const double rows_use = lane_use(layout::rows, width, cout, ho, wo);
   const double channels_use = lane_use(layout::channels, width, cout, ho, wo);
   if (std::max(rows_use, channels_use) < min_lane_use)
-    return torch::relu(conv.ptr()->forward(x));
+    return torch_path();
 
 #if EG_CONV_KERNELS
   const layout kind = rows_use >= channels_use ? layout::rows : layout::channels;
@@ -466,7 +468,7 @@ Tensor conv2d_relu(const torch::nn::Conv2d& conv, const Tensor& x, int width) {
   });
   return out;
 #else
-  return torch::relu(conv.ptr()->forward(x));
+  return torch_path();
 #endif
 }
 
