@@ -131,16 +131,24 @@ struct lane::impl {
   struct job {
     lane_endpoint to;
     std::string target;
+    std::vector<char> head;     // the frame's header and target (on the heap: moves keep it)
     std::vector<iovec> pieces;  // the message, written as it lies
     size_t size = 0;
     std::shared_ptr<const void> hold;  // what the pieces point into
+    /// Bytes of the frame that send() wrote itself; when not 0, `pieces`
+    /// holds what is left of head and message, for the same connection.
+    size_t written = 0;
   };
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
   std::deque<job> queue;
   size_t queued_bytes = 0;
+  /// A thread is writing a frame: the sender thread, or a caller of send()
+  /// that found the queue empty. Frames are written one at a time, in order.
+  bool busy = false;
 
-  // The sender thread's own: one connection per peer node, failures in a row.
+  // Whoever holds `busy` owns these: one connection per peer node, failures
+  // in a row.
   std::map<std::string, socket_fd> outgoing;
   std::map<std::string, uint64_t> failures;
 
@@ -333,39 +341,97 @@ struct lane::impl {
     return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLIN));
   }
 
-  void send_one(const job& j) {
+  static std::vector<char> frame_head(const std::string& target, size_t size) {
+    std::string head;
+    put(head, frame_magic);
+    put(head, static_cast<uint32_t>(target.size()));
+    put(head, static_cast<uint64_t>(size));
+    head += target;
+    return {head.begin(), head.end()};
+  }
+
+  /// The frame's buffers still to write: all of it, or what send() left.
+  static std::vector<iovec> frame_iov(job& j) {
+    if (j.written > 0)
+      return j.pieces;
+    std::vector<iovec> iov;
+    iov.reserve(j.pieces.size() + 1);
+    iov.push_back({j.head.data(), j.head.size()});
+    iov.insert(iov.end(), j.pieces.begin(), j.pieces.end());
+    return iov;
+  }
+
+  void sent(const job& j) {
+    count([&](lane_stats& s) {
+      ++s.frames_sent;
+      s.bytes_sent += j.size;
+    });
+    failures.erase(key_of(j.to));
+  }
+
+  void lost(const job& j, const std::string& why) {
     auto key = key_of(j.to);
+    outgoing.erase(key);
+    count([](lane_stats& s) { ++s.frames_lost; });
+    auto n = ++failures[key];
+    if (!stopping && (n == 1 || n % 100 == 0))
+      spdlog::warn("[{}] weights lane: a message for '{}' on node '{}' ({}) is lost{}: {}",
+                   opt.node, j.target, j.to.node, key,
+                   n > 1 ? " (" + std::to_string(n) + " in a row)" : std::string{}, why);
+  }
+
+  /// The connection to `to` that is still open, or end().
+  std::map<std::string, socket_fd>::iterator open_connection(const lane_endpoint& to) {
+    auto i = outgoing.find(key_of(to));
+    if (i != outgoing.end() && closed_by_peer(i->second.get())) {
+      outgoing.erase(i);
+      return outgoing.end();
+    }
+    return i;
+  }
+
+  /// On the sender thread: writes the frame (dialling first if needed),
+  /// waiting for the peer up to the send timeout.
+  void send_one(job& j) {
     try {
-      auto i = outgoing.find(key);
-      if (i != outgoing.end() && closed_by_peer(i->second.get())) {
-        outgoing.erase(i);
-        i = outgoing.end();
+      auto i = outgoing.end();
+      if (j.written > 0) {
+        // The rest of a frame belongs on the connection it began on.
+        i = outgoing.find(key_of(j.to));
+        if (i == outgoing.end())
+          throw lane_error("the connection closed in the middle of the frame");
+      } else {
+        i = open_connection(j.to);
+        if (i == outgoing.end())
+          i = outgoing.emplace(key_of(j.to), dial(j.to)).first;
       }
-      if (i == outgoing.end())
-        i = outgoing.emplace(key, dial(j.to)).first;
-      std::string head;
-      put(head, frame_magic);
-      put(head, static_cast<uint32_t>(j.target.size()));
-      put(head, static_cast<uint64_t>(j.size));
-      head += j.target;
-      std::vector<iovec> iov;
-      iov.reserve(j.pieces.size() + 1);
-      iov.push_back({head.data(), head.size()});
-      iov.insert(iov.end(), j.pieces.begin(), j.pieces.end());
-      writev_all(i->second.get(), std::move(iov));
-      count([&](lane_stats& s) {
-        ++s.frames_sent;
-        s.bytes_sent += j.size;
-      });
-      failures.erase(key);
+      writev_all(i->second.get(), frame_iov(j));
+      sent(j);
     } catch (const std::exception& e) {
-      outgoing.erase(key);
-      count([](lane_stats& s) { ++s.frames_lost; });
-      auto n = ++failures[key];
-      if (!stopping && (n == 1 || n % 100 == 0))
-        spdlog::warn("[{}] weights lane: a message for '{}' on node '{}' ({}) is lost{}: {}",
-                     opt.node, j.target, j.to.node, key,
-                     n > 1 ? " (" + std::to_string(n) + " in a row)" : std::string{}, e.what());
+      lost(j, e.what());
+    }
+  }
+
+  /// On the caller of send(), holding `busy`: writes what the connection
+  /// takes now, without waiting and without dialling. Returns whether the
+  /// frame is done with (written, or lost); else the sender thread finishes it.
+  bool send_now(job& j) {
+    try {
+      auto i = open_connection(j.to);
+      if (i == outgoing.end())
+        return false;
+      auto iov = frame_iov(j);
+      j.written = write_available(i->second.get(), iov);
+      if (iov.empty()) {
+        sent(j);
+        return true;
+      }
+      if (j.written > 0)
+        j.pieces = std::move(iov);
+      return false;
+    } catch (const std::exception& e) {
+      lost(j, e.what());
+      return true;
     }
   }
 
@@ -377,17 +443,33 @@ struct lane::impl {
     size_t size = 0;
     for (auto& p : pieces)
       size += p.iov_len;
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex);
-      if (!stopping && started && queued_bytes + size <= opt.max_queued_bytes) {
-        queued_bytes += size;
-        queue.push_back({to, target, std::move(pieces), size, std::move(hold)});
-        queue_cv.notify_one();
-        return true;
-      }
+    std::unique_lock<std::mutex> lock(queue_mutex);
+    if (stopping || !started || queued_bytes + size > opt.max_queued_bytes) {
+      lock.unlock();
+      count([](lane_stats& s) { ++s.frames_lost; });
+      return false;
     }
-    count([](lane_stats& s) { ++s.frames_lost; });
-    return false;
+    queued_bytes += size;
+    job j{to, target, frame_head(target, size), std::move(pieces), size, std::move(hold)};
+    if (!queue.empty() || busy) {
+      queue.push_back(std::move(j));
+      queue_cv.notify_one();
+      return true;
+    }
+    // Nothing is being written: the caller writes what the socket takes at
+    // once, which spares a small frame the hand-over to the sender thread.
+    busy = true;
+    lock.unlock();
+    const bool done = send_now(j);
+    lock.lock();
+    busy = false;
+    if (done)
+      queued_bytes -= size;
+    else
+      queue.push_front(std::move(j));  // frames queued meanwhile come after it
+    queue_cv.notify_all();             // the sender thread, or stop()
+    lock.unlock();
+    return true;  // `j` (and its hold, when written) goes here, outside the lock
   }
 
   void send_loop() {
@@ -395,16 +477,18 @@ struct lane::impl {
       job j;
       {
         std::unique_lock<std::mutex> lock(queue_mutex);
-        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        queue_cv.wait(lock, [&] { return stopping || (!queue.empty() && !busy); });
         if (stopping)
           return;
         j = std::move(queue.front());
         queue.pop_front();
+        busy = true;
       }
       send_one(j);
       const size_t size = j.size;
       j = job{};  // the message is written: its hold goes now, not with the next job
       std::lock_guard<std::mutex> lock(queue_mutex);
+      busy = false;
       queued_bytes -= size;
     }
   }
@@ -484,6 +568,11 @@ void lane::stop() {
     d.acceptor.join();
   if (d.sender.joinable())
     d.sender.join();
+  {
+    // A caller of send() still writing a frame (it does not wait on the peer).
+    std::unique_lock<std::mutex> lock(d.queue_mutex);
+    d.queue_cv.wait(lock, [&] { return !d.busy; });
+  }
   {
     std::lock_guard<std::mutex> lock(d.connections_mutex);
     for (auto& conn : d.connections)

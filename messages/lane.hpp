@@ -11,7 +11,11 @@
 // plain socket (bench transport). Here a message is written with one
 // sendmsg() straight from the sender's buffer and read straight into a
 // receiving buffer from the process's cache (messages/buffer.hpp), which
-// the receiving actors then share without copying.
+// the receiving actors then share without copying. When nothing else is
+// being written, send() itself writes what the socket takes at once
+// (never waiting, never dialling), which spares a small message the
+// hand-over to the lane's sender thread; that thread writes the rest, and
+// every frame queued behind it.
 //
 // A connection opens with a handshake: the dialling node names its cluster
 // and itself and presents lane_digest() of the cluster secret, the
@@ -98,8 +102,10 @@ public:
 
   /// Starts accepting and sending; `deliver` must be thread-safe.
   void start(deliver_fn deliver);
-  /// Queues `message` for platform `target` on the node at `to`. Returns
-  /// false when it was dropped at once (lane stopped, queue full).
+  /// Sends `message` to platform `target` on the node at `to`: written at
+  /// once as far as the socket takes it when the lane is idle and connected
+  /// to that node, else queued. Never waits for the peer. Returns false
+  /// when it was dropped at once (lane stopped, queue full).
   bool send(const lane_endpoint& to, const std::string& target, shared_buffer message);
   /// The same for a message in pieces (messages::encode_gathered), written
   /// with one gather write; `message` (and what it holds) is released as

@@ -125,10 +125,30 @@ void write_all(int fd, const void* data, size_t n) {
   writev_all(fd, {iovec{const_cast<void*>(data), n}});
 }
 
-void writev_all(int fd, std::vector<iovec> iov) {
+namespace {
+
+/// Drops the first `n` bytes of iov[first..]; returns the new first.
+size_t advance(std::vector<iovec>& iov, size_t first, size_t n) {
+  while (first < iov.size() && n >= iov[first].iov_len)
+    n -= iov[first++].iov_len;
+  if (first < iov.size()) {
+    iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + n;
+    iov[first].iov_len -= n;
+  }
+  return first;
+}
+
+size_t skip_empty(const std::vector<iovec>& iov) {
   size_t first = 0;
   while (first < iov.size() && iov[first].iov_len == 0)
     ++first;
+  return first;
+}
+
+} // namespace
+
+void writev_all(int fd, std::vector<iovec> iov) {
+  size_t first = skip_empty(iov);
   bool socket = true;  // else a pipe or file: writev (SIGPIPE as usual)
   while (first < iov.size()) {
     msghdr msg{};
@@ -146,14 +166,28 @@ void writev_all(int fd, std::vector<iovec> iov) {
       throw socket_error("write: the peer took nothing within the send timeout");
     if (w <= 0)
       fail("write");
-    auto left = static_cast<size_t>(w);
-    while (first < iov.size() && left >= iov[first].iov_len)
-      left -= iov[first++].iov_len;
-    if (first < iov.size()) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
+    first = advance(iov, first, static_cast<size_t>(w));
   }
+}
+
+size_t write_available(int fd, std::vector<iovec>& iov) {
+  size_t first = skip_empty(iov), written = 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (w <= 0)
+      fail("write");
+    written += static_cast<size_t>(w);
+    first = advance(iov, first, static_cast<size_t>(w));
+  }
+  iov.erase(iov.begin(), iov.begin() + static_cast<std::ptrdiff_t>(first));
+  return written;
 }
 
 size_t read_some_all(int fd, void* data, size_t n) {

@@ -61,6 +61,10 @@ void tune_socket(int fd, int send_timeout_ms, int receive_timeout_ms);
 void write_all(int fd, const void* data, size_t n);
 /// Writes every buffer with as few system calls as the kernel allows.
 void writev_all(int fd, std::vector<iovec> iov);
+/// Writes to a socket what its send buffer takes now, without waiting;
+/// `iov` keeps what is left (empty when all was written). Returns the bytes
+/// written; throws socket_error when the connection has failed.
+size_t write_available(int fd, std::vector<iovec>& iov);
 /// Reads exactly `n` bytes; returns how many arrived before the peer closed
 /// (n when all did). Throws on errors other than an orderly close.
 size_t read_some_all(int fd, void* data, size_t n);

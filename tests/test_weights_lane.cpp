@@ -9,6 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -375,6 +377,96 @@ BOOST_AUTO_TEST_CASE(a_gathered_message_crosses_the_lane_and_lets_go_once_writte
   // The sender's memory is free again once the frame is written.
   BOOST_TEST(eventually([&] { return held.expired(); }));
   BOOST_TEST(a.l.stats().bytes_sent == v.size());
+}
+
+/// Frames that several threads send at once, of sizes on both sides of
+/// what a socket takes at once: each arrives whole, and each thread's in the
+/// order it sent them (the caller and the sender thread take turns).
+BOOST_AUTO_TEST_CASE(messages_sent_from_many_threads_arrive_whole_in_each_senders_order) {
+  endpoint a("a", "s"), b("b", "s");
+  BOOST_TEST(a.l.send(b.where(), "warm", bytes_of("dial")));  // the connection first
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  constexpr int threads = 4, each = 40;
+  auto message = [](int t, int k) {
+    size_t n = (k % 5 == 4) ? (size_t{12} << 20) + static_cast<size_t>(k) : 100 + k;
+    std::string m(n, '\0');
+    for (size_t i = 0; i < n; ++i)
+      m[i] = static_cast<char>((i * 7 + static_cast<size_t>(t * 31 + k)) % 253);
+    return m;
+  };
+  std::vector<std::thread> senders;
+  for (int t = 0; t < threads; ++t)
+    senders.emplace_back([&, t] {
+      for (int k = 0; k < each; ++k)
+        BOOST_CHECK(a.l.send(b.where(), "t" + std::to_string(t), bytes_of(message(t, k))));
+    });
+  for (auto& s : senders)
+    s.join();
+  BOOST_REQUIRE_EQUAL(b.wait_for(1 + threads * each), static_cast<size_t>(1 + threads * each));
+  std::vector<int> next(threads, 0);
+  for (size_t i = 1; i < b.got.size(); ++i) {
+    int t = std::stoi(b.got[i].target.substr(1));
+    BOOST_REQUIRE(b.got[i].bytes == message(t, next[t]));
+    ++next[t];
+  }
+  BOOST_TEST(a.l.stats().frames_lost == 0u);
+  BOOST_TEST(eventually([&] { return a.l.stats().frames_sent == 1u + threads * each; }));
+}
+
+/// A peer that stops reading: send() returns at once all the same (the
+/// frame it began is finished by the sender thread, the others queue), and
+/// once the peer reads again every frame is there, whole and in order.
+BOOST_AUTO_TEST_CASE(send_does_not_wait_for_a_peer_that_stopped_reading) {
+  auto listener = listen_tcp("127.0.0.1", 0);
+  const lane_endpoint slow{"b", "127.0.0.1", bound_port(listener.get())};
+  auto o = endpoint::options("a", "s", "c");
+  o.send_timeout_ms = 3000;  // a send() that waited would lose its frame
+  eg::messages::lane a(o);
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  std::vector<std::string> sent{"first", std::string(24u << 20, 'x'), "third",
+                                std::string(5u << 20, 'y'), "fifth"};
+  for (size_t i = 0; i < sent[1].size(); i += 4096)
+    sent[1][i] = static_cast<char>(i / 4096);
+  BOOST_TEST(a.send(slow, "p1", bytes_of(sent[0])));  // queued: the sender thread dials
+
+  // The peer: accepts the handshake, then reads nothing for now.
+  int fd = ::accept(listener.get(), nullptr, nullptr);
+  BOOST_REQUIRE(fd >= 0);
+  socket_fd peer(fd);
+  char head[8];
+  BOOST_REQUIRE(read_all(fd, head, sizeof head));
+  for (int text = 0; text < 3; ++text) {  // cluster id, node, digest
+    uint16_t n = 0;
+    BOOST_REQUIRE(read_all(fd, &n, sizeof n));
+    std::string skip(n, '\0');
+    BOOST_REQUIRE(read_all(fd, skip.data(), n));
+  }
+  std::string ok;
+  put(ok, uint32_t{0});
+  put_text(ok, "b");
+  write_all(fd, ok.data(), ok.size());
+  BOOST_REQUIRE(eventually([&] { return a.stats().frames_sent == 1; }));
+
+  for (size_t i = 1; i < sent.size(); ++i)
+    BOOST_TEST(a.send(slow, "p1", bytes_of(sent[i])));
+  // Every send() has returned: now the peer reads.
+  for (auto& want : sent) {
+    char frame[16];
+    BOOST_REQUIRE(read_all(fd, frame, sizeof frame));
+    uint32_t target_bytes = 0;
+    uint64_t size = 0;
+    std::memcpy(&target_bytes, frame + 4, sizeof target_bytes);
+    std::memcpy(&size, frame + 8, sizeof size);
+    BOOST_REQUIRE_EQUAL(target_bytes, 2u);
+    BOOST_REQUIRE_EQUAL(size, want.size());
+    std::string target(target_bytes, '\0'), got(size, '\0');
+    BOOST_REQUIRE(read_all(fd, target.data(), target_bytes));
+    BOOST_REQUIRE(read_all(fd, got.data(), size));
+    BOOST_TEST(target == "p1");
+    BOOST_TEST((got == want));
+  }
+  BOOST_TEST(eventually([&] { return a.stats().frames_sent == sent.size(); }));
+  BOOST_TEST(a.stats().frames_lost == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
