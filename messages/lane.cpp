@@ -142,9 +142,9 @@ struct lane::impl {
     std::vector<iovec> pieces;  // the message, written as it lies
     size_t size = 0;
     std::shared_ptr<const void> hold;  // what the pieces point into
-    /// Bytes of the frame that send() wrote itself; when not 0, `pieces`
-    /// holds what is left of head and message, for the same connection.
-    size_t written = 0;
+    /// send() wrote the first part of the frame itself: `pieces` holds what
+    /// is left of head and message, for the same connection.
+    bool begun = false;
   };
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
@@ -360,7 +360,7 @@ struct lane::impl {
 
   /// The frame's buffers still to write: all of it, or what send() left.
   static std::vector<iovec> frame_iov(job& j) {
-    if (j.written > 0)
+    if (j.begun)
       return j.pieces;
     std::vector<iovec> iov;
     iov.reserve(j.pieces.size() + 1);
@@ -403,7 +403,7 @@ struct lane::impl {
   void send_one(job& j) {
     try {
       auto i = outgoing.end();
-      if (j.written > 0) {
+      if (j.begun) {
         // The rest of a frame belongs on the connection it began on.
         i = outgoing.find(key_of(j.to));
         if (i == outgoing.end())
@@ -429,13 +429,15 @@ struct lane::impl {
       if (i == outgoing.end())
         return false;
       auto iov = frame_iov(j);
-      j.written = write_available(i->second.get(), iov);
+      const size_t written = write_available(i->second.get(), iov);
       if (iov.empty()) {
         sent(j);
         return true;
       }
-      if (j.written > 0)
+      if (written > 0) {
         j.pieces = std::move(iov);
+        j.begun = true;
+      }
       return false;
     } catch (const std::exception& e) {
       lost(j, e.what());
