@@ -3,6 +3,7 @@
 #include "learning/dataset.hpp"
 #include "learning/aggregator.hpp"
 #include "learning/gossip.hpp"
+#include "learning/predictor.hpp"
 #include "learning/ranking.hpp"
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
@@ -58,11 +59,10 @@ struct platform_state {
   uint64_t planned = 0;
   uint64_t iterations = 0;
   uint64_t refused = 0;
-  // Observations for the predictor: wall time (idle included) and points
-  // since the last one sent.
+  // Observations for the predictor: wall time (idle included) and points,
+  // every second of training and at the end of each epoch.
   clock::time_point last_step_end;
-  double observed_seconds = 0;
-  uint64_t observed_samples = 0;
+  learning::observation_meter observed;
 
   messages::header header() const {
     return {args.cluster_id, messages::protocol_version, args.platform.name};
@@ -208,6 +208,10 @@ void begin_epoch(self_ptr self) {
 void finish_epoch(self_ptr self) {
   auto& st = self->state;
   st.running = false;
+  // The epoch's last observation, before the report: the balancer plans the
+  // next epoch once every report is in, from predictions that include it.
+  if (auto o = st.observed.flush())
+    self->send(st.args.predictor, observe_atom::value, o->seconds, o->samples);
   st.epochs_done = st.epoch + 1;
   auto r = st.report();
   // Its own model on the test set: monitoring, every `evaluate_every`
@@ -363,15 +367,10 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       ++st.total_iterations;
       // What the predictor learns from: wall time per point, idle included.
       auto now = clock::now();
-      st.observed_seconds += std::chrono::duration<double>(now - st.last_step_end).count();
-      st.observed_samples += static_cast<uint64_t>(r.samples);
+      if (auto o = st.observed.add(std::chrono::duration<double>(now - st.last_step_end).count(),
+                                   static_cast<uint64_t>(r.samples)))
+        self->send(st.args.predictor, observe_atom::value, o->seconds, o->samples);
       st.last_step_end = now;
-      if (st.observed_seconds >= 1.0) {
-        self->send(st.args.predictor, observe_atom::value, st.observed_seconds,
-                   st.observed_samples);
-        st.observed_seconds = 0;
-        st.observed_samples = 0;
-      }
       // Messages reference the parameters (no copy) and hold a loan on
       // them until written: the next step or merge copies them only if one
       // is still on its way (learning/loans.hpp).

@@ -287,10 +287,32 @@ constexpr const char* model_header_v1 = "edgegossip-slowdown-model 1";
 
 } // namespace
 
+std::optional<observation_meter::observation> observation_meter::add(double seconds,
+                                                                     uint64_t samples) {
+  open_.seconds += seconds;
+  open_.samples += samples;
+  if (open_.seconds < period_)
+    return std::nullopt;
+  return flush();
+}
+
+std::optional<observation_meter::observation> observation_meter::flush() {
+  if (open_.samples == 0 || !(open_.seconds > 0)) {
+    open_ = {};
+    return std::nullopt;
+  }
+  auto o = open_;
+  open_ = {};
+  return o;
+}
+
 slowdown_model::slowdown_model(double forgetting, size_t window, double tracking,
-                               size_t min_fit_samples)
+                               size_t min_fit_samples, double change)
     : forgetting_(forgetting), window_(window), tracking_(tracking),
-      min_fit_samples_(std::max<size_t>(2, min_fit_samples)) {
+      min_fit_samples_(std::max<size_t>(2, min_fit_samples)), change_(change) {
+  if (!(change > 1))
+    throw std::invalid_argument("slowdown_model: change " + std::to_string(change) +
+                                " is not above 1");
   if (!(forgetting > 0 && forgetting <= 1))
     throw std::invalid_argument("slowdown_model: forgetting " + std::to_string(forgetting) +
                                 " is not in (0, 1]");
@@ -424,9 +446,21 @@ double slowdown_model::slowdown(const contention& u) const {
 void slowdown_model::track_t0() {
   // t0 as the newest samples show it: each time per point divided by the
   // slowdown its contention explains, the newest weighing most.
+  // The mean stops at a sample a factor `change_` away from the newer ones'
+  // mean when the one before it is too: the level changed there
+  // (slowdown_model). One such sample between two that agree is an outlier
+  // and left out.
+  auto estimate = [this](size_t k) { return samples_[k].t / slowdown(samples_[k].u); };
+  auto apart = [this](double a, double b) { return a > b * change_ || a * change_ < b; };
   double sum = 0, weights = 0, weight = 1;
   for (size_t k = samples_.size(); k-- > 0 && weight > 1e-6; weight *= tracking_) {
-    sum += weight * samples_[k].t / slowdown(samples_[k].u);
+    const double e = estimate(k);
+    if (weights > 0 && apart(e, sum / weights)) {
+      if (k == 0 || apart(estimate(k - 1), sum / weights))
+        break;
+      continue;
+    }
+    sum += weight * e;
     weights += weight;
   }
   t0_ = weights > 0 ? sum / weights : 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,30 @@ private:
   contention_history history_;
 };
 
+/// What a platform observes of itself for its predictor: wall time (idle
+/// included) and points trained, handed over after every `period` seconds of
+/// training and at the end of every epoch. The end of an epoch matters: a
+/// fast platform on a small share trains for less than a second an epoch,
+/// and without it made one observation every few epochs, so its predictor
+/// lagged behind a change of its speed by that many epochs.
+class observation_meter {
+public:
+  struct observation {
+    double seconds = 0;
+    uint64_t samples = 0;
+  };
+  explicit observation_meter(double period = 1.0) : period_(period) {}
+  /// One iteration's wall time and points; an observation when `period`
+  /// seconds have gathered.
+  std::optional<observation> add(double seconds, uint64_t samples);
+  /// What has gathered since the last observation (the end of an epoch).
+  std::optional<observation> flush();
+
+private:
+  double period_;
+  observation open_;
+};
+
 /// Time per data point t = t0 * RG(U), with RG(U) = RG_run(U) * (1 + U_wait):
 /// a training thread's wall time is the time it runs and the time it waits
 /// for a CPU, so U_wait slows it by exactly 1 + U_wait, while core, network
@@ -117,12 +142,23 @@ private:
 /// recency-weighted mean of t_k / RG(U_k) over the newest samples (each older
 /// one weighs `tracking` times less), so a machine that slows down for
 /// reasons U does not see is followed within a few observations.
+///
+/// A step change is followed at once: the mean stops at the first older
+/// sample whose t_k / RG(U_k) lies more than a factor `change` away from the
+/// mean of the newer ones. Without that, a platform whose load fell from 8x
+/// to 1x and was then given a small share of its data (one observation an
+/// epoch) took tens of epochs to be seen as fast, and idled meanwhile (a
+/// platform's speed moves that much when co-runners come and go, or its
+/// node's CPU quota changes). A single outlier moves t0 for one
+/// observation: the next one, back at the old level, is within `change` of
+/// the older samples again.
 class slowdown_model {
 public:
   /// `forgetting` in (0, 1]: weight of a sample in the fit decays by this per
-  /// newer one. `tracking` in (0, 1]: the same for t0.
+  /// newer one. `tracking` in (0, 1]: the same for t0. `change` > 1: a factor
+  /// between t0's estimates that is a new level, not noise.
   explicit slowdown_model(double forgetting = 0.995, size_t window = 600, double tracking = 0.8,
-                          size_t min_fit_samples = 5);
+                          size_t min_fit_samples = 5, double change = 1.5);
 
   /// One observation: contention U and the measured seconds per data point.
   void observe(const contention& u, double seconds_per_point);
@@ -155,6 +191,7 @@ private:
   size_t window_;
   double tracking_;
   size_t min_fit_samples_;
+  double change_;
   std::deque<sample> samples_;
   double beta_[4] = {0, 0, 0, 0};  // b0, b_core, b_net, b_disk (of the run time)
   double base_ = 0;  // the fit's time per point on a quiet machine (0: none)

@@ -1,10 +1,13 @@
 // links: eg_learning
 #include "learning/balancing.hpp"
+#include "learning/predictor.hpp"
 
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -152,6 +155,66 @@ BOOST_AUTO_TEST_CASE(empty_and_all_failed) {
   BOOST_TEST(dead.exception_handling);
   for (const auto& d : dead.platforms)
     BOOST_TEST(d.ratio == 0.0);
+}
+
+
+BOOST_AUTO_TEST_CASE(ratios_follow_a_load_that_moves_between_platforms) {
+  // A replay of the `shifting` profile without actors: four platforms of
+  // 15,000 points whose slowdowns move twice (the fastest becomes the
+  // slowest and back), each observed as a platform observes itself (an
+  // observation every second of training and one at every epoch end) by a
+  // predictor under constant contention, and planned by Algorithm 1 before
+  // every epoch. The plan must match the platforms' true speeds from the
+  // second epoch after each shift on.
+  const double base = 1.0 / 20000;  // seconds per point, unslowed
+  const std::vector<std::vector<double>> phases{{1, 2, 4, 8}, {8, 4, 2, 1}, {2, 8, 1, 3}};
+  const int epochs_per_phase = 6;
+  const int64_t shard = 15000, batch = 64;
+  const std::vector<std::string> ps{"p0", "p1", "p2", "p3"};
+  std::map<std::string, slowdown_model> models;
+  std::map<std::string, observation_meter> meters;
+  for (auto& p : ps) {
+    models.emplace(p, slowdown_model{});
+    meters.emplace(p, observation_meter{1.0});
+  }
+  const contention quiet{0.3, 0.1, 0.5, 0.2};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> noise(0.9, 1.1);
+  for (int e = 0; e < epochs_per_phase * static_cast<int>(phases.size()); ++e) {
+    const auto& slow = phases[static_cast<size_t>(e / epochs_per_phase)];
+    std::vector<platform_estimate> estimates;
+    bool known = true;
+    for (auto& p : ps) {
+      estimates.push_back({p, shard, models.at(p).throughput(quiet), false});
+      known = known && models.at(p).size() > 0;
+    }
+    std::map<std::string, double> ratio;
+    for (auto& p : ps)
+      ratio[p] = 1;  // the first epoch profiles every platform on all its data
+    if (known)
+      for (auto& d : balance(estimates, 0.001, 0.1).platforms)
+        ratio[d.name] = d.ratio;
+    // The ratios the true speeds call for: r_i = T_fastest / T_i.
+    const double fastest = *std::min_element(slow.begin(), slow.end());
+    const int since_shift = e % epochs_per_phase;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const double ideal = fastest / slow[i];
+      if (since_shift >= 1)
+        BOOST_TEST(ratio[ps[i]] == ideal, boost::test_tools::tolerance(0.15));
+      // Train r_i of the shard, observed as the platform does.
+      auto points = static_cast<int64_t>(std::ceil(static_cast<double>(shard) * ratio[ps[i]]));
+      auto& meter = meters.at(ps[i]);
+      auto& model = models.at(ps[i]);
+      for (int64_t done = 0; done < points; done += batch) {
+        const auto n = std::min(batch, points - done);
+        const double seconds = static_cast<double>(n) * base * slow[i] * noise(rng);
+        if (auto o = meter.add(seconds, static_cast<uint64_t>(n)))
+          model.observe(quiet, o->seconds / static_cast<double>(o->samples));
+      }
+      if (auto o = meter.flush())
+        model.observe(quiet, o->seconds / static_cast<double>(o->samples));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

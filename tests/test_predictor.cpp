@@ -243,6 +243,60 @@ BOOST_AUTO_TEST_CASE(t0_tracks_a_slowdown_that_contention_does_not_explain) {
   BOOST_CHECK_THROW(slowdown_model(0.99, 10, 1.5), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(a_step_change_is_followed_from_its_first_observation) {
+  // A platform 8x slower for 100 observations becomes fast: its next
+  // observation alone is t0 (the old mean would have needed tens).
+  slowdown_model m;
+  for (int i = 0; i < 100; ++i)
+    m.observe({0.2, 0, 1}, 0.008);
+  m.observe({0.2, 0, 1}, 0.001);
+  BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-9));
+  // And back: 3x slower from the next observation on.
+  m.observe({0.2, 0, 1}, 0.003);
+  BOOST_TEST(m.t0() == 0.003, tt::tolerance(1e-9));
+  // A single outlier moves t0 for one observation only: the next one, at
+  // the level before, is averaged with the samples before the outlier.
+  m.observe({0.2, 0, 1}, 0.003);
+  m.observe({0.2, 0, 1}, 0.0009);
+  BOOST_TEST(m.t0() == 0.0009, tt::tolerance(1e-9));
+  m.observe({0.2, 0, 1}, 0.0033);
+  BOOST_TEST(m.t0() > 0.003);
+  BOOST_TEST(m.t0() < 0.0032);
+  BOOST_CHECK_THROW(slowdown_model(0.99, 10, 0.8, 5, 1.0), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(noise_within_the_change_factor_is_averaged) {
+  // +-20 % noise around 0.002: no observation is a new level, and t0 stays
+  // the recency-weighted mean (within the noise of about 5 observations).
+  slowdown_model m;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> noise(0.8, 1.2);
+  double worst = 0;
+  for (int i = 0; i < 300; ++i) {
+    m.observe({0.2, 0, 1}, 0.002 * noise(rng));
+    if (i >= 20)
+      worst = std::max(worst, std::abs(m.t0() / 0.002 - 1));
+  }
+  BOOST_TEST(worst < 0.15);
+}
+
+BOOST_AUTO_TEST_CASE(observations_come_every_period_and_at_each_epoch_end) {
+  observation_meter meter(1.0);
+  BOOST_TEST(!meter.add(0.4, 100).has_value());
+  BOOST_TEST(!meter.add(0.4, 100).has_value());
+  auto o = meter.add(0.4, 100);
+  BOOST_REQUIRE(o.has_value());
+  BOOST_TEST(o->seconds == 1.2, tt::tolerance(1e-12));
+  BOOST_TEST(o->samples == 300u);
+  // The end of an epoch hands over what gathered since, however short.
+  BOOST_TEST(!meter.add(0.25, 64).has_value());
+  auto last = meter.flush();
+  BOOST_REQUIRE(last.has_value());
+  BOOST_TEST(last->seconds == 0.25, tt::tolerance(1e-12));
+  BOOST_TEST(last->samples == 64u);
+  BOOST_TEST(!meter.flush().has_value());
+}
+
 BOOST_AUTO_TEST_CASE(negative_slopes_and_too_few_samples_fit_no_slowdown) {
   // Disk traffic happened to come with faster epochs: noise, not an effect.
   // Its slope is dropped and the core slope fitted alone.
@@ -283,8 +337,9 @@ BOOST_AUTO_TEST_CASE(constant_features_do_not_break_the_fit) {
              tt::tolerance(1e-7));
   BOOST_TEST(m.seconds_per_point({1, 3, 0}) == truth({1, 0, 0}), tt::tolerance(1e-7));
 
-  // Nothing varies at all: the mean time is all there is.
-  slowdown_model flat(1.0, 600, 1.0);
+  // Nothing varies at all: the mean time is all there is (no change factor
+  // separates levels here).
+  slowdown_model flat(1.0, 600, 1.0, 5, 1e9);
   for (double t : {0.001, 0.002, 0.003})
     flat.observe({1, 2, 3}, t);
   BOOST_TEST(flat.t0() == 0.002, tt::tolerance(1e-12));
@@ -372,8 +427,9 @@ BOOST_AUTO_TEST_CASE(run_queue_wait_multiplies_the_run_time) {
 }
 
 BOOST_AUTO_TEST_CASE(version_1_samples_restore_without_wait) {
-  // Samples stored before U_wait existed still make a warm start.
-  slowdown_model m(1.0, 600, 1.0);
+  // Samples stored before U_wait existed still make a warm start (both
+  // samples averaged: no change factor separates levels here).
+  slowdown_model m(1.0, 600, 1.0, 5, 1e9);
   m.restore("edgegossip-slowdown-model 1\n0.5 0 0 0.001\n1 0 0 0.002\n");
   BOOST_TEST(m.size() == 2u);
   BOOST_TEST(m.t0() == 0.0015, tt::tolerance(1e-12));
