@@ -2,14 +2,15 @@
 // default (default_config()), except that [[nodes]], when present, replaces
 // the default nodes entirely.
 //
-//   [cluster]   id, seed, balancer, secret, quorum, transport
+//   [cluster]   id, seed, balancer, secret, quorum, transport, cpu_limiter
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, exchange_probability
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold
 //   [storage]   dir
 //   [output]    dir
-//   [[nodes]]   name, host, port
+//   [[nodes]]   name, host, port, cpu_limit,
+//               cpu_schedule = [{at = 30.0, cores = 0.25}, ...]
 //   [[nodes.platforms]]
 //               name, threads, share, slowdown,
 //               interference = [{at = 10.0, slowdown = 3.0}, ...]
@@ -76,6 +77,11 @@ const real_rule fraction{[](double x) { return x >= 0 && x <= 1; }, "a number in
 const real_rule momentum{[](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)"};
 const real_rule probability{[](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]"};
 const real_rule slowdown{[](double x) { return std::isfinite(x) && x >= 1; }, "a number >= 1"};
+// A CPU limit: 0.01 core is a quota of 1 ms per 100 ms period (the kernel's
+// least) and cpulimit's 1 %. No upper bound: the file is checked on every
+// machine of the cluster, and a limit above a machine's cores limits nothing.
+const real_rule cpu_cores{[](double x) { return x == 0 || (std::isfinite(x) && x >= 0.01); },
+                          "0 (no limit) or a number of cores >= 0.01"};
 const text_rule any_text{{}, true};
 const text_rule non_empty{{}, false};
 
@@ -90,6 +96,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("cluster.secret", c.secret, any_text);
   visit("cluster.quorum", c.quorum, non_negative_int);
   visit("cluster.transport", c.transport, text_rule{{"lane", "middleman"}, false});
+  visit("cluster.cpu_limiter", c.cpu_limiter, text_rule{{"auto", "cgroup", "cpulimit"}, false});
   visit("data.name", c.data.name, non_empty);
   visit("data.dir", c.data.dir, non_empty);
   visit("data.partition", c.data.partition, text_rule{{"iid", "dirichlet"}, false});
@@ -128,6 +135,12 @@ void keys_of(S& s, Visit&& visit) {
   visit("slowdown", s.slowdown, slowdown);
 }
 
+template <class S, class Visit, if_is<S, cpu_step> = 0>
+void keys_of(S& s, Visit&& visit) {
+  visit("at", s.at_seconds, non_negative);
+  visit("cores", s.cores, cpu_cores);
+}
+
 template <class P, class Visit, if_is<P, platform_config> = 0>
 void keys_of(P& p, Visit&& visit) {
   visit("name", p.name, non_empty);
@@ -150,6 +163,8 @@ void keys_of(N& n, Visit&& visit) {
   visit("name", n.name, non_empty);
   visit("host", n.host, non_empty);
   visit("port", n.port, port_number);
+  visit("cpu_limit", n.cpu_limit, cpu_cores);
+  visit("cpu_schedule", n.cpu_schedule, table_list{});
   visit("platforms", n.platforms, table_list{});
   visit("corunners", n.corunners, table_list{});
 }
@@ -403,8 +418,11 @@ std::string toml_value(double v) {
   return text;
 }
 
-// Interference steps are short: an inline array of inline tables.
-std::string toml_value(const std::vector<interference_step>& steps) {
+// Interference and CPU steps are short: an inline array of inline tables.
+template <class Step, std::enable_if_t<std::is_same_v<Step, interference_step> ||
+                                           std::is_same_v<Step, cpu_step>,
+                                       int> = 0>
+std::string toml_value(const std::vector<Step>& steps) {
   std::string out = "[";
   for (size_t i = 0; i < steps.size(); ++i) {
     out += i == 0 ? "{" : ", {";
@@ -559,6 +577,12 @@ void validate(const cluster_config& cfg) {
     if (n.platforms.empty())
       throw config_error(node_key + ".platforms: node " + show(n.name) +
                          " needs at least one platform");
+    for (size_t k = 1; k < n.cpu_schedule.size(); ++k)
+      if (!(n.cpu_schedule[k].at_seconds > n.cpu_schedule[k - 1].at_seconds))
+        throw config_error(node_key + ".cpu_schedule[" + std::to_string(k) +
+                           "].at must be later than the step before it (" +
+                           show(n.cpu_schedule[k].at_seconds) + " after " +
+                           show(n.cpu_schedule[k - 1].at_seconds) + ")");
     for (size_t j = 0; j < n.platforms.size(); ++j) {
       const platform_config& p = n.platforms[j];
       const std::string platform_key = node_key + ".platforms[" + std::to_string(j) + "]";

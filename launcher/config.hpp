@@ -42,12 +42,26 @@ struct corunner_config {
   double until_seconds = 0;
 };
 
+/// A change of a node's CPU limit: from `at_seconds` after the node starts,
+/// its process gets `cores` (0: no limit from then on).
+struct cpu_step {
+  double at_seconds = 0;
+  double cores = 0;
+};
+
 struct node_config {
   std::string name;                ///< unique in the cluster
   std::string host = "127.0.0.1";  ///< address the node listens on and peers dial
   uint16_t port = 0;               ///< 0: pick a free port (single-node runs)
   std::vector<platform_config> platforms;
   std::vector<corunner_config> corunners;
+  /// A real limit on the CPU time of the node's process (all its threads
+  /// together), in cores: 0.5 is half of one core. 0: none; else at least
+  /// 0.01. A limit above the machine's cores limits nothing. Enforced by
+  /// actors/cpu_limit.hpp as cluster_config::cpu_limiter says; needs the
+  /// node in a process of its own.
+  double cpu_limit = 0;
+  std::vector<cpu_step> cpu_schedule;  ///< the limit changes over time
 };
 
 struct data_config {
@@ -120,6 +134,10 @@ struct cluster_config {
   /// How gossip messages travel between nodes: "lane" (the weights lane,
   /// messages/lane.hpp) or "middleman" (CAF messages, as everything else).
   std::string transport = "lane";
+  /// How a node's cpu_limit is enforced: "cgroup" (a child cgroup with a CPU
+  /// quota, cgroup v2 or else v1's cpu controller), "cpulimit" (the cpulimit
+  /// program stops and continues the process) or "auto" (cgroup, else cpulimit).
+  std::string cpu_limiter = "auto";
   /// Platforms that must have joined for a new run to start (0: all of
   /// them); the others join the running run when their nodes start.
   int64_t quorum = 0;
@@ -163,7 +181,8 @@ std::string to_toml(const cluster_config& cfg);
 
 /// A short digest of the settings a run's checkpoints depend on (cluster id,
 /// seed, data, model and optimizer, strategy, platforms and their shares; not
-/// the number of epochs, addresses, directories or heterogeneity). A node
+/// the number of epochs, addresses, directories or heterogeneity, CPU limits
+/// included). A node
 /// resumes saved checkpoints only for a run with the same fingerprint.
 std::string run_fingerprint(const cluster_config& cfg);
 

@@ -31,6 +31,8 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.storage_dir == b.storage_dir);
   BOOST_TEST(a.output_dir == b.output_dir);
   BOOST_TEST(a.secret == b.secret);
+  BOOST_TEST(a.transport == b.transport);
+  BOOST_TEST(a.cpu_limiter == b.cpu_limiter);
   BOOST_TEST(a.data.name == b.data.name);
   BOOST_TEST(a.data.dir == b.data.dir);
   BOOST_TEST(a.data.partition == b.data.partition);
@@ -60,6 +62,12 @@ void check_same(const cluster_config& a, const cluster_config& b) {
     BOOST_TEST(x.name == y.name);
     BOOST_TEST(x.host == y.host);
     BOOST_TEST(x.port == y.port);
+    BOOST_TEST(x.cpu_limit == y.cpu_limit);
+    BOOST_REQUIRE(x.cpu_schedule.size() == y.cpu_schedule.size());
+    for (size_t j = 0; j < x.cpu_schedule.size(); ++j) {
+      BOOST_TEST(x.cpu_schedule[j].at_seconds == y.cpu_schedule[j].at_seconds);
+      BOOST_TEST(x.cpu_schedule[j].cores == y.cpu_schedule[j].cores);
+    }
     BOOST_REQUIRE(x.corunners.size() == y.corunners.size());
     for (size_t j = 0; j < x.corunners.size(); ++j) {
       BOOST_TEST(x.corunners[j].kind == y.corunners[j].kind);
@@ -93,15 +101,18 @@ cluster_config unusual_config() {
   c.storage_dir = "/var/lib/eg data";
   c.output_dir = "out/runs";
   c.secret = "it's \"secret\"\n\t\\ λ";
+  c.cpu_limiter = "cpulimit";
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3};
   c.strategy = {"edgegossip", "async", 1.0 / 3.0};
   c.edgegossip = {"isvd-lsh", 20, "random", "gossip", 0.01, 0.25};
   c.nodes.clear();
-  c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {}});
-  c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}, {}});
+  c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {},
+                     0.5, {}});
+  c.nodes.push_back({"b", "10.0.0.2", 47101, {{"b0", 4, 0.125, 1.0, {{0, 1}, {10.5, 3}, {60, 1.25}}}}, {},
+                     0, {{10, 0.25}, {30.5, 1.0 / 3.0}, {60, 0}}});
   c.nodes.push_back({"c", "10.0.0.2", 0, {{"c0", 1, 0, 1.0, {{5, 2}}}},
-                     {{"cpu", 2, 5, 30}, {"disk", 1, 0, 0}}});
+                     {{"cpu", 2, 5, 30}, {"disk", 1, 0, 0}}, 0.01, {{0, 64}}});
   return c;
 }
 
@@ -325,6 +336,14 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.nodes[1].platforms[0].interference[1].at_seconds = -1; }, "nodes[1].platforms[0].interference[1].at"},
       {[](cluster_config& c) { c.nodes[1].platforms[0].interference[1].slowdown = 0.9; }, "nodes[1].platforms[0].interference[1].slowdown"},
       {[](cluster_config& c) { c.nodes[1].platforms[0].interference[2].at_seconds = 10.5; }, "nodes[1].platforms[0].interference[2].at"},
+      {[](cluster_config& c) { c.cpu_limiter = "docker"; }, "cluster.cpu_limiter must be 'auto', 'cgroup' or 'cpulimit', got 'docker'"},
+      {[](cluster_config& c) { c.nodes[0].cpu_limit = -0.5; }, "nodes[0].cpu_limit must be 0 (no limit) or a number of cores >= 0.01, got -0.5"},
+      {[](cluster_config& c) { c.nodes[0].cpu_limit = 0.005; }, "nodes[0].cpu_limit"},
+      {[](cluster_config& c) { c.nodes[0].cpu_limit = std::nan(""); }, "nodes[0].cpu_limit"},
+      {[](cluster_config& c) { c.nodes[0].cpu_limit = INFINITY; }, "nodes[0].cpu_limit"},
+      {[](cluster_config& c) { c.nodes[1].cpu_schedule[1].cores = -1; }, "nodes[1].cpu_schedule[1].cores"},
+      {[](cluster_config& c) { c.nodes[1].cpu_schedule[0].at_seconds = -2; }, "nodes[1].cpu_schedule[0].at"},
+      {[](cluster_config& c) { c.nodes[1].cpu_schedule[2].at_seconds = 30.5; }, "nodes[1].cpu_schedule[2].at must be later than the step before it (30.5 after 30.5)"},
   };
   BOOST_CHECK_NO_THROW(validate(unusual_config()));
   for (const auto& rc : cases) {
@@ -342,7 +361,7 @@ BOOST_AUTO_TEST_CASE(same_port_on_different_hosts_is_fine) {
   cluster_config c = unusual_config();  // a and b both use 47101, on different hosts
   BOOST_CHECK_NO_THROW(validate(c));
   c.nodes[2].port = 0;  // port 0 picks a free one: no clash on the same host
-  c.nodes.push_back({"d", "10.0.0.2", 0, {{"d0", 1, 0, 1.0, {}}}, {}});
+  c.nodes.push_back({"d", "10.0.0.2", 0, {{"d0", 1, 0, 1.0, {}}}, {}, 0, {}});
   BOOST_CHECK_NO_THROW(validate(c));
 }
 
@@ -388,6 +407,70 @@ BOOST_AUTO_TEST_CASE(corunners_are_read_and_checked) {
   BOOST_TEST(contains(bad, "kind"));
 }
 
+BOOST_AUTO_TEST_CASE(cpu_limits_are_read_and_checked) {
+  auto c = parse(R"(
+[cluster]
+cpu_limiter = "cgroup"
+[[nodes]]
+name = "a"
+cpu_limit = 0.5
+cpu_schedule = [{at = 30.0, cores = 0.25}, {at = 60, cores = 0}]
+  [[nodes.platforms]]
+  name = "p"
+[[nodes]]
+name = "b"
+cpu_limit = 2   # an integer is a fine number of cores
+  [[nodes.platforms]]
+  name = "q"
+)", file);
+  BOOST_CHECK_NO_THROW(validate(c));
+  BOOST_TEST(c.cpu_limiter == "cgroup");
+  BOOST_TEST(c.nodes[0].cpu_limit == 0.5);
+  BOOST_REQUIRE(c.nodes[0].cpu_schedule.size() == 2u);
+  BOOST_TEST(c.nodes[0].cpu_schedule[0].at_seconds == 30.0);
+  BOOST_TEST(c.nodes[0].cpu_schedule[0].cores == 0.25);
+  BOOST_TEST(c.nodes[0].cpu_schedule[1].at_seconds == 60.0);
+  BOOST_TEST(c.nodes[0].cpu_schedule[1].cores == 0.0);
+  BOOST_TEST(c.nodes[1].cpu_limit == 2.0);
+  BOOST_TEST(c.nodes[1].cpu_schedule.empty());
+  // Defaults: no limit, chosen by "auto".
+  BOOST_TEST(default_config().cpu_limiter == "auto");
+  BOOST_TEST(default_config().nodes[0].cpu_limit == 0.0);
+  BOOST_TEST(default_config().nodes[0].cpu_schedule.empty());
+
+  apply_override(c, "cluster.cpu_limiter=cpulimit");
+  BOOST_TEST(c.cpu_limiter == "cpulimit");
+  std::string e = error_of([&] { apply_override(c, "cluster.cpu_limiter=docker"); });
+  BOOST_TEST(e == "override 'cluster.cpu_limiter=docker': cluster.cpu_limiter must be 'auto', "
+                  "'cgroup' or 'cpulimit', got 'docker'");
+  BOOST_TEST(c.cpu_limiter == "cpulimit");
+
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_limit = -1\n", file); });
+  BOOST_TEST(e == "cluster.toml:3: nodes[0].cpu_limit must be 0 (no limit) or a number of cores "
+                  ">= 0.01, got -1");
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_limit = 0.001\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:3: nodes[0].cpu_limit must be"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_limit = \"half\"\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:3: nodes[0].cpu_limit must be a number, got string"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_schedule = [{at = 5, cores = 0.005}]\n", file); });
+  BOOST_TEST(contains(e, "cluster.toml:3: nodes[0].cpu_schedule[0].cores must be 0 (no limit) or a "
+                         "number of cores >= 0.01, got 0.005"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_schedule = [{at = -5, cores = 1}]\n", file); });
+  BOOST_TEST(contains(e, "nodes[0].cpu_schedule[0].at must be a non-negative number, got -5"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_schedule = [{at = 5, core = 1}]\n", file); });
+  BOOST_TEST(contains(e, "unknown key 'nodes[0].cpu_schedule[0].core' (did you mean "
+                         "'nodes[0].cpu_schedule[0].cores'?)"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_schedule = 0.5\n", file); });
+  BOOST_TEST(contains(e, "nodes[0].cpu_schedule must be an array of tables"), e);
+  e = error_of([] { parse("[[nodes]]\nname = \"a\"\ncpu_limt = 0.5\n", file); });
+  BOOST_TEST(contains(e, "unknown key 'nodes[0].cpu_limt' (did you mean 'nodes[0].cpu_limit'?)"), e);
+  e = error_of([] {
+    validate(parse("[[nodes]]\nname = \"a\"\ncpu_schedule = [{at = 20, cores = 1}, {at = 10, cores = 0.5}]\n"
+                   "[[nodes.platforms]]\nname = \"p\"\n", file));
+  });
+  BOOST_TEST(e == "nodes[0].cpu_schedule[1].at must be later than the step before it (10 after 20)");
+}
+
 BOOST_AUTO_TEST_CASE(to_toml_round_trip) {
   for (const cluster_config& c : {default_config(), unusual_config()}) {
     std::string text = to_toml(c);
@@ -404,6 +487,12 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
   auto b = a;
   b.train.epochs = a.train.epochs + 3;  // a longer run of the same training
   b.output_dir = "elsewhere";
+  BOOST_TEST(run_fingerprint(a) == run_fingerprint(b));
+  // Heterogeneity, real CPU limits included, is not part of it.
+  b.nodes[0].cpu_limit = 0.5;
+  b.nodes[0].cpu_schedule = {{30, 0.25}};
+  b.cpu_limiter = "cpulimit";
+  b.nodes[0].platforms[0].slowdown = 3;
   BOOST_TEST(run_fingerprint(a) == run_fingerprint(b));
   for (auto change : std::vector<void (*)(cluster_config&)>{
          [](cluster_config& c) { c.seed = 2; },
