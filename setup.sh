@@ -23,6 +23,9 @@ packages=(
   # the speed. The pthread build: its calls are safe from several threads
   # (each platform is one); edgegossip runs it with OPENBLAS_NUM_THREADS=1.
   libopenblas0-pthread
+  # A node's cpu_limit where no cgroup may be written (not root, a read-only
+  # cgroup tree): the duty-cycle limiter (actors/cpu_limit.hpp).
+  cpulimit
 )
 
 missing=()
