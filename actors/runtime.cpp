@@ -2,6 +2,7 @@
 
 #include "actors/balancer.hpp"
 #include "actors/corunners.hpp"
+#include "actors/cpu_limit.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/mixer.hpp"
 #include "actors/node.hpp"
@@ -32,11 +33,26 @@
 namespace eg::actors {
 
 config::cluster_config as_one_process(const config::cluster_config& cfg) {
+  // A CPU limit applies to a whole process: in one, it would limit every
+  // node's platforms together.
+  if (cfg.nodes.size() > 1)
+    for (size_t i = 0; i < cfg.nodes.size(); ++i)
+      if (cfg.nodes[i].cpu_limit > 0 || !cfg.nodes[i].cpu_schedule.empty())
+        throw config::config_error(
+          "nodes[" + std::to_string(i) + "]." +
+          (cfg.nodes[i].cpu_limit > 0 ? "cpu_limit" : "cpu_schedule") + ": node '" +
+          cfg.nodes[i].name + "' has a CPU limit, which applies to a whole process; cpu limits "
+          "need one process per node (`edgegossip launch` or `edgegossip node`), not all " +
+          std::to_string(cfg.nodes.size()) + " nodes in one");
   config::cluster_config one = cfg;
   config::node_config local;
   local.name = "local";
   local.host = "127.0.0.1";
   local.port = 0;
+  if (cfg.nodes.size() == 1) {
+    local.cpu_limit = cfg.nodes[0].cpu_limit;
+    local.cpu_schedule = cfg.nodes[0].cpu_schedule;
+  }
   for (auto& n : cfg.nodes) {
     for (auto& p : n.platforms)
       local.platforms.push_back(p);
@@ -257,6 +273,24 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   for (auto& p : me.platforms)
     threads = std::max(threads, p.threads);
   at::set_num_threads(threads);
+
+  // A real CPU limit on this process (every thread it has and will have),
+  // from the node's start, as a resource-limited container gives an edge
+  // device; destroyed last, after the actor system.
+  std::unique_ptr<scheduled_cpu_limit> cpu;
+  if (me.cpu_limit > 0 || !me.cpu_schedule.empty()) {
+    try {
+      cpu = std::make_unique<scheduled_cpu_limit>(me.cpu_limit, me.cpu_schedule, cfg.cpu_limiter);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("node " + node_name + " cannot limit its CPU: " + e.what());
+    }
+    if (me.cpu_limit > 0)
+      spdlog::info("node {}: CPU limited to {} cores by {}, {} changes scheduled", node_name,
+                   me.cpu_limit, cpu->limit().mechanism(), me.cpu_schedule.size());
+    else
+      spdlog::info("node {}: CPU not limited at the start, {} changes scheduled (by {})",
+                   node_name, me.cpu_schedule.size(), cpu->limit().mechanism());
+  }
 
   // Data: every node derives the same partition from the seed and keeps the
   // shards of its own platforms.
