@@ -29,9 +29,17 @@ struct options {
 int framework(const options& opt);
 
 struct tta_options {
-  std::string config_file;   ///< "" = the default heterogeneity profile
-  double target = 0.87;      ///< averaged-model test accuracy
+  /// "static" (emulated slowdowns 1 1 3 5), "shifting" (slowdowns that move
+  /// between platforms), "skewed" (label skew) or "corunners" (node
+  /// processes with real CPU limits and stress-ng co-runners).
+  std::string profile = "static";
+  std::string config_file;   ///< a cluster file instead of the profile's cluster
+  /// Averaged-model test accuracies; the highest is the headline target
+  /// (default: the profile's, e.g. 0.85 0.86 0.87).
+  std::vector<double> targets;
+  double target = 0;         ///< > 0: targets target - 0.02, - 0.01, target
   uint32_t epochs = 12;      ///< the same for every strategy
+  int repeat = 1;            ///< seeds cluster.seed .. cluster.seed + repeat - 1
   std::vector<std::string> strategies{"gosgd", "gosgd-async", "edgegossip"};
   std::vector<std::string> overrides;  ///< --set key=value
 };

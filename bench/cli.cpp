@@ -32,7 +32,19 @@ std::function<int()> add_subcommand(CLI::App& app) {
     ->check(CLI::IsMember({"tta", "framework", "transport", "aggregation", "predictor", "scale"}));
   bench->add_option("-c,--config", st->tta_opt.config_file,
                     "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
-  bench->add_option("--target", st->tta_opt.target, "tta: target test accuracy (default 0.87)");
+  bench->add_option("--profile", st->tta_opt.profile,
+                    "tta: heterogeneity profile: static (slowdowns 1 1 3 5), shifting (load "
+                    "moving between platforms), skewed (label skew), corunners (node processes, "
+                    "real CPU limits and stress-ng); default static")
+    ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners"}));
+  bench->add_option("--repeat", st->tta_opt.repeat,
+                    "tta: seeds 1..N (from cluster.seed), median and range of every figure")
+    ->check(CLI::Range(1, 100));
+  bench->add_option("--targets", st->tta_opt.targets,
+                    "tta: target test accuracies; the highest is the headline (default: the "
+                    "profile's, e.g. 0.85 0.86 0.87)");
+  bench->add_option("--target", st->tta_opt.target,
+                    "tta: headline target; the targets are it, it - 0.01 and it - 0.02");
   auto* epochs = bench->add_option("--epochs", st->tta_opt.epochs,
                                    "tta: epochs of every strategy (default 12); scale: "
                                    "epochs of every run (default 5)");

@@ -1,23 +1,34 @@
 // `edgegossip bench tta`: the headline benchmark. The strategies run one after
-// another on the same cluster, data, seed and heterogeneity; for each, the
-// training time until the averaged model reaches the target test accuracy,
-// and the accuracy after the same number of epochs (the EdgeGossip paper's
-// Fig. 5 and its 2.70x / 0.78-point claim).
+// another on the same cluster, data, seed and heterogeneity profile; for
+// each, the training time until the averaged model reaches each target test
+// accuracy, the mean of those times, the accuracy after the same number of
+// epochs and at the same training time (the EdgeGossip paper's Fig. 5 and
+// its 2.70x / 0.78-point claim). `--repeat N` runs seeds 1..N and reports
+// the median and range of every figure.
 
 #include "bench/bench.hpp"
 
 #include "actors/runtime.hpp"
 #include "launcher/config.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 
 namespace eg::bench {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct point {
   uint32_t epoch = 0;
@@ -28,13 +39,17 @@ struct point {
 struct outcome {
   std::string strategy;
   std::vector<point> curve;
-  double time_to_target = -1;  // -1: not reached
+  std::vector<double> time_to;  // per target; -1: not reached
+  double mean_time = -1;        // mean of time_to; -1: a target not reached
   double final_accuracy = 0;
+  double equal_time_accuracy = 0;  // at the shortest run's training time
   double wall_seconds = 0;
 };
 
-std::vector<point> read_curve(const std::filesystem::path& csv) {
+std::vector<point> read_curve(const fs::path& csv) {
   std::ifstream in(csv);
+  if (!in)
+    throw std::runtime_error("cannot read " + csv.string());
   std::string line;
   std::getline(in, line);
   std::vector<std::string> cols;
@@ -62,17 +77,198 @@ std::vector<point> read_curve(const std::filesystem::path& csv) {
   return out;
 }
 
-/// The default profile: 4 platforms with slowdowns 1, 1, 3, 5.
-config::cluster_config default_profile() {
+/// The training time at which the curve first reaches `target`, linearly
+/// interpolated between the epoch before and the epoch that crossed it (an
+/// epoch of GoSGD lasts several seconds: the crossing epoch's end alone
+/// overstates by up to one epoch); -1 when never reached.
+double time_to(const std::vector<point>& curve, double target) {
+  double t_before = 0, a_before = 0;
+  for (auto& p : curve) {
+    if (p.accuracy >= target) {
+      if (p.accuracy <= a_before)
+        return p.seconds;
+      return t_before + (p.seconds - t_before) * (target - a_before) / (p.accuracy - a_before);
+    }
+    t_before = p.seconds;
+    a_before = p.accuracy;
+  }
+  return -1;
+}
+
+/// The accuracy a user had at training time `t`: that of the newest epoch
+/// evaluated by then (0 before the first).
+double accuracy_at(const std::vector<point>& curve, double t) {
+  double a = 0;
+  for (auto& p : curve)
+    if (p.seconds <= t + 1e-9)
+      a = p.accuracy;
+  return a;
+}
+
+// --- profiles ----------------------------------------------------------------------
+
+struct profile {
+  std::string name;
+  std::string description;
+  config::cluster_config cfg;
+  bool processes = false;      // one node process per node (else one process)
+  std::vector<double> targets; // the last is the headline target
+};
+
+/// Four platforms, LeNet-5, Fashion-MNIST, emulated slowdowns 1, 1, 3, 5.
+config::cluster_config four_platforms(const std::string& id) {
   auto cfg = config::default_config();
-  cfg.id = "bench-tta";
-  double slow[] = {1, 1, 3, 5};
+  cfg.id = id;
+  const double slow[] = {1, 1, 3, 5};
   for (size_t i = 0; i < cfg.nodes[0].platforms.size() && i < 4; ++i)
     cfg.nodes[0].platforms[i].slowdown = slow[i];
   return cfg;
 }
 
-void plot(const std::vector<outcome>& results, const std::filesystem::path& dir, double target) {
+profile make_profile(const std::string& name) {
+  profile p;
+  p.name = name;
+  p.targets = {0.85, 0.86, 0.87};
+  if (name == "static") {
+    p.description = "4 platforms, emulated slowdowns 1 1 3 5, IID";
+    p.cfg = four_platforms("bench-tta");
+  } else if (name == "shifting") {
+    // The load moves between the platforms every 8 s of the run, through
+    // four arrangements of four distinct slowdowns (the fastest becomes the
+    // slowest and the slowest the fastest), cycling for as long as a run
+    // lasts.
+    p.description = "4 platforms, emulated slowdowns 1 2 4 8 moving between them every 8 s, IID";
+    p.cfg = four_platforms("bench-tta-shifting");
+    const double arrangements[4][4] = {{1, 2, 4, 8}, {8, 4, 2, 1}, {2, 8, 1, 4}, {4, 1, 8, 2}};
+    const double phase = 8;
+    auto& ps = p.cfg.nodes[0].platforms;
+    for (size_t i = 0; i < ps.size() && i < 4; ++i) {
+      ps[i].slowdown = arrangements[0][i];
+      ps[i].interference.clear();
+      for (int k = 1; k * phase <= 1800; ++k)
+        ps[i].interference.push_back({k * phase, arrangements[k % 4][i]});
+    }
+  } else if (name == "skewed") {
+    p.description = "4 platforms, emulated slowdowns 1 1 3 5, label skew (Dirichlet alpha 0.1)";
+    p.cfg = four_platforms("bench-tta-skewed");
+    p.cfg.data.partition = "dirichlet";
+    p.cfg.data.alpha = 0.1;
+    p.targets = {0.70, 0.75, 0.80};
+  } else if (name == "corunners") {
+    // Four node processes of one platform each, with real CPU limits
+    // (cgroup quotas, or a duty cycle where cgroups are not writable) and
+    // real stress-ng co-runners; no emulated slowdown. The co-runners start
+    // as children of their node and share its limit, like a job beside the
+    // training on a small edge box.
+    p.description = "4 node processes, CPU limits 0.8 0.8 0.25 0.15 cores, stress-ng co-runners "
+                    "on b (on and off every 20 s) and c (from 30 s), IID";
+    p.processes = true;
+    p.cfg = config::default_config();
+    p.cfg.id = "bench-tta-corunners";
+    auto platforms = p.cfg.nodes[0].platforms;
+    p.cfg.nodes.clear();
+    const char* names[] = {"a", "b", "c", "d"};
+    const double limits[] = {0.8, 0.8, 0.25, 0.15};
+    for (size_t i = 0; i < 4 && i < platforms.size(); ++i) {
+      config::node_config n;
+      n.name = names[i];
+      n.host = "127.0.0.1";
+      n.port = static_cast<uint16_t>(47431 + i);
+      n.cpu_limit = limits[i];
+      auto pc = platforms[i];
+      pc.slowdown = 1;
+      n.platforms.push_back(pc);
+      p.cfg.nodes.push_back(n);
+    }
+    for (int k = 0; k < 30; ++k)
+      p.cfg.nodes[1].corunners.push_back({"cpu", 1, 5.0 + 40.0 * k, 25.0 + 40.0 * k});
+    p.cfg.nodes[2].corunners.push_back({"cpu", 1, 30.0, 0.0});
+    p.cfg.balancer_node = "a";
+  } else {
+    throw config::config_error("bench tta: unknown profile '" + name
+                               + "' (static, shifting, skewed or corunners)");
+  }
+  return p;
+}
+
+// --- one run -----------------------------------------------------------------------
+
+/// Every node of `cfg` as its own `edgegossip node` process on this machine
+/// (their logs in `dir`/NODE.log); returns once all have exited.
+void run_processes(const config::cluster_config& cfg, const fs::path& dir) {
+  auto file = dir / "cluster.toml";
+  std::ofstream(file) << config::to_toml(cfg);
+  std::vector<pid_t> pids;
+  for (auto& n : cfg.nodes) {
+    auto log = (dir / (n.name + ".log")).string();
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+      }
+      std::string exe = "/proc/self/exe", node = n.name, path = file.string();
+      execl(exe.c_str(), "edgegossip", "node", "--config", path.c_str(), "--node", node.c_str(),
+            "--fresh", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    if (pid < 0)
+      throw std::runtime_error("bench tta: cannot start node " + n.name);
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (auto pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ++failed;
+  }
+  if (failed)
+    throw std::runtime_error("bench tta: " + std::to_string(failed) + " node process(es) failed; "
+                             "their logs are in " + dir.string());
+}
+
+outcome run_strategy(const profile& prof, config::cluster_config cfg, const std::string& s,
+                     const fs::path& dir) {
+  cfg.strategy.name = s;
+  cfg.output_dir = (dir / ("runs-" + s)).string();
+  fs::remove_all(cfg.output_dir);
+  fs::create_directories(cfg.output_dir);
+  config::validate(cfg);
+  auto start = std::chrono::steady_clock::now();
+  fs::path csv;
+  if (prof.processes) {
+    run_processes(cfg, cfg.output_dir);
+    for (auto& entry : fs::directory_iterator(cfg.output_dir))
+      if (entry.is_directory() && fs::exists(entry.path() / "cluster.csv"))
+        csv = entry.path() / "cluster.csv";
+    if (csv.empty())
+      throw std::runtime_error("bench tta: the nodes wrote no cluster.csv below "
+                               + cfg.output_dir);
+  } else {
+    auto run = actors::run_node(cfg, "local", {}).run;
+    csv = fs::path(cfg.output_dir) / run / "cluster.csv";
+  }
+  outcome o;
+  o.strategy = s;
+  o.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  o.curve = read_curve(csv);
+  double sum = 0;
+  bool all = true;
+  for (double target : prof.targets) {
+    o.time_to.push_back(time_to(o.curve, target));
+    all = all && o.time_to.back() >= 0;
+    sum += o.time_to.back();
+  }
+  o.mean_time = all && !prof.targets.empty() ? sum / static_cast<double>(prof.targets.size()) : -1;
+  o.final_accuracy = o.curve.empty() ? 0 : o.curve.back().accuracy;
+  return o;
+}
+
+void plot(const std::vector<outcome>& results, const fs::path& dir, double target,
+          const std::string& title) {
   auto data = dir / "tta.csv";
   {
     std::ofstream out(data);
@@ -86,8 +282,8 @@ void plot(const std::vector<outcome>& results, const std::filesystem::path& dir,
     std::ofstream gp(script);
     gp << "set terminal pngcairo size 900,560 noenhanced\n"
        << "set output '" << (dir / "tta.png").string() << "'\n"
-       << "set title 'Averaged-model test accuracy against training time'\n"
-       << "set xlabel 'training time (s)'\nset ylabel 'test accuracy'\n"
+       << "set title '" << title << "'\n"
+       << "set xlabel 'training time (s)'\nset ylabel 'averaged-model test accuracy'\n"
        << "set key bottom right\nset grid\nset datafile separator ','\n"
        << "set arrow from graph 0, first " << target << " to graph 1, first " << target
        << " nohead dashtype 2\n"
@@ -107,10 +303,60 @@ void plot(const std::vector<outcome>& results, const std::filesystem::path& dir,
     std::printf("(gnuplot failed: no plot; the figures are in %s)\n", data.string().c_str());
 }
 
+// --- figures over seeds ------------------------------------------------------------
+
+/// Median and range of the defined values (a value < 0 is "not reached").
+struct spread {
+  std::vector<double> values;
+  size_t missing = 0;
+  void add(double v, bool defined = true) {
+    if (defined && std::isfinite(v))
+      values.push_back(v);
+    else
+      ++missing;
+  }
+  std::string show(const char* format, const char* unit = "") const {
+    if (values.empty())
+      return "n/a";
+    auto v = values;
+    std::sort(v.begin(), v.end());
+    double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    char buf[160];
+    auto one = [&](double x) {
+      char b[40];
+      std::snprintf(b, sizeof b, format, x);
+      return std::string(b) + unit;
+    };
+    std::snprintf(buf, sizeof buf, "%s [%s .. %s]", one(median).c_str(), one(v.front()).c_str(),
+                  one(v.back()).c_str());
+    std::string s = v.size() == 1 ? one(median) : buf;
+    if (missing)
+      s += " (" + std::to_string(missing) + " n/a)";
+    return s;
+  }
+};
+
+std::string fixed(double v, int digits) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
 } // namespace
 
 int tta(const options& opt, const tta_options& t) {
-  auto base = t.config_file.empty() ? default_profile() : config::load(t.config_file);
+  auto prof = make_profile(t.profile);
+  if (!t.config_file.empty()) {
+    prof.cfg = config::load(t.config_file);
+    prof.description = "cluster file " + t.config_file;
+    prof.processes = t.profile == "corunners" || prof.cfg.nodes.size() > 1;
+  }
+  if (!t.targets.empty())
+    prof.targets = t.targets;
+  else if (t.target > 0)
+    prof.targets = {t.target - 0.02, t.target - 0.01, t.target};
+  std::sort(prof.targets.begin(), prof.targets.end());
+  auto& base = prof.cfg;
   // The clock measures training: platforms do not evaluate their own models
   // (the balancer evaluates the averaged model between epochs, off the
   // clock). `--set train.evaluate_every=1` puts it back.
@@ -118,80 +364,129 @@ int tta(const options& opt, const tta_options& t) {
   for (auto& o : t.overrides)
     config::apply_override(base, o);
   base.train.epochs = t.epochs;
-  base = actors::as_one_process(base);
-  auto dir = std::filesystem::absolute(std::filesystem::path(opt.out_dir) / "tta");
-  std::filesystem::create_directories(dir);
-  std::printf("tta: %zu platforms (slowdowns", base.nodes[0].platforms.size());
-  for (auto& p : base.nodes[0].platforms)
-    std::printf(" %.0f", p.slowdown);
-  std::printf("), %s, %u epochs, target accuracy %.3f\n", base.train.model.c_str(), t.epochs,
-              t.target);
+  if (!prof.processes)
+    base = actors::as_one_process(base);
+  const double headline = prof.targets.back();
+  auto root = fs::absolute(fs::path(opt.out_dir) / "tta" / prof.name);
+  fs::create_directories(root);
+  base.storage_dir = (root / "data").string();
+  std::string targets_text;
+  for (double x : prof.targets)
+    targets_text += (targets_text.empty() ? "" : ", ") + fixed(x, 2);
+  std::printf("tta: profile %s: %s; %s, %u epochs, targets %s, seeds %llu..%llu\n",
+              prof.name.c_str(), prof.description.c_str(), base.train.model.c_str(), t.epochs,
+              targets_text.c_str(), static_cast<unsigned long long>(base.seed),
+              static_cast<unsigned long long>(base.seed + t.repeat - 1));
   std::fflush(stdout);
 
-  std::vector<outcome> results;
-  for (auto& s : t.strategies) {
+  // Per seed, per strategy.
+  std::vector<std::vector<outcome>> seeds;
+  const uint64_t first_seed = base.seed;
+  std::ofstream all(root / "tta-seeds.csv");
+  all << "profile,seed,strategy,time_to_headline,mean_time_to_targets,final_accuracy,"
+         "equal_time,accuracy_at_equal_time\n";
+  for (int k = 0; k < t.repeat; ++k) {
     auto cfg = base;
-    cfg.strategy.name = s;
-    cfg.output_dir = (dir / ("runs-" + s)).string();
-    cfg.storage_dir = (dir / "data").string();
-    std::filesystem::remove_all(cfg.output_dir);
-    config::validate(cfg);
-    auto start = std::chrono::steady_clock::now();
-    auto run = actors::run_node(cfg, "local", {}).run;
-    outcome o;
-    o.strategy = s;
-    o.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    o.curve = read_curve(std::filesystem::path(cfg.output_dir) / run / "cluster.csv");
-    for (auto& p : o.curve)
-      if (o.time_to_target < 0 && p.accuracy >= t.target)
-        o.time_to_target = p.seconds;
-    o.final_accuracy = o.curve.empty() ? 0 : o.curve.back().accuracy;
-    std::printf("  %-12s done in %.0f s wall; accuracy after %u epochs %.4f; reached %.3f %s\n",
-                s.c_str(), o.wall_seconds, t.epochs, o.final_accuracy, t.target,
-                o.time_to_target < 0 ? "never" : ("after " + std::to_string(o.time_to_target).substr(0, 6) + " s of training").c_str());
-    std::fflush(stdout);
-    results.push_back(std::move(o));
+    cfg.seed = first_seed + static_cast<uint64_t>(k);
+    auto dir = root / ("seed-" + std::to_string(cfg.seed));
+    fs::create_directories(dir);
+    // Each seed starts without history: EdgeGossip's predictors learn from
+    // the runs before theirs in this seed (the paper's history), not from
+    // another seed's.
+    fs::remove_all(base.storage_dir);
+    std::vector<outcome> results;
+    for (auto& s : t.strategies) {
+      auto o = run_strategy(prof, cfg, s, dir);
+      std::printf("  seed %llu %-12s %4.0f s wall; accuracy after %u epochs %.4f; %.2f %s\n",
+                  static_cast<unsigned long long>(cfg.seed), s.c_str(), o.wall_seconds,
+                  t.epochs, o.final_accuracy, headline,
+                  o.time_to.back() < 0 ? "not reached"
+                                       : ("after " + fixed(o.time_to.back(), 1) + " s").c_str());
+      std::fflush(stdout);
+      results.push_back(std::move(o));
+    }
+    // Accuracy at equal training time: when the shortest run ended.
+    double equal = std::numeric_limits<double>::infinity();
+    for (auto& r : results)
+      if (!r.curve.empty())
+        equal = std::min(equal, r.curve.back().seconds);
+    for (auto& r : results) {
+      r.equal_time_accuracy = accuracy_at(r.curve, equal);
+      all << prof.name << ',' << cfg.seed << ',' << r.strategy << ',' << r.time_to.back() << ','
+          << r.mean_time << ',' << r.final_accuracy << ',' << equal << ','
+          << r.equal_time_accuracy << '\n';
+    }
+    plot(results, dir, headline,
+         "tta, profile " + prof.name + ", seed " + std::to_string(cfg.seed));
+    seeds.push_back(std::move(results));
   }
 
-  const outcome* gosgd = nullptr;
-  const outcome* async = nullptr;
-  for (auto& r : results) {
-    if (r.strategy == "gosgd")
-      gosgd = &r;
-    if (r.strategy == "gosgd-async")
-      async = &r;
-  }
-  std::printf("\n%-12s %16s %12s %16s %14s\n", "strategy", "time to target", "final acc",
-              "speedup vs gosgd", "acc diff (pts)");
+  // The figures of each strategy against GoSGD and asynchronous GoSGD, per
+  // seed, then their median and range over the seeds.
+  auto find = [](const std::vector<outcome>& rs, const std::string& s) -> const outcome* {
+    for (auto& r : rs)
+      if (r.strategy == s)
+        return &r;
+    return nullptr;
+  };
+  auto ratio = [](double base_time, double time) {
+    return base_time > 0 && time > 0 ? base_time / time : -1.0;
+  };
+  std::printf("\nprofile %s, %d seed(s): median [min .. max]; speed-ups are GoSGD's (or async "
+              "GoSGD's) time over the strategy's; n/a: a target not reached\n",
+              prof.name.c_str(), t.repeat);
   std::string summary;
-  for (auto& r : results) {
-    auto speed = [&](const outcome* b) {
-      return b && b->time_to_target > 0 && r.time_to_target > 0
-               ? b->time_to_target / r.time_to_target
-               : -1.0;
-    };
-    double sp = speed(gosgd);
-    double diff = gosgd ? 100 * (r.final_accuracy - gosgd->final_accuracy) : 0;
-    std::printf("%-12s %15s %12.4f %16s %+14.2f\n", r.strategy.c_str(),
-                r.time_to_target > 0 ? (std::to_string(r.time_to_target).substr(0, 6) + " s").c_str()
-                                     : "not reached",
-                r.final_accuracy, sp > 0 ? (std::to_string(sp).substr(0, 4) + "x").c_str() : "-",
-                diff);
-    if (r.strategy != "gosgd") {
-      summary += " " + r.strategy + " " + (sp > 0 ? std::to_string(sp).substr(0, 4) + "x" : "n/a")
-                 + " vs gosgd";
-      if (async && &r != async) {
-        double sa = speed(async);
-        summary += " (" + (sa > 0 ? std::to_string(sa).substr(0, 4) + "x" : "n/a") + " vs gosgd-async)";
+  for (auto& s : t.strategies) {
+    spread headline_time, mean_time, final_acc, vs_gosgd, vs_async, mean_vs_gosgd, mean_vs_async,
+      diff_final, diff_equal;
+    for (auto& rs : seeds) {
+      auto* r = find(rs, s);
+      auto* g = find(rs, "gosgd");
+      auto* a = find(rs, "gosgd-async");
+      headline_time.add(r->time_to.back(), r->time_to.back() >= 0);
+      mean_time.add(r->mean_time, r->mean_time >= 0);
+      final_acc.add(r->final_accuracy);
+      if (g) {
+        double x = ratio(g->time_to.back(), r->time_to.back());
+        vs_gosgd.add(x, x > 0);
+        x = ratio(g->mean_time, r->mean_time);
+        mean_vs_gosgd.add(x, x > 0);
+        diff_final.add(100 * (r->final_accuracy - g->final_accuracy));
+        diff_equal.add(100 * (r->equal_time_accuracy - g->equal_time_accuracy));
       }
-      summary += ", " + std::string(diff >= 0 ? "+" : "") + std::to_string(diff).substr(0, diff >= 0 ? 4 : 5)
-                 + " pts;";
+      if (a) {
+        double x = ratio(a->time_to.back(), r->time_to.back());
+        vs_async.add(x, x > 0);
+        x = ratio(a->mean_time, r->mean_time);
+        mean_vs_async.add(x, x > 0);
+      }
+    }
+    std::printf("%s:\n", s.c_str());
+    std::printf("  time to %.2f            %s\n", headline, headline_time.show("%.1f", " s").c_str());
+    std::printf("  mean time to %-10s %s\n", targets_text.c_str(), mean_time.show("%.1f", " s").c_str());
+    std::printf("  accuracy after %2u epochs %s\n", t.epochs, final_acc.show("%.4f").c_str());
+    if (s != "gosgd") {
+      std::printf("  vs gosgd: %s sooner to %.2f, %s sooner on the mean; %s pts after %u "
+                  "epochs, %s pts at equal training time\n",
+                  vs_gosgd.show("%.2f", "x").c_str(), headline,
+                  mean_vs_gosgd.show("%.2f", "x").c_str(), diff_final.show("%+.2f").c_str(),
+                  t.epochs, diff_equal.show("%+.2f").c_str());
+      if (s != "gosgd-async" && find(seeds.front(), "gosgd-async"))
+        std::printf("  vs gosgd-async: %s sooner to %.2f, %s sooner on the mean\n",
+                    vs_async.show("%.2f", "x").c_str(), headline,
+                    mean_vs_async.show("%.2f", "x").c_str());
+      summary += " " + s + " " + vs_gosgd.show("%.2f", "x") + " (mean of targets "
+                 + mean_vs_gosgd.show("%.2f", "x") + ") vs gosgd"
+                 + (s != "gosgd-async" && find(seeds.front(), "gosgd-async")
+                      ? ", " + vs_async.show("%.2f", "x") + " vs gosgd-async"
+                      : std::string{})
+                 + ", " + diff_final.show("%+.2f") + " pts;";
     }
   }
-  plot(results, dir, t.target);
-  std::printf("figures: %s, plot: %s\n", (dir / "tta.csv").string().c_str(),
-              (dir / "tta.png").string().c_str());
-  std::printf("summary: time to %.2f accuracy:%s\n", t.target, summary.c_str());
+  std::printf("figures: %s, plots: %s/seed-N/tta.png\n", (root / "tta-seeds.csv").string().c_str(),
+              root.string().c_str());
+  std::printf("summary: profile %s, %d seed(s), time to %.2f (median [range]):%s\n",
+              prof.name.c_str(), t.repeat, headline, summary.c_str());
   return 0;
 }
 
