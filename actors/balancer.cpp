@@ -55,6 +55,11 @@ struct balancer_state {
   std::map<uint32_t, clock::time_point> epoch_start;
   std::map<uint32_t, clock::time_point> epoch_end;  // last report of the epoch
   std::set<uint32_t> planning;  // epochs whose predictions are being gathered
+  /// EdgeGossip's planned epoch time (the longest predicted), by epoch.
+  std::map<uint32_t, double> planned_seconds;
+  /// The epoch deadline (edgegossip.deadline), seconds after the epoch's
+  /// start, set when the first platform reports the epoch.
+  std::map<uint32_t, double> deadline;
   std::map<uint32_t, cluster_epoch> evaluated;
   std::set<uint32_t> evaluating;
   std::vector<messages::epoch_report> all_reports;
@@ -281,6 +286,7 @@ void balance_and_send(self_ptr self, uint32_t epoch,
     }
     ratios[d.name] = d.ratio;
     st.platforms[d.name].predicted_seconds[epoch] = d.epoch_seconds * d.ratio;
+    st.planned_seconds[epoch] = std::max(st.planned_seconds[epoch], d.epoch_seconds * d.ratio);
     line += fmt::format(" {} r={:.2f}", d.name, d.ratio);
   }
   if (!plan.exception_handling)
@@ -537,6 +543,64 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       save_run_state(self);  // the last one is saved by finish, marked finished
     epoch_evaluated(self, epoch);
   });
+}
+
+std::chrono::microseconds micros(double seconds) {
+  return std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e6));
+}
+
+/// The epoch deadline: once the first platform with data reports `epoch`,
+/// the platforms still training it get `edgegossip.deadline` times the
+/// longer of its time and the planned epoch time (plus a quarter second
+/// against noise in short epochs), then are cut. A plan is right for the
+/// load when it is made; a platform whose load rises during the epoch (a
+/// co-runner starts, its CPU quota falls) would otherwise hold every other
+/// platform at the barrier for as long as it takes. EdgeGossip with the
+/// synchronous schedule only: GoSGD, the baseline, waits for the slowest.
+void arm_deadline(self_ptr self, const messages::epoch_report& r) {
+  auto& st = self->state;
+  const double factor = st.args.cluster.edgegossip.deadline;
+  if (!st.args.cluster.strategy.edgegossip() || st.args.cluster.strategy.asynchronous()
+      || factor <= 0 || r.samples == 0 || st.deadline.count(r.epoch)
+      || !st.epoch_start.count(r.epoch))
+    return;
+  const double first =
+    std::chrono::duration<double>(clock::now() - st.epoch_start[r.epoch]).count();
+  const auto planned = st.planned_seconds.find(r.epoch);
+  const double base = std::max(first, planned == st.planned_seconds.end() ? 0.0 : planned->second);
+  st.deadline[r.epoch] = factor * base + 0.25;
+  self->delayed_send(self, micros(st.deadline[r.epoch] - first), deadline_atom::value, r.epoch);
+}
+
+/// The deadline of `epoch` came: cuts the platforms still training it.
+void deadline_passed(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  if (st.finished || st.evaluated.count(epoch) || st.evaluating.count(epoch) || st.complete(epoch))
+    return;
+  auto limit = st.deadline.find(epoch);
+  if (limit == st.deadline.end() || !st.epoch_start.count(epoch))
+    return;
+  // Paused by the console, or the epoch's start moved by a pause: later.
+  const double elapsed =
+    std::chrono::duration<double>(clock::now() - st.epoch_start[epoch]).count();
+  if (st.console.paused || elapsed < limit->second) {
+    const double wait = st.console.paused ? 1.0 : limit->second - elapsed;
+    self->delayed_send(self, micros(wait), deadline_atom::value, epoch);
+    return;
+  }
+  std::string names;
+  const auto& reported = st.reports[epoch];
+  for (auto& [name, p] : st.platforms)
+    if (p.up && p.first_epoch <= epoch && !reported.count(name)) {
+      self->send(p.handle, cut_atom::value, epoch);
+      names += " " + name;
+    }
+  if (names.empty())
+    return;
+  spdlog::info("balancer: epoch {} deadline ({:.2f} s) passed: cut{}", epoch + 1, limit->second,
+               names);
+  st.console.note("deadline", fmt::format("epoch {} deadline {:.1f} s: cut{}", epoch + 1,
+                                          limit->second, names));
 }
 
 void check_epochs(self_ptr self) {
@@ -824,6 +888,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
                                         ? messages::encode({env.hdr, r})
                                         : buf);
         console_reported(st, r);
+        arm_deadline(self, r);
       } catch (const std::exception& e) {
         spdlog::warn("balancer: refused a report: {}", e.what());
         return;
@@ -866,6 +931,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       }
       start(self);
     },
+    [self](deadline_atom, uint32_t epoch) { deadline_passed(self, epoch); },
     [self](inspect_atom, const std::string& command, const std::string& via) {
       return console_command(self, command, via);
     },

@@ -62,6 +62,8 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using elect_atom = caf::atom_constant<caf::atom("elect")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
+using cut_atom = caf::atom_constant<caf::atom("cut")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -116,6 +118,9 @@ using platform_actor = caf::typed_actor<
   caf::replies_to<weights_atom>::with<bytes>,
   // From the balancer: the run is over (argument: run name).
   caf::reacts_to<done_atom, std::string>,
+  // From the balancer: the deadline of this epoch passed; end it now and
+  // report what was trained (ignored for any other epoch).
+  caf::reacts_to<cut_atom, uint32_t>,
   // Control: "pause", "resume", "checkpoint", "stop". Answers once done
   // ("checkpoint" and "stop": once the store has the checkpoint).
   caf::replies_to<control_atom, std::string>::with<bool>>;
@@ -134,6 +139,8 @@ using balancer_actor = caf::typed_actor<
   // To itself: start (or, resuming, go on with) the run with the platforms
   // that joined so far.
   caf::reacts_to<start_atom>,
+  // To itself: the deadline of this epoch (edgegossip.deadline) passed.
+  caf::reacts_to<deadline_atom, uint32_t>,
   // From a node, for the inspection console: a command (inspection::command:
   // snapshot, history NAME, pause, resume, checkpoint) and the asking node's
   // name; answered in JSON (actors/inspection.hpp).

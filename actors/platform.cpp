@@ -418,6 +418,14 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         spdlog::warn("[{}] refused weights: {}", st.args.platform.name, e.what());
       }
     },
+    [self](cut_atom, uint32_t epoch) {
+      auto& st = self->state;
+      if (!st.running || st.epoch != epoch)
+        return;
+      spdlog::info("[{}] epoch {} cut at its deadline after {} of {} points",
+                   st.args.platform.name, epoch + 1, st.samples, st.planned);
+      finish_epoch(self);
+    },
     [self](weights_atom) -> bytes {
       auto& st = self->state;
       return messages::encode(st.weights_message(st.strategy->weight()));

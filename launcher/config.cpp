@@ -6,7 +6,8 @@
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, exchange_probability
-//   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold
+//   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
+//                deadline
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port, cpu_limit,
@@ -82,6 +83,8 @@ const real_rule slowdown{[](double x) { return std::isfinite(x) && x >= 1; }, "a
 // machine of the cluster, and a limit above a machine's cores limits nothing.
 const real_rule cpu_cores{[](double x) { return x == 0 || (std::isfinite(x) && x >= 0.01); },
                           "0 (no limit) or a number of cores >= 0.01"};
+const real_rule deadline_factor{[](double x) { return x == 0 || (std::isfinite(x) && x >= 1); },
+                                "0 (off) or a factor >= 1"};
 const text_rule any_text{{}, true};
 const text_rule non_empty{{}, false};
 
@@ -121,6 +124,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.merge", c.edgegossip.merge, text_rule{{"gossip", "rate"}, false});
   visit("edgegossip.p_threshold", c.edgegossip.p_threshold, non_negative);
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
+  visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
   visit("storage.dir", c.storage_dir, non_empty);
   visit("output.dir", c.output_dir, non_empty);
 }

@@ -122,6 +122,13 @@ struct edgegossip_config {
   std::string merge = "rate";
   double p_threshold = 0.001;              ///< a platform slower than this has failed
   double f_threshold = 0.1;                ///< failed share that triggers exception handling
+  /// The epoch deadline (synchronous schedule): once the first platform has
+  /// finished an epoch, a platform still training after `deadline` times
+  /// the longer of that time and the planned epoch time ends its epoch
+  /// there, so a platform that slowed down after the plan (its co-runners
+  /// came, its CPU quota fell) holds the others back by at most that much.
+  /// 0: off (Algorithm 1's plan alone).
+  double deadline = 1.5;
 };
 
 struct cluster_config {

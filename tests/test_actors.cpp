@@ -21,6 +21,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 using namespace eg;
@@ -170,7 +171,8 @@ BOOST_FIXTURE_TEST_CASE(mixer_drops_a_peer_that_goes_down, fixture) {
 
 namespace {
 
-/// A stand-in platform: records the plans it gets and answers weights.
+/// A stand-in platform: records the plans it gets (and the epochs it is
+/// told to cut, when `cuts` is given) and answers weights.
 struct fake_platform_state {
   std::vector<messages::plan> plans;
   std::string run;
@@ -179,7 +181,7 @@ struct fake_platform_state {
 platform_actor::behavior_type
 fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::string name,
               std::string cluster, std::shared_ptr<std::vector<messages::plan>> seen,
-              uint64_t seed) {
+              uint64_t seed, std::shared_ptr<std::vector<uint32_t>> cuts) {
   return {
     [=](plan_atom, const bytes& b) {
       seen->push_back(std::get<messages::plan>(messages::decode(b, cluster).payload));
@@ -188,6 +190,10 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](merge_atom, const shared_bytes&) {},
     [=](weights_atom) { return lenet_weights(cluster, name, 0.5, seed); },
     [=](done_atom, const std::string& run) { self->state.run = run; },
+    [=](cut_atom, uint32_t epoch) {
+      if (cuts)
+        cuts->push_back(epoch);
+    },
     [](control_atom, const std::string&) { return true; },
   };
 }
@@ -198,7 +204,17 @@ std::pair<platform_actor, std::shared_ptr<std::vector<messages::plan>>>
 spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::string& cluster,
                uint64_t seed = 1) {
   auto seen = std::make_shared<std::vector<messages::plan>>();
-  return {sys.spawn(fake_platform, name, cluster, seen, seed), seen};
+  return {sys.spawn(fake_platform, name, cluster, seen, seed,
+                    std::shared_ptr<std::vector<uint32_t>>{}),
+          seen};
+}
+
+/// The same, also recording the epochs it is told to cut in `cuts`.
+std::pair<platform_actor, std::shared_ptr<std::vector<messages::plan>>>
+spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::string& cluster,
+               std::shared_ptr<std::vector<uint32_t>> cuts) {
+  auto seen = std::make_shared<std::vector<messages::plan>>();
+  return {sys.spawn(fake_platform, name, cluster, seen, uint64_t{1}, std::move(cuts)), seen};
 }
 
 /// Platform `name` of node `node` joins balancer `b` (with no predictor).
@@ -297,6 +313,54 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   sched.run();
 }
 
+BOOST_FIXTURE_TEST_CASE(edgegossip_cuts_a_platform_past_the_epoch_deadline, fixture) {
+  // p0 finishes epoch 1 at once; p1 is still training 1.5 x that time
+  // + 0.25 s later (its load rose after the plan): the balancer cuts its
+  // epoch, and plans the next once p1 reports what it trained. GoSGD, the
+  // baseline, waits for the slowest platform instead.
+  for (std::string strategy : {"edgegossip", "gosgd"}) {
+    test::temp_dir dir;
+    auto cfg = two_platforms(dir, "cut-" + strategy, 2);
+    cfg.strategy.name = strategy;
+    auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false,
+                                  {}});
+    auto cuts0 = std::make_shared<std::vector<uint32_t>>();
+    auto cuts1 = std::make_shared<std::vector<uint32_t>>();
+    auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, cuts0);
+    auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id, cuts1);
+    join(self, b, "p0", "local", p0);
+    join(self, b, "p1", "local", p1);
+    sched.run();
+    BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+    self->send(b, report_atom::value, report(cfg.id, "p0", 0, 300));
+    sched.run();
+    // Well before the deadline: nothing is cut.
+    sched.advance_time(std::chrono::milliseconds(100));
+    sched.run();
+    BOOST_TEST(cuts1->empty());
+    // The deadline is measured on the steady clock: wait for it for real.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    sched.advance_time(std::chrono::seconds(1));
+    sched.run();
+    BOOST_TEST(cuts0->empty(), strategy);
+    if (strategy == "edgegossip") {
+      BOOST_REQUIRE_EQUAL(cuts1->size(), 1u);
+      BOOST_TEST(cuts1->front() == 0u);
+    } else {
+      BOOST_TEST(cuts1->empty());
+    }
+    BOOST_TEST(seen1->size() == 1u);  // the barrier still waits for p1's report
+    self->send(b, report_atom::value, report(cfg.id, "p1", 0, 40));
+    sched.run();
+    BOOST_REQUIRE_EQUAL(seen1->size(), 2u);
+    BOOST_TEST(seen1->back().epoch == 1u);
+    self->send_exit(b, caf::exit_reason::user_shutdown);
+    self->send_exit(p0, caf::exit_reason::user_shutdown);
+    self->send_exit(p1, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixture) {
   // p0 trained 300 points in the epoch, p1 (on a smaller share) 100: the
   // averaged model is 3/4 of p0's model and 1/4 of p1's.
@@ -365,7 +429,8 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   for (int i = 0; i < 4; ++i) {
     auto name = "p" + std::to_string(i);
     seen.push_back(std::make_shared<std::vector<messages::plan>>());
-    platforms.push_back(sys.spawn(fake_platform, name, cfg.id, seen.back(), uint64_t{1}));
+    platforms.push_back(sys.spawn(fake_platform, name, cfg.id, seen.back(), uint64_t{1},
+                                  std::shared_ptr<std::vector<uint32_t>>{}));
     auto pred = sys.spawn(fake_predictor, name, cfg.id, speed[i]);
     self->send(b, join_atom::value, name, std::string{"local"},
                caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred));
