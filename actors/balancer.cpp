@@ -127,6 +127,19 @@ struct balancer_state {
     return sum > 0 ? sum / static_cast<double>(i->second.size()) : 1;
   }
 
+  /// A platform's weights of the output layer's rows in the averaged model
+  /// of `epoch`: the points of each class it trained in that epoch; empty
+  /// when its report does not say.
+  std::vector<double> class_weights(uint32_t epoch, const std::string& name) const {
+    auto i = reports.find(epoch);
+    if (i == reports.end())
+      return {};
+    auto r = i->second.find(name);
+    if (r == i->second.end())
+      return {};
+    return {r->second.class_samples.begin(), r->second.class_samples.end()};
+  }
+
   /// The newest epoch whose plans went out.
   uint32_t planned_epoch() const {
     return epoch_start.empty() ? 0 : epoch_start.rbegin()->first;
@@ -514,6 +527,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
     auto& st = self->state;
     std::vector<std::vector<torch::Tensor>> models;
     std::vector<double> samples;  // each model's weight in the average
+    std::vector<std::vector<double>> classes;  // and of its rows of the output layer
+    bool by_class = true;
     for (auto& buf : answers) {
       try {
         auto env = messages::decode(buf, st.args.cluster.id);
@@ -524,12 +539,18 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
           ts.push_back(t.clone());
         models.push_back(std::move(ts));
         samples.push_back(st.averaging_weight(epoch, env.hdr.sender));
+        auto counts = st.class_weights(epoch, env.hdr.sender);
+        by_class = by_class && counts.size() == static_cast<size_t>(learning::num_classes);
+        classes.push_back(std::move(counts));
       } catch (const std::exception& e) {
         spdlog::warn("balancer: ignoring weights that cannot be averaged: {}", e.what());
       }
     }
     if (!models.empty()) {
-      auto avg = learning::average(models, samples);
+      // By points trained, and each class's output row by the points of
+      // that class (learning::average_by_class).
+      auto avg = by_class ? learning::average_by_class(models, samples, classes)
+                          : learning::average(models, samples);
       torch::NoGradGuard guard;
       for (size_t i = 0; i < avg.size(); ++i)
         st.like[i].copy_(avg[i]);

@@ -104,6 +104,7 @@ struct platform_state {
     r.train_loss = iterations ? loss_sum / static_cast<double>(iterations) : 0;
     r.gossip_weight = strategy->weight();
     r.messages_refused = refused;
+    r.class_samples = trainer->class_samples();
     return r;
   }
 };

@@ -191,4 +191,47 @@ std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>
   return mean;
 }
 
+std::vector<torch::Tensor> average_by_class(const std::vector<std::vector<torch::Tensor>>& models,
+                                            const std::vector<double>& weights,
+                                            const std::vector<std::vector<double>>& class_weights,
+                                            size_t output_tensors) {
+  auto mean = average(models, weights);
+  if (class_weights.size() != models.size())
+    throw std::invalid_argument("average_by_class: " + std::to_string(class_weights.size()) +
+                                " class weights for " + std::to_string(models.size()) + " models");
+  const size_t classes = class_weights.front().size();
+  for (const auto& w : class_weights) {
+    if (w.size() != classes)
+      throw std::invalid_argument("average_by_class: the models count different classes");
+    for (double x : w)
+      if (!(x >= 0) || !std::isfinite(x))
+        throw std::invalid_argument("average_by_class: class weight " + std::to_string(x) +
+                                    " is not a finite non-negative number");
+  }
+  const size_t n = mean.size();
+  if (output_tensors > n)
+    throw std::invalid_argument("average_by_class: the models have fewer tensors than the "
+                                "output layer");
+  torch::NoGradGuard no_grad;
+  for (size_t i = n - output_tensors; i < n; ++i) {
+    if (mean[i].dim() == 0 || mean[i].size(0) != static_cast<int64_t>(classes))
+      throw std::invalid_argument("average_by_class: tensor " + std::to_string(i) + " has " +
+                                  (mean[i].dim() ? std::to_string(mean[i].size(0)) : "no") +
+                                  " rows, not one per class (" + std::to_string(classes) + ")");
+    for (size_t c = 0; c < classes; ++c) {
+      double total = 0;
+      for (const auto& w : class_weights)
+        total += w[c];
+      if (!(total > 0))
+        continue;  // no model trained class c: average()'s row stands
+      auto row = mean[i].select(0, static_cast<int64_t>(c));
+      row.zero_();
+      for (size_t k = 0; k < models.size(); ++k)
+        if (class_weights[k][c] > 0)
+          row.add_(models[k][i].select(0, static_cast<int64_t>(c)), class_weights[k][c] / total);
+    }
+  }
+  return mean;
+}
+
 } // namespace eg::learning

@@ -90,4 +90,18 @@ std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& 
 std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models,
                                    const std::vector<double>& weights = {});
 
+/// average(), except in the output layer (the last `output_tensors` tensors,
+/// one row per class: LeNet-5's fc3 weight and bias): there the row of
+/// class c is the mean weighted by `class_weights[k][c]` (the points of class
+/// c model k trained), a row no model has a weight for by `weights`. With
+/// label skew a platform that trained a class (perhaps on a small share of
+/// its data) owns that class's logit; weighted by points alone, the rows of
+/// the platforms that never saw the class (pushed down by every batch)
+/// outweighed it. With IID data the rows' weights are the points' in
+/// proportion, and this is average().
+std::vector<torch::Tensor> average_by_class(const std::vector<std::vector<torch::Tensor>>& models,
+                                            const std::vector<double>& weights,
+                                            const std::vector<std::vector<double>>& class_weights,
+                                            size_t output_tensors = 2);
+
 } // namespace eg::learning

@@ -69,6 +69,7 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
 void local_trainer::begin_epoch(epoch_plan plan) {
   plan_ = std::move(plan);
   next_ = 0;
+  class_samples_.assign(static_cast<size_t>(num_classes), 0);
 }
 
 bool local_trainer::epoch_done() const { return next_ >= plan_.batches.size(); }
@@ -86,6 +87,12 @@ step_result local_trainer::step() {
   auto index = torch::from_blob(batch.data(), {static_cast<int64_t>(batch.size())}, torch::kInt64);
   auto x = train_->images.index_select(0, index);
   auto y = train_->labels.index_select(0, index);
+  {
+    const auto* label = y.data_ptr<int64_t>();
+    for (int64_t k = 0; k < y.numel(); ++k)
+      if (label[k] >= 0 && label[k] < num_classes)
+        ++class_samples_[static_cast<size_t>(label[k])];
+  }
 
   optimizer_.zero_grad();
   auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);

@@ -58,6 +58,8 @@ public:
   step_result step();
   /// Batches left in the current epoch.
   size_t remaining() const;
+  /// Points of each class (by label) trained since the epoch began.
+  const std::vector<uint64_t>& class_samples() const { return class_samples_; }
 
   classifier& model() { return *model_; }
   std::shared_ptr<classifier> model_ptr() { return model_; }
@@ -79,6 +81,7 @@ private:
   parameter_loans loans_;
   epoch_plan plan_;
   size_t next_ = 0;
+  std::vector<uint64_t> class_samples_;
 };
 
 /// Loss and accuracy of `model` on `data` (no gradients, eval mode, restores

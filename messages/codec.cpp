@@ -189,6 +189,9 @@ struct body_writer {
     out.setMessagesReceived(r.messages_received);
     out.setMessagesRefused(r.messages_refused);
     out.setPredictedSeconds(r.predicted_seconds);
+    auto classes = out.initClassSamples(static_cast<unsigned>(r.class_samples.size()));
+    for (unsigned i = 0; i < classes.size(); ++i)
+      classes.set(i, r.class_samples[i]);
     auto from = out.initReceivedFrom(static_cast<unsigned>(r.received_from.size()));
     for (unsigned i = 0; i < from.size(); ++i) {
       from[i].setPeer(text(r.received_from[i].peer));
@@ -298,6 +301,8 @@ struct body_reader {
     r.messages_received = in.getMessagesReceived();
     r.messages_refused = in.getMessagesRefused();
     r.predicted_seconds = in.getPredictedSeconds();
+    for (auto n : in.getClassSamples())
+      r.class_samples.push_back(n);
     for (auto p : in.getReceivedFrom())
       r.received_from.push_back({str(p.getPeer()), p.getMessages(), p.getBytes()});
     return r;

@@ -128,6 +128,9 @@ struct epoch_report {
   uint64_t messages_refused = 0;
   std::vector<peer_traffic> received_from;
   double predicted_seconds = 0;  ///< the balancer's prediction of wall_seconds (0: none)
+  /// Points of each class (label 0, 1, ...) trained in the epoch; empty
+  /// from a platform that did not count them.
+  std::vector<uint64_t> class_samples;
 };
 
 /// Control requests (stop, pause, resume, checkpoint ...) with an argument.

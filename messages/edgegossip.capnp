@@ -90,6 +90,7 @@ struct EpochReport {
   receivedFrom @17 :List(PeerTraffic);
   plannedSamples @18 :UInt64;
   predictedSeconds @19 :Float64;
+  classSamples @20 :List(UInt64);
 }
 
 struct Control {

@@ -218,6 +218,7 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
     [](merge_atom, const shared_bytes&) {},
     [](weights_atom) { return bytes{}; },
     [](done_atom, const std::string&) {},
+    [](cut_atom, uint32_t) {},
     [=](control_atom, const std::string& what) {
       got->push_back(what);
       return true;

@@ -859,6 +859,37 @@ BOOST_AUTO_TEST_CASE(weighted_average_counts_each_model_by_its_weight) {
   BOOST_CHECK_THROW(average(models, {1, std::nan("")}), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(average_by_class_gives_each_class_row_to_the_models_that_trained_it) {
+  // Two models of a body tensor and a 3-class output layer (weight, bias).
+  // Model 0 trained 300 points of class 0; model 1 100 of class 1 (a small
+  // share of skewed data); nobody trained class 2.
+  std::vector<std::vector<torch::Tensor>> models{
+    {torch::tensor({4.0f}), torch::tensor({{1.0f, 1.0f}, {-5.0f, -5.0f}, {0.0f, 2.0f}}),
+     torch::tensor({1.0f, -5.0f, 0.0f})},
+    {torch::tensor({0.0f}), torch::tensor({{-3.0f, -3.0f}, {2.0f, 2.0f}, {4.0f, 6.0f}}),
+     torch::tensor({-3.0f, 2.0f, 4.0f})}};
+  auto mean = average_by_class(models, {300, 100}, {{300, 0, 0}, {0, 100, 0}});
+  BOOST_REQUIRE_EQUAL(mean.size(), 3u);
+  // The body by points trained, as average() does.
+  BOOST_TEST(torch::allclose(mean[0], torch::tensor({3.0f})));
+  // Row 0 from model 0, row 1 from model 1, row 2 (no class weight) by points.
+  BOOST_TEST(torch::allclose(mean[1], torch::tensor({{1.0f, 1.0f}, {2.0f, 2.0f}, {1.0f, 3.0f}})));
+  BOOST_TEST(torch::allclose(mean[2], torch::tensor({1.0f, 2.0f, 1.0f})));
+  // Class counts in proportion to the points (IID) give average()'s result.
+  auto iid = average_by_class(models, {300, 100}, {{150, 90, 60}, {50, 30, 20}});
+  auto plain = average(models, {300, 100});
+  for (size_t i = 0; i < plain.size(); ++i)
+    BOOST_TEST(torch::allclose(iid[i], plain[i]));
+  // The inputs are not changed.
+  BOOST_TEST(torch::equal(models[1][2], torch::tensor({-3.0f, 2.0f, 4.0f})));
+  BOOST_CHECK_THROW(average_by_class(models, {1, 1}, {{1, 1, 1}}), std::invalid_argument);
+  BOOST_CHECK_THROW(average_by_class(models, {1, 1}, {{1, 1}, {1, 1}}), std::invalid_argument);
+  BOOST_CHECK_THROW(average_by_class(models, {1, 1}, {{1, 1, -1}, {1, 1, 1}}),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(average_by_class(models, {1, 1}, {{1, 1, 1}, {1, 1, 1}}, 4),
+                    std::invalid_argument);
+}
+
 // --- serialize ---------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
