@@ -7,10 +7,48 @@
 #include <filesystem>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <thread>
 
 extern char** environ;
 
 namespace eg::actors {
+namespace {
+
+/// Starts `argv` as a child with no signal blocked and SIGINT / SIGTERM at
+/// their defaults: the node blocks them in its threads (its signal watcher
+/// takes them), and a child inherits the mask across exec. stress-ng
+/// started with SIGTERM blocked outlived its node, busy, after every run.
+bool spawn(std::vector<char*>& argv, pid_t& pid) {
+  posix_spawnattr_t attr;
+  if (posix_spawnattr_init(&attr) != 0)
+    return false;
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const bool ok = posix_spawnp(&pid, "stress-ng", nullptr, &attr, argv.data(), environ) == 0;
+  posix_spawnattr_destroy(&attr);
+  return ok;
+}
+
+/// SIGTERM, then SIGKILL if the child has not ended within 2 s.
+void stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 200; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) != 0)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  spdlog::warn("co-runner {} did not end on SIGTERM: killed", pid);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+} // namespace
 
 corunners::corunners(std::vector<config::corunner_config> schedule, std::string scratch)
     : schedule_(std::move(schedule)), scratch_(std::move(scratch)), pids_(schedule_.size(), 0) {
@@ -77,7 +115,7 @@ void corunners::run() {
           argv.push_back(a.data());
         argv.push_back(nullptr);
         pid_t pid = 0;
-        if (posix_spawnp(&pid, "stress-ng", nullptr, nullptr, argv.data(), environ) == 0) {
+        if (spawn(argv, pid)) {
           pids_[i] = pid;
           spdlog::info("co-runner started: {} x {} (pid {})", c.workers, c.kind, pid);
         } else {
@@ -85,8 +123,7 @@ void corunners::run() {
           spdlog::error("co-runner {} not started: stress-ng cannot be run", c.kind);
         }
       } else if (pids_[i] > 0 && c.until_seconds > 0 && now >= at(c.until_seconds)) {
-        kill(pids_[i], SIGTERM);
-        waitpid(pids_[i], nullptr, 0);
+        stop(pids_[i]);
         spdlog::info("co-runner stopped: {} x {}", c.workers, c.kind);
         pids_[i] = -1;  // done
       }
@@ -94,8 +131,7 @@ void corunners::run() {
   }
   for (auto& pid : pids_)
     if (pid > 0) {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
+      stop(pid);
       pid = -1;
     }
 }
