@@ -18,7 +18,8 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-/// Emulated and real heterogeneity of one platform (ALGORITHMS.md section 1).
+/// Emulated and real heterogeneity of one platform (README, "Cluster files";
+/// Han et al., IEEE TPDS 2021).
 struct interference_step {
   double at_seconds = 0;  ///< from the start of training
   double slowdown = 1;    ///< slowdown factor from then on
@@ -107,7 +108,7 @@ struct strategy_config {
   std::string mixing() const { return "gosgd"; }
 };
 
-/// EdgeGossip's parameters (ALGORITHMS.md section 1).
+/// EdgeGossip's parameters (README, "How it works"; Han et al., IEEE TPDS 2021).
 struct edgegossip_config {
   std::string aggregator = "svd-kmeans";  ///< "svd-kmeans", "isvd-lsh" or "hash-kmeans"
   int64_t aggregation_ratio = 10;          ///< points per aggregated point

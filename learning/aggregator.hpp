@@ -2,7 +2,8 @@
 // EdgeGossip's input data aggregator (pre-training, per platform): reduce the
 // shard's dimensionality, divide it per class into M = N / ratio subsets of
 // similar points, and represent each subset by the mean of its ORIGINAL
-// points (eq. 1), carrying the class label. ALGORITHMS.md section 1.
+// points (eq. 1), carrying the class label. EdgeGossip (Han et al., IEEE
+// TPDS 2021); README, "How it works".
 
 #include "learning/dataset.hpp"
 

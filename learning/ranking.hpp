@@ -1,7 +1,8 @@
 #pragma once
 // EdgeGossip's accuracy-aware trainer (Algorithm 2): rank aggregated points
 // by their loss under the current model and build the epoch's iterations
-// from whole ranked subsets. ALGORITHMS.md section 1.
+// from whole ranked subsets. EdgeGossip (Han et al., IEEE TPDS 2021);
+// README, "How it works".
 
 #include "learning/aggregator.hpp"
 #include "learning/model.hpp"
