@@ -570,14 +570,9 @@ std::chrono::microseconds micros(double seconds) {
   return std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e6));
 }
 
-/// The epoch deadline: once the first platform with data reports `epoch`,
-/// the platforms still training it get `edgegossip.deadline` times the
-/// longer of its time and the planned epoch time (plus a quarter second
-/// against noise in short epochs), then are cut. A plan is right for the
-/// load when it is made; a platform whose load rises during the epoch (a
-/// co-runner starts, its CPU quota falls) would otherwise hold every other
-/// platform at the barrier for as long as it takes. EdgeGossip with the
-/// synchronous schedule only: GoSGD, the baseline, waits for the slowest.
+/// The epoch deadline (learning::epoch_deadline) is set when the first
+/// platform with data reports `epoch`. EdgeGossip with the synchronous
+/// schedule only: GoSGD, the baseline, waits for its slowest platform.
 void arm_deadline(self_ptr self, const messages::epoch_report& r) {
   auto& st = self->state;
   const double factor = st.args.cluster.edgegossip.deadline;
@@ -588,8 +583,8 @@ void arm_deadline(self_ptr self, const messages::epoch_report& r) {
   const double first =
     std::chrono::duration<double>(clock::now() - st.epoch_start[r.epoch]).count();
   const auto planned = st.planned_seconds.find(r.epoch);
-  const double base = std::max(first, planned == st.planned_seconds.end() ? 0.0 : planned->second);
-  st.deadline[r.epoch] = factor * base + 0.25;
+  st.deadline[r.epoch] = learning::epoch_deadline(
+    factor, first, planned == st.planned_seconds.end() ? 0.0 : planned->second);
   self->delayed_send(self, micros(st.deadline[r.epoch] - first), deadline_atom::value, r.epoch);
 }
 

@@ -51,4 +51,8 @@ balance_plan balance(const std::vector<platform_estimate>& platforms, double p_t
   return plan;
 }
 
+double epoch_deadline(double factor, double first_done, double planned, double margin) {
+  return factor * std::max(first_done, planned) + margin;
+}
+
 } // namespace eg::learning

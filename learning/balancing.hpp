@@ -1,7 +1,8 @@
 #pragma once
 // EdgeGossip's gossip training balancer (Algorithm 1): from each platform's
 // predicted throughput, the share of its local data it trains on next epoch
-// so that all finish together. ALGORITHMS.md section 1. No torch.
+// so that all finish together. EdgeGossip (Han et al., IEEE TPDS 2021);
+// README, "How it works". No torch.
 
 #include <cstdint>
 #include <string>
@@ -33,5 +34,15 @@ struct balance_plan {
 /// O(E log E).
 balance_plan balance(const std::vector<platform_estimate>& platforms, double p_threshold = 0.001,
                      double f_threshold = 0.1);
+
+/// The epoch deadline (edgegossip.deadline), in seconds after the epoch's
+/// start: once the first platform finished the epoch after `first_done`
+/// seconds, the others get `factor` times the longer of that and the
+/// planned epoch time (0: none planned), plus `margin` against the noise of
+/// short epochs; a platform still training then is cut. A plan is right for
+/// the load at the time it is made: a platform whose load rose during the
+/// epoch would otherwise hold every other one at the barrier for as long as
+/// it takes.
+double epoch_deadline(double factor, double first_done, double planned, double margin = 0.25);
 
 } // namespace eg::learning

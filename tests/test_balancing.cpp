@@ -158,6 +158,15 @@ BOOST_AUTO_TEST_CASE(empty_and_all_failed) {
 }
 
 
+BOOST_AUTO_TEST_CASE(epoch_deadline_is_a_factor_of_the_longer_of_first_done_and_planned) {
+  // First platform done after 1 s of a 2 s plan: 1.5 x 2 + 0.25.
+  BOOST_TEST(epoch_deadline(1.5, 1.0, 2.0) == 3.25);
+  // Done after the plan said (all slower than predicted): from that time.
+  BOOST_TEST(epoch_deadline(1.5, 4.0, 2.0) == 6.25);
+  // No plan (the first epoch profiles every platform on all its data).
+  BOOST_TEST(epoch_deadline(1.5, 0.8, 0.0, 0.0) == 1.2, boost::test_tools::tolerance(1e-12));
+}
+
 BOOST_AUTO_TEST_CASE(ratios_follow_a_load_that_moves_between_platforms) {
   // A replay of the `shifting` profile without actors: four platforms of
   // 15,000 points whose slowdowns move twice (the fastest becomes the
