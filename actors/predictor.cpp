@@ -26,8 +26,6 @@ struct predictor_state {
   predictor_args args;
   learning::slowdown_model model;
   uint64_t unsaved = 0;
-  /// U_wait while the platform last trained (< 0: not yet).
-  double training_wait = -1;
 };
 
 using self_ptr = predictor_actor::stateful_pointer<predictor_state>;
@@ -52,9 +50,7 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
         return;
       // The contention those seconds of training ran under.
       machine().refresh();
-      const auto u = machine().last(seconds);
-      st.model.observe(u, seconds / static_cast<double>(samples));
-      st.training_wait = u.wait;
+      st.model.observe(machine().last(seconds), seconds / static_cast<double>(samples));
       // Persist every 10 observations: a restarted node starts warm.
       if (++st.unsaved >= 10) {
         st.unsaved = 0;
@@ -72,13 +68,9 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
       machine().refresh();
       auto now = machine().last(learning::contention_monitor::prediction_window);
       // U_wait exists only while this process's threads run: between
-      // epochs the platform is idle and waits for no CPU, though the next
-      // epoch will (a CPU quota throttles only a process that runs). The
-      // prediction takes the wait of the newest observed training; with
-      // the idle window's, a node limited to 0.15 cores was predicted as
-      // fast as an unlimited one and given its whole shard.
-      if (st.training_wait >= 0)
-        now.wait = st.training_wait;
+      // epochs the platform is idle (slowdown_model::training_wait).
+      if (st.model.size() > 0)
+        now.wait = st.model.training_wait();
       messages::prediction p;
       p.platform = st.args.platform;
       p.observations = st.model.size();

@@ -1,7 +1,7 @@
 #pragma once
 // EdgeGossip's performance predictor, actor-free: contention samples from
 // /proc, and the regression of time per data point against contention.
-// ALGORITHMS.md section 1. No torch.
+// EdgeGossip (Han et al., IEEE TPDS 2021); README, "How it works". No torch.
 
 #include <cstdint>
 #include <deque>
@@ -164,6 +164,12 @@ public:
   void observe(const contention& u, double seconds_per_point);
   /// Observations so far (bounded by the window).
   size_t size() const { return samples_.size(); }
+  /// U_wait of the newest observation (0 before any): the wait of the
+  /// platform's latest training. A prediction made between epochs takes it
+  /// instead of the idle seconds' wait (a CPU quota throttles only a
+  /// process that runs: with the idle wait, a node limited to 0.15 cores
+  /// was predicted as fast as an unlimited one).
+  double training_wait() const { return samples_.empty() ? 0 : samples_.back().u.wait; }
   /// Predicted seconds per data point under U (0 when nothing observed).
   double seconds_per_point(const contention& u) const;
   /// t0: predicted seconds per point without interference, following the

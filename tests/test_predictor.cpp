@@ -265,6 +265,18 @@ BOOST_AUTO_TEST_CASE(a_step_change_is_followed_from_its_first_observation) {
   BOOST_CHECK_THROW(slowdown_model(0.99, 10, 0.8, 5, 1.0), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(training_wait_is_the_newest_observations) {
+  slowdown_model m;
+  BOOST_TEST(m.training_wait() == 0.0);
+  m.observe({0.2, 0, 1, 5.5}, 0.006);  // a node throttled to ~0.15 cores
+  m.observe({0.2, 0, 1, 5.0}, 0.006);
+  BOOST_TEST(m.training_wait() == 5.0);
+  // Kept in the stored samples: a restarted node predicts with it too.
+  slowdown_model back;
+  back.restore(m.serialize());
+  BOOST_TEST(back.training_wait() == 5.0);
+}
+
 BOOST_AUTO_TEST_CASE(noise_within_the_change_factor_is_averaged) {
   // +-20 % noise around 0.002: no observation is a new level, and t0 stays
   // the recency-weighted mean (within the noise of about 5 observations).
