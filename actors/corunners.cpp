@@ -1,39 +1,17 @@
 #include "actors/corunners.hpp"
 
+#include "actors/child_process.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <thread>
 
-extern char** environ;
-
 namespace eg::actors {
 namespace {
-
-/// Starts `argv` as a child with no signal blocked and SIGINT / SIGTERM at
-/// their defaults: the node blocks them in its threads (its signal watcher
-/// takes them), and a child inherits the mask across exec. stress-ng
-/// started with SIGTERM blocked outlived its node, busy, after every run.
-bool spawn(std::vector<char*>& argv, pid_t& pid) {
-  posix_spawnattr_t attr;
-  if (posix_spawnattr_init(&attr) != 0)
-    return false;
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  const bool ok = posix_spawnp(&pid, "stress-ng", nullptr, &attr, argv.data(), environ) == 0;
-  posix_spawnattr_destroy(&attr);
-  return ok;
-}
 
 /// SIGTERM, then SIGKILL if the child has not ended within 2 s.
 void stop(pid_t pid) {
@@ -109,18 +87,12 @@ void corunners::run() {
       auto& c = schedule_[i];
       if (pids_[i] == 0 && now >= at(c.at_seconds)) {
         std::filesystem::create_directories(scratch_);
-        auto cmd = command(c, scratch_);
-        std::vector<char*> argv;
-        for (auto& a : cmd)
-          argv.push_back(a.data());
-        argv.push_back(nullptr);
-        pid_t pid = 0;
-        if (spawn(argv, pid)) {
-          pids_[i] = pid;
-          spdlog::info("co-runner started: {} x {} (pid {})", c.workers, c.kind, pid);
-        } else {
+        try {
+          pids_[i] = spawn_child(command(c, scratch_));
+          spdlog::info("co-runner started: {} x {} (pid {})", c.workers, c.kind, pids_[i]);
+        } catch (const std::exception& e) {
           pids_[i] = -1;
-          spdlog::error("co-runner {} not started: stress-ng cannot be run", c.kind);
+          spdlog::error("co-runner {} not started: {}", c.kind, e.what());
         }
       } else if (pids_[i] > 0 && c.until_seconds > 0 && now >= at(c.until_seconds)) {
         stop(pids_[i]);

@@ -1,5 +1,7 @@
 #include "actors/cpu_limit.hpp"
 
+#include "actors/child_process.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,12 +18,9 @@
 #include <stdexcept>
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace eg::actors {
 
@@ -410,33 +409,9 @@ void cpu_limit::start_cpulimit(double cores) {
     return;  // nothing to limit (cpulimit refuses more than 100 % per CPU)
   auto percent = std::to_string(std::max(1LL, std::llround(cores * 100)));  // of one CPU
   auto target = std::to_string(getpid());
-  std::vector<std::string> args{program_, "-q", "-z", "-p", target, "-l", percent};
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  // It must take SIGTERM, though a node blocks it in every thread
-  // (runtime.cpp's signal_watch) and a spawned program inherits the mask.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGTERM, SIGINT, SIGHUP})
-    sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, program_.c_str(), &files, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&files);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0)
-    throw std::runtime_error("cannot start " + program_ + ": " + std::strerror(rc));
+  // It must take SIGTERM, though a node blocks it in every thread.
+  const pid_t pid =
+    spawn_child({program_, "-q", "-z", "-p", target, "-l", percent}, /*quiet_stdout=*/true);
   // A bad argument, or a process it may not signal, ends it at once.
   for (int i = 0; i < 10; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
