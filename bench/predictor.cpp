@@ -395,8 +395,9 @@ int predictor(const options& opt, const predictor_options& p) {
   std::vector<epoch_record> records;
   std::vector<observation_record> trace;
   const auto measuring = clock_type::now();
-  double observed_seconds = 0;
-  uint64_t observed_samples = 0;
+  // The platform's meter (learning::observation_meter), without its flush
+  // at each epoch end: the recorded traces replay as they were made.
+  learning::observation_meter meter;
   // Trains `its` iterations (fewer when `max_seconds` > 0 runs out first);
   // observations as the platform makes them.
   // More iterations than the shard has batches take several shuffled passes.
@@ -412,19 +413,17 @@ int predictor(const options& opt, const predictor_options& p) {
              && (max_seconds <= 0 || seconds_since(begin) < max_seconds)) {
         auto r = trainer.step();
         auto t = clock_type::now();
-        observed_seconds += std::chrono::duration<double>(t - last).count();
-        observed_samples += static_cast<uint64_t>(r.samples);
+        auto o = meter.add(std::chrono::duration<double>(t - last).count(),
+                           static_cast<uint64_t>(r.samples));
         last = t;
         // As the platform does: an observation after every second of training.
-        if (observed_seconds >= 1.0) {
+        if (o) {
           // Paired with the contention of those seconds, as the predictor does.
           sampler.monitor().refresh();
-          auto u = sampler.monitor().last(observed_seconds);
-          const double spp = observed_seconds / static_cast<double>(observed_samples);
+          auto u = sampler.monitor().last(o->seconds);
+          const double spp = o->seconds / static_cast<double>(o->samples);
           model.observe(u, spp);
           trace.push_back({seconds_since(measuring), u, spp});
-          observed_seconds = 0;
-          observed_samples = 0;
         }
       }
       if (max_seconds > 0 && seconds_since(begin) >= max_seconds)
