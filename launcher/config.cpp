@@ -2,7 +2,10 @@
 // default (default_config()), except that [[nodes]], when present, replaces
 // the default nodes entirely.
 //
-//   [cluster]   id, seed, balancer, secret, quorum, transport, cpu_limiter
+//   [cluster]   id, seed, balancer, secret, quorum, transport, cpu_limiter,
+//               heartbeat_interval, peer_timeout, gossip_queue, gossip_max_wait,
+//               on_store_failure
+//   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, exchange_probability
@@ -100,6 +103,14 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("cluster.quorum", c.quorum, non_negative_int);
   visit("cluster.transport", c.transport, text_rule{{"lane", "middleman"}, false});
   visit("cluster.cpu_limiter", c.cpu_limiter, text_rule{{"auto", "cgroup", "cpulimit"}, false});
+  visit("cluster.heartbeat_interval", c.heartbeat_interval, positive);
+  visit("cluster.peer_timeout", c.peer_timeout, positive);
+  visit("cluster.gossip_queue", c.gossip_queue, positive_int);
+  visit("cluster.gossip_max_wait", c.gossip_max_wait, positive);
+  visit("cluster.on_store_failure", c.on_store_failure, text_rule{{"continue", "stop"}, false});
+  visit("cluster.tls.certificate", c.tls.certificate, any_text);
+  visit("cluster.tls.key", c.tls.key, any_text);
+  visit("cluster.tls.ca", c.tls.ca, any_text);
   visit("data.name", c.data.name, non_empty);
   visit("data.dir", c.data.dir, non_empty);
   visit("data.partition", c.data.partition, text_rule{{"iid", "dirichlet"}, false});
@@ -374,8 +385,15 @@ void read_document(cluster_config& cfg, const toml::table& root, const source& s
     } else if (sections.count(name)) {
       auto table = n.as_table();
       if (!table) src.fail(n, name + " must be a table, got " + describe(n));
-      for (auto&& [field, value] : *table)
-        read_scalar(cfg, name + "." + std::string(field.str()), value, src);
+      for (auto&& [field, value] : *table) {
+        const std::string key = name + "." + std::string(field.str());
+        if (auto sub = value.as_table()) {  // [cluster.tls]
+          for (auto&& [f, v] : *sub)
+            read_scalar(cfg, key + "." + std::string(f.str()), v, src);
+        } else {
+          read_scalar(cfg, key, value, src);
+        }
+      }
     } else {
       std::vector<std::string> known(sections.begin(), sections.end());
       known.push_back("nodes");
@@ -612,6 +630,17 @@ void validate(const cluster_config& cfg) {
                        " has no share (an equal part of what is left) but the shares given "
                        "already sum to " + show(shares));
 
+  if (cfg.peer_timeout < 2 * cfg.heartbeat_interval)
+    throw config_error("cluster.peer_timeout is " + show(cfg.peer_timeout) +
+                       " s: it must be at least twice cluster.heartbeat_interval (" +
+                       show(cfg.heartbeat_interval) + " s), or a late heartbeat reads as death");
+  {
+    const int set = !cfg.tls.certificate.empty() + !cfg.tls.key.empty() + !cfg.tls.ca.empty();
+    if (set != 0 && set != 3)
+      throw config_error("cluster.tls needs all of certificate, key and ca (or none of them); "
+                         "given: " + std::string(cfg.tls.certificate.empty() ? "" : "certificate ") +
+                         (cfg.tls.key.empty() ? "" : "key ") + (cfg.tls.ca.empty() ? "" : "ca"));
+  }
   if (cfg.quorum > static_cast<int64_t>(cfg.platforms().size()))
     throw config_error("cluster.quorum is " + std::to_string(cfg.quorum) + " but the cluster has " +
                        std::to_string(cfg.platforms().size()) + " platforms");

@@ -132,6 +132,15 @@ struct edgegossip_config {
   double deadline = 1.5;
 };
 
+/// TLS for every node connection (libcaf_openssl) and the weights lane:
+/// PEM files; all three set, or none (plain TCP).
+struct tls_config {
+  std::string certificate;  ///< this node's certificate (chain), signed by `ca`
+  std::string key;          ///< its private key
+  std::string ca;           ///< the cluster's CA: peers must present a certificate it signed
+  bool enabled() const { return !certificate.empty(); }
+};
+
 struct cluster_config {
   std::string id = "edgegossip";   ///< messages from another cluster id are refused
   uint64_t seed = 1;
@@ -149,6 +158,22 @@ struct cluster_config {
   /// Platforms that must have joined for a new run to start (0: all of
   /// them); the others join the running run when their nodes start.
   int64_t quorum = 0;
+  /// Liveness: every node connection carries a heartbeat this often
+  /// (seconds); a peer from which nothing arrived for `peer_timeout` seconds
+  /// is down for gossip and for the epoch barrier, as a node whose process
+  /// ended (CAF's middleman.heartbeat-interval / connection-timeout).
+  double heartbeat_interval = 1.0;
+  double peer_timeout = 6.0;
+  /// Gossip over a slow link: at most `gossip_queue` messages wait for each
+  /// peer, and one that waited `gossip_max_wait` seconds is skipped (and
+  /// counted) instead of sent late.
+  int64_t gossip_queue = 4;
+  double gossip_max_wait = 2.0;
+  /// What a node does when its store cannot write (disk full, read-only,
+  /// removed): "continue" training without checkpoints, or "stop" the run.
+  /// Either way the node exits with code 3 naming the store.
+  std::string on_store_failure = "continue";
+  tls_config tls;
   data_config data;
   train_config train;
   strategy_config strategy;
