@@ -26,6 +26,12 @@ packages=(
   # A node's cpu_limit where no cgroup may be written (not root, a read-only
   # cgroup tree): the duty-cycle limiter (actors/cpu_limit.hpp).
   cpulimit
+  # TLS (cluster.tls): scripts/make-test-ca.sh makes a test CA and node
+  # certificates with the openssl program.
+  openssl
+  # The slow-link test runs three nodes in a network namespace whose loopback
+  # goes through a token bucket (ip netns, tc); skipped where not allowed.
+  iproute2
 )
 
 missing=()

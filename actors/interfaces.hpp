@@ -64,6 +64,8 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -169,6 +171,13 @@ using node_actor = caf::typed_actor<
   // To itself: host the balancer if no live node before this one in the
   // succession (cluster.balancer first, then file order) does.
   caf::reacts_to<elect_atom>,
+  // From this process's store: it cannot write any more (disk full,
+  // read-only, removed); the text says why and what is at risk. Reported
+  // once; the node goes on or stops as cluster.on_store_failure says.
+  caf::reacts_to<failed_atom, std::string>,
+  // From a peer node or the console, before its hello or command: a fresh
+  // nonce it must answer (messages/secret.hpp); each is valid once.
+  caf::replies_to<challenge_atom>::with<std::string>,
   // From the inspection console: the cluster secret and a command; answered
   // in JSON by the balancer (forwarded), or refused with an error.
   caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;

@@ -47,6 +47,10 @@ struct node_state {
   /// cluster.transport = "middleman", or when it could not listen).
   std::shared_ptr<messages::lane> lane;
   std::map<std::string, messages::lane_endpoint> lanes;  // of peered nodes
+  /// Nonces handed out to dialling nodes and consoles (challenge_atom).
+  messages::challenges challenges;
+  /// Why this node's store cannot write ("" while it can).
+  std::string store_failure;
 
   ~node_state() {
     if (lane)
@@ -712,6 +716,25 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
           return;
       }
     },
+    [self](failed_atom, const std::string& why) {
+      auto& st = self->state;
+      if (self->current_sender() && self->current_sender()->node() != self->node())
+        return;  // only this process's store says so
+      if (!st.store_failure.empty())
+        return;
+      st.store_failure = why;
+      if (st.args.cluster.on_store_failure == "stop" && !st.finished) {
+        spdlog::error("[{}] the store cannot write ({}); cluster.on_store_failure = \"stop\": "
+                      "stopping the node",
+                      st.args.name, why);
+        self->send(self, control_atom::value, std::string{"stop"});
+      } else {
+        spdlog::error("[{}] the store cannot write ({}); training goes on without checkpoints "
+                      "(cluster.on_store_failure = \"continue\")",
+                      st.args.name, why);
+      }
+    },
+    [self](challenge_atom) { return self->state.challenges.issue(); },
     [self](inspect_atom, const std::string& secret, const std::string& command) {
       return inspect(self, secret, command);
     },
