@@ -193,6 +193,10 @@ messages::lane_options lane_settings(const std::string& node) {
   o.cluster_id = cluster_id;
   o.node = node;
   o.secret = "bench";  // as a cluster with a secret: the handshake is checked
+  // A burst puts up to 64 messages in flight at once, and each is to arrive:
+  // no frame is pushed out of the queue or skipped for its age.
+  o.max_queued_messages = 1024;
+  o.max_wait_ms = 0;
   return o;
 }
 

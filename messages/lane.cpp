@@ -9,12 +9,15 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -22,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace eg::messages {
 namespace {
@@ -29,12 +33,25 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the lane's wire format is little-endian and written as the host's");
 
+// The handshake (all integers little-endian, texts a u16 length and bytes):
+//   accepting side: magic, version, nonce B
+//   dialling side:  magic, version, cluster id, node name, nonce A,
+//                   proof(secret, "lane", cluster id, node name, B, A)
+//   accepting side: status 0, its node name,
+//                   proof(secret, "lane-answer", cluster id, its name, A, B)
+//               or: status 1, why it refuses
+// then frames: magic, target length (u32), message length (u64), target,
+// message.
 constexpr uint32_t hello_magic = 0x484c4745;  // "EGLH"
 constexpr uint32_t frame_magic = 0x464c4745;  // "EGLF"
-constexpr uint32_t lane_version = 1;
+constexpr uint32_t lane_version = 2;
 constexpr size_t max_name_bytes = 1024;
+constexpr size_t min_nonce_bytes = 16;
 constexpr size_t frame_header_bytes = 16;  // magic, target length, message length
-constexpr int handshake_timeout_ms = 5000;
+constexpr const char* proof_purpose = "lane";
+constexpr const char* answer_purpose = "lane-answer";
+
+using clock_type = std::chrono::steady_clock;
 
 template <class T>
 void put(std::string& out, T v) {
@@ -53,18 +70,25 @@ T get(const char* p) {
   return v;
 }
 
-/// Reads a u16-length-prefixed text of at most max_name_bytes.
-std::string read_text(int fd, const char* what) {
+/// Reads a u16-length-prefixed text of at most max_name_bytes by `until`;
+/// its length is checked before anything is allocated for it.
+std::string read_text(stream& s, const char* what, clock_type::time_point until) {
   uint16_t n = 0;
-  if (!read_all(fd, &n, sizeof n))
+  if (!s.read_all(&n, sizeof n, until))
     throw lane_error(std::string("handshake cut short before its ") + what);
   if (n > max_name_bytes)
     throw lane_error(std::string("handshake ") + what + " of " + std::to_string(n)
                      + " bytes (at most " + std::to_string(max_name_bytes) + ")");
-  std::string s(n, '\0');
-  if (!read_all(fd, s.data(), n))
+  std::string text(n, '\0');
+  if (!s.read_all(text.data(), n, until))
     throw lane_error(std::string("handshake cut short in its ") + what);
-  return s;
+  return text;
+}
+
+/// Milliseconds left until `until`, at least 1.
+int ms_left(clock_type::time_point until) {
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock_type::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 1, 1 << 30));
 }
 
 std::string hex_of(const char* p, size_t n) {
@@ -84,8 +108,58 @@ void name_thread(const char* name) {
   ::pthread_setname_np(::pthread_self(), name);
 }
 
+/// On the lane's threads a write to a connection the peer has closed fails
+/// with EPIPE instead of raising SIGPIPE: OpenSSL writes with write(2),
+/// which has no MSG_NOSIGNAL. (Plain writes pass MSG_NOSIGNAL.)
+void block_sigpipe() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 std::string key_of(const lane_endpoint& e) {
   return e.host + ":" + std::to_string(e.port);
+}
+
+/// At most one warning a second of one kind: a flood of bad connections
+/// shows in the counts, not as a flood in the log.
+class warn_limit {
+public:
+  /// Whether to warn now; `held` is set to how many were held back since
+  /// the last warning.
+  bool allow(uint64_t& held) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = clock_type::now();
+    if (any_ && now - last_ < std::chrono::seconds(1)) {
+      ++held_;
+      return false;
+    }
+    any_ = true;
+    last_ = now;
+    held = held_;
+    held_ = 0;
+    return true;
+  }
+
+private:
+  std::mutex mutex_;
+  clock_type::time_point last_;
+  bool any_ = false;
+  uint64_t held_ = 0;
+};
+
+std::string held_note(uint64_t held) {
+  return held == 0 ? std::string{}
+                   : " (and " + std::to_string(held) + " more like it not logged)";
+}
+
+/// Whether the peer closed its end (a restarted node): checked before
+/// writing, so that a frame is not written into a dead connection. Nothing
+/// else arrives on a dialled connection after the handshake.
+bool closed_by_peer(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLIN));
 }
 
 } // namespace
@@ -116,6 +190,7 @@ lane_endpoint parse_endpoint(const std::string& text) {
 
 struct lane::impl {
   lane_options opt;
+  std::unique_ptr<tls_context> tls;
   socket_fd listener;
   uint16_t port = 0;
   int wake[2] = {-1, -1};
@@ -124,40 +199,6 @@ struct lane::impl {
   bool started = false;
   bool stopped = false;
   std::thread acceptor;
-  std::thread sender;
-
-  struct connection {
-    socket_fd fd;
-    std::string address;
-    std::thread thread;
-    std::atomic<bool> finished{false};
-  };
-  std::mutex connections_mutex;
-  std::list<std::unique_ptr<connection>> connections;
-
-  struct job {
-    lane_endpoint to;
-    std::string target;
-    std::vector<char> head;     // the frame's header and target (on the heap: moves keep it)
-    std::vector<iovec> pieces;  // the message, written as it lies
-    size_t size = 0;
-    std::shared_ptr<const void> hold;  // what the pieces point into
-    /// send() wrote the first part of the frame itself: `pieces` holds what
-    /// is left of head and message, for the same connection.
-    bool begun = false;
-  };
-  std::mutex queue_mutex;
-  std::condition_variable queue_cv;
-  std::deque<job> queue;
-  size_t queued_bytes = 0;
-  /// A thread is writing a frame: the sender thread, or a caller of send()
-  /// that found the queue empty. Frames are written one at a time, in order.
-  bool busy = false;
-
-  // Whoever holds `busy` owns these: one connection per peer node, failures
-  // in a row.
-  std::map<std::string, socket_fd> outgoing;
-  std::map<std::string, uint64_t> failures;
 
   mutable std::mutex stats_mutex;
   lane_stats stats;
@@ -168,7 +209,27 @@ struct lane::impl {
     f(stats);
   }
 
+  // One of each kind of warning a second at most.
+  warn_limit warn_crowded;  // too many connections in their handshake
+  warn_limit warn_refused;  // a handshake refused (over the connection limits too)
+  warn_limit warn_frames;   // a connection's frames refused
+
   // -- receiving -----------------------------------------------------------
+
+  struct connection {
+    stream s;
+    int fd = -1;  // s's, for shutdown() from other threads
+    std::string address;
+    std::thread thread;
+    std::atomic<bool> finished{false};
+    // Under connections_mutex:
+    std::string node;            // once handshaken
+    bool authenticated = false;  // handshaken and still served
+    bool replaced = false;       // closed for a newer connection of its node
+  };
+  std::mutex connections_mutex;
+  std::list<std::unique_ptr<connection>> connections;  // oldest first
+  size_t pending = 0;  // connections in their handshake (under connections_mutex)
 
   void accept_loop() {
     pollfd fds[2] = {{listener.get(), POLLIN, 0}, {wake[0], POLLIN, 0}};
@@ -183,8 +244,16 @@ struct lane::impl {
       sockaddr_storage from{};
       socklen_t len = sizeof from;
       int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
-      if (fd < 0)
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors or memory: the listener stays readable, so
+          // wait a little instead of spinning (a stop still ends it).
+          pollfd w{wake[0], POLLIN, 0};
+          ::poll(&w, 1, 100);
+        }
         continue;
+      }
+      socket_fd sock(fd);
       char host[64] = "?";
       if (from.ss_family == AF_INET) {
         auto* in = reinterpret_cast<sockaddr_in*>(&from);
@@ -192,7 +261,7 @@ struct lane::impl {
         std::snprintf(host + std::strlen(host), sizeof host - std::strlen(host), ":%u",
                       static_cast<unsigned>(ntohs(in->sin_port)));
       }
-      std::lock_guard<std::mutex> lock(connections_mutex);
+      std::unique_lock<std::mutex> lock(connections_mutex);
       for (auto i = connections.begin(); i != connections.end();) {
         if ((*i)->finished) {
           (*i)->thread.join();
@@ -201,27 +270,84 @@ struct lane::impl {
           ++i;
         }
       }
+      const size_t limit = std::max<size_t>(1, opt.max_pending_handshakes);
+      if (pending >= limit) {
+        lock.unlock();
+        sock.close();
+        count([](lane_stats& s) { ++s.connections_refused; });
+        uint64_t held = 0;
+        if (warn_crowded.allow(held))
+          spdlog::warn("[{}] weights lane: refused a connection from {}: {} connections are in "
+                       "their handshake already (the most allowed){}",
+                       opt.node, host, limit, held_note(held));
+        continue;
+      }
+      ++pending;
       auto c = std::make_unique<connection>();
-      c->fd = socket_fd(fd);
+      c->fd = sock.get();
+      try {
+        c->s = stream(std::move(sock));
+      } catch (const socket_error&) {
+        --pending;
+        continue;
+      }
       c->address = host;
       auto* raw = c.get();
       c->thread = std::thread([this, raw] {
         name_thread("eg.lane.recv");
+        block_sigpipe();
         serve(*raw);
         // The peer sees the end at once; the descriptor itself is closed
         // when the connection is pruned (stop() may shut it down meanwhile).
-        ::shutdown(raw->fd.get(), SHUT_RDWR);
+        ::shutdown(raw->fd, SHUT_RDWR);
         raw->finished = true;
       });
       connections.push_back(std::move(c));
     }
   }
 
-  /// Checks the dialling node's handshake; returns its name. Answers it
-  /// either way; throws lane_error (what was wrong) when refused.
-  std::string accept_handshake(int fd) {
+  /// Admits a handshaken connection of `node` under the limits: the oldest
+  /// connection of that node is closed when it has the most allowed; returns
+  /// why it is refused ("" when admitted).
+  std::string admit(connection& c, const std::string& node) {
+    std::lock_guard<std::mutex> lock(connections_mutex);
+    const size_t per_node = std::max<size_t>(1, opt.max_connections_per_node);
+    size_t total = 0;
+    std::vector<connection*> same;  // oldest first
+    for (auto& other : connections)
+      if (other->authenticated && !other->replaced) {
+        ++total;
+        if (other->node == node)
+          same.push_back(other.get());
+      }
+    for (size_t i = 0; same.size() - i >= per_node; ++i) {
+      same[i]->replaced = true;
+      ::shutdown(same[i]->fd, SHUT_RDWR);
+      --total;
+      count([](lane_stats& s) { ++s.connections_replaced; });
+    }
+    if (total >= opt.max_connections)
+      return "this node has " + std::to_string(total)
+             + " weights lane connections already (the most allowed)";
+    c.node = node;
+    c.authenticated = true;
+    return {};
+  }
+
+  /// Runs the accepting side of the handshake (the dialling node's
+  /// answer to a fresh challenge) by `until`; returns the node's name.
+  /// Answers it either way; throws lane_error (what was wrong) when refused.
+  std::string accept_handshake(connection& c, clock_type::time_point until) {
+    auto& s = c.s;
+    const std::string challenge = make_nonce();
+    std::string greeting;
+    put(greeting, hello_magic);
+    put(greeting, lane_version);
+    put_text(greeting, challenge);
+    s.write(greeting.data(), greeting.size(), ms_left(until));
+
     char head[8];
-    size_t got = read_some_all(fd, head, sizeof head);
+    size_t got = s.read(head, sizeof head, until);
     if (got == 0)
       throw lane_error("closed before its handshake");
     if (got < sizeof head || get<uint32_t>(head) != hello_magic)
@@ -232,7 +358,7 @@ struct lane::impl {
       put(reply, uint32_t{1});
       put_text(reply, why);
       try {
-        write_all(fd, reply.data(), reply.size());
+        s.write(reply.data(), reply.size(), ms_left(until));
       } catch (const socket_error&) {
       }
       throw lane_error(why);
@@ -241,45 +367,83 @@ struct lane::impl {
     if (version != lane_version)
       refuse("speaks lane version " + std::to_string(version) + ", this node speaks "
              + std::to_string(lane_version));
-    auto cluster = read_text(fd, "cluster id");
-    auto node = read_text(fd, "node name");
-    auto digest = read_text(fd, "secret digest");
+    auto cluster = read_text(s, "cluster id", until);
+    auto node = read_text(s, "node name", until);
+    auto nonce = read_text(s, "nonce", until);
+    auto presented = read_text(s, "proof", until);
     if (cluster != opt.cluster_id)
       refuse("node '" + node + "' belongs to cluster '" + cluster + "', this node to '"
              + opt.cluster_id + "'");
     if (opt.peer_allowed && !opt.peer_allowed(node))
       refuse("node '" + node + "' is not a peer in the cluster file");
+    if (nonce.size() < min_nonce_bytes || nonce == challenge)
+      refuse("node '" + node + "' sent no nonce of its own");
     if (!opt.secret.empty()
-        && !same_digest(digest, lane_digest(opt.secret, opt.cluster_id, node)))
+        && !same_digest(presented,
+                        proof(opt.secret, proof_purpose, opt.cluster_id, node, challenge, nonce)))
       refuse("node '" + node + "' "
-             + (digest.empty() ? "presented no cluster secret" : "presented a wrong cluster secret"));
+             + (presented.empty() ? "presented no cluster secret"
+                                  : "did not prove the cluster secret (a wrong secret, or a "
+                                    "handshake recorded and replayed)"));
+    auto crowded = admit(c, node);
+    if (!crowded.empty())
+      refuse("node '" + node + "': " + crowded);
     std::string ok;
     put(ok, uint32_t{0});
     put_text(ok, opt.node);
-    write_all(fd, ok.data(), ok.size());
+    put_text(ok, proof(opt.secret, answer_purpose, opt.cluster_id, opt.node, nonce, challenge));
+    s.write(ok.data(), ok.size(), ms_left(until));
     return node;
   }
 
   void serve(connection& c) {
-    const int fd = c.fd.get();
+    auto& s = c.s;
     std::string peer = c.address, node;
+    const auto until =
+      clock_type::now() + std::chrono::milliseconds(std::max(1, opt.handshake_timeout_ms));
+    bool handshaken = false;
     try {
-      tune_socket(fd, handshake_timeout_ms, handshake_timeout_ms);
-      try {
-        node = accept_handshake(fd);
-        peer = "node '" + node + "' (" + c.address + ")";
-      } catch (const lane_error& e) {
-        count([](lane_stats& s) { ++s.connections_refused; });
-        if (!stopping)
-          spdlog::warn("[{}] weights lane: refused a connection from {}: {}", opt.node,
-                       c.address, e.what());
-        return;
-      }
-      tune_socket(fd, opt.send_timeout_ms, 0);
+      tune_socket(c.fd, 0, 0);  // TCP_NODELAY
+      mark_bulk(c.fd);
+      keep_alive(c.fd);
+      if (tls)
+        s.start_tls(*tls, true, until);
+      node = accept_handshake(c, until);
+      handshaken = true;
+      count([](lane_stats& st) { ++st.connections_accepted; });
+    } catch (const std::exception& e) {
+      count([](lane_stats& st) { ++st.connections_refused; });
+      uint64_t held = 0;
+      const bool timed_out = dynamic_cast<const socket_timeout*>(&e) != nullptr;
+      if (!stopping && warn_refused.allow(held))
+        spdlog::warn("[{}] weights lane: refused a connection from {}: {}{}{}", opt.node,
+                     c.address, e.what(),
+                     timed_out ? " (the handshake was not done within "
+                                   + std::to_string(opt.handshake_timeout_ms) + " ms)"
+                               : std::string{},
+                     held_note(held));
+    }
+    {
+      std::lock_guard<std::mutex> lock(connections_mutex);
+      --pending;
+    }
+    if (handshaken) {
+      peer = "node '" + node + "' (" + c.address + ")";
+      receive(c, node, peer);
+    }
+    std::lock_guard<std::mutex> lock(connections_mutex);
+    c.authenticated = false;
+  }
+
+  /// Reads frames until the peer closes, or sends something wrong.
+  void receive(connection& c, const std::string& node, const std::string& peer) {
+    auto& s = c.s;
+    const uint64_t limit = std::min<uint64_t>(opt.max_frame_bytes, max_message_bytes);
+    try {
       std::string target;
       for (;;) {
         char head[frame_header_bytes];
-        size_t got = read_some_all(fd, head, sizeof head);
+        size_t got = s.read(head, sizeof head);
         if (got == 0)
           return;  // closed between frames: the peer is done or gone
         if (got < sizeof head)
@@ -293,60 +457,172 @@ struct lane::impl {
         if (target_bytes == 0 || target_bytes > max_name_bytes)
           throw lane_error("frame names a target of " + std::to_string(target_bytes)
                            + " bytes; connection closed");
-        if (size == 0 || size > max_message_bytes)
+        if (size == 0 || size > limit)
           throw lane_error("frame of " + std::to_string(size) + " bytes (limit "
-                           + std::to_string(max_message_bytes) + "); connection closed");
+                           + std::to_string(limit) + "); connection closed");
         target.resize(target_bytes);
-        if (!read_all(fd, target.data(), target_bytes))
+        if (!s.read_all(target.data(), target_bytes))
           throw lane_error("frame cut short in its target name");
         buffer message(static_cast<size_t>(size));
-        got = read_some_all(fd, message.data(), message.size());
+        got = s.read(message.data(), message.size());
         if (got < size)
           throw lane_error("frame for '" + target + "' cut short: " + std::to_string(got)
                            + " of " + std::to_string(size) + " bytes arrived");
-        count([&](lane_stats& s) {
-          ++s.frames_received;
-          s.bytes_received += size;
+        count([&](lane_stats& st) {
+          ++st.frames_received;
+          st.bytes_received += size;
         });
         deliver(node, target, std::make_shared<const buffer>(std::move(message)));
       }
     } catch (const std::exception& e) {
-      if (stopping)
-        return;
-      count([](lane_stats& s) { ++s.frames_refused; });
-      spdlog::warn("[{}] weights lane: from {}: {}", opt.node, peer, e.what());
+      {
+        std::lock_guard<std::mutex> lock(connections_mutex);
+        if (stopping || c.replaced)
+          return;  // closed here, not by the peer
+      }
+      count([](lane_stats& st) { ++st.frames_refused; });
+      uint64_t held = 0;
+      if (warn_frames.allow(held))
+        spdlog::warn("[{}] weights lane: from {}: {}{}", opt.node, peer, e.what(),
+                     held_note(held));
     }
   }
 
   // -- sending ---------------------------------------------------------------
 
-  socket_fd dial(const lane_endpoint& to) {
-    auto fd = connect_tcp(to.host, to.port, opt.connect_timeout_ms);
-    tune_socket(fd.get(), opt.send_timeout_ms, handshake_timeout_ms);
-    std::string hello;
-    put(hello, hello_magic);
-    put(hello, lane_version);
-    put_text(hello, opt.cluster_id);
-    put_text(hello, opt.node);
-    put_text(hello, lane_digest(opt.secret, opt.cluster_id, opt.node));
-    write_all(fd.get(), hello.data(), hello.size());
-    uint32_t status = 1;
-    if (!read_all(fd.get(), &status, sizeof status))
-      throw lane_error("closed the connection during the handshake");
-    auto text = read_text(fd.get(), "answer");
-    if (status != 0)
-      throw lane_error("refused the handshake: " + text);
-    if (!to.node.empty() && text != to.node)
-      throw lane_error("is node '" + text + "', not '" + to.node + "'");
-    tune_socket(fd.get(), opt.send_timeout_ms, 0);
-    return fd;
+  struct job {
+    lane_endpoint to;
+    std::string target;
+    std::vector<char> head;     // the frame's header and target (on the heap: moves keep it)
+    std::vector<iovec> pieces;  // the message, written as it lies
+    size_t size = 0;
+    std::shared_ptr<const void> hold;  // what the pieces point into
+    clock_type::time_point queued;     // when send() took it
+    /// send() wrote the first part of the frame itself: `pieces` holds what
+    /// is left of head and message, for the same connection.
+    bool begun = false;
+  };
+
+  /// One peer endpoint: its queue, its connection, its sender thread.
+  struct peer {
+    std::condition_variable cv;
+    std::deque<job> queue;  // a frame send() began, if any, first
+    size_t waiting = 0;     // frames in `queue` not begun
+    /// A thread is writing a frame to this peer: its sender thread, or a
+    /// caller of send() that found the queue empty. One at a time, in order.
+    bool busy = false;
+    // Whoever holds `busy` owns these; `conn` is assigned under queue_mutex
+    // (stop() shuts it down).
+    stream conn;
+    uint64_t failures = 0;  // frames lost in a row
+    std::thread thread;
+  };
+
+  std::mutex queue_mutex;
+  std::condition_variable idle_cv;  // some peer's `busy` ended
+  std::map<std::string, std::unique_ptr<peer>> peers;
+  size_t queued_bytes = 0;
+
+  /// The peer at `key`, its sender thread started (under queue_mutex).
+  peer& peer_at(const std::string& key) {
+    auto& p = peers[key];
+    if (!p) {
+      p = std::make_unique<peer>();
+      auto* raw = p.get();
+      p->thread = std::thread([this, raw] {
+        name_thread("eg.lane.send");
+        block_sigpipe();
+        send_loop(*raw);
+      });
+    }
+    return *p;
   }
 
-  /// Whether the peer closed its end (a restarted node): checked before
-  /// writing, so that a frame is not written into a dead connection.
-  static bool closed_by_peer(int fd) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLIN));
+  /// Closes the peer's connection (outside queue_mutex).
+  void drop_connection(peer& p) {
+    stream old;
+    std::lock_guard<std::mutex> lock(queue_mutex);
+    old = std::move(p.conn);
+    // `old` closes after the lock is let go (lock_guard was made after it).
+  }
+
+  /// Pushes the oldest waiting frames out of a queue that is too long
+  /// (under queue_mutex); they go to `out`, to be let go outside the lock.
+  void trim(peer& p, std::vector<job>& out) {
+    const size_t limit = std::max<size_t>(1, opt.max_queued_messages);
+    while (p.waiting > limit) {
+      auto i = std::find_if(p.queue.begin(), p.queue.end(), [](const job& j) { return !j.begun; });
+      queued_bytes -= i->size;
+      out.push_back(std::move(*i));
+      p.queue.erase(i);
+      --p.waiting;
+      count([](lane_stats& s) { ++s.frames_skipped; });
+    }
+  }
+
+  bool too_old(const job& j, clock_type::time_point now) const {
+    return opt.max_wait_ms > 0 && now - j.queued > std::chrono::milliseconds(opt.max_wait_ms);
+  }
+
+  /// Dials `to` and runs the dialling side of the handshake: answers the
+  /// acceptor's challenge, checks its answer. The connection is p.conn from
+  /// the moment it is made (stop() shuts it down).
+  void dial(peer& p, const lane_endpoint& to) {
+    auto fd = connect_tcp(to.host, to.port, opt.connect_timeout_ms);
+    mark_bulk(fd.get());
+    keep_alive(fd.get());
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      if (stopping)
+        throw lane_error("the lane is stopping");
+      p.conn = stream(std::move(fd));
+    }
+    auto& s = p.conn;
+    const auto until =
+      clock_type::now() + std::chrono::milliseconds(std::max(1, opt.handshake_timeout_ms));
+    try {
+      if (tls)
+        s.start_tls(*tls, false, until);
+      char head[8];
+      size_t got = s.read(head, sizeof head, until);
+      if (got == 0)
+        throw lane_error("closed the connection before its handshake");
+      if (got < sizeof head || get<uint32_t>(head) != hello_magic)
+        throw lane_error("is not an edgegossip weights lane (first bytes " + hex_of(head, got)
+                         + ")");
+      if (get<uint32_t>(head + 4) != lane_version)
+        throw lane_error("speaks lane version " + std::to_string(get<uint32_t>(head + 4))
+                         + ", this node speaks " + std::to_string(lane_version));
+      const auto challenge = read_text(s, "challenge", until);
+      if (challenge.size() < min_nonce_bytes)
+        throw lane_error("sent no challenge in its handshake");
+      const auto nonce = make_nonce();
+      std::string hello;
+      put(hello, hello_magic);
+      put(hello, lane_version);
+      put_text(hello, opt.cluster_id);
+      put_text(hello, opt.node);
+      put_text(hello, nonce);
+      put_text(hello, proof(opt.secret, proof_purpose, opt.cluster_id, opt.node, challenge, nonce));
+      s.write(hello.data(), hello.size(), ms_left(until));
+      uint32_t status = 1;
+      if (!s.read_all(&status, sizeof status, until))
+        throw lane_error("closed the connection during the handshake");
+      if (status != 0)
+        throw lane_error("refused the handshake: " + read_text(s, "reason", until));
+      const auto name = read_text(s, "node name", until);
+      const auto answer = read_text(s, "proof", until);
+      if (!to.node.empty() && name != to.node)
+        throw lane_error("is node '" + name + "', not '" + to.node + "'");
+      if (!opt.secret.empty()
+          && !same_digest(answer,
+                          proof(opt.secret, answer_purpose, opt.cluster_id, name, nonce, challenge)))
+        throw lane_error("answered without proving the cluster secret (not a node of this "
+                         "cluster, or one with another secret); connection closed");
+    } catch (const socket_timeout&) {
+      throw lane_error("the handshake was not done within "
+                       + std::to_string(opt.handshake_timeout_ms) + " ms");
+    }
   }
 
   static std::vector<char> frame_head(const std::string& target, size_t size) {
@@ -369,69 +645,69 @@ struct lane::impl {
     return iov;
   }
 
-  void sent(const job& j) {
+  void sent(peer& p, const job& j) {
     count([&](lane_stats& s) {
       ++s.frames_sent;
       s.bytes_sent += j.size;
     });
-    failures.erase(key_of(j.to));
+    p.failures = 0;
   }
 
-  void lost(const job& j, const std::string& why) {
-    auto key = key_of(j.to);
-    outgoing.erase(key);
+  void lost(peer& p, const job& j, const std::string& why) {
     count([](lane_stats& s) { ++s.frames_lost; });
-    auto n = ++failures[key];
+    auto n = ++p.failures;
     if (!stopping && (n == 1 || n % 100 == 0))
       spdlog::warn("[{}] weights lane: a message for '{}' on node '{}' ({}) is lost{}: {}",
-                   opt.node, j.target, j.to.node, key,
+                   opt.node, j.target, j.to.node, key_of(j.to),
                    n > 1 ? " (" + std::to_string(n) + " in a row)" : std::string{}, why);
   }
 
-  /// The connection to `to` that is still open, or end().
-  std::map<std::string, socket_fd>::iterator open_connection(const lane_endpoint& to) {
-    auto i = outgoing.find(key_of(to));
-    if (i != outgoing.end() && closed_by_peer(i->second.get())) {
-      outgoing.erase(i);
-      return outgoing.end();
-    }
-    return i;
-  }
-
-  /// On the sender thread: writes the frame (dialling first if needed),
-  /// waiting for the peer up to the send timeout.
-  void send_one(job& j) {
+  /// On the peer's sender thread: writes the frame (dialling first if
+  /// needed), giving up when the peer takes nothing for the send timeout.
+  void send_one(peer& p, job& j) {
     try {
-      auto i = outgoing.end();
       if (j.begun) {
         // The rest of a frame belongs on the connection it began on.
-        i = outgoing.find(key_of(j.to));
-        if (i == outgoing.end())
+        if (!p.conn)
           throw lane_error("the connection closed in the middle of the frame");
-      } else {
-        i = open_connection(j.to);
-        if (i == outgoing.end())
-          i = outgoing.emplace(key_of(j.to), dial(j.to)).first;
+      } else if (!p.conn || closed_by_peer(p.conn.fd())) {
+        drop_connection(p);
+        dial(p, j.to);
       }
-      writev_all(i->second.get(), frame_iov(j));
-      sent(j);
     } catch (const std::exception& e) {
-      lost(j, e.what());
+      drop_connection(p);
+      lost(p, j, e.what());
+      return;
+    }
+    try {
+      p.conn.write(frame_iov(j), opt.send_timeout_ms);
+      sent(p, j);
+    } catch (const socket_timeout& e) {
+      drop_connection(p);
+      count([](lane_stats& s) { ++s.connections_given_up; });
+      lost(p, j, std::string(e.what()) + "; connection given up");
+    } catch (const std::exception& e) {
+      drop_connection(p);
+      lost(p, j, e.what());
     }
   }
 
-  /// On the caller of send(), holding `busy`: writes what the connection
-  /// takes now, without waiting and without dialling. Returns whether the
-  /// frame is done with (written, or lost); else the sender thread finishes it.
-  bool send_now(job& j) {
+  /// On the caller of send(), holding the peer's `busy`: writes what the
+  /// connection takes now, without waiting and without dialling (plain TCP
+  /// only). Returns whether the frame is done with (written, or lost); else
+  /// the sender thread finishes it.
+  bool send_now(peer& p, job& j) {
     try {
-      auto i = open_connection(j.to);
-      if (i == outgoing.end())
+      if (!p.conn)
         return false;
+      if (closed_by_peer(p.conn.fd())) {
+        drop_connection(p);
+        return false;
+      }
       auto iov = frame_iov(j);
-      const size_t written = write_available(i->second.get(), iov);
+      const size_t written = write_available(p.conn.fd(), iov);
       if (iov.empty()) {
-        sent(j);
+        sent(p, j);
         return true;
       }
       if (written > 0) {
@@ -440,7 +716,8 @@ struct lane::impl {
       }
       return false;
     } catch (const std::exception& e) {
-      lost(j, e.what());
+      drop_connection(p);
+      lost(p, j, e.what());
       return true;
     }
   }
@@ -451,55 +728,84 @@ struct lane::impl {
       throw lane_error("weights lane: no target, or a target name over "
                        + std::to_string(max_name_bytes) + " bytes");
     size_t size = 0;
-    for (auto& p : pieces)
-      size += p.iov_len;
+    for (auto& piece : pieces)
+      size += piece.iov_len;
+    std::vector<job> done;  // frames let go outside the lock (their holds)
     std::unique_lock<std::mutex> lock(queue_mutex);
     if (stopping || !started || queued_bytes + size > opt.max_queued_bytes) {
       lock.unlock();
       count([](lane_stats& s) { ++s.frames_lost; });
       return false;
     }
+    auto& p = peer_at(key_of(to));
     queued_bytes += size;
-    job j{to, target, frame_head(target, size), std::move(pieces), size, std::move(hold)};
-    if (!queue.empty() || busy) {
-      queue.push_back(std::move(j));
-      queue_cv.notify_one();
+    job j{to,   target, frame_head(target, size), std::move(pieces), size, std::move(hold),
+          clock_type::now()};
+    if (tls || !p.queue.empty() || p.busy) {
+      p.queue.push_back(std::move(j));
+      ++p.waiting;
+      trim(p, done);
+      p.cv.notify_one();
+      lock.unlock();
       return true;
     }
-    // Nothing is being written: the caller writes what the socket takes at
-    // once, which spares a small frame the hand-over to the sender thread.
-    busy = true;
+    // Nothing is being written to that peer: the caller writes what the
+    // socket takes at once, which spares a small frame the hand-over.
+    p.busy = true;
     lock.unlock();
-    const bool done = send_now(j);
+    const bool written = send_now(p, j);
     lock.lock();
-    busy = false;
-    if (done)
+    p.busy = false;
+    if (written) {
       queued_bytes -= size;
-    else
-      queue.push_front(std::move(j));  // frames queued meanwhile come after it
-    queue_cv.notify_all();             // the sender thread, or stop()
+      done.push_back(std::move(j));
+    } else {
+      const bool begun = j.begun;
+      p.queue.push_front(std::move(j));  // frames queued meanwhile come after it
+      if (!begun)
+        ++p.waiting;
+      trim(p, done);
+    }
+    p.cv.notify_one();
+    idle_cv.notify_all();  // stop() may wait for it
     lock.unlock();
-    return true;  // `j` (and its hold, when written) goes here, outside the lock
+    return true;
   }
 
-  void send_loop() {
+  void send_loop(peer& p) {
     for (;;) {
       job j;
+      std::vector<job> stale;  // let go outside the lock
       {
         std::unique_lock<std::mutex> lock(queue_mutex);
-        queue_cv.wait(lock, [&] { return stopping || (!queue.empty() && !busy); });
+        p.cv.wait(lock, [&] { return stopping || (!p.queue.empty() && !p.busy); });
         if (stopping)
           return;
-        j = std::move(queue.front());
-        queue.pop_front();
-        busy = true;
+        // A frame that waited too long is skipped: a newer one is worth more.
+        const auto now = clock_type::now();
+        while (!p.queue.empty() && !p.queue.front().begun && too_old(p.queue.front(), now)) {
+          queued_bytes -= p.queue.front().size;
+          stale.push_back(std::move(p.queue.front()));
+          p.queue.pop_front();
+          --p.waiting;
+          count([](lane_stats& s) { ++s.frames_skipped; });
+        }
+        if (p.queue.empty())
+          continue;
+        j = std::move(p.queue.front());
+        p.queue.pop_front();
+        if (!j.begun)
+          --p.waiting;
+        p.busy = true;
       }
-      send_one(j);
+      stale.clear();
+      send_one(p, j);
       const size_t size = j.size;
       j = job{};  // the message is written: its hold goes now, not with the next job
       std::lock_guard<std::mutex> lock(queue_mutex);
-      busy = false;
+      p.busy = false;
       queued_bytes -= size;
+      idle_cv.notify_all();
     }
   }
 };
@@ -507,11 +813,24 @@ struct lane::impl {
 lane::lane(lane_options options) : impl_(std::make_unique<impl>()) {
   auto& d = *impl_;
   d.opt = std::move(options);
+  const std::string who = "weights lane of node '" + d.opt.node + "': ";
+  if (d.opt.tls.enabled()) {
+    const auto& t = d.opt.tls;
+    if (t.certificate.empty() || t.key.empty() || t.ca.empty())
+      throw lane_error(who + "TLS needs a certificate, a key and a CA file (given: "
+                       + (t.certificate.empty() ? "" : "certificate ") + (t.key.empty() ? "" : "key ")
+                       + (t.ca.empty() ? "" : "CA") + ")");
+    try {
+      d.tls = std::make_unique<tls_context>(t.certificate, t.key, t.ca);
+    } catch (const socket_error& e) {
+      throw lane_error(who + e.what());
+    }
+  }
   try {
     d.listener = listen_tcp(d.opt.host, d.opt.port);
     d.port = bound_port(d.listener.get());
   } catch (const socket_error& e) {
-    throw lane_error("weights lane of node '" + d.opt.node + "': " + e.what());
+    throw lane_error(who + e.what());
   }
   if (::pipe2(d.wake, O_CLOEXEC) != 0)
     throw lane_error(std::string("weights lane: pipe: ") + std::strerror(errno));
@@ -541,11 +860,8 @@ void lane::start(deliver_fn deliver) {
   d.deliver = std::move(deliver);
   d.acceptor = std::thread([&d] {
     name_thread("eg.lane.accept");
+    block_sigpipe();
     d.accept_loop();
-  });
-  d.sender = std::thread([&d] {
-    name_thread("eg.lane.send");
-    d.send_loop();
   });
   d.started = true;
 }
@@ -573,33 +889,41 @@ void lane::stop() {
     return;
   d.stopped = true;
   {
+    // Writes and handshakes in progress end at once: their sockets shut.
     std::lock_guard<std::mutex> lock(d.queue_mutex);
     d.stopping = true;
+    for (auto& [key, p] : d.peers) {
+      p->conn.shutdown();
+      p->cv.notify_all();
+    }
   }
-  d.queue_cv.notify_all();
   char c = 1;
   if (d.wake[1] >= 0 && ::write(d.wake[1], &c, 1) < 0) {
   }
   if (d.acceptor.joinable())
     d.acceptor.join();
-  if (d.sender.joinable())
-    d.sender.join();
+  for (auto& [key, p] : d.peers)
+    if (p->thread.joinable())
+      p->thread.join();
   {
     // A caller of send() still writing a frame (it does not wait on the peer).
     std::unique_lock<std::mutex> lock(d.queue_mutex);
-    d.queue_cv.wait(lock, [&] { return !d.busy; });
+    d.idle_cv.wait(lock, [&] {
+      return std::none_of(d.peers.begin(), d.peers.end(),
+                          [](const auto& p) { return p.second->busy; });
+    });
   }
   {
     std::lock_guard<std::mutex> lock(d.connections_mutex);
     for (auto& conn : d.connections)
-      ::shutdown(conn->fd.get(), SHUT_RDWR);
+      ::shutdown(conn->fd, SHUT_RDWR);
   }
   for (auto& conn : d.connections)
     if (conn->thread.joinable())
       conn->thread.join();
   d.connections.clear();
-  d.outgoing.clear();
-  d.queue.clear();
+  d.peers.clear();
+  d.queued_bytes = 0;
   d.listener.close();
 }
 

@@ -9,12 +9,22 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <poll.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -36,7 +46,9 @@ struct endpoint {
 
   endpoint(const std::string& node, const std::string& secret,
            const std::string& cluster = "c")
-      : l(options(node, secret, cluster)) {
+      : endpoint(options(node, secret, cluster)) {}
+
+  explicit endpoint(lane_options o) : l(std::move(o)) {
     l.start([this](const std::string& from, const std::string& target, shared_buffer m) {
       std::lock_guard<std::mutex> lock(mutex);
       got.push_back({from, target, std::string(m->data(), m->size())});
@@ -56,10 +68,15 @@ struct endpoint {
 
   lane_endpoint where() const { return {l.options().node, "127.0.0.1", l.port()}; }
 
-  /// Waits until `n` messages arrived (at most 10 s); returns how many did.
-  size_t wait_for(size_t n) {
+  /// Waits until `n` messages arrived (at most `limit`); returns how many did.
+  size_t wait_for(size_t n, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> lock(mutex);
-    cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= n; });
+    cv.wait_for(lock, limit, [&] { return got.size() >= n; });
+    return got.size();
+  }
+
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mutex);
     return got.size();
   }
 };
@@ -97,26 +114,234 @@ void put_text(std::string& out, const std::string& s) {
   out += s;
 }
 
-/// A hand-made connection that passes the handshake of node `node`.
-socket_fd handshaken(const endpoint& to, const std::string& node, const std::string& secret) {
-  auto fd = connect_tcp("127.0.0.1", to.l.port());
+constexpr uint32_t hello_magic = 0x484c4745;  // "EGLH"
+constexpr uint32_t frame_magic = 0x464c4745;  // "EGLF"
+constexpr uint32_t version = 2;
+
+std::string read_text(int fd) {
+  uint16_t n = 0;
+  BOOST_REQUIRE(read_all(fd, &n, sizeof n));
+  std::string text(n, '\0');
+  BOOST_REQUIRE(read_all(fd, text.data(), n));
+  return text;
+}
+
+/// A raw connection to a lane, its greeting read: the lane's challenge.
+struct greeted {
+  socket_fd fd;
+  std::string challenge;
+
+  explicit greeted(uint16_t port) : fd(connect_tcp("127.0.0.1", port)) {
+    tune_socket(fd.get(), 5000, 5000);
+    char head[8];
+    BOOST_REQUIRE(read_all(fd.get(), head, sizeof head));
+    uint32_t magic = 0, v = 0;
+    std::memcpy(&magic, head, 4);
+    std::memcpy(&v, head + 4, 4);
+    BOOST_REQUIRE_EQUAL(magic, hello_magic);
+    BOOST_REQUIRE_EQUAL(v, version);
+    challenge = read_text(fd.get());
+  }
+};
+
+/// The dialling side's hello, answering `challenge` as node `node`; `nonce`
+/// is set to the nonce it carries.
+std::string hello_for(const std::string& node, const std::string& secret,
+                      const std::string& challenge, std::string* nonce = nullptr) {
+  auto mine = make_nonce();
+  if (nonce)
+    *nonce = mine;
   std::string hello;
-  put(hello, uint32_t{0x484c4745});  // "EGLH"
-  put(hello, uint32_t{1});
+  put(hello, hello_magic);
+  put(hello, version);
   put_text(hello, "c");
   put_text(hello, node);
-  put_text(hello, lane_digest(secret, "c", node));
-  write_all(fd.get(), hello.data(), hello.size());
-  uint32_t status = 1;
-  BOOST_REQUIRE(read_all(fd.get(), &status, sizeof status));
-  BOOST_REQUIRE_EQUAL(status, 0u);
-  uint16_t n = 0;
-  BOOST_REQUIRE(read_all(fd.get(), &n, sizeof n));
-  std::string name(n, '\0');
-  BOOST_REQUIRE(read_all(fd.get(), name.data(), n));
-  BOOST_TEST(name == to.l.options().node);
-  return fd;
+  put_text(hello, mine);
+  put_text(hello, proof(secret, "lane", "c", node, challenge, mine));
+  return hello;
 }
+
+/// The lane's answer to a hello: status, and the name or the reason.
+struct answer {
+  uint32_t status = 1;
+  std::string text;   // its name, or why it refused
+  std::string proof;  // with status 0
+};
+
+answer read_answer(int fd) {
+  answer a;
+  BOOST_REQUIRE(read_all(fd, &a.status, sizeof a.status));
+  a.text = read_text(fd);
+  if (a.status == 0)
+    a.proof = read_text(fd);
+  return a;
+}
+
+/// A hand-made connection that passes the handshake of node `node`, and
+/// checks the lane's proof.
+socket_fd handshaken(const endpoint& to, const std::string& node, const std::string& secret) {
+  greeted g(to.l.port());
+  std::string nonce;
+  auto hello = hello_for(node, secret, g.challenge, &nonce);
+  write_all(g.fd.get(), hello.data(), hello.size());
+  auto a = read_answer(g.fd.get());
+  BOOST_REQUIRE_EQUAL(a.status, 0u);
+  BOOST_TEST(a.text == to.l.options().node);
+  BOOST_TEST(a.proof == proof(secret, "lane-answer", "c", a.text, nonce, g.challenge));
+  tune_socket(g.fd.get(), 0, 0);
+  return std::move(g.fd);
+}
+
+/// Runs the accepting side of the handshake by hand on `fd`, as node
+/// `name` (its proof keyed by `secret`); returns the dialling node's name.
+std::string accept_by_hand(int fd, const std::string& secret, const std::string& name) {
+  auto challenge = make_nonce();
+  std::string greeting;
+  put(greeting, hello_magic);
+  put(greeting, version);
+  put_text(greeting, challenge);
+  write_all(fd, greeting.data(), greeting.size());
+  char head[8];
+  BOOST_REQUIRE(read_all(fd, head, sizeof head));
+  read_text(fd);  // cluster id
+  auto node = read_text(fd);
+  auto nonce = read_text(fd);
+  read_text(fd);  // its proof
+  std::string ok;
+  put(ok, uint32_t{0});
+  put_text(ok, name);
+  put_text(ok, proof(secret, "lane-answer", "c", name, nonce, challenge));
+  write_all(fd, ok.data(), ok.size());
+  return node;
+}
+
+/// Reads one frame from a raw connection: its target and message.
+std::pair<std::string, std::string> read_frame(int fd) {
+  char frame[16];
+  BOOST_REQUIRE(read_all(fd, frame, sizeof frame));
+  uint32_t magic = 0, target_bytes = 0;
+  uint64_t size = 0;
+  std::memcpy(&magic, frame, sizeof magic);
+  std::memcpy(&target_bytes, frame + 4, sizeof target_bytes);
+  std::memcpy(&size, frame + 8, sizeof size);
+  BOOST_REQUIRE_EQUAL(magic, frame_magic);
+  BOOST_REQUIRE(target_bytes <= 1024u);
+  BOOST_REQUIRE(size <= (size_t{1} << 30));
+  std::string target(target_bytes, '\0'), got(size, '\0');
+  BOOST_REQUIRE(read_all(fd, target.data(), target_bytes));
+  BOOST_REQUIRE(read_all(fd, got.data(), size));
+  return {target, got};
+}
+
+void write_frame(int fd, const std::string& target, const std::string& message) {
+  std::string frame;
+  put(frame, frame_magic);
+  put(frame, static_cast<uint32_t>(target.size()));
+  put(frame, static_cast<uint64_t>(message.size()));
+  frame += target;
+  frame += message;
+  write_all(fd, frame.data(), frame.size());
+}
+
+/// Whether the other end closes `fd` within `limit` (what it sends before
+/// is read and dropped).
+bool closed_within(int fd, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  until - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0)
+      return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0)
+      continue;
+    ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+      return true;
+  }
+}
+
+/// A listening socket that plays a peer node by hand.
+struct raw_peer {
+  socket_fd listener = listen_tcp("127.0.0.1", 0);
+  lane_endpoint where(const std::string& node) const {
+    return {node, "127.0.0.1", bound_port(listener.get())};
+  }
+  /// Accepts the lane's connection (within 10 s) and answers its handshake.
+  socket_fd accept(const std::string& secret, const std::string& name) {
+    pollfd p{listener.get(), POLLIN, 0};
+    BOOST_REQUIRE(::poll(&p, 1, 10000) == 1);
+    socket_fd fd(::accept(listener.get(), nullptr, nullptr));
+    BOOST_REQUIRE(static_cast<bool>(fd));
+    accept_by_hand(fd.get(), secret, name);
+    return fd;
+  }
+};
+
+/// Milliseconds since `t`.
+long long ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+    .count();
+}
+
+std::string pattern(size_t n, int seed) {
+  std::string m(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    m[i] = static_cast<char>((i * 7 + static_cast<size_t>(seed)) % 253);
+  return m;
+}
+
+/// What the lane logs while it lives.
+struct captured_log {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink =
+    std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+  captured_log() { spdlog::default_logger()->sinks().push_back(sink); }
+  ~captured_log() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  }
+  std::string str() {
+    spdlog::default_logger()->flush();
+    return text.str();
+  }
+};
+
+/// Certificates made by scripts/make-test-ca.sh in a directory of their own.
+struct test_certificates {
+  std::filesystem::path dir;
+  bool made = false;
+
+  test_certificates() {
+    if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+      BOOST_TEST_MESSAGE("the openssl program is missing: TLS test skipped");
+      return;
+    }
+    std::string pattern = (std::filesystem::temp_directory_path() / "eg-lane-tls-XXXXXX").string();
+    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    dir = pattern;
+    // Two CAs: one the cluster's (nodes a, b, y), one another's (x, y).
+    auto make = [&](const std::string& ca, const std::string& nodes) {
+      auto command = std::string("'") + EG_SOURCE_DIR + "/scripts/make-test-ca.sh' '"
+                     + (dir / ca).string() + "' " + nodes + " >/dev/null";
+      BOOST_REQUIRE_EQUAL(std::system(command.c_str()), 0);
+    };
+    make("one", "a b y");
+    make("other", "x y");
+    made = true;
+  }
+  ~test_certificates() {
+    if (!dir.empty())
+      std::filesystem::remove_all(dir);
+  }
+  /// Node `node`'s certificate from CA `ca`, trusting CA `trusts`.
+  lane_tls tls(const std::string& ca, const std::string& node, const std::string& trusts) const {
+    return {(dir / ca / (node + ".pem")).string(), (dir / ca / (node + ".key")).string(),
+            (dir / trusts / "ca.pem").string()};
+  }
+};
 
 } // namespace
 
@@ -188,8 +413,7 @@ BOOST_AUTO_TEST_CASE(foreign_bytes_close_the_connection_and_the_lane_goes_on) {
     auto fd = connect_tcp("127.0.0.1", b.l.port());
     std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
     write_all(fd.get(), junk.data(), junk.size());
-    char c;
-    BOOST_TEST(read_some_all(fd.get(), &c, 1) == 0u);  // closed by the lane
+    BOOST_TEST(closed_within(fd.get(), std::chrono::seconds(5)));  // closed by the lane
   }
   BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 1; }));
   {
@@ -383,7 +607,10 @@ BOOST_AUTO_TEST_CASE(a_gathered_message_crosses_the_lane_and_lets_go_once_writte
 /// what a socket takes at once: each arrives whole, and each thread's in the
 /// order it sent them (the caller and the sender thread take turns).
 BOOST_AUTO_TEST_CASE(messages_sent_from_many_threads_arrive_whole_in_each_senders_order) {
-  endpoint a("a", "s"), b("b", "s");
+  auto o = endpoint::options("a", "s", "c");
+  o.max_queued_messages = 1000;  // every frame is to arrive, however long it waits
+  o.max_wait_ms = 0;
+  endpoint a(o), b("b", "s");
   BOOST_TEST(a.l.send(b.where(), "warm", bytes_of("dial")));  // the connection first
   BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
   constexpr int threads = 4, each = 40;
@@ -411,16 +638,18 @@ BOOST_AUTO_TEST_CASE(messages_sent_from_many_threads_arrive_whole_in_each_sender
   }
   BOOST_TEST(a.l.stats().frames_lost == 0u);
   BOOST_TEST(eventually([&] { return a.l.stats().frames_sent == 1u + threads * each; }));
+  BOOST_TEST(b.l.stats().connections_accepted == 1u);
 }
 
 /// A peer that stops reading: send() returns at once all the same (the
 /// frame it began is finished by the sender thread, the others queue), and
 /// once the peer reads again every frame is there, whole and in order.
 BOOST_AUTO_TEST_CASE(send_does_not_wait_for_a_peer_that_stopped_reading) {
-  auto listener = listen_tcp("127.0.0.1", 0);
-  const lane_endpoint slow{"b", "127.0.0.1", bound_port(listener.get())};
+  raw_peer b;
+  const lane_endpoint slow = b.where("b");
   auto o = endpoint::options("a", "s", "c");
   o.send_timeout_ms = 3000;  // a send() that waited would lose its frame
+  o.max_queued_messages = 8;
   eg::messages::lane a(o);
   a.start([](const std::string&, const std::string&, shared_buffer) {});
   std::vector<std::string> sent{"first", std::string(24u << 20, 'x'), "third",
@@ -430,43 +659,387 @@ BOOST_AUTO_TEST_CASE(send_does_not_wait_for_a_peer_that_stopped_reading) {
   BOOST_TEST(a.send(slow, "p1", bytes_of(sent[0])));  // queued: the sender thread dials
 
   // The peer: accepts the handshake, then reads nothing for now.
-  int fd = ::accept(listener.get(), nullptr, nullptr);
-  BOOST_REQUIRE(fd >= 0);
-  socket_fd peer(fd);
-  char head[8];
-  BOOST_REQUIRE(read_all(fd, head, sizeof head));
-  for (int text = 0; text < 3; ++text) {  // cluster id, node, digest
-    uint16_t n = 0;
-    BOOST_REQUIRE(read_all(fd, &n, sizeof n));
-    std::string skip(n, '\0');
-    BOOST_REQUIRE(read_all(fd, skip.data(), n));
-  }
-  std::string ok;
-  put(ok, uint32_t{0});
-  put_text(ok, "b");
-  write_all(fd, ok.data(), ok.size());
+  auto peer = b.accept("s", "b");
+  const int fd = peer.get();
   BOOST_REQUIRE(eventually([&] { return a.stats().frames_sent == 1; }));
 
   for (size_t i = 1; i < sent.size(); ++i)
     BOOST_TEST(a.send(slow, "p1", bytes_of(sent[i])));
   // Every send() has returned: now the peer reads.
   for (auto& want : sent) {
-    char frame[16];
-    BOOST_REQUIRE(read_all(fd, frame, sizeof frame));
-    uint32_t target_bytes = 0;
-    uint64_t size = 0;
-    std::memcpy(&target_bytes, frame + 4, sizeof target_bytes);
-    std::memcpy(&size, frame + 8, sizeof size);
-    BOOST_REQUIRE_EQUAL(target_bytes, 2u);
-    BOOST_REQUIRE_EQUAL(size, want.size());
-    std::string target(target_bytes, '\0'), got(size, '\0');
-    BOOST_REQUIRE(read_all(fd, target.data(), target_bytes));
-    BOOST_REQUIRE(read_all(fd, got.data(), size));
+    auto [target, got] = read_frame(fd);
     BOOST_TEST(target == "p1");
     BOOST_TEST((got == want));
   }
   BOOST_TEST(eventually([&] { return a.stats().frames_sent == sent.size(); }));
   BOOST_TEST(a.stats().frames_lost == 0u);
+  BOOST_TEST(a.stats().frames_skipped == 0u);
+}
+
+// -- the handshake: challenge and response ----------------------------------------
+
+/// What a node sent in one handshake is worth nothing on another
+/// connection: the lane's challenge is new for each.
+BOOST_AUTO_TEST_CASE(a_recorded_handshake_replayed_is_refused) {
+  endpoint b("b", "s");
+  greeted first(b.l.port());
+  const auto recorded = hello_for("a", "s", first.challenge);
+  write_all(first.fd.get(), recorded.data(), recorded.size());
+  auto a1 = read_answer(first.fd.get());
+  BOOST_REQUIRE_EQUAL(a1.status, 0u);
+  write_frame(first.fd.get(), "p1", "genuine");
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  BOOST_TEST(b.got[0].from == "a");
+
+  const auto refused = b.l.stats().connections_refused;
+  {
+    // The same bytes on a new connection, after its greeting...
+    greeted again(b.l.port());
+    BOOST_TEST(again.challenge != first.challenge);
+    write_all(again.fd.get(), recorded.data(), recorded.size());
+    auto a2 = read_answer(again.fd.get());
+    BOOST_TEST(a2.status == 1u);
+    BOOST_TEST(a2.text.find("did not prove the cluster secret") != std::string::npos);
+    BOOST_TEST(closed_within(again.fd.get(), std::chrono::seconds(5)));
+  }
+  {
+    // ... or without reading it.
+    auto fd = connect_tcp("127.0.0.1", b.l.port());
+    write_all(fd.get(), recorded.data(), recorded.size());
+    write_frame(fd.get(), "p1", "replayed");
+    BOOST_TEST(closed_within(fd.get(), std::chrono::seconds(5)));
+  }
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == refused + 2; }));
+  BOOST_TEST(b.count() == 1u);
+  BOOST_TEST(b.l.stats().frames_received == 1u);
+}
+
+/// The dialling node checks the accepting node's proof too: a listener that
+/// answers without knowing the secret gets no frame.
+BOOST_AUTO_TEST_CASE(an_acceptor_that_cannot_prove_the_secret_gets_nothing) {
+  endpoint a("a", "right");
+  raw_peer fake;
+  BOOST_TEST(a.l.send(fake.where("b"), "p1", bytes_of("secret weights")));
+  auto fd = fake.accept("wrong", "b");  // answers with a proof keyed by another secret
+  BOOST_TEST(closed_within(fd.get(), std::chrono::seconds(5)));  // and no frame before
+  BOOST_TEST(eventually([&] { return a.l.stats().frames_lost == 1; }));
+  BOOST_TEST(a.l.stats().frames_sent == 0u);
+}
+
+// -- slow and frozen peers ----------------------------------------------------------
+
+/// A peer that completed its handshake and reads nothing more: frames to a
+/// healthy peer go on arriving at once, the frozen one's queue stays
+/// bounded (its oldest frames skipped), and once it has taken nothing for
+/// the send timeout its connection is given up.
+BOOST_AUTO_TEST_CASE(a_frozen_peer_does_not_delay_frames_to_others) {
+  auto o = endpoint::options("a", "s", "c");
+  o.send_timeout_ms = 3000;
+  endpoint a(o), b("b", "s");
+  raw_peer frozen_peer;
+  const auto frozen = frozen_peer.where("f");
+  BOOST_TEST(a.l.send(frozen, "p1", bytes_of("hello")));
+  auto fd = frozen_peer.accept("s", "f");
+  BOOST_REQUIRE(eventually([&] { return a.l.stats().frames_sent == 1; }));
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("warm")));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+
+  const auto big = bytes_of(std::string(4u << 20, 'f'));
+  constexpr int rounds = 12;
+  for (int i = 0; i < rounds; ++i) {
+    BOOST_TEST(a.l.send(frozen, "p1", big));  // 48 MB: far more than its socket buffers hold
+    BOOST_TEST(a.l.send(b.where(), "p1", bytes_of(pattern(1u << 20, i))));
+  }
+  const auto sent = std::chrono::steady_clock::now();
+  BOOST_REQUIRE_EQUAL(b.wait_for(1 + rounds, std::chrono::milliseconds(1500)), 1u + rounds);
+  BOOST_TEST(ms_since(sent) < 1500);
+  for (int i = 0; i < rounds; ++i)
+    BOOST_REQUIRE(b.got[1 + i].bytes == pattern(1u << 20, i));
+  // The frozen peer's queue: at most max_queued_messages waiting, the
+  // older ones pushed out.
+  BOOST_TEST(a.l.stats().frames_skipped >= static_cast<uint64_t>(rounds - 2 - 4));
+  BOOST_TEST(eventually([&] { return a.l.stats().connections_given_up == 1; }));
+  BOOST_TEST(a.l.stats().frames_lost >= 1u);
+}
+
+/// A frame whose turn comes after it waited longer than max_wait_ms is
+/// skipped, not sent late; a frame already begun is finished.
+BOOST_AUTO_TEST_CASE(frames_that_waited_too_long_are_skipped) {
+  raw_peer b;
+  auto o = endpoint::options("a", "s", "c");
+  o.max_wait_ms = 300;
+  o.max_queued_messages = 8;
+  o.send_timeout_ms = 20000;
+  eg::messages::lane a(o);
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
+  auto fd = b.accept("s", "b");
+  BOOST_TEST(read_frame(fd.get()).second == "warm");
+  const auto big = pattern(32u << 20, 3);
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(big)));  // fills the socket: the sender waits
+  for (auto s : {"old 1", "old 2", "old 3"})
+    BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(s)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("fresh")));
+  // Now the peer reads: the frame it was taking, then the fresh one.
+  BOOST_TEST((read_frame(fd.get()).second == big));
+  BOOST_TEST(read_frame(fd.get()).second == "fresh");
+  BOOST_TEST(eventually([&] { return a.stats().frames_sent == 3; }));
+  BOOST_TEST(a.stats().frames_skipped == 3u);
+  BOOST_TEST(a.stats().frames_lost == 0u);
+}
+
+/// When a peer's queue is full, the oldest frame waiting makes way.
+BOOST_AUTO_TEST_CASE(a_full_peer_queue_pushes_out_its_oldest_frame) {
+  raw_peer b;
+  auto o = endpoint::options("a", "s", "c");
+  o.max_queued_messages = 2;
+  o.max_wait_ms = 0;
+  o.send_timeout_ms = 20000;
+  eg::messages::lane a(o);
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
+  auto fd = b.accept("s", "b");
+  BOOST_TEST(read_frame(fd.get()).second == "warm");
+  const auto big = pattern(32u << 20, 5);
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(big)));
+  for (int i = 1; i <= 5; ++i)
+    BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("small " + std::to_string(i))));
+  BOOST_TEST(a.stats().frames_skipped == 3u);  // at once, in send()
+  BOOST_TEST((read_frame(fd.get()).second == big));
+  BOOST_TEST(read_frame(fd.get()).second == "small 4");
+  BOOST_TEST(read_frame(fd.get()).second == "small 5");
+  BOOST_TEST(eventually([&] { return a.stats().frames_sent == 4; }));
+}
+
+/// stop() does not wait for a peer that takes nothing: the write in
+/// progress is cut short.
+BOOST_AUTO_TEST_CASE(stop_does_not_wait_for_a_frozen_peer) {
+  raw_peer b;
+  auto o = endpoint::options("a", "s", "c");
+  o.send_timeout_ms = 30000;
+  eg::messages::lane a(o);
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
+  auto fd = b.accept("s", "b");
+  BOOST_REQUIRE(eventually([&] { return a.stats().frames_sent == 1; }));
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(std::string(64u << 20, 'z'))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t = std::chrono::steady_clock::now();
+  a.stop();
+  BOOST_TEST(ms_since(t) < 2000);
+}
+
+// -- hostile input ----------------------------------------------------------------
+
+/// Connections that say nothing hold at most max_pending_handshakes places;
+/// more are closed at once, and the places free again when the handshake
+/// deadline has passed.
+BOOST_AUTO_TEST_CASE(silent_connections_are_bounded_and_a_peer_gets_in_after_them) {
+  auto ob = endpoint::options("b", "s", "c");
+  ob.max_pending_handshakes = 4;
+  ob.handshake_timeout_ms = 1500;
+  endpoint b(ob);
+  endpoint a("a", "s");
+  captured_log log;
+  std::vector<socket_fd> silent;
+  for (int i = 0; i < 10; ++i)
+    silent.push_back(connect_tcp("127.0.0.1", b.l.port()));
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 6; }));
+  // Refusals are counted, and logged at most once a second.
+  auto text = log.str();
+  size_t lines = 0;
+  for (auto at = text.find("in their handshake already"); at != std::string::npos;
+       at = text.find("in their handshake already", at + 1))
+    ++lines;
+  BOOST_TEST(lines == 1u, text);
+  // Meanwhile a node of the cluster is turned away too.
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("during")));
+  BOOST_TEST(eventually([&] { return a.l.stats().frames_lost == 1; }));
+  BOOST_TEST(b.l.stats().connections_refused == 7u);
+  // Each silent connection is closed by the deadline.
+  const auto t = std::chrono::steady_clock::now();
+  for (auto& fd : silent)
+    BOOST_TEST(closed_within(fd.get(), std::chrono::seconds(3)));
+  BOOST_TEST(ms_since(t) < 2500);
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 11; }));
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("after")));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  BOOST_TEST(b.got[0].bytes == "after");
+}
+
+/// The handshake has one deadline in all, not one per read: a stranger that
+/// drips a byte at a time cannot hold a connection.
+BOOST_AUTO_TEST_CASE(a_handshake_dripped_slowly_is_cut_at_its_deadline) {
+  auto ob = endpoint::options("b", "s", "c");
+  ob.handshake_timeout_ms = 1500;
+  endpoint b(ob);
+  const auto t = std::chrono::steady_clock::now();
+  greeted g(b.l.port());
+  std::string hello;
+  put(hello, hello_magic);
+  put(hello, version);
+  put(hello, uint16_t{1000});  // a cluster id of 1,000 bytes, at 10 a second
+  hello += std::string(1000, 'c');
+  bool closed = false;
+  for (size_t i = 0; i < hello.size() && !closed; ++i) {
+    if (::send(g.fd.get(), &hello[i], 1, MSG_NOSIGNAL) != 1)
+      break;
+    closed = closed_within(g.fd.get(), std::chrono::milliseconds(100));
+    if (std::chrono::steady_clock::now() - t > std::chrono::seconds(8))
+      break;
+  }
+  BOOST_TEST(closed);
+  BOOST_TEST(ms_since(t) < 2500);
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 1; }));
+}
+
+/// Handshaken connections: a node's newest replaces its oldest beyond
+/// max_connections_per_node; beyond max_connections in all, more are refused.
+BOOST_AUTO_TEST_CASE(handshaken_connections_are_bounded_per_node_and_in_all) {
+  auto ob = endpoint::options("b", "s", "c");
+  ob.max_connections_per_node = 2;
+  ob.max_connections = 3;
+  endpoint b(ob);
+  auto a1 = handshaken(b, "a", "s");
+  auto a2 = handshaken(b, "a", "s");
+  auto a3 = handshaken(b, "a", "s");
+  BOOST_TEST(closed_within(a1.get(), std::chrono::seconds(5)));  // the oldest made way
+  BOOST_TEST(!closed_within(a2.get(), std::chrono::milliseconds(200)));
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_replaced == 1; }));
+  auto x = handshaken(b, "x", "s");
+  {
+    greeted y(b.l.port());
+    auto hello = hello_for("y", "s", y.challenge);
+    write_all(y.fd.get(), hello.data(), hello.size());
+    auto answer = read_answer(y.fd.get());
+    BOOST_TEST(answer.status == 1u);
+    BOOST_TEST(answer.text.find("the most allowed") != std::string::npos);
+  }
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 1; }));
+  write_frame(a3.get(), "p1", "from a");
+  write_frame(x.get(), "p1", "from x");
+  BOOST_REQUIRE_EQUAL(b.wait_for(2), 2u);
+  BOOST_TEST(b.l.stats().frames_refused == 0u);  // the replaced one is not a bad frame
+}
+
+/// A frame over max_frame_bytes is refused before anything is allocated for
+/// it; the sender's next frame goes on a new connection.
+BOOST_AUTO_TEST_CASE(a_frame_over_max_frame_bytes_is_refused) {
+  auto ob = endpoint::options("b", "s", "c");
+  ob.max_frame_bytes = 1000;
+  endpoint b(ob), a("a", "s");
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of(std::string(1001, 'x'))));
+  BOOST_TEST(eventually([&] { return b.l.stats().frames_refused == 1; }));
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of(std::string(1000, 'y'))));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  BOOST_TEST(b.got[0].bytes == std::string(1000, 'y'));
+}
+
+// -- TLS ------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(lanes_with_certificates_of_the_cluster_ca_exchange_frames_over_tls) {
+  test_certificates certs;
+  if (!certs.made)
+    return;
+  auto oa = endpoint::options("a", "s", "c");
+  oa.tls = certs.tls("one", "a", "one");
+  auto ob = endpoint::options("b", "s", "c");
+  ob.tls = certs.tls("one", "b", "one");
+  endpoint a(oa), b(ob);
+  const auto big = pattern(5u << 20, 9);
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("first")));
+  BOOST_TEST(a.l.send(b.where(), "p2", bytes_of(big)));
+  std::vector<double> values(100000, 0.25);
+  weights msg;
+  msg.tensors.push_back({"x", dtype::float64, {100000}, values.data(), values.size() * 8});
+  auto e = from_p0(msg);
+  BOOST_TEST(a.l.send(b.where(), "p3",
+                      std::make_shared<const gathered>(encode_gathered(e, nullptr))));
+  BOOST_REQUIRE_EQUAL(b.wait_for(3), 3u);
+  BOOST_TEST(b.got[0].bytes == "first");
+  BOOST_TEST((b.got[1].bytes == big));
+  auto v = encode(e);
+  BOOST_TEST((b.got[2].bytes == std::string(v.data(), v.size())));
+  BOOST_TEST(b.l.send(a.where(), "p0", bytes_of("back")));
+  BOOST_REQUIRE_EQUAL(a.wait_for(1), 1u);
+  BOOST_TEST(a.got[0].from == "b");
+  // One connection each way carried it all.
+  BOOST_TEST(b.l.stats().connections_accepted == 1u);
+  BOOST_TEST(a.l.stats().connections_accepted == 1u);
+  // Plain TCP is no way in.
+  auto fd = connect_tcp("127.0.0.1", b.l.port());
+  const auto hello = hello_for("a", "s", make_nonce());
+  write_all(fd.get(), hello.data(), hello.size());
+  BOOST_TEST(closed_within(fd.get(), std::chrono::seconds(5)));
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 1; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_certificate_of_another_ca_is_refused_with_the_reason) {
+  test_certificates certs;
+  if (!certs.made)
+    return;
+  captured_log log;
+  auto ob = endpoint::options("b", "s", "c");
+  ob.tls = certs.tls("one", "b", "one");
+  endpoint b(ob);
+  // x: certificate and trust of another CA. y: a certificate of another CA
+  // though it trusts the cluster's (so b is the one that refuses it).
+  auto ox = endpoint::options("x", "s", "c");
+  ox.tls = certs.tls("other", "x", "other");
+  auto oy = endpoint::options("y", "s", "c");
+  oy.tls = certs.tls("other", "y", "one");
+  endpoint x(ox), y(oy);
+  BOOST_TEST(y.l.send(b.where(), "p1", bytes_of("from y")));
+  BOOST_TEST(eventually([&] { return b.l.stats().connections_refused == 1; }));
+  BOOST_TEST(x.l.send(b.where(), "p1", bytes_of("from x")));
+  BOOST_TEST(eventually([&] {
+    return x.l.stats().frames_lost == 1 && y.l.stats().frames_lost == 1
+           && b.l.stats().connections_refused == 2;
+  }));
+  BOOST_TEST(b.l.send(x.where(), "p1", bytes_of("to x")));
+  BOOST_TEST(eventually([&] { return b.l.stats().frames_lost == 1; }));
+  BOOST_TEST(b.count() == 0u);
+  BOOST_TEST(x.count() == 0u);
+  // b refused y's certificate, x refused b's, b refused x's: each says why.
+  auto text = log.str();
+  // (Either "unable to get local issuer certificate", or "self-signed
+  // certificate in certificate chain" when the peer sent its CA along.)
+  const std::string why = "the peer's certificate failed verification: ";
+  BOOST_TEST(text.find("[b] weights lane: refused a connection from 127.0.0.1") != std::string::npos);
+  size_t n = 0;
+  for (auto at = text.find(why); at != std::string::npos; at = text.find(why, at + 1))
+    ++n;
+  BOOST_TEST(n == 3u, text);
+}
+
+BOOST_AUTO_TEST_CASE(tls_files_that_cannot_be_used_are_named) {
+  test_certificates certs;
+  if (!certs.made)
+    return;
+  auto named = [](lane_tls tls, const std::string& file) {
+    auto o = endpoint::options("a", "s", "c");
+    o.tls = std::move(tls);
+    try {
+      eg::messages::lane l(o);
+      BOOST_ERROR("a lane with TLS file " << file);
+    } catch (const lane_error& e) {
+      BOOST_TEST(std::string(e.what()).find(file) != std::string::npos, e.what());
+    }
+  };
+  auto good = certs.tls("one", "a", "one");
+  auto t = good;
+  t.certificate = (certs.dir / "missing.pem").string();
+  named(t, t.certificate);
+  t = good;
+  t.key = certs.tls("one", "b", "one").key;  // b's key for a's certificate
+  named(t, t.key);
+  t = good;
+  t.ca = good.key;  // not a certificate
+  named(t, t.ca);
+  t = good;
+  t.ca.clear();
+  named(t, "CA");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
