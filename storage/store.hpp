@@ -14,7 +14,8 @@
 namespace eg::storage {
 
 /// The database cannot be opened, read or written; what() names the
-/// directory and RocksDB's status.
+/// directory and RocksDB's status (or, for a store that failed before, says
+/// it is not writable since then, and why).
 class storage_error : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
@@ -31,14 +32,25 @@ std::optional<family> family_named(std::string_view name);
 /// "<platform>/<epoch as 10 zero-padded digits>": sorts by platform then epoch.
 std::string key(std::string_view platform, uint64_t epoch);
 
+/// A store that cannot write (disk full, read-only, its directory removed)
+/// stays failed: the first write, flush or background job of RocksDB that
+/// fails puts it in the failed state with the reason, and from then on put,
+/// erase and flush throw at once without calling RocksDB. Reads go on where
+/// RocksDB still answers. RocksDB's own info log (file LOG) is written by the
+/// store, which stops writing it when a write fails; RocksDB's automatic
+/// recovery from background errors is off, so a failed store does no more
+/// writes of its own either. All members are safe to call from any thread.
 class store {
 public:
   /// Opens (creating if missing) the database in `dir`.
   static std::unique_ptr<store> open(const std::string& dir);
+  /// Closes the database (close() without its error).
   ~store();
   store(const store&) = delete;
   store& operator=(const store&) = delete;
 
+  /// Throws storage_error on failure; "store is not writable since ..." when
+  /// it failed before.
   void put(family f, std::string_view key, std::string_view value);
   std::optional<std::string> get(family f, std::string_view key) const;
   void erase(family f, std::string_view key);
@@ -48,11 +60,27 @@ public:
   void flush();
   const std::string& dir() const;
 
+  /// Why the store cannot write (RocksDB's status, e.g. "IO error: No space
+  /// left on device: While appending to file: .../000004.log: No space left
+  /// on device"), once it could not; nullopt while it can.
+  std::optional<std::string> failure() const;
+
+  /// Closes the database: stops RocksDB's background work and closes its
+  /// files. Throws storage_error naming RocksDB's status when that reports a
+  /// problem (a failed store closes without writing more). Any later call
+  /// other than failure(), dir() and close() throws storage_error.
+  void close();
+
 private:
   struct impl;
   explicit store(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
+
+/// The cause in a store::failure() text, as the system words it (its last
+/// part): "No space left on device", "Read-only file system", "No such file
+/// or directory".
+std::string failure_cause(std::string_view failure);
 
 /// A platform's state at the end of an epoch (or at shutdown).
 struct checkpoint {

@@ -3,10 +3,16 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace eg::storage;
 namespace fs = std::filesystem;
@@ -59,6 +65,64 @@ void damage(store& s, const std::string& k, size_t byte) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// A small tmpfs mounted on `dir` (where this process may mount one, e.g.
+// as root), unmounted at the end.
+struct small_tmpfs {
+  std::string dir;
+  bool mounted = false;
+  std::string why_not;
+  small_tmpfs(const fs::path& where, const std::string& size) : dir(where.string()) {
+    fs::create_directories(where);
+    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+    if (!mounted)
+      why_not = std::strerror(errno);
+  }
+  ~small_tmpfs() {
+    if (mounted)
+      ::umount2(dir.c_str(), MNT_DETACH);
+  }
+};
+
+// What a store that failed answers: a failure with `cause`, writes and
+// flushes refused at once with it, reads served, closing without abort.
+void check_failed_for_good(store& s, const std::string& cause,
+                           const std::vector<std::string>& readable) {
+  auto why = s.failure();
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(contains(*why, cause), *why);
+  BOOST_TEST(failure_cause(*why) == cause);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    for (auto write : {0, 1, 2}) {
+      try {
+        if (write == 0)
+          s.put(family::checkpoints, "later", std::string(1000, 'x'));
+        else if (write == 1)
+          s.erase(family::metrics, "any");
+        else
+          s.flush();
+        BOOST_FAIL("a failed store wrote");
+      } catch (const storage_error& e) {
+        // Refused by the store itself (RocksDB would say something else),
+        // with the first failure's reason.
+        BOOST_TEST(contains(e.what(), "is not writable since"), e.what());
+        BOOST_TEST(contains(e.what(), *why), e.what());
+      }
+    }
+  }
+  BOOST_TEST((s.failure() == why));  // the first reason stays
+  for (auto& k : readable)
+    BOOST_TEST(s.get(family::checkpoints, k).has_value(), k);
+  BOOST_TEST(!s.get(family::checkpoints, "later").has_value());
+  BOOST_TEST(s.scan(family::checkpoints, "").size() >= readable.size());
+  try {
+    s.close();
+  } catch (const storage_error& e) {
+    BOOST_TEST_MESSAGE("closing the failed store: " << e.what());
+  }
+  BOOST_TEST((s.failure() == why));
+  BOOST_CHECK_THROW(s.get(family::checkpoints, readable.front()), storage_error);
 }
 
 } // namespace
@@ -267,6 +331,85 @@ BOOST_AUTO_TEST_CASE(families_are_found_by_name) {
   BOOST_TEST((family_named("runs") == family::runs));
   BOOST_TEST((family_named("rankings") == family::rankings));
   BOOST_TEST(!family_named("nonsense").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(failure_cause_is_the_systems_word) {
+  BOOST_TEST(failure_cause("a write failed: IO error: No space left on device: While appending "
+                           "to file: /x/000004.log: No space left on device")
+             == "No space left on device");
+  BOOST_TEST(failure_cause("no colon") == "no colon");
+}
+
+BOOST_AUTO_TEST_CASE(a_store_that_writes_has_no_failure) {
+  temp_dir tmp;
+  auto s = store::open(tmp.db());
+  s->put(family::checkpoints, "k", "v");
+  s->flush();
+  BOOST_TEST(!s->failure().has_value());
+  s->close();
+  s->close();  // once is enough; again does nothing
+  BOOST_CHECK_THROW(s->put(family::checkpoints, "k", "v"), storage_error);
+  BOOST_TEST(!s->failure().has_value());
+  auto again = store::open(tmp.db());
+  BOOST_TEST(again->get(family::checkpoints, "k").value() == "v");
+}
+
+// The log file stays open while its directory goes, so writes go on; the
+// flush needs new files and cannot make them.
+BOOST_AUTO_TEST_CASE(a_store_whose_directory_is_removed_fails_for_good) {
+  temp_dir tmp;
+  auto s = store::open(tmp.db());
+  s->put(family::checkpoints, "before", "saved");
+  s->flush();
+  s->put(family::checkpoints, "in the log", "saved in memory");
+  fs::remove_all(tmp.db());
+  BOOST_CHECK_THROW(s->flush(), storage_error);
+  check_failed_for_good(*s, "No such file or directory", {"before", "in the log"});
+}
+
+BOOST_AUTO_TEST_CASE(a_store_on_a_full_disk_fails_for_good) {
+  temp_dir tmp;
+  small_tmpfs disk(tmp.path / "disk", "1m");
+  if (!disk.mounted) {
+    BOOST_TEST_MESSAGE("skipped: cannot mount a tmpfs here (" << disk.why_not << ")");
+    return;
+  }
+  // Room freed after the failure: the store stays failed all the same.
+  std::ofstream(disk.dir + "/filler") << std::string(100 << 10, 'f');
+  auto s = store::open(disk.dir + "/db");
+  std::vector<std::string> saved;
+  const std::string record(200 << 10, 'c');
+  for (int i = 0; i < 20; ++i) {
+    auto k = key("p0", static_cast<uint64_t>(i));
+    try {
+      s->put(family::checkpoints, k, record);
+      saved.push_back(k);
+    } catch (const storage_error& e) {
+      BOOST_TEST(contains(e.what(), "No space left on device"), e.what());
+      break;
+    }
+  }
+  BOOST_REQUIRE(!saved.empty());
+  BOOST_REQUIRE_MESSAGE(s->failure().has_value(), "1 MB took 20 records of 200 KB");
+  fs::remove(disk.dir + "/filler");
+  check_failed_for_good(*s, "No space left on device", saved);
+}
+
+// Root writes whatever the permissions say, so this one needs another user.
+BOOST_AUTO_TEST_CASE(a_store_whose_directory_becomes_read_only_fails_for_good) {
+  if (geteuid() == 0) {
+    BOOST_TEST_MESSAGE("skipped: permissions do not stop root");
+    return;
+  }
+  temp_dir tmp;
+  auto s = store::open(tmp.db());
+  s->put(family::checkpoints, "before", "saved");
+  s->flush();
+  fs::permissions(tmp.db(), fs::perms::owner_read | fs::perms::owner_exec);
+  s->put(family::checkpoints, "in the log", "saved in memory");
+  BOOST_CHECK_THROW(s->flush(), storage_error);
+  check_failed_for_good(*s, "Permission denied", {"before", "in the log"});
+  fs::permissions(tmp.db(), fs::perms::owner_all);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
