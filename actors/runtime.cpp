@@ -138,8 +138,13 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
                  "means {:.2f} s",
                  name, a.size(), cfg.edgegossip.aggregator, a.reduce_seconds, a.divide_seconds,
                  a.mean_seconds);
-    db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i]),
-           learning::serialize(a));
+    try {
+      db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i]),
+             learning::serialize(a));
+    } catch (const storage::storage_error& e) {
+      // A store that cannot write is reported by the store actor.
+      spdlog::warn("[{}] aggregated points not stored: {}", name, e.what());
+    }
     out[name] = std::make_shared<const learning::aggregated_points>(std::move(a));
   }
   return out;
@@ -224,6 +229,37 @@ void restore_platform(const storage::store& db, const storage::run_state& run,
                c->epoch);
   pa.restore = std::make_shared<const storage::checkpoint>(std::move(*c));
 }
+
+/// The node, for the store actor's report that the store cannot write: the
+/// store starts before the node, so a report made before the node exists
+/// waits for it. Called from the store actor's thread.
+class failure_relay {
+public:
+  void report(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (node_)
+      caf::anon_send(node_, failed_atom::value, why);
+    else
+      pending_ = why;
+  }
+  void connect(node_actor node) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    node_ = std::move(node);
+    if (pending_)
+      caf::anon_send(node_, failed_atom::value, *pending_);
+    pending_.reset();
+  }
+  /// Drops the node's handle (the store actor keeps the relay).
+  void disconnect() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    node_ = nullptr;
+  }
+
+private:
+  std::mutex mutex_;
+  node_actor node_;
+  std::optional<std::string> pending_;
+};
 
 /// Once the run is over and the store flushed, the actor system is shut
 /// down; should that hang (an actor that does not end), the process exits
@@ -354,7 +390,16 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   node_args nargs;
   nargs.cluster = cfg;
   nargs.name = node_name;
-  nargs.store = spawn_store(sys, db);
+  auto relay = std::make_shared<failure_relay>();
+  auto health = std::make_shared<store_health>();
+  {
+    store_options so;
+    for (auto& p : me.platforms)
+      so.platforms.push_back(p.name);
+    so.on_failure = [relay](const std::string& why) { relay->report(why); };
+    so.health = health;
+    nargs.store = spawn_store(sys, db, std::move(so));
+  }
   for (size_t i = 0; i < all.size(); ++i) {
     bool mine = false;
     for (auto& p : me.platforms)
@@ -397,6 +442,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
                  node_name, unfinished->run, unfinished->epochs.size());
   auto store = nargs.store;
   auto node = spawn_node(sys, std::move(nargs));
+  relay->connect(node);
 
   run_outcome outcome;
   {
@@ -421,11 +467,27 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
                  spdlog::error("node {} ended abnormally: {}", node_name, sys.render(err));
                });
     outcome.stopped = signals.received();
-    watchdog.arm(outcome.stopped || !outcome.run.empty() ? 0 : 1);
+    outcome.store = health->failure();
+    if (!outcome.store && db->failure()) {
+      // Failed after the store actor's last write (a background error).
+      store_failure f;
+      f.dir = db->dir();
+      f.reason = *db->failure();
+      f.cause = storage::failure_cause(f.reason);
+      outcome.store = f;
+    }
+    watchdog.arm(outcome.store ? store_failure_exit_code
+                 : outcome.stopped || !outcome.run.empty() ? 0 : 1);
   }
+  relay->disconnect();
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
   return outcome;
+}
+
+std::string last_words(const std::string& node, const store_failure& f) {
+  return "node " + node + ": " + f.summary() + "; exit code "
+         + std::to_string(store_failure_exit_code);
 }
 
 } // namespace eg::actors

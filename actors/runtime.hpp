@@ -2,8 +2,10 @@
 // Running one node of a cluster in this process: loads data, opens the
 // store, spawns the actors, peers, and waits until the run is over.
 
+#include "actors/store.hpp"
 #include "launcher/config.hpp"
 
+#include <optional>
 #include <string>
 
 namespace eg::actors {
@@ -34,7 +36,18 @@ void tune_allocator();
 struct run_outcome {
   std::string run;      ///< the run's name; empty when it did not end normally
   bool stopped = false; ///< SIGINT / SIGTERM stopped it (after final checkpoints)
+  /// Set when the node's store could not write (disk full, read-only,
+  /// removed) during the run, finished or stopped: the process exits with
+  /// store_failure_exit_code and says why last.
+  std::optional<store_failure> store;
 };
+
+/// The exit code of a node whose store could not write.
+inline constexpr int store_failure_exit_code = 3;
+
+/// The last line of such a node: "node NAME: the store in DIR could not
+/// write since epoch N (CAUSE): K checkpoints not saved; exit code 3".
+std::string last_words(const std::string& node, const store_failure& f);
 
 /// Runs node `node` of `cfg` until its platforms are done (or it is stopped).
 /// Throws

@@ -149,6 +149,18 @@ void restart_with_settings(char** argv) {
     unsetenv("OPENBLAS_NUM_THREADS");
 }
 
+/// A node's exit code: 0 when its run finished or was stopped, 1 when it
+/// ended otherwise, 3 when its store could not write (whichever way the run
+/// ended; said in the last line).
+int exit_code(const std::string& node, const eg::actors::run_outcome& outcome) {
+  if (outcome.store) {
+    spdlog::error("{}", eg::actors::last_words(node, *outcome.store));
+    spdlog::default_logger()->flush();
+    return eg::actors::store_failure_exit_code;
+  }
+  return outcome.stopped || !outcome.run.empty() ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -202,14 +214,14 @@ int main(int argc, char** argv) {
       bool terminal = isatty(STDERR_FILENO);
       setup_logging(run_opts.verbose, terminal);
       auto outcome = eg::actors::run_node(cfg, "local", {terminal, true, run_opts.fresh});
-      return outcome.stopped || !outcome.run.empty() ? 0 : 1;
+      return exit_code("local", outcome);
     }
     if (*node) {
       auto cfg = node_opts.load();
       setup_logging(node_opts.verbose, false);
       cfg.node(node_name);  // names an unknown node before anything starts
       auto outcome = eg::actors::run_node(cfg, node_name, {false, true, node_opts.fresh});
-      return outcome.stopped || !outcome.run.empty() ? 0 : 1;
+      return exit_code(node_name, outcome);
     }
     if (int rc = run_bench(); rc >= 0)
       return rc;
