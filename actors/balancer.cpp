@@ -845,7 +845,10 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       }
       auto h = caf::actor_cast<platform_actor>(handle);
       auto i = st.platforms.find(name);
-      if (i != st.platforms.end() && i->second.handle == h)
+      // The same platform again: nothing new while it is up; after it was
+      // down (its node froze past cluster.peer_timeout and woke up) it
+      // rejoins like a restarted one.
+      if (i != st.platforms.end() && i->second.handle == h && i->second.up)
         return;
       bool again = i != st.platforms.end();
       self->monitor(h);

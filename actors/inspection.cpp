@@ -12,13 +12,22 @@ namespace eg::inspection {
 
 using json = nlohmann::json;
 
-std::string console_digest(const std::string& secret) {
-  // An empty cluster id, which no cluster has: no node's hello digest.
-  return messages::hello_digest(secret, "", "console");
+std::string console_credentials(const std::string& secret, const std::string& challenge) {
+  auto nonce = messages::make_nonce();
+  auto proof = messages::proof(secret, "console", "", "console", challenge, nonce);
+  return challenge + " " + nonce + (proof.empty() ? "" : " " + proof);
 }
 
-bool secret_matches(const std::string& digest, const std::string& secret) {
-  return secret.empty() || messages::same_digest(digest, console_digest(secret));
+bool credentials_valid(const std::string& credentials, const std::string& secret,
+                       const std::function<bool(const std::string&)>& redeem) {
+  std::istringstream in(credentials);
+  std::string challenge, nonce, proof, extra;
+  in >> challenge >> nonce >> proof >> extra;
+  if (challenge.empty() || nonce.empty() || !extra.empty() || !redeem(challenge))
+    return false;
+  return secret.empty()
+         || messages::same_digest(proof, messages::proof(secret, "console", "", "console",
+                                                         challenge, nonce));
 }
 
 void event_log::add(double at, std::string kind, std::string text) {

@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <stdexcept>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,15 +27,19 @@ public:
 /// console recognises a refusal by it).
 inline constexpr const char* refused_text = "refused: wrong cluster secret";
 
-/// What the console presents for the cluster secret: an HMAC-SHA256 keyed by
-/// it, as in the nodes' handshake (messages/secret.hpp), so that the secret
-/// itself never crosses the network; "" for no secret.
-std::string console_digest(const std::string& secret);
+/// What the console presents with a command, in answer to the node's
+/// challenge (node_actor's challenge_atom): "<challenge> <nonce> <proof>",
+/// the proof an HMAC-SHA256 keyed by the cluster secret over both nonces
+/// (messages/secret.hpp), so that neither the secret nor anything replayable
+/// crosses the network; no proof for no secret.
+std::string console_credentials(const std::string& secret, const std::string& challenge);
 
-/// True when `digest` is console_digest of the cluster secret `secret` (an
-/// empty `secret` requires none). Compares in time independent of where they
-/// differ.
-bool secret_matches(const std::string& digest, const std::string& secret);
+/// True when `credentials` answer a challenge that `redeem` accepts (issued
+/// by this node, not used yet: it is used up) and prove the cluster secret
+/// `secret` (an empty `secret` requires no proof). Compares in time
+/// independent of where digests differ.
+bool credentials_valid(const std::string& credentials, const std::string& secret,
+                       const std::function<bool(const std::string&)>& redeem);
 
 struct cluster_header {
   std::string id;

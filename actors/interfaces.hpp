@@ -178,8 +178,9 @@ using node_actor = caf::typed_actor<
   // From a peer node or the console, before its hello or command: a fresh
   // nonce it must answer (messages/secret.hpp); each is valid once.
   caf::replies_to<challenge_atom>::with<std::string>,
-  // From the inspection console: the cluster secret and a command; answered
-  // in JSON by the balancer (forwarded), or refused with an error.
+  // From the inspection console: its credentials (inspection::
+  // console_credentials, answering a challenge of this node) and a command;
+  // answered in JSON by the balancer (forwarded), or refused with an error.
   caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;
 
 } // namespace eg::actors

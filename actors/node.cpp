@@ -2,6 +2,7 @@
 
 #include "actors/inspection.hpp"
 #include "actors/mixer.hpp"
+#include "actors/network.hpp"
 #include "actors/predictor.hpp"
 #include "actors/report_files.hpp"
 #include "messages/codec.hpp"
@@ -41,6 +42,7 @@ struct node_state {
   bool finished = false;
   bool released = false;  // the launcher may end the process
   bool stopping = false;
+  bool over_armed = false;  // the run is known to be over: "over" is on its way
   std::vector<messages::epoch_report> reports;
   std::vector<caf::response_promise> waiting;
   /// The weights lane (none in a single-node cluster, with
@@ -79,11 +81,19 @@ struct node_state {
     return {};
   }
 
-  /// Our hello and the handles of our local components, in the same order.
-  std::pair<bytes, std::vector<caf::actor>> hello() const {
+  /// Our hello and the handles of our local components, in the same order:
+  /// with `purpose` "hello" it answers the challenge of the node we dial,
+  /// with "hello-answer" the nonce of the node that dialled us (see
+  /// messages/secret.hpp).
+  std::pair<bytes, std::vector<caf::actor>> hello(const std::string& purpose,
+                                                  const std::string& challenge,
+                                                  const std::string& nonce) const {
     messages::hello h;
     h.node = args.name;
-    h.secret_digest = messages::hello_digest(args.cluster.secret, args.cluster.id, args.name);
+    h.challenge = challenge;
+    h.nonce = nonce;
+    h.secret_digest = messages::proof(args.cluster.secret, purpose, args.cluster.id, args.name,
+                                      challenge, nonce);
     h.lane_port = lane ? lane->port() : 0;
     std::vector<caf::actor> handles;
     for (auto& e : directory)
@@ -92,6 +102,19 @@ struct node_state {
         handles.push_back(e.handle);
       }
     return {messages::encode({header(), h}), std::move(handles)};
+  }
+
+  /// Throws codec_error when `h` does not prove the cluster secret with
+  /// `purpose` over its challenge and nonce.
+  void check_proof(const messages::hello& h, const std::string& purpose) const {
+    if (args.cluster.secret.empty())
+      return;
+    if (!messages::same_digest(h.secret_digest,
+                               messages::proof(args.cluster.secret, purpose, args.cluster.id,
+                                               h.node, h.challenge, h.nonce)))
+      throw messages::codec_error("node '" + h.node + "' "
+                                  + (h.secret_digest.empty() ? "presented no cluster secret"
+                                                             : "presented a wrong cluster secret"));
   }
 
   size_t expected_done() const {
@@ -144,20 +167,52 @@ void announce_platforms(self_ptr self, const std::string& node) {
   }
 }
 
+void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles,
+            const std::function<void(const messages::hello&)>& check);
+
+/// The handshake with a peer node's actor: asks it for a challenge, sends
+/// our hello answering it (with a fresh nonce of ours), and takes in its
+/// answer once that proves the secret over our nonce. `failed` gets what went
+/// wrong (unreachable, or refused: then `refused` is true).
+void handshake(self_ptr self, const node_actor& remote, const std::string& name,
+               std::function<void()> done,
+               std::function<void(const std::string&, bool refused)> failed) {
+  self->request(remote, std::chrono::seconds(10), challenge_atom::value)
+    .then(
+      [self, remote, name, done, failed](const std::string& challenge) {
+        auto nonce = messages::make_nonce();
+        auto [buf, handles] = self->state.hello("hello", challenge, nonce);
+        self->request(remote, std::chrono::seconds(10), hello_atom::value, std::move(buf),
+                      std::move(handles))
+          .then(
+            [self, name, nonce, done, failed](const bytes& their,
+                                              const std::vector<caf::actor>& hs) {
+              try {
+                absorb(self, their, hs, [&](const messages::hello& h) {
+                  if (h.challenge != nonce)
+                    throw messages::codec_error("node '" + h.node
+                                                + "' answered another handshake than ours");
+                  self->state.check_proof(h, "hello-answer");
+                });
+              } catch (const messages::codec_error& e) {
+                failed(e.what(), true);
+                return;
+              }
+              done();
+            },
+            [self, failed](caf::error& err) { failed(self->system().render(err), false); });
+      },
+      [self, failed](caf::error& err) { failed(self->system().render(err), false); });
+}
+
 /// Tells every peer node our directory again (a component was added or
 /// removed here); their answers are taken in as in a handshake.
 void rehello(self_ptr self) {
   auto& st = self->state;
-  for (auto& [name, peer] : st.peers) {
-    auto [buf, handles] = st.hello();
-    self->request(peer, std::chrono::seconds(10), hello_atom::value, std::move(buf),
-                  std::move(handles))
-      .then([](const bytes&, const std::vector<caf::actor>&) {},
-            [self, name = name](caf::error& err) {
-              spdlog::warn("[{}] node {} did not take our update: {}", self->state.args.name,
-                           name, caf::to_string(err));
-            });
-  }
+  for (auto& [name, peer] : st.peers)
+    handshake(self, peer, name, [] {}, [self, name = name](const std::string& why, bool) {
+      spdlog::warn("[{}] node {} did not take our update: {}", self->state.args.name, name, why);
+    });
 }
 
 /// Two balancers (a successor, and the node that came back): the one on the
@@ -199,9 +254,12 @@ void start_balancer(self_ptr self, bool continuing) {
     if (st.args.load_run_state)
       saved = st.args.load_run_state();
     if (saved && saved->finished && saved->fingerprint == args.fingerprint) {
-      // The balancer that was lost had finished the run: no new one here.
-      spdlog::warn("[{}] run {} is over (its balancer finished it); not starting another",
+      // The balancer that was lost had finished the run: no new one here,
+      // and nothing left for this node to do.
+      spdlog::warn("[{}] run {} is over (its balancer finished it); ending the node",
                    st.args.name, saved->run);
+      st.run = saved->run;
+      self->send(self, control_atom::value, std::string{"over"});
       return;
     }
     if (saved && saved->fingerprint == args.fingerprint)
@@ -221,8 +279,9 @@ void start_balancer(self_ptr self, bool continuing) {
     self->send(*st.balancer, start_atom::value);
 }
 
-/// Takes a peer node's hello into the directory.
-void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles) {
+/// Takes a peer node's hello into the directory once `check` passes it.
+void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles,
+            const std::function<void(const messages::hello&)>& check) {
   auto& st = self->state;
   auto env = messages::decode(buf, st.args.cluster.id);
   auto* h = std::get_if<messages::hello>(&env.payload);
@@ -237,13 +296,9 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
     known_node = known_node || n.name == h->node;
   if (!known_node || h->node == st.args.name)
     throw messages::codec_error("node '" + h->node + "' is not a peer in the cluster file");
-  if (!st.args.cluster.secret.empty()
-      && !messages::same_digest(h->secret_digest, messages::hello_digest(st.args.cluster.secret,
-                                                                         st.args.cluster.id,
-                                                                         h->node)))
-    throw messages::codec_error("node '" + h->node + "' "
-                                + (h->secret_digest.empty() ? "presented no cluster secret"
-                                                            : "presented a wrong cluster secret"));
+  if (h->nonce.empty())
+    throw messages::codec_error("handshake of node '" + h->node + "' carries no nonce");
+  check(*h);
   bool has_node = false;
   for (auto& c : h->components)
     has_node = has_node || (c.role == "node" && c.name == h->node && c.node == h->node);
@@ -291,7 +346,7 @@ void dial(self_ptr self, const std::string& name) {
                    self->system().render(err));
     self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
   };
-  auto mm = self->system().middleman().actor_handle();
+  auto mm = connector(self->system());
   self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, target.host, target.port)
     .then(
       [self, name, retry](const caf::node_id&, caf::strong_actor_ptr& ptr,
@@ -301,21 +356,21 @@ void dial(self_ptr self, const std::string& name) {
           return;
         }
         auto remote = caf::actor_cast<node_actor>(ptr);
-        auto [buf, handles] = self->state.hello();
-        self->request(remote, std::chrono::seconds(10), hello_atom::value, std::move(buf),
-                      std::move(handles))
-          .then(
-            [self, name](const bytes& their, const std::vector<caf::actor>& hs) {
-              auto& st = self->state;
-              st.dialling.erase(name);
-              st.dial_failures.erase(name);
-              try {
-                absorb(self, their, hs);
-              } catch (const messages::codec_error& e) {
-                spdlog::error("[{}] node {} refused: {}", st.args.name, name, e.what());
-              }
-            },
-            retry);
+        handshake(
+          self, remote, name,
+          [self, name] {
+            self->state.dialling.erase(name);
+            self->state.dial_failures.erase(name);
+          },
+          [self, name, retry](const std::string& why, bool refused) {
+            if (!refused) {
+              retry(caf::make_error(caf::sec::invalid_argument, why));
+              return;
+            }
+            auto& st = self->state;
+            st.dialling.erase(name);
+            spdlog::error("[{}] node {} refused: {}", st.args.name, name, why);
+          });
       },
       retry);
 }
@@ -334,6 +389,14 @@ void finish(self_ptr self) {
     } catch (const std::exception& e) {
       spdlog::error("[{}] cannot write its metrics: {}", st.args.name, e.what());
     }
+  }
+  if (st.lane) {
+    auto l = st.lane->stats();
+    spdlog::info("[{}] weights lane: {} messages sent, {} received; {} skipped (waited more "
+                 "than cluster.gossip_max_wait or pushed out of a full queue), {} lost (peer "
+                 "unreachable or gone), {} refused; {} connections refused",
+                 st.args.name, l.frames_sent, l.frames_received, l.frames_skipped, l.frames_lost,
+                 l.frames_refused, l.connections_refused);
   }
   // Flush the store, then answer the launcher; the short grace period lets
   // the last messages to peers leave before the process goes.
@@ -437,13 +500,16 @@ caf::result<std::string> inspect_alone(self_ptr self, const inspection::command&
   return control_platforms(self, c.verb);
 }
 
-/// The console's request: checks the secret, then asks the balancer
+/// The console's request: checks its credentials (the secret, over a
+/// challenge of this node), then asks the balancer
 /// (wherever it runs) and passes its answer on.
-caf::result<std::string> inspect(self_ptr self, const std::string& digest,
+caf::result<std::string> inspect(self_ptr self, const std::string& credentials,
                                  const std::string& text) {
   auto& st = self->state;
-  if (!inspection::secret_matches(digest, st.args.cluster.secret)) {
-    spdlog::warn("[{}] console refused: wrong cluster secret", st.args.name);
+  if (!inspection::credentials_valid(credentials, st.args.cluster.secret,
+                                     [&](const std::string& c) { return st.challenges.redeem(c); })) {
+    spdlog::warn("[{}] console refused: wrong cluster secret, or a replayed or stale challenge",
+                 st.args.name);
     return caf::make_error(caf::sec::invalid_argument, std::string{inspection::refused_text});
   }
   inspection::command c;
@@ -493,12 +559,22 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
     if (n.name != st.args.name)
       peers.insert(n.name);
   o.peer_allowed = [peers](const std::string& node) { return peers.count(node) > 0; };
+  o.max_queued_messages = static_cast<size_t>(cfg.gossip_queue);
+  o.max_wait_ms = static_cast<int>(cfg.gossip_max_wait * 1000);
+  // A peer that takes nothing for as long as it takes to declare it down.
+  o.send_timeout_ms = static_cast<int>(cfg.peer_timeout * 1000);
+  if (cfg.tls.enabled()) {
+    auto tls = tls_of(cfg.tls, st.args.name);
+    o.tls = {tls.certificate, tls.key, tls.ca};
+  }
   try {
     auto lane = std::make_shared<messages::lane>(std::move(o));
     spdlog::info("[{}] weights lane listening on {}:{}", st.args.name, lane->options().host,
                  lane->port());
     return lane;
   } catch (const std::exception& e) {
+    if (cfg.tls.enabled())  // never plain text when TLS was asked for
+      throw;
     spdlog::error("[{}] no weights lane ({}); gossip goes through the middleman", st.args.name,
                   e.what());
     return nullptr;
@@ -598,13 +674,21 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
     [self](hello_atom, const bytes& buf, const std::vector<caf::actor>& handles)
       -> caf::result<bytes, std::vector<caf::actor>> {
       auto& st = self->state;
+      std::string challenge, nonce;
       try {
-        absorb(self, buf, handles);
+        absorb(self, buf, handles, [&](const messages::hello& h) {
+          if (!st.challenges.redeem(h.challenge))
+            throw messages::codec_error("node '" + h.node + "' answered no challenge this node "
+                                        "handed out (a replayed or stale handshake)");
+          st.check_proof(h, "hello");
+          challenge = h.nonce;
+          nonce = h.challenge;
+        });
       } catch (const messages::codec_error& e) {
         spdlog::warn("[{}] refused a handshake: {}", st.args.name, e.what());
         return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
       }
-      auto [mine, hs] = st.hello();
+      auto [mine, hs] = st.hello("hello-answer", challenge, nonce);
       return {std::move(mine), std::move(hs)};
     },
     [self](dial_atom, const std::string& name) { dial(self, name); },
@@ -616,11 +700,13 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       st.done.insert(who);
       if (st.done.size() >= st.expected_done())
         finish(self);
-      else if (who == "balancer")
+      else if (who == "balancer" && !st.over_armed) {
         // The run is over: local platforms that do not say so within 30 s
         // (a done message lost on the way) do not keep the node up.
+        st.over_armed = true;
         self->delayed_send(self, std::chrono::seconds(30), control_atom::value,
                            std::string{"over"});
+      }
     },
     [self](report_atom, const bytes& buf) {
       auto& st = self->state;
@@ -693,6 +779,17 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
           self->send(caf::actor_cast<store_actor>(e.handle), store_atom::value,
                      std::string{storage::name(storage::family::runs)},
                      std::string{storage::run_state_key}, state);
+      // The run is over: local platforms that do not say they are done
+      // within the grace period (their done message lost, their node cut
+      // off when the balancer finished) do not keep the node up.
+      std::string problem;
+      auto r = storage::parse_run_state(state, problem);
+      if (r && r->finished && !st.finished && !st.over_armed) {
+        st.over_armed = true;
+        st.run = r->run;
+        self->delayed_send(self, std::chrono::seconds(30), control_atom::value,
+                           std::string{"over"});
+      }
     },
     [self](elect_atom) {
       auto& st = self->state;

@@ -5,6 +5,7 @@
 #include "actors/cpu_limit.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/mixer.hpp"
+#include "actors/network.hpp"
 #include "actors/node.hpp"
 #include "actors/platform.hpp"
 #include "actors/store.hpp"
@@ -360,7 +361,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
 
   shutdown_watchdog watchdog;  // destroyed after the actor system below
   caf::actor_system_config sys_cfg;
-  sys_cfg.load<caf::io::middleman>();
+  configure_network(sys_cfg, cfg, node_name);  // heartbeats, peer timeout, TLS
   sys_cfg.set("scheduler.max-threads",
               static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
   // Platforms send themselves one message per iteration: yield after each
@@ -451,14 +452,16 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     // Several nodes peer over the port; a single node with a port set
     // listens too, for the inspection console.
     if (cfg.nodes.size() > 1 || me.port != 0) {
-      auto port = sys.middleman().publish(node, me.port, me.host.c_str(), true);
-      if (!port) {
+      uint16_t port = 0;
+      try {
+        port = publish(sys, node, me.host, me.port);
+      } catch (const network_error& e) {
         caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
         caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
-        throw std::runtime_error("node " + node_name + " cannot listen on " + me.host + ":"
-                                 + std::to_string(me.port) + ": " + sys.render(port.error()));
+        throw std::runtime_error("node " + node_name + ": " + e.what());
       }
-      spdlog::info("node {} listening on {}:{}", node_name, me.host, *port);
+      spdlog::info("node {} listening on {}:{}{}", node_name, me.host, port,
+                   cfg.tls.enabled() ? " (TLS)" : "");
     }
     caf::scoped_actor self{sys};
     self->request(node, caf::infinite, wait_atom::value)

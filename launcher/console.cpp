@@ -2,9 +2,11 @@
 
 #include "actors/inspection.hpp"
 #include "actors/interfaces.hpp"
+#include "actors/network.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 namespace eg::launcher {
 namespace {
 
+using eg::actors::challenge_atom;
 using eg::actors::inspect_atom;
 using eg::actors::node_actor;
 namespace in = eg::inspection;
@@ -220,12 +223,13 @@ struct reply {
 
 class connection {
 public:
-  connection(caf::actor_system& sys, const std::string& secret)
-    : sys_(sys), secret_(in::console_digest(secret)) {}
+  connection(caf::actor_system& sys, const std::string& secret) : sys_(sys), secret_(secret) {}
 
   /// Attaches to the node at `a`; false (and why in `error`) when none answers.
   bool attach(const address& a, std::string& error) {
-    auto node = sys_.middleman().remote_actor<node_actor>(a.host, a.port);
+    auto node = sys_.has_openssl_manager()
+                  ? caf::openssl::remote_actor<node_actor>(sys_, a.host, a.port)
+                  : sys_.middleman().remote_actor<node_actor>(a.host, a.port);
     if (!node) {
       error = sys_.render(node.error());
       return false;
@@ -242,7 +246,22 @@ public:
     if (!node_)
       return {outcome::lost, "not attached"};
     caf::scoped_actor self{sys_};
-    self->request(node_, timeout, inspect_atom::value, secret_, command)
+    // A fresh challenge for every command: what crosses the network cannot
+    // be replayed.
+    std::string challenge;
+    bool lost = false;
+    self->request(node_, timeout, challenge_atom::value)
+      .receive([&](std::string& c) { challenge = std::move(c); },
+               [&](caf::error& err) {
+                 r = {outcome::lost, sys_.render(err)};
+                 lost = true;
+               });
+    if (lost) {
+      node_ = node_actor{};
+      return r;
+    }
+    self->request(node_, timeout, inspect_atom::value,
+                  in::console_credentials(secret_, challenge), command)
       .receive([&](std::string& json) { r.text = std::move(json); },
                [&](caf::error& err) {
                  r.text = sys_.render(err);
@@ -267,7 +286,7 @@ public:
 
 private:
   caf::actor_system& sys_;
-  std::string secret_;  ///< its digest
+  std::string secret_;  ///< the cluster secret (only proofs of it are sent)
   node_actor node_;
   address at_;
 };
@@ -609,6 +628,14 @@ int run_console(const console_options& opts) {
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-threads", size_t{2});
+  if (opts.tls.enabled()) {
+    try {
+      eg::actors::configure_tls(cfg, eg::actors::tls_of(opts.tls, "console"));
+    } catch (const eg::actors::network_error& e) {
+      std::fprintf(stderr, "edgegossip console: %s\n", e.what());
+      return 2;
+    }
+  }
   caf::actor_system sys{cfg};
   connection conn(sys, opts.secret);
   std::string error;

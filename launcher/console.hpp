@@ -4,6 +4,8 @@
 // refreshed live in the terminal, with commands at a prompt; or prints one
 // snapshot (--once) or runs one command (--command) for scripts.
 
+#include "launcher/config.hpp"
+
 #include <string>
 
 namespace eg::launcher {
@@ -15,6 +17,9 @@ struct console_options {
   bool json = false;     ///< with --once / --command: the JSON as the node sent it
   std::string command;   ///< run this one command (pause, resume, checkpoint, history NAME)
   double interval = 1.0; ///< seconds between refreshes
+  /// The cluster's TLS files (cluster.tls; "{node}" stands for "console"):
+  /// the console then connects over TLS with that certificate.
+  config::tls_config tls;
 };
 
 /// Exit codes: 0 done; 2 the address cannot be reached or refused the

@@ -87,7 +87,9 @@ std::function<int()> add_console(CLI::App& app) {
   cmd->add_option("address", o->console.address, "HOST:PORT of a node of the cluster")
     ->required();
   auto* secret = cmd->add_option("--secret", o->console.secret, "the cluster secret");
-  cmd->add_option("-c,--config", o->config_file, "cluster file to take the secret from")
+  cmd->add_option("-c,--config", o->config_file,
+                  "cluster file to take the secret and TLS files from (cluster.tls: the "
+                  "console's certificate is the one \"{node}\" names as \"console\")")
     ->excludes(secret);
   cmd->add_flag("--once", o->console.once, "print one snapshot and exit");
   cmd->add_flag("--json", o->console.json, "with --once or --command: print the JSON");
@@ -98,8 +100,11 @@ std::function<int()> add_console(CLI::App& app) {
   return [cmd, o]() -> int {
     if (!*cmd)
       return -1;
-    if (!o->config_file.empty())
-      o->console.secret = eg::config::load(o->config_file).secret;
+    if (!o->config_file.empty()) {
+      auto cluster = eg::config::load(o->config_file);
+      o->console.secret = cluster.secret;
+      o->console.tls = cluster.tls;
+    }
     return eg::launcher::run_console(o->console);
   };
 }

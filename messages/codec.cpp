@@ -138,6 +138,8 @@ struct body_writer {
     out.setNode(text(h.node));
     out.setSecretDigest(text(h.secret_digest));
     out.setLanePort(h.lane_port);
+    out.setNonce(text(h.nonce));
+    out.setChallenge(text(h.challenge));
     auto components = out.initComponents(static_cast<unsigned>(h.components.size()));
     for (unsigned i = 0; i < components.size(); ++i) {
       components[i].setRole(text(h.components[i].role));
@@ -251,6 +253,8 @@ struct body_reader {
     for (auto c : in.getComponents())
       h.components.push_back({str(c.getRole()), str(c.getName()), str(c.getNode())});
     h.lane_port = in.getLanePort();
+    h.nonce = str(in.getNonce());
+    h.challenge = str(in.getChallenge());
     return h;
   }
   plan operator()(wire::Plan::Reader in) const {

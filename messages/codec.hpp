@@ -18,7 +18,7 @@
 namespace eg::messages {
 
 /// Bumped whenever the schema changes incompatibly.
-inline constexpr uint32_t protocol_version = 1;
+inline constexpr uint32_t protocol_version = 2;  // 2: the hello answers a challenge
 
 /// A message that cannot be accepted: not Cap'n Proto, truncated, oversized,
 /// from another cluster or protocol version. what() says which.
@@ -69,9 +69,13 @@ struct component {
 /// also carries the actor handles, in the order of `components`.
 struct hello {
   std::string node;
-  std::string secret_digest;  ///< digest of the cluster secret ("" if none)
+  /// messages::proof() of the cluster secret over `challenge` and `nonce`
+  /// ("" if no secret is configured).
+  std::string secret_digest;
   std::vector<component> components;
   uint16_t lane_port = 0;  ///< where its weights lane listens (0: it has none)
+  std::string nonce;       ///< the sender's fresh nonce
+  std::string challenge;   ///< the other side's nonce this hello answers
 };
 
 /// Balancer -> platform: train epoch `epoch` on `ratio` of the local data.

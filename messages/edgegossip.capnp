@@ -37,9 +37,11 @@ struct Component {
 
 struct Hello {
   node @0 :Text;
-  secretDigest @1 :Text;
+  secretDigest @1 :Text;  # proof() of the cluster secret over the nonces
   components @2 :List(Component);
   lanePort @3 :UInt16;  # the node's weights lane (messages/lane.hpp); 0: none
+  nonce @4 :Text;       # the sender's fresh nonce (messages/secret.hpp)
+  challenge @5 :Text;   # the other side's nonce this hello answers
 }
 
 struct Plan {

@@ -49,7 +49,7 @@ owned_tensor random_tensor(std::mt19937_64& rng, std::string name, dtype type,
 }
 
 std::vector<char> sample_message() {
-  hello h{"node-a", "digest", {{"platform", "p0", "node-a"}, {"mixer", "p0", "node-a"}}};
+  hello h{"node-a", "digest", {{"platform", "p0", "node-a"}, {"mixer", "p0", "node-a"}}, 0, "n", "c"};
   return encode(wrap(h));
 }
 
@@ -77,9 +77,12 @@ BOOST_AUTO_TEST_CASE(element_sizes) {
 
 BOOST_AUTO_TEST_CASE(hello_round_trip) {
   hello h{"node-b", "sha256:abc", {{"node", "node-b", "node-b"}, {"platform", "p3", "node-b"},
-                                   {"store", "node-b", "node-b"}}};
+                                   {"store", "node-b", "node-b"}}, 47000, "nonce-b", "nonce-a"};
   hello r = round_trip(h);
   BOOST_TEST(r.node == h.node);
+  BOOST_TEST(r.lane_port == h.lane_port);
+  BOOST_TEST(r.nonce == h.nonce);
+  BOOST_TEST(r.challenge == h.challenge);
   BOOST_TEST(r.secret_digest == h.secret_digest);
   BOOST_REQUIRE(r.components.size() == h.components.size());
   for (size_t i = 0; i < h.components.size(); ++i) {

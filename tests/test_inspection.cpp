@@ -15,7 +15,9 @@
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 using namespace eg;
 using namespace eg::actors;
@@ -48,21 +50,43 @@ messages::epoch_report report_of(const std::string& platform, uint32_t epoch) {
 
 BOOST_AUTO_TEST_SUITE(inspection)
 
-BOOST_AUTO_TEST_CASE(secret_check) {
-  auto digest = in::console_digest("s3cret");
-  BOOST_TEST(digest.size() == 64u);  // hex HMAC-SHA256
-  BOOST_TEST(digest.find("s3cret") == std::string::npos);
-  BOOST_TEST(in::console_digest("").empty());
-  BOOST_TEST(in::secret_matches("", ""));
-  BOOST_TEST(in::secret_matches("anything", ""));  // no secret configured
-  BOOST_TEST(in::secret_matches(digest, "s3cret"));
-  BOOST_TEST(!in::secret_matches("", "s3cret"));
-  BOOST_TEST(!in::secret_matches("s3cret", "s3cret"));  // the secret itself is no digest
-  BOOST_TEST(!in::secret_matches(in::console_digest("s3cre"), "s3cret"));
-  BOOST_TEST(!in::secret_matches(in::console_digest("S3cret"), "s3cret"));
-  BOOST_TEST(!in::secret_matches(digest.substr(1), "s3cret"));
-  // Not what a node presents in its handshake.
-  BOOST_TEST(digest != messages::hello_digest("s3cret", "it-console", "console"));
+BOOST_AUTO_TEST_CASE(console_credentials_answer_one_challenge) {
+  messages::challenges issued;
+  auto redeem = [&](const std::string& c) { return issued.redeem(c); };
+  auto creds = in::console_credentials("s3cret", issued.issue());
+  BOOST_TEST(creds.find("s3cret") == std::string::npos);
+  BOOST_TEST(in::credentials_valid(creds, "s3cret", redeem));
+  // Replayed: the challenge is used up.
+  BOOST_TEST(!in::credentials_valid(creds, "s3cret", redeem));
+  // A challenge this node never handed out.
+  BOOST_TEST(!in::credentials_valid(in::console_credentials("s3cret", messages::make_nonce()),
+                                    "s3cret", redeem));
+  // A wrong secret, or none.
+  BOOST_TEST(!in::credentials_valid(in::console_credentials("S3cret", issued.issue()), "s3cret",
+                                    redeem));
+  BOOST_TEST(!in::credentials_valid(in::console_credentials("", issued.issue()), "s3cret", redeem));
+  // Tampered: another nonce under the same proof.
+  auto c = issued.issue();
+  auto good = in::console_credentials("s3cret", c);
+  auto first = good.find(' '), second = good.find(' ', first + 1);
+  auto tampered = good.substr(0, first + 1) + messages::make_nonce() + good.substr(second);
+  BOOST_TEST(!in::credentials_valid(tampered, "s3cret", redeem));
+  // No secret configured: any console with a fresh challenge.
+  BOOST_TEST(in::credentials_valid(in::console_credentials("", issued.issue()), "", redeem));
+  BOOST_TEST(!in::credentials_valid("", "", redeem));
+}
+
+BOOST_AUTO_TEST_CASE(challenges_expire_and_are_bounded) {
+  messages::challenges issued(2, 30);
+  auto a = issued.issue(), b = issued.issue(), c = issued.issue();  // a is forgotten
+  BOOST_TEST(a != b);
+  BOOST_TEST(!issued.redeem(a));
+  BOOST_TEST(issued.redeem(c));
+  BOOST_TEST(issued.redeem(b));
+  messages::challenges brief(8, 0.05);
+  auto d = brief.issue();
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  BOOST_TEST(!brief.redeem(d));
 }
 
 BOOST_AUTO_TEST_CASE(event_log_keeps_the_most_recent) {

@@ -1,0 +1,96 @@
+#include "actors/network.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+namespace eg::actors {
+namespace {
+
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
+}
+
+std::string openssl_reason() {
+  auto code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0)
+    return "no reason given";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof text);
+  return text;
+}
+
+} // namespace
+
+void check_tls_files(const config::tls_config& tls) {
+  for (auto [key, path] : {std::pair{"certificate", &tls.certificate},
+                           std::pair{"key", &tls.key}, std::pair{"ca", &tls.ca}})
+    if (!std::filesystem::is_regular_file(*path))
+      throw network_error(std::string("cluster.tls.") + key + ": no such file '" + *path + "'");
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_method()), SSL_CTX_free);
+  if (!ctx)
+    throw network_error("TLS: cannot make an OpenSSL context: " + openssl_reason());
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.certificate.c_str()) != 1)
+    throw network_error("cluster.tls.certificate '" + tls.certificate
+                        + "' is not a PEM certificate OpenSSL can use: " + openssl_reason());
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key.c_str(), SSL_FILETYPE_PEM) != 1)
+    throw network_error("cluster.tls.key '" + tls.key + "' is not a PEM private key OpenSSL can "
+                        "use (an encrypted key is not supported): " + openssl_reason());
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    throw network_error("cluster.tls.key '" + tls.key + "' does not belong to the certificate '"
+                        + tls.certificate + "': " + openssl_reason());
+  if (SSL_CTX_load_verify_locations(ctx.get(), tls.ca.c_str(), nullptr) != 1)
+    throw network_error("cluster.tls.ca '" + tls.ca + "' holds no CA certificate OpenSSL can "
+                        "use: " + openssl_reason());
+}
+
+config::tls_config tls_of(const config::tls_config& files, const std::string& node) {
+  auto tls = files;
+  for (auto* path : {&tls.certificate, &tls.key})
+    for (auto at = path->find("{node}"); at != std::string::npos; at = path->find("{node}", at))
+      path->replace(at, 6, node);
+  return tls;
+}
+
+void configure_network(caf::actor_system_config& cfg, const config::cluster_config& cluster,
+                       const std::string& node) {
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval", seconds(cluster.heartbeat_interval));
+  cfg.set("middleman.connection-timeout", seconds(cluster.peer_timeout));
+  if (cluster.tls.enabled())
+    configure_tls(cfg, tls_of(cluster.tls, node));
+}
+
+void configure_tls(caf::actor_system_config& cfg, const config::tls_config& tls) {
+  check_tls_files(tls);
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = tls.certificate;
+  cfg.openssl_key = tls.key;
+  cfg.openssl_cafile = tls.ca;
+}
+
+uint16_t publish(caf::actor_system& sys, const node_actor& node, const std::string& host,
+                 uint16_t port) {
+  auto where = host + ":" + std::to_string(port);
+  auto got = sys.has_openssl_manager() ? caf::openssl::publish(node, port, host.c_str(), true)
+                                       : sys.middleman().publish(node, port, host.c_str(), true);
+  if (!got)
+    throw network_error("cannot listen on " + where + ": " + sys.render(got.error()));
+  return *got;
+}
+
+caf::io::middleman_actor connector(caf::actor_system& sys) {
+  if (sys.has_openssl_manager())
+    return sys.openssl_manager().actor_handle();
+  return sys.middleman().actor_handle();
+}
+
+} // namespace eg::actors

@@ -1,0 +1,57 @@
+#pragma once
+// How a node's actors reach other nodes: CAF's middleman over plain TCP, or
+// over TLS with certificates on both sides (libcaf_openssl) when the cluster
+// file sets [cluster.tls]; with heartbeats on every connection and a
+// connection timeout, so that a peer that stops without closing its
+// connections (a frozen process, a suspended laptop, a pulled cable) is
+// declared down like one whose process ended: CAF closes the connection and
+// every monitor of the peer's actors gets its down message.
+
+#include "actors/interfaces.hpp"
+#include "launcher/config.hpp"
+
+#include <caf/fwd.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace eg::actors {
+
+class network_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// cluster.tls for one node: "{node}" in the certificate's and key's paths
+/// becomes its name (one cluster file names every node's files; the
+/// console's name is "console").
+config::tls_config tls_of(const config::tls_config& tls, const std::string& node);
+
+/// Loads the OpenSSL module into `cfg` with `tls` (one node's files, see
+/// tls_of) after check_tls_files().
+void configure_tls(caf::actor_system_config& cfg, const config::tls_config& tls);
+
+/// Loads the middleman into `cfg` with cluster.heartbeat_interval and
+/// cluster.peer_timeout; with cluster.tls, the OpenSSL module too with
+/// tls_of(cluster, node), after checking that the certificate, key and CA
+/// can be used (throws network_error naming the file and OpenSSL's reason
+/// when not).
+void configure_network(caf::actor_system_config& cfg, const config::cluster_config& cluster,
+                       const std::string& node);
+
+/// Checks the three TLS files as OpenSSL will use them (the certificate
+/// chain, the key matching it, the CA); throws network_error naming the file.
+void check_tls_files(const config::tls_config& tls);
+
+/// Publishes the node at host:port (0: any free port), over TLS when the
+/// system was configured with it. Returns the port, or throws network_error.
+uint16_t publish(caf::actor_system& sys, const node_actor& node, const std::string& host,
+                 uint16_t port);
+
+/// The actor that dials other nodes (connect_atom): the OpenSSL manager's
+/// under TLS, else the middleman's.
+caf::io::middleman_actor connector(caf::actor_system& sys);
+
+} // namespace eg::actors
