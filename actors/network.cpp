@@ -1,5 +1,7 @@
 #include "actors/network.hpp"
 
+#include "messages/socket.hpp"
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
@@ -85,6 +87,20 @@ uint16_t publish(caf::actor_system& sys, const node_actor& node, const std::stri
   if (!got)
     throw network_error("cannot listen on " + where + ": " + sys.render(got.error()));
   return *got;
+}
+
+std::string probe_tls(const std::string& host, uint16_t port, const config::tls_config& tls,
+                      int timeout_ms) {
+  try {
+    messages::tls_context ctx(tls.certificate, tls.key, tls.ca);
+    messages::stream s(messages::connect_tcp(host, port, timeout_ms));
+    s.start_tls(ctx, false,
+                messages::stream::clock::now() + std::chrono::milliseconds(timeout_ms));
+    s.shutdown();
+    return {};
+  } catch (const std::exception& e) {
+    return e.what();
+  }
 }
 
 caf::io::middleman_actor connector(caf::actor_system& sys) {

@@ -50,6 +50,16 @@ void check_tls_files(const config::tls_config& tls);
 uint16_t publish(caf::actor_system& sys, const node_actor& node, const std::string& host,
                  uint16_t port);
 
+/// Dials host:port and runs a TLS handshake with `tls` (one node's files),
+/// then hangs up: "" when the peer presents a certificate the CA signed,
+/// else what went wrong (unreachable, the verification error). Blocks up to
+/// `timeout_ms`. Run before CAF dials a peer over TLS, so that a node with a
+/// certificate of another CA is named in the log, and so that a failed TLS
+/// handshake never happens inside CAF 0.17's middleman (whose connection
+/// timeout then cuts a healthy connection).
+std::string probe_tls(const std::string& host, uint16_t port, const config::tls_config& tls,
+                      int timeout_ms);
+
 /// The actor that dials other nodes (connect_atom): the OpenSSL manager's
 /// under TLS, else the middleman's.
 caf::io::middleman_actor connector(caf::actor_system& sys);

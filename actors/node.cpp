@@ -34,6 +34,7 @@ struct node_state {
   std::vector<entry> directory;           // every component known, local and remote
   std::map<std::string, node_actor> peers;  // connected remote nodes by name
   std::set<std::string> dialling;
+  std::set<std::string> tls_checked;  // peers whose certificate passed probe_tls just now
   std::map<std::string, int> dial_failures;
   std::set<caf::node_id> peer_ids;         // CAF node ids of peered nodes
   std::set<std::string> lost;             // nodes that were peered and went down
@@ -331,9 +332,23 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
   announce_platforms(self, h->node);
 }
 
+/// Whether this node dials `name`: of two nodes, the one earlier in the
+/// cluster file dials the later one, so that two nodes never dial each other
+/// at once (two connections between the same pair race in CAF's BASP
+/// handshake, and over TLS one of them is then cut at the next heartbeat).
+bool dials(const node_state& st, const std::string& name) {
+  for (auto& n : st.args.cluster.nodes) {
+    if (n.name == st.args.name)
+      return true;
+    if (n.name == name)
+      return false;
+  }
+  return false;
+}
+
 void dial(self_ptr self, const std::string& name) {
   auto& st = self->state;
-  if (st.finished || st.peers.count(name) || st.dialling.count(name))
+  if (st.finished || st.peers.count(name) || st.dialling.count(name) || !dials(st, name))
     return;
   const auto& target = st.args.cluster.node(name);
   st.dialling.insert(name);
@@ -346,6 +361,34 @@ void dial(self_ptr self, const std::string& name) {
                    self->system().render(err));
     self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
   };
+  if (st.args.cluster.tls.enabled() && !st.tls_checked.count(name)) {
+    // Over TLS, the peer's certificate is checked first, outside CAF (see
+    // probe_tls), on a thread of its own.
+    auto tls = tls_of(st.args.cluster.tls, st.args.name);
+    auto prober = self->spawn<caf::detached>(
+      [tls, host = target.host, port = target.port]() -> caf::behavior {
+        return {[=](dial_atom) { return probe_tls(host, port, tls, 5000); }};
+      });
+    self->request(prober, std::chrono::seconds(10), dial_atom::value)
+      .then(
+        [self, name, retry, prober](const std::string& problem) {
+          self->send_exit(prober, caf::exit_reason::user_shutdown);
+          auto& st = self->state;
+          if (!problem.empty()) {
+            retry(caf::make_error(caf::sec::cannot_connect_to_node, "TLS: " + problem));
+            return;
+          }
+          st.tls_checked.insert(name);
+          st.dialling.erase(name);
+          dial(self, name);
+        },
+        [self, retry, prober](caf::error& err) {
+          self->send_exit(prober, caf::exit_reason::user_shutdown);
+          retry(err);
+        });
+    return;
+  }
+  st.tls_checked.erase(name);  // checked again before the next dial
   auto mm = connector(self->system());
   self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, target.host, target.port)
     .then(

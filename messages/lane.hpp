@@ -14,7 +14,8 @@
 // the receiving actors then share without copying.
 //
 // Sending: every peer (lane endpoint) has a sender thread of its own,
-// started by the first message to it, with one connection and a queue of
+// started by the first message to it and kept until stop(), with one
+// connection and a queue of
 // at most max_queued_messages frames, so a slow or frozen peer delays
 // nobody else's messages. Gossip wants the newest weights: when a peer's
 // queue is full its oldest waiting frame is skipped, and a frame whose turn
