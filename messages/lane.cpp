@@ -829,6 +829,9 @@ lane::lane(lane_options options) : impl_(std::make_unique<impl>()) {
   try {
     d.listener = listen_tcp(d.opt.host, d.opt.port);
     d.port = bound_port(d.listener.get());
+    // accept() after poll() must not wait: a connection can go again between.
+    const int flags = ::fcntl(d.listener.get(), F_GETFL);
+    ::fcntl(d.listener.get(), F_SETFL, flags | O_NONBLOCK);
   } catch (const socket_error& e) {
     throw lane_error(who + e.what());
   }
