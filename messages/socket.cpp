@@ -225,6 +225,13 @@ void mark_bulk(int fd) {
   // Said explicitly, as priority 0 would share the band of default traffic.
   int priority = 2;  // TC_PRIO_BULK
   ::setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &priority, sizeof priority);
+  // A congestion control that keeps the bottleneck's queue short (BBR,
+  // where the kernel has it): loss-based CUBIC fills a slow link's buffer
+  // until it drops, and the small packets of the other connections
+  // (heartbeats, plans) are dropped with the rest and wait out TCP's
+  // retransmission back-off, long enough to read as a dead peer.
+  static const char bbr[] = "bbr";
+  ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, bbr, sizeof bbr - 1);
 }
 
 void keep_alive(int fd, int idle_s, int interval_s, int probes) {

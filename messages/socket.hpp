@@ -91,7 +91,9 @@ bool read_all(int fd, void* data, size_t n);
 /// the kernel's priority TC_PRIO_BULK (set explicitly as SO_PRIORITY), which
 /// pfifo_fast and a prio qdisc's default priomap put in their last band.
 /// Traffic at the default priority (heartbeats, plans: another connection)
-/// is then served first on a saturated link.
+/// is then served first on a saturated link. And BBR congestion control
+/// where the kernel offers it, which keeps a slow link's queue short, so
+/// that other connections' packets are not dropped behind bulk weights.
 void mark_bulk(int fd);
 /// TCP keepalive probes after `idle_s` quiet seconds: a connection to a host
 /// that vanished without a word is noticed within a minute or so.
