@@ -48,6 +48,11 @@ struct balancer_state {
   bool finished = false;
   std::string run;
   clock::time_point run_start;
+  /// When the last epoch ended (its averaged model evaluated), or training
+  /// started: the start of the next epoch's wall time.
+  clock::time_point last_epoch_end;
+  /// Each epoch's slowest platform's training time (its report's wall_seconds).
+  std::map<uint32_t, double> slowest_training;
   clock::time_point last_line;
   uint32_t last_epoch = 0;
   // Epochs: reports received and epoch start times.
@@ -368,7 +373,7 @@ void start(self_ptr self) {
   if (st.started)
     return;
   st.started = true;
-  st.run_start = st.last_line = clock::now();
+  st.run_start = st.last_line = st.last_epoch_end = clock::now();
   uint32_t next = 0;
   if (st.args.resume && st.args.resume->run.empty()) {
     // A successor with no saved state (the run's first epoch was not over).
@@ -455,9 +460,17 @@ void finish(self_ptr self) {
 void epoch_evaluated(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
   auto& e = st.evaluated[epoch];
-  spdlog::info("epoch {}/{}: {:.1f} s, {} samples ({:.0f}/s), averaged model accuracy {:.4f}, "
+  // The wall time since the epoch before ended: what the user waited.
+  const auto now = clock::now();
+  e.wall_seconds = std::chrono::duration<double>(now - st.last_epoch_end).count();
+  st.last_epoch_end = now;
+  e.network_seconds =
+    std::max(0.0, e.wall_seconds - e.evaluation_seconds - st.slowest_training[epoch]);
+  spdlog::info("epoch {}/{}: {:.1f} s ({:.1f} s training, {:.1f} s waiting for messages, "
+               "{:.1f} s evaluating), {} samples ({:.0f}/s), averaged model accuracy {:.4f}, "
                "{} platforms up{}",
-               epoch + 1, st.last_epoch + 1, e.epoch_seconds, e.samples,
+               epoch + 1, st.last_epoch + 1, e.wall_seconds, st.slowest_training[epoch],
+               e.network_seconds, e.evaluation_seconds, e.samples,
                e.epoch_seconds > 0 ? e.samples / e.epoch_seconds : 0.0, e.averaged_accuracy,
                e.platforms_up,
                e.prediction_error >= 0
@@ -506,6 +519,7 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
     ce.prediction_error = error_sum / predicted;
   // An epoch planned by a lost balancer: its start is not known here.
   ce.epoch_seconds = std::max(ce.epoch_seconds, longest);
+  st.slowest_training[epoch] = longest;
   ce.platforms_up = st.up();
   auto end = st.epoch_end.count(epoch) ? st.epoch_end[epoch] : clock::now();
   if (st.args.cluster.strategy.asynchronous()) {
@@ -554,7 +568,9 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       torch::NoGradGuard guard;
       for (size_t i = 0; i < avg.size(); ++i)
         st.like[i].copy_(avg[i]);
+      const auto evaluating = clock::now();
       auto eval = learning::evaluate(*st.model, *st.args.test_set);
+      ce.evaluation_seconds = std::chrono::duration<double>(clock::now() - evaluating).count();
       ce.averaged_loss = eval.loss;
       ce.averaged_accuracy = eval.accuracy;
     }

@@ -45,12 +45,14 @@ void write_platform_csv(const std::string& path,
 void write_cluster_csv(const std::string& path, const std::vector<cluster_epoch>& epochs) {
   auto out = open_for_writing(path);
   out << "epoch,elapsed_seconds,epoch_seconds,samples,samples_per_second,averaged_loss,"
-         "averaged_accuracy,platforms_up,training_seconds,prediction_error\n";
+         "averaged_accuracy,platforms_up,training_seconds,prediction_error,wall_seconds,"
+         "network_seconds,evaluation_seconds\n";
   for (auto& e : epochs) {
     auto rate = e.epoch_seconds > 0 ? static_cast<double>(e.samples) / e.epoch_seconds : 0.0;
     out << e.epoch << ',' << e.elapsed_seconds << ',' << e.epoch_seconds << ',' << e.samples
         << ',' << rate << ',' << e.averaged_loss << ',' << e.averaged_accuracy << ','
-        << e.platforms_up << ',' << e.training_seconds << ',' << e.prediction_error << '\n';
+        << e.platforms_up << ',' << e.training_seconds << ',' << e.prediction_error << ','
+        << e.wall_seconds << ',' << e.network_seconds << ',' << e.evaluation_seconds << '\n';
   }
 }
 

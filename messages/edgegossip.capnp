@@ -137,6 +137,9 @@ struct ClusterEpoch {
   platformsUp @6 :UInt32;
   trainingSeconds @7 :Float64;
   predictionError @8 :Float64;
+  wallSeconds @9 :Float64;
+  networkSeconds @10 :Float64;
+  evaluationSeconds @11 :Float64;
 }
 
 # The balancer's record of a run, kept in every node's store so that a

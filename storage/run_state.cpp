@@ -49,6 +49,9 @@ std::string frame_run_state(const run_state& r) {
     o.setPlatformsUp(e.platforms_up);
     o.setTrainingSeconds(e.training_seconds);
     o.setPredictionError(e.prediction_error);
+    o.setWallSeconds(e.wall_seconds);
+    o.setNetworkSeconds(e.network_seconds);
+    o.setEvaluationSeconds(e.evaluation_seconds);
   }
   auto reports = out.initReports(static_cast<unsigned>(r.reports.size()));
   for (unsigned i = 0; i < r.reports.size(); ++i)
@@ -72,7 +75,9 @@ std::optional<run_state> parse_run_state(const std::string& value, std::string& 
       r.epochs.push_back(cluster_epoch{e.getEpoch(), e.getElapsedSeconds(), e.getEpochSeconds(),
                                        e.getSamples(), e.getAveragedLoss(),
                                        e.getAveragedAccuracy(), e.getPlatformsUp(),
-                                       e.getTrainingSeconds(), e.getPredictionError()});
+                                       e.getTrainingSeconds(), e.getPredictionError(),
+                                       e.getWallSeconds(), e.getNetworkSeconds(),
+                                       e.getEvaluationSeconds()});
     for (auto d : in.getReports())
       r.reports.push_back(str(d));
     return r;

@@ -118,6 +118,15 @@ struct cluster_epoch {
   /// EdgeGossip: mean absolute percentage error of the predicted epoch times
   /// (-1 when there was no prediction).
   double prediction_error = -1;
+  /// The wall time a user waited for this epoch: from the end of the one
+  /// before (its averaged model evaluated), or the start of training, to the
+  /// end of this one. Of it: the slowest platform's training time, the
+  /// averaged model's evaluation, and the rest, `network_seconds`: waiting
+  /// for messages (the barrier's last reports, the models gathered for the
+  /// average, plans) on the network.
+  double wall_seconds = 0;
+  double network_seconds = 0;
+  double evaluation_seconds = 0;
 };
 
 /// The balancer's record of a run. Every node's store keeps the latest one
