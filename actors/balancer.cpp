@@ -78,6 +78,7 @@ struct balancer_state {
     bool paused = false;
     clock::time_point paused_at;
     std::set<std::string> restoring;  // rejoined after being down, not trained yet
+    std::map<std::string, std::string> store_failures;  // node -> why its store cannot write
     std::map<std::string, std::pair<int64_t, double>> checkpoints;  // epochs done, at
     double now() const { return std::chrono::duration<double>(clock::now() - born).count(); }
     void note(std::string kind, std::string text) {
@@ -733,6 +734,8 @@ inspection::snapshot console_snapshot(const balancer_state& st,
         (i->second.up ? any_up : any_down) = true;
     }
     row.state = row.balancer || any_up ? "up" : any_down ? "down" : "unknown";
+    if (auto f = st.console.store_failures.find(n.name); f != st.console.store_failures.end())
+      row.store = f->second;
     s.nodes.push_back(std::move(row));
   }
   s.topology = inspection::topology_of(st.all_reports);
@@ -847,6 +850,13 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       check_epochs(self);
   });
   return {
+    [self](failed_atom, const std::string& node, const std::string& why) {
+      auto& st = self->state;
+      if (st.console.store_failures.emplace(node, why).second)
+        st.console.note("store", fmt::format("node {}: the store cannot write ({}); its "
+                                             "checkpoints are not being saved",
+                                             node, why));
+    },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
            caf::actor predictor) {
       auto& st = self->state;

@@ -220,7 +220,8 @@ std::string to_json(const snapshot& s) {
                           {"port", n.port},
                           {"state", n.state},
                           {"balancer", n.balancer},
-                          {"platforms", n.platforms}});
+                          {"platforms", n.platforms},
+                          {"store", n.store}});
   j["topology"] = json::array();
   for (auto& l : s.topology)
     j["topology"].push_back(
@@ -293,6 +294,7 @@ snapshot snapshot_from_json(const std::string& text) {
       read(n, "state", r.state);
       read(n, "balancer", r.balancer);
       read(n, "platforms", r.platforms);
+      r.store = n.value("store", std::string{});
       s.nodes.push_back(std::move(r));
     }
     for (auto& l : j.at("topology"))

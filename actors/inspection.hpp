@@ -88,6 +88,9 @@ struct node_row {
   std::string state;        ///< "up", "down", "unknown"
   bool balancer = false;
   std::vector<std::string> platforms;
+  /// Why the node's store cannot write (disk full, read-only, removed): its
+  /// checkpoints are not being saved. "" while it writes.
+  std::string store;
 };
 
 /// Gossip received by `to` from `from` over the completed epochs.

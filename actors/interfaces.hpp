@@ -132,6 +132,8 @@ using balancer_actor = caf::typed_actor<
   // From a node: a platform joined (name, node name, platform handle, its
   // predictor's handle).
   caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor>,
+  // From a node: its store cannot write (node name, why), for the console.
+  caf::reacts_to<failed_atom, std::string, std::string>,
   // From a platform: an encoded epoch_report at the end of an epoch.
   caf::reacts_to<report_atom, bytes>,
   // From a platform: an encoded epoch_report of the epoch so far.

@@ -475,7 +475,8 @@ inspection::snapshot local_view(const node_state& st) {
   };
   for (auto& n : cfg.nodes) {
     inspection::node_row row{n.name, n.host, n.port, up(n.name) ? "up" : "down",
-                             n.name == h.balancer, {}};
+                             n.name == h.balancer, {}, n.name == st.args.name ? st.store_failure
+                                                                              : std::string{}};
     for (auto& p : n.platforms) {
       row.platforms.push_back(p.name);
       inspection::platform_row pr;
@@ -863,6 +864,10 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       if (!st.store_failure.empty())
         return;
       st.store_failure = why;
+      for (auto& e : st.directory)  // for the console, wherever it asks
+        if (e.what.role == "balancer")
+          self->send(caf::actor_cast<balancer_actor>(e.handle), failed_atom::value, st.args.name,
+                     why);
       if (st.args.cluster.on_store_failure == "stop" && !st.finished) {
         spdlog::error("[{}] the store cannot write ({}); cluster.on_store_failure = \"stop\": "
                       "stopping the node",

@@ -110,6 +110,9 @@ std::vector<std::string> node_lines(const in::snapshot& s) {
                               fmt::format("{}:{}", n.host, n.port), n.state,
                               n.balancer ? "yes" : "", ps,
                               n.name == s.cluster.via ? "   (attached)" : ""));
+    if (!n.store.empty())
+      out.push_back(fmt::format("{:<10} store cannot write, checkpoints not saved: {}", "",
+                                n.store));
   }
   return out;
 }

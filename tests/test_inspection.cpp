@@ -170,7 +170,8 @@ BOOST_AUTO_TEST_CASE(snapshot_json_round_trip) {
   p.checkpoint_epochs = 2;
   p.checkpoint_at = 11.0;
   s.platforms = {p};
-  s.nodes = {{"a", "127.0.0.1", 47101, "up", true, {"p0"}}, {"b", "10.0.0.2", 47102, "down", false, {}}};
+  s.nodes = {{"a", "127.0.0.1", 47101, "up", true, {"p0"}, ""},
+             {"b", "10.0.0.2", 47102, "down", false, {}, "No space left on device"}};
   s.topology = {{"p1", "p0", 3, 999}};
   s.events = {{1.5, "join", "platform p0 joined from node a — ü"}};
   auto back = in::snapshot_from_json(in::to_json(s));
@@ -189,6 +190,8 @@ BOOST_AUTO_TEST_CASE(snapshot_json_round_trip) {
   BOOST_REQUIRE_EQUAL(back.nodes.size(), 2u);
   BOOST_TEST(back.nodes[1].host == "10.0.0.2");
   BOOST_TEST(back.nodes[1].port == 47102);
+  BOOST_TEST(back.nodes[0].store.empty());
+  BOOST_TEST(back.nodes[1].store == "No space left on device");
   BOOST_TEST((back.nodes[0].platforms == std::vector<std::string>{"p0"}));
   BOOST_TEST(back.topology.at(0).bytes == 999u);
   BOOST_TEST(back.events.at(0).text == s.events[0].text);
@@ -290,6 +293,13 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   BOOST_TEST(s.platforms[1].state == "waiting");
   BOOST_REQUIRE_EQUAL(s.nodes.size(), 1u);
   BOOST_TEST(s.nodes[0].balancer);
+  BOOST_TEST(s.nodes[0].store.empty());
+  // A node's store that cannot write shows in its row and the events.
+  self->send(b, failed_atom::value, std::string{"local"}, std::string{"disk full"});
+  sched.run();
+  s = in::snapshot_from_json(ask(b, "snapshot"));
+  BOOST_TEST(s.nodes[0].store == "disk full");
+  BOOST_TEST(s.events.back().kind == "store");
 
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
              caf::actor_cast<caf::actor>(p1), caf::actor{});
@@ -348,8 +358,9 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   for (auto& e : s.events)
     kinds.push_back(e.kind);
   // (p0 had reported epoch 1: with p1 down the epoch is complete.)
-  BOOST_TEST((kinds == std::vector<std::string>{"join", "join", "pause", "resume", "checkpoint",
-                                                "pause", "down", "epoch", "checkpoint"}));
+  BOOST_TEST((kinds == std::vector<std::string>{"join", "store", "join", "pause", "resume",
+                                                "checkpoint", "pause", "down", "epoch",
+                                                "checkpoint"}));
   auto got2 = std::make_shared<std::vector<std::string>>();
   auto p1b = sys.spawn(controlled_platform, got2);
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
