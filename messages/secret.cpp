@@ -29,16 +29,6 @@ std::string keyed_digest(const std::string& secret, const std::string& text) {
 
 } // namespace
 
-std::string hello_digest(const std::string& secret, const std::string& cluster_id,
-                         const std::string& node) {
-  return keyed_digest(secret, "edgegossip hello " + cluster_id + " " + node);
-}
-
-std::string lane_digest(const std::string& secret, const std::string& cluster_id,
-                        const std::string& node) {
-  return keyed_digest(secret, "edgegossip lane " + cluster_id + " " + node);
-}
-
 std::string make_nonce() {
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1)

@@ -14,17 +14,6 @@
 
 namespace eg::messages {
 
-/// Hex HMAC-SHA256(secret, "edgegossip hello <cluster id> <node>"); "" when
-/// `secret` is empty (no secret configured).
-std::string hello_digest(const std::string& secret, const std::string& cluster_id,
-                         const std::string& node);
-
-/// Hex HMAC-SHA256(secret, "edgegossip lane <cluster id> <node>"): what a
-/// node presents when it opens a weights lane connection (messages/lane.hpp);
-/// "" when `secret` is empty.
-std::string lane_digest(const std::string& secret, const std::string& cluster_id,
-                        const std::string& node);
-
 /// 32 random bytes (OpenSSL's RAND_bytes) in hex: a challenge, used once.
 std::string make_nonce();
 
