@@ -201,7 +201,15 @@ void handshake(self_ptr self, const node_actor& remote, const std::string& name,
               }
               done();
             },
-            [self, failed](caf::error& err) { failed(self->system().render(err), false); });
+            [self, failed](caf::error& err) {
+              // The peer's refusal (its reason as the error's text), or no answer.
+              if (err.category() == caf::atom("system")
+                  && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument)
+                  && err.context().match_elements<std::string>())
+                failed(err.context().get_as<std::string>(0), true);
+              else
+                failed(self->system().render(err), false);
+            });
       },
       [self, failed](caf::error& err) { failed(self->system().render(err), false); });
 }
@@ -333,9 +341,9 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
 }
 
 /// Whether this node dials `name`: of two nodes, the one earlier in the
-/// cluster file dials the later one, so that two nodes never dial each other
-/// at once (two connections between the same pair race in CAF's BASP
-/// handshake, and over TLS one of them is then cut at the next heartbeat).
+/// cluster file dials the later one (and again after it went down), so that
+/// two nodes never dial each other at once: two connections between the
+/// same pair race in CAF's BASP handshake, which keeps one of them.
 bool dials(const node_state& st, const std::string& name) {
   for (auto& n : st.args.cluster.nodes) {
     if (n.name == st.args.name)
@@ -410,9 +418,14 @@ void dial(self_ptr self, const std::string& name) {
               retry(caf::make_error(caf::sec::invalid_argument, why));
               return;
             }
+            // Refused (a wrong secret, another cluster): said plainly, and
+            // tried again, since the peer may be started again set right.
             auto& st = self->state;
+            auto n = ++st.dial_failures[name];
+            if (n == 1 || n % 30 == 0)
+              spdlog::error("[{}] node {} refused the handshake: {}", st.args.name, name, why);
             st.dialling.erase(name);
-            spdlog::error("[{}] node {} refused: {}", st.args.name, name, why);
+            self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
           });
       },
       retry);

@@ -176,12 +176,15 @@ BOOST_AUTO_TEST_CASE(a_node_without_the_cluster_secret_is_refused) {
     std::vector<std::string>{EG_BINARY, "node", "--config", cfg, "--node", "b", "--set",
                              "cluster.secret=\"wrong\""},
     dir / "b.log");
-  BOOST_TEST(a->wait_for_output("node 'b' presented a wrong cluster secret",
-                                std::chrono::seconds(30)),
-             a->output());
+  // a dials b (the earlier node in the file dials): b refuses a's hello, and
+  // a's log says why.
   BOOST_TEST(b->wait_for_output("node 'a' presented a wrong cluster secret",
                                 std::chrono::seconds(30)),
              b->output());
+  BOOST_TEST(a->wait_for_output("node b refused the handshake: node 'a' presented a wrong "
+                                "cluster secret",
+                                std::chrono::seconds(30)),
+             a->output());
   BOOST_TEST(a->output().find("peered with node b") == std::string::npos);
   BOOST_TEST(a->output().find("training run") == std::string::npos);
   a->signal(SIGTERM);

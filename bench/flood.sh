@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A stranger's flood against a TLS cluster: the three-node example (LeNet-5,
+# GoSGD, one platform per node on 127.0.0.1, cluster.tls) run alternately
+# without and with a flood at node a's port and weights lane (about 1,000
+# connections of random bytes, lane hellos announcing huge lengths and
+# truncated frames, from the 4th epoch on). Prints, for each pair of runs,
+# node a's peak resident memory and the median epoch wall time of the last
+# 4 epochs (after the flood; the same epochs in the run without it), and the
+# medians over the pairs.
+#
+#   bench/flood.sh [BINARY] [EPOCHS] [REPEAT]
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$here/build/edgegossip}"
+epochs="${2:-16}"
+repeat="${3:-3}"
+work="$(mktemp -d)"
+trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
+"$here/scripts/make-test-ca.sh" "$work/certs" a b c >/dev/null
+
+median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
+flood() {  # flood PORT LANE_PORT
+  local i port
+  for ((i = 0; i < 1000; ++i)); do
+    port=$(( i % 2 ? $2 : $1 ))
+    {
+      exec 3<>"/dev/tcp/127.0.0.1/$port" || continue
+      if (( i % 3 == 0 )); then
+        printf 'EGLH\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff' >&3  # huge lengths
+      fi
+      head -c $(( (RANDOM % 2048) + 16 )) /dev/urandom >&3 2>/dev/null || true
+      exec 3>&-
+    } 2>/dev/null || true
+    sleep 0.01
+  done
+}
+
+# run KIND N: prints "peak_rss_mb median_wall_of_late_epochs"
+run() {
+  local kind="$1" n="$2" cfg="$work/$1-$2.toml" peak=0 rss pid
+  sed -e "s|^dir = \"edgegossip-data/three-nodes\"|dir = \"$work/data-$kind-$n\"|" \
+      -e "s|^dir = \"runs\"|dir = \"$work/runs-$kind-$n\"|" \
+      -e "s|^epochs = .*|epochs = $epochs|" \
+      -e "s|^port = 4710\([123]\)|port = 4730\1|" \
+      -e "s|^balancer = \"a\"|balancer = \"a\"\n[cluster.tls]\ncertificate = \"$work/certs/{node}.pem\"\nkey = \"$work/certs/{node}.key\"\nca = \"$work/certs/ca.pem\"|" \
+      "$here/configs/three-nodes.toml" >"$cfg"
+  for node in b c; do "$bin" node --config "$cfg" --node "$node" >"$work/$kind-$n-$node.log" 2>&1 & done
+  "$bin" node --config "$cfg" --node a >"$work/$kind-$n-a.log" 2>&1 &
+  pid=$!
+  local flooded=0
+  while kill -0 "$pid" 2>/dev/null; do
+    rss=$(awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    (( rss > peak )) && peak=$rss
+    if [ "$kind" = flood ] && (( ! flooded )) && grep -q "epoch 3/" "$work/$kind-$n-a.log"; then
+      flooded=1
+      lane=$(sed -n 's/.*weights lane listening on [0-9.]*:\([0-9]*\).*/\1/p' "$work/$kind-$n-a.log")
+      flood 47301 "$lane" &
+    fi
+    sleep 0.5
+  done
+  wait
+  local csv
+  csv="$(ls "$work/runs-$kind-$n"/*/cluster.csv)"
+  # The last 4 epochs (after the flood), in either run.
+  echo "$peak $(awk -F, -v from=$((epochs - 4)) 'NR == 1 {for (i = 1; i <= NF; ++i) if ($i == "wall_seconds") c = i; next}
+                        $1 >= from {print $c}' "$csv" | median)"
+}
+
+quiet_rss=() flood_rss=() quiet_late=() flood_late=()
+for ((n = 0; n < repeat; ++n)); do
+  read -r qr ql < <(run quiet "$n")
+  read -r fr fl < <(run flood "$n")
+  quiet_rss+=("$qr"); flood_rss+=("$fr"); quiet_late+=("$ql"); flood_late+=("$fl")
+  echo "pair $n: node a peak resident $qr MB without the flood, $fr MB with it;" \
+       "last 4 epochs median $ql s without, $fl s after the flood"
+done
+m() { printf '%s\n' "$@" | median; }
+qr="$(m "${quiet_rss[@]}")" fr="$(m "${flood_rss[@]}")"
+ql="$(m "${quiet_late[@]}")" fl="$(m "${flood_late[@]}")"
+echo "medians of $repeat pairs: peak resident $qr MB without, $fr MB with the flood" \
+     "(+$((fr - qr)) MB); late epochs $ql s without, $fl s after the flood" \
+     "(ratio $(awk -v a="$fl" -v b="$ql" 'BEGIN {printf "%.3f", a / b}'))"
