@@ -6,28 +6,14 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-
 #include <chrono>
 #include <filesystem>
-#include <memory>
 
 namespace eg::actors {
 namespace {
 
 caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s));
-}
-
-std::string openssl_reason() {
-  auto code = ERR_get_error();
-  ERR_clear_error();
-  if (code == 0)
-    return "no reason given";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
 }
 
 } // namespace
@@ -37,21 +23,11 @@ void check_tls_files(const config::tls_config& tls) {
                            std::pair{"key", &tls.key}, std::pair{"ca", &tls.ca}})
     if (!std::filesystem::is_regular_file(*path))
       throw network_error(std::string("cluster.tls.") + key + ": no such file '" + *path + "'");
-  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_method()), SSL_CTX_free);
-  if (!ctx)
-    throw network_error("TLS: cannot make an OpenSSL context: " + openssl_reason());
-  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.certificate.c_str()) != 1)
-    throw network_error("cluster.tls.certificate '" + tls.certificate
-                        + "' is not a PEM certificate OpenSSL can use: " + openssl_reason());
-  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key.c_str(), SSL_FILETYPE_PEM) != 1)
-    throw network_error("cluster.tls.key '" + tls.key + "' is not a PEM private key OpenSSL can "
-                        "use (an encrypted key is not supported): " + openssl_reason());
-  if (SSL_CTX_check_private_key(ctx.get()) != 1)
-    throw network_error("cluster.tls.key '" + tls.key + "' does not belong to the certificate '"
-                        + tls.certificate + "': " + openssl_reason());
-  if (SSL_CTX_load_verify_locations(ctx.get(), tls.ca.c_str(), nullptr) != 1)
-    throw network_error("cluster.tls.ca '" + tls.ca + "' holds no CA certificate OpenSSL can "
-                        "use: " + openssl_reason());
+  try {
+    messages::tls_context check(tls.certificate, tls.key, tls.ca);  // what the lane loads
+  } catch (const messages::socket_error& e) {
+    throw network_error(std::string("cluster.tls: ") + e.what());
+  }
 }
 
 config::tls_config tls_of(const config::tls_config& files, const std::string& node) {

@@ -3,7 +3,9 @@
 // directories, free ports and CSV files.
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +19,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -186,5 +189,57 @@ inline std::filesystem::path only_run_dir(const std::string& output_dir) {
                              + std::to_string(dirs.size()));
   return dirs.front();
 }
+
+/// A TCP connection to 127.0.0.1:port (-1 when refused), sends timing out
+/// after 0.2 s.
+inline int connect_to(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{0, 200000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+/// The port of node `node` in a cluster file written by a test.
+inline uint16_t port_of(const std::string& config, const std::string& node) {
+  std::ifstream in(config);
+  std::string line;
+  bool in_node = false;
+  while (std::getline(in, line)) {
+    if (line == "name = \"" + node + "\"")
+      in_node = true;
+    else if (in_node && line.rfind("port = ", 0) == 0)
+      return static_cast<uint16_t>(std::stoi(line.substr(7)));
+  }
+  return 0;
+}
+
+/// A small tmpfs mounted on `where` (where this process may mount one, e.g.
+/// as root), unmounted at the end; `why_not` says why not otherwise.
+struct small_tmpfs {
+  std::string dir;
+  bool mounted = false;
+  std::string why_not;
+  small_tmpfs(const std::filesystem::path& where, const std::string& size)
+    : dir(where.string()) {
+    std::filesystem::create_directories(where);
+    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+    if (!mounted)
+      why_not = std::strerror(errno);
+  }
+  ~small_tmpfs() {
+    if (mounted)
+      ::umount2(dir.c_str(), MNT_DETACH);
+  }
+  small_tmpfs(const small_tmpfs&) = delete;
+  small_tmpfs& operator=(const small_tmpfs&) = delete;
+};
 
 } // namespace eg::test

@@ -193,38 +193,6 @@ BOOST_AUTO_TEST_CASE(a_node_without_the_cluster_secret_is_refused) {
   BOOST_TEST(b->wait(std::chrono::seconds(20)) == 0);
 }
 
-namespace {
-
-int connect_to(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{0, 200000};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-uint16_t port_of(const std::string& config, const std::string& node) {
-  std::ifstream in(config);
-  std::string line;
-  bool in_node = false;
-  while (std::getline(in, line)) {
-    if (line == "name = \"" + node + "\"")
-      in_node = true;
-    else if (in_node && line.rfind("port = ", 0) == 0)
-      return static_cast<uint16_t>(std::stoi(line.substr(7)));
-  }
-  return 0;
-}
-
-} // namespace
-
 BOOST_AUTO_TEST_CASE(strangers_on_a_nodes_port_are_refused_and_it_keeps_running) {
   temp_dir dir;
   auto cfg = cluster_file(dir, "fuzz", 2);

@@ -81,18 +81,6 @@ void require_clean_exit(cluster& c, std::chrono::seconds limit = std::chrono::se
   }
 }
 
-uint16_t port_of(const std::string& config, const std::string& node) {
-  std::ifstream in(config);
-  std::string line;
-  bool in_node = false;
-  while (std::getline(in, line)) {
-    if (line == "name = \"" + node + "\"")
-      in_node = true;
-    else if (in_node && line.rfind("port = ", 0) == 0)
-      return static_cast<uint16_t>(std::stoi(line.substr(7)));
-  }
-  return 0;
-}
 
 /// The port of the node's weights lane, from its log.
 uint16_t lane_port(const process& p) {
@@ -112,20 +100,6 @@ double resident_mb(pid_t pid) {
   return 0;
 }
 
-int connect_to(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{0, 200000};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  return fd;
-}
 
 bool has(const process& p, const std::string& text) {
   return p.output().find(text) != std::string::npos;

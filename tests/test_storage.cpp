@@ -1,5 +1,6 @@
 // links: eg_storage eg_messages
 #include "storage/store.hpp"
+#include "process.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -16,6 +17,7 @@
 
 using namespace eg::storage;
 namespace fs = std::filesystem;
+using eg::test::small_tmpfs;
 
 namespace {
 
@@ -67,23 +69,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// A small tmpfs mounted on `dir` (where this process may mount one, e.g.
-// as root), unmounted at the end.
-struct small_tmpfs {
-  std::string dir;
-  bool mounted = false;
-  std::string why_not;
-  small_tmpfs(const fs::path& where, const std::string& size) : dir(where.string()) {
-    fs::create_directories(where);
-    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
-    if (!mounted)
-      why_not = std::strerror(errno);
-  }
-  ~small_tmpfs() {
-    if (mounted)
-      ::umount2(dir.c_str(), MNT_DETACH);
-  }
-};
 
 // What a store that failed answers: a failure with `cause`, writes and
 // flushes refused at once with it, reads served, closing without abort.

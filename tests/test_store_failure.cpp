@@ -19,21 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct small_tmpfs {
-  std::string dir;
-  bool mounted = false;
-  std::string why_not;
-  small_tmpfs(const std::string& where, const std::string& size) : dir(where) {
-    fs::create_directories(where);
-    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
-    if (!mounted)
-      why_not = std::strerror(errno);
-  }
-  ~small_tmpfs() {
-    if (mounted)
-      ::umount2(dir.c_str(), MNT_DETACH);
-  }
-};
 
 size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
