@@ -17,8 +17,7 @@ repeat="${3:-3}"
 work="$(mktemp -d)"
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 "$here/scripts/make-test-ca.sh" "$work/certs" a b c >/dev/null
-
-median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+source "$here/bench/three-nodes.sh"
 
 flood() {  # flood PORT LANE_PORT: shell builtins only, so that it takes little CPU
   local i port junk=""
@@ -41,12 +40,7 @@ flood() {  # flood PORT LANE_PORT: shell builtins only, so that it takes little 
 # run KIND N: prints "peak_rss_mb median_wall_of_late_epochs"
 run() {
   local kind="$1" n="$2" cfg="$work/$1-$2.toml" peak=0 rss pid
-  sed -e "s|^dir = \"edgegossip-data/three-nodes\"|dir = \"$work/data-$kind-$n\"|" \
-      -e "s|^dir = \"runs\"|dir = \"$work/runs-$kind-$n\"|" \
-      -e "s|^epochs = .*|epochs = $epochs|" \
-      -e "s|^port = 4710\([123]\)|port = 4730\1|" \
-      -e "s|^balancer = \"a\"|balancer = \"a\"\n[cluster.tls]\ncertificate = \"$work/certs/{node}.pem\"\nkey = \"$work/certs/{node}.key\"\nca = \"$work/certs/ca.pem\"|" \
-      "$here/configs/three-nodes.toml" >"$cfg"
+  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 4730 "$work/certs"
   for node in b c; do "$bin" node --config "$cfg" --node "$node" >"$work/$kind-$n-$node.log" 2>&1 & done
   "$bin" node --config "$cfg" --node a >"$work/$kind-$n-a.log" 2>&1 &
   pid=$!
@@ -62,11 +56,8 @@ run() {
     sleep 0.5
   done
   wait
-  local csv
-  csv="$(ls "$work/runs-$kind-$n"/*/cluster.csv)"
   # The last 4 epochs (after the flood), in either run.
-  echo "$peak $(awk -F, -v from=$((epochs - 4)) 'NR == 1 {for (i = 1; i <= NF; ++i) if ($i == "wall_seconds") c = i; next}
-                        $1 >= from {print $c}' "$csv" | median)"
+  echo "$peak $(wall_median "$(ls "$work/runs-$kind-$n"/*/cluster.csv)" $((epochs - 4)))"
 }
 
 quiet_rss=() flood_rss=() quiet_late=() flood_late=()

@@ -13,25 +13,14 @@ repeat="${3:-3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$here/scripts/make-test-ca.sh" "$work/certs" a b c >/dev/null
-
-median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+source "$here/bench/three-nodes.sh"
 
 # One run; prints its median epoch wall time (cluster.csv's wall_seconds).
 run() {
   local kind="$1" n="$2" cfg="$work/$1-$2.toml"
-  sed -e "s|^dir = \"edgegossip-data/three-nodes\"|dir = \"$work/data-$kind-$n\"|" \
-      -e "s|^dir = \"runs\"|dir = \"$work/runs-$kind-$n\"|" \
-      -e "s|^epochs = .*|epochs = $epochs|" \
-      -e "s|^port = 4710\([123]\)|port = 4720\1|" \
-      "$here/configs/three-nodes.toml" >"$cfg"
-  if [ "$kind" = tls ]; then
-    sed -i "s|^balancer = \"a\"|balancer = \"a\"\n[cluster.tls]\ncertificate = \"$work/certs/{node}.pem\"\nkey = \"$work/certs/{node}.key\"\nca = \"$work/certs/ca.pem\"|" "$cfg"
-  fi
+  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 4720 "$([ "$kind" = tls ] && echo "$work/certs")"
   "$bin" launch --config "$cfg" >"$work/$kind-$n.log" 2>&1
-  local csv
-  csv="$(ls "$work/runs-$kind-$n"/*/cluster.csv)"
-  awk -F, 'NR == 1 {for (i = 1; i <= NF; ++i) if ($i == "wall_seconds") c = i; next} {print $c}' \
-    "$csv" | median
+  wall_median "$(ls "$work/runs-$kind-$n"/*/cluster.csv)"
 }
 
 plain=() tls=()
