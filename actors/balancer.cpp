@@ -1,5 +1,6 @@
 #include "actors/balancer.hpp"
 
+#include "actors/evaluator.hpp"
 #include "actors/inspection.hpp"
 #include "actors/report_files.hpp"
 #include "learning/balancing.hpp"
@@ -9,6 +10,8 @@
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
 #include "messages/codec.hpp"
+
+#include "config/defaults.hpp"
 
 #include <caf/all.hpp>
 #include <spdlog/fmt/fmt.h>
@@ -41,9 +44,8 @@ struct balancer_state {
   static inline const char* name = "balancer";
   balancer_args args;
   std::map<std::string, platform_entry> platforms;
-  std::shared_ptr<learning::classifier> model;  // evaluates averaged models
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> like;
+  /// The latest averaged model (learning::save_model), from the evaluator.
+  std::shared_ptr<std::string> averaged_model = std::make_shared<std::string>();
   bool started = false;
   bool finished = false;
   std::string run;
@@ -68,7 +70,9 @@ struct balancer_state {
   std::map<uint32_t, cluster_epoch> evaluated;
   std::set<uint32_t> evaluating;
   std::vector<messages::epoch_report> all_reports;
-  std::vector<bytes> all_report_bytes;  // the same, encoded (for the run state)
+  /// Averages and evaluates models on a thread of its own, so the balancer
+  /// answers (reports, the console) meanwhile.
+  caf::actor evaluator;
   double started_unix = 0;
   double clock_offset = 0;  // seconds of the run before this balancer (resuming)
   /// What the inspection console sees beyond the above.
@@ -85,10 +89,6 @@ struct balancer_state {
       events.add(now(), std::move(kind), std::move(text));
     }
   } console;
-
-  messages::header header() const {
-    return {args.cluster.id, messages::protocol_version, "balancer"};
-  }
 
   uint32_t up() const {
     uint32_t n = 0;
@@ -170,16 +170,17 @@ std::string run_name(const std::string& cluster) {
 /// A control command to one platform; a checkpoint is noted once the store
 /// has it.
 void console_send(self_ptr self, const std::string& name, const platform_actor& handle,
-                  const std::string& what) {
-  self->request(handle, std::chrono::seconds(30), control_atom::value, what)
+                  messages::verb what) {
+  self->request(handle, defaults::control_timeout, control_atom::value, control{what, {}})
     .then(
       [self, name, what](bool ok) {
         auto& st = self->state;
-        if (what == "checkpoint" && ok)
+        if (what == messages::verb::checkpoint && ok)
           st.console.checkpoints[name].second = st.console.now();
       },
-      [name, what](caf::error& err) {
-        spdlog::warn("balancer: console: {} on platform {}: {}", what, name, caf::to_string(err));
+      [self, name, what](caf::error& err) {
+        spdlog::warn("balancer: console: {} on platform {}: {}", messages::to_string(what), name,
+                     self->system().render(err));
       });
 }
 
@@ -191,7 +192,7 @@ void console_joined(self_ptr self, const std::string& name, const std::string& n
   if (rejoined)
     st.console.restoring.insert(name);
   if (st.console.paused)  // the cluster is paused: so is a platform that joins now
-    console_send(self, name, handle, "pause");
+    console_send(self, name, handle, messages::verb::pause);
 }
 
 /// A platform checkpoints at every epoch end, before it reports.
@@ -212,17 +213,18 @@ void console_epoch(balancer_state& st, uint32_t epoch) {
   st.console.note("checkpoint", fmt::format("checkpoints after epoch {}:{}", epoch + 1, who));
 }
 
-/// Asks every target for one encoded answer, all at once, and calls `done`
-/// with the answers once each target has answered or failed (failures are
-/// logged and left out), so a dead peer never holds the balancer up.
-template <class Handle, class Atom>
+/// Asks every target for one answer (of type Answer), all at once, and
+/// calls `done` with the answers once each target has answered or failed
+/// (failures are logged and left out), so a dead peer never holds the
+/// balancer up.
+template <class Answer, class Handle, class Atom>
 void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
-            std::chrono::seconds timeout, Atom atom, const char* what,
-            std::function<void(std::vector<bytes>&)> done) {
+            std::chrono::milliseconds timeout, Atom atom, const char* what,
+            std::function<void(std::vector<Answer>&)> done) {
   struct state {
     size_t pending;
-    std::vector<bytes> answers;
-    std::function<void(std::vector<bytes>&)> done;
+    std::vector<Answer> answers;
+    std::function<void(std::vector<Answer>&)> done;
   };
   auto g = std::make_shared<state>(state{targets.size(), {}, std::move(done)});
   if (targets.empty()) {
@@ -232,7 +234,7 @@ void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& ta
   for (auto& [name, handle] : targets)
     self->request(handle, timeout, atom)
       .then(
-        [g](bytes& answer) {
+        [g](Answer& answer) {
           g->answers.push_back(std::move(answer));
           if (--g->pending == 0)
             g->done(g->answers);
@@ -263,8 +265,7 @@ void send_plans(self_ptr self, uint32_t epoch, const std::map<std::string, doubl
     p.adopt = adopt;
     p.adopt_part = static_cast<uint32_t>(i);
     p.adopt_parts = static_cast<uint32_t>(survivors.size());
-    self->send(st.platforms[survivors[i]].handle, plan_atom::value,
-               messages::encode({st.header(), p}));
+    self->send(st.platforms[survivors[i]].handle, plan_atom::value, p);
   }
 }
 
@@ -335,18 +336,11 @@ void send_plan(self_ptr self, uint32_t epoch) {
   for (auto& [name, entry] : st.platforms)
     if (entry.up && entry.predictor)
       targets.emplace_back(name, entry.predictor);
-  gather(self, targets, std::chrono::seconds(5), predict_atom::value, "prediction",
-         [self, epoch](std::vector<bytes>& answers) {
+  gather<prediction>(self, targets, defaults::prediction_timeout, predict_atom::value,
+                     "prediction", [self, epoch](std::vector<prediction>& answers) {
            std::map<std::string, messages::prediction> predictions;
-           for (auto& buf : answers) {
-             try {
-               auto env = messages::decode(buf, self->state.args.cluster.id);
-               auto& p = std::get<messages::prediction>(env.payload);
-               predictions[p.platform] = p;
-             } catch (const std::exception& e) {
-               spdlog::warn("balancer: refused a prediction: {}", e.what());
-             }
-           }
+           for (auto& p : answers)
+             predictions[p.platform] = p;
            self->state.planning.erase(epoch);
            balance_and_send(self, epoch, predictions);
          });
@@ -364,8 +358,8 @@ void save_run_state(self_ptr self) {
   r.started_unix = st.started_unix;
   for (auto& [_, e] : st.evaluated)
     r.epochs.push_back(e);
-  for (auto& b : st.all_report_bytes)
-    r.reports.emplace_back(b.data(), b.size());
+  for (auto& report : st.all_reports)
+    r.reports.push_back(storage::encode_report(report, st.args.cluster.id));
   self->send(st.args.node, run_atom::value, storage::frame_run_state(r));
 }
 
@@ -392,15 +386,12 @@ void start(self_ptr self) {
       next = std::max(next, e.epoch + 1);
       st.clock_offset = std::max(st.clock_offset, e.elapsed_seconds);
     }
-    for (auto& b : r.reports) {
-      bytes buf(b.begin(), b.end());
-      try {
-        auto env = messages::decode(buf, st.args.cluster.id);
-        st.all_reports.push_back(std::get<messages::epoch_report>(env.payload));
-        st.all_report_bytes.push_back(std::move(buf));
-      } catch (const std::exception& e) {
-        spdlog::warn("balancer: a saved report is unusable: {}", e.what());
-      }
+    for (auto& record : r.reports) {
+      std::string problem;
+      if (auto report = storage::decode_report(record, st.args.cluster.id, problem))
+        st.all_reports.push_back(std::move(*report));
+      else
+        spdlog::warn("balancer: a saved report is unusable: {}", problem);
     }
     spdlog::info("balancer: continuing run {} at epoch {}/{} with {} of {} platforms",
                  st.run, next + 1, st.last_epoch + 1, st.up(),
@@ -409,11 +400,13 @@ void start(self_ptr self) {
     st.run = run_name(st.args.cluster.id);
     st.started_unix = storage::unix_now();
     spdlog::info("{} of {} platforms joined; training run {} ({} {}, {} epochs)",
-                 st.platforms.size(), st.args.cluster.platforms().size(), st.run, st.args.cluster.strategy.name,
-                 st.args.cluster.strategy.schedule, st.args.cluster.train.epochs);
+                 st.platforms.size(), st.args.cluster.platforms().size(), st.run,
+                 config::to_string(st.args.cluster.strategy.name),
+                 config::to_string(st.args.cluster.strategy.schedule),
+                 st.args.cluster.train.epochs);
   }
   save_run_state(self);
-  self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+  self->delayed_send(self, defaults::progress_interval, tick_atom::value);
   if (next > st.last_epoch) {
     finish(self);
     return;
@@ -432,7 +425,10 @@ void write_outputs(self_ptr self) {
     for (auto& [_, e] : st.evaluated)
       epochs.push_back(e);
     write_cluster_csv((dir / "cluster.csv").string(), epochs);
-    learning::write_state_dict(*st.model, (dir / "model.pt").string());
+    auto model = learning::make_classifier(st.args.cluster.train.model, st.args.cluster.seed);
+    if (!st.averaged_model->empty())
+      learning::load_model(*model, *st.averaged_model);
+    learning::write_state_dict(*model, (dir / "model.pt").string());
     auto shown = st.args.cluster;
     if (!shown.secret.empty())
       shown.secret = "(not written)";  // run directories get copied around
@@ -537,50 +533,37 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
   for (auto& [name, entry] : st.platforms)
     if (entry.up)
       targets.emplace_back(name, entry.handle);
-  gather(self, targets, std::chrono::seconds(30), weights_atom::value, "weights",
-         [self, ce, epoch](std::vector<bytes>& answers) mutable {
-    auto& st = self->state;
-    std::vector<std::vector<torch::Tensor>> models;
-    std::vector<double> samples;  // each model's weight in the average
-    std::vector<std::vector<double>> classes;  // and of its rows of the output layer
-    bool by_class = true;
-    for (auto& buf : answers) {
-      try {
-        auto env = messages::decode(buf, st.args.cluster.id);
-        auto& w = std::get<messages::weights>(env.payload);
-        // Copy out of the buffer: the average outlives this scope in the model.
-        std::vector<torch::Tensor> ts;
-        for (auto& t : learning::from_views(w.tensors, st.names, st.like))
-          ts.push_back(t.clone());
-        models.push_back(std::move(ts));
-        samples.push_back(st.averaging_weight(epoch, env.hdr.sender));
-        auto counts = st.class_weights(epoch, env.hdr.sender);
-        by_class = by_class && counts.size() == static_cast<size_t>(learning::num_classes);
-        classes.push_back(std::move(counts));
-      } catch (const std::exception& e) {
-        spdlog::warn("balancer: ignoring weights that cannot be averaged: {}", e.what());
+  gather<held_weights>(
+    self, targets, defaults::weights_timeout, weights_atom::value, "weights",
+    [self, ce, epoch](std::vector<held_weights>& answers) mutable {
+      auto& st = self->state;
+      std::vector<double> samples;               // each model's weight in the average
+      std::vector<std::vector<double>> classes;  // and of its rows of the output layer
+      for (auto& w : answers) {
+        samples.push_back(st.averaging_weight(epoch, w.sender));
+        classes.push_back(st.class_weights(epoch, w.sender));
       }
-    }
-    if (!models.empty()) {
-      // By points trained, and each class's output row by the points of
-      // that class (learning::average_by_class).
-      auto avg = by_class ? learning::average_by_class(models, samples, classes)
-                          : learning::average(models, samples);
-      torch::NoGradGuard guard;
-      for (size_t i = 0; i < avg.size(); ++i)
-        st.like[i].copy_(avg[i]);
-      const auto evaluating = clock::now();
-      auto eval = learning::evaluate(*st.model, *st.args.test_set);
-      ce.evaluation_seconds = std::chrono::duration<double>(clock::now() - evaluating).count();
-      ce.averaged_loss = eval.loss;
-      ce.averaged_accuracy = eval.accuracy;
-    }
-    st.evaluating.erase(epoch);
-    st.evaluated[epoch] = ce;
-    if (epoch < st.last_epoch)
-      save_run_state(self);  // the last one is saved by finish, marked finished
-    epoch_evaluated(self, epoch);
-  });
+      auto done = [self, ce, epoch](double loss, double accuracy, double seconds) mutable {
+        auto& st = self->state;
+        ce.averaged_loss = loss;
+        ce.averaged_accuracy = accuracy;
+        ce.evaluation_seconds = seconds;
+        st.evaluating.erase(epoch);
+        st.evaluated[epoch] = ce;
+        if (epoch < st.last_epoch)
+          save_run_state(self);  // the last one is saved by finish, marked finished
+        epoch_evaluated(self, epoch);
+      };
+      self
+        ->request(caf::actor_cast<evaluator_actor>(st.evaluator), caf::infinite,
+                  evaluate_atom::value, std::move(answers), std::move(samples),
+                  std::move(classes))
+        .then(done, [self, done](caf::error& err) mutable {
+          spdlog::error("balancer: the averaged model was not evaluated: {}",
+                        self->system().render(err));
+          done(0, 0, 0);
+        });
+    });
 }
 
 std::chrono::microseconds micros(double seconds) {
@@ -676,7 +659,7 @@ inspection::snapshot console_snapshot(const balancer_state& st,
   auto& h = s.cluster;
   const auto& cfg = st.args.cluster;
   h.id = cfg.id;
-  h.strategy = cfg.strategy.name;
+  h.strategy = config::to_string(cfg.strategy.name);
   h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
   h.run = st.run;
   h.state = !st.started ? "waiting" : st.finished ? "finished" : st.console.paused ? "paused"
@@ -743,9 +726,9 @@ inspection::snapshot console_snapshot(const balancer_state& st,
   return s;
 }
 
-/// Sends a control command ("pause", "resume", "checkpoint") to every live
+/// Sends a control command (pause, resume, checkpoint) to every live
 /// platform.
-inspection::answer console_control(self_ptr self, const std::string& what) {
+inspection::answer console_control(self_ptr self, messages::verb what) {
   auto& st = self->state;
   if (st.finished)
     return {false, "the run is over"};
@@ -756,83 +739,81 @@ inspection::answer console_control(self_ptr self, const std::string& what) {
       console_send(self, name, entry.handle, what);
       names += (n++ ? ", " : "") + name;
     }
-  if (what == "pause" && !st.console.paused) {
+  if (what == messages::verb::pause && !st.console.paused) {
     st.console.paused = true;
     st.console.paused_at = clock::now();
-  } else if (what == "resume" && st.console.paused) {
+  } else if (what == messages::verb::resume && st.console.paused) {
     st.console.paused = false;
     // The time paused is no epoch time (cluster.csv), as on the platforms.
     for (auto& [epoch, start] : st.epoch_start)
       if (!st.complete(epoch))
         start += clock::now() - std::max(st.console.paused_at, start);
   }
-  auto text = fmt::format("{} sent to {} platform{}{}", what, n, n == 1 ? "" : "s",
+  const std::string verb = messages::to_string(what);
+  auto text = fmt::format("{} sent to {} platform{}{}", verb, n, n == 1 ? "" : "s",
                           n ? " (" + names + ")" : std::string{});
-  st.console.note(what, text + " by the console");
+  st.console.note(verb, text + " by the console");
   spdlog::info("balancer: console: {}", text);
   return {true, text};
 }
 
-caf::result<std::string> console_command(self_ptr self, const std::string& text,
+caf::result<std::string> console_command(self_ptr self, const control& c,
                                          const std::string& via) {
   auto& st = self->state;
-  inspection::command c;
-  try {
-    c = inspection::parse_command(text);
-  } catch (const inspection::inspection_error& e) {
-    return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
+  switch (c.verb) {
+    case messages::verb::snapshot: {
+      // Predicted throughputs asked now, of every live platform's predictor.
+      std::vector<std::pair<std::string, predictor_actor>> targets;
+      for (auto& [name, entry] : st.platforms)
+        if (entry.up && entry.predictor)
+          targets.emplace_back(name, entry.predictor);
+      auto rp = self->make_response_promise<std::string>();
+      gather<prediction>(self, targets, defaults::console_prediction_timeout,
+                         predict_atom::value, "prediction",
+                         [self, rp, via](std::vector<prediction>& answers) mutable {
+                           std::map<std::string, double> throughput;
+                           for (auto& p : answers)
+                             throughput[p.platform] = p.throughput;
+                           rp.deliver(inspection::to_json(
+                             console_snapshot(self->state, throughput, via)));
+                         });
+      return rp;
+    }
+    case messages::verb::history: {
+      bool known = false;
+      for (auto& p : st.args.cluster.platforms())
+        known = known || p.name == c.argument;
+      if (!known)
+        return make_error(ec::unknown_platform, "no platform named '" + c.argument + "'");
+      inspection::history h{c.argument, {}};
+      for (auto& r : st.all_reports)
+        if (r.platform == c.argument)
+          h.epochs.push_back(r);
+      std::stable_sort(h.epochs.begin(), h.epochs.end(),
+                       [](auto& a, auto& b) { return a.epoch < b.epoch; });
+      return inspection::to_json(h);
+    }
+    case messages::verb::pause:
+    case messages::verb::resume:
+    case messages::verb::checkpoint:
+      return inspection::to_json(console_control(self, c.verb));
+    default:
+      return make_error(ec::bad_request, std::string{"the console cannot ask for "}
+                                           + messages::to_string(c.verb));
   }
-  if (c.verb == "snapshot") {
-    // Predicted throughputs asked now, of every live platform's predictor.
-    std::vector<std::pair<std::string, predictor_actor>> targets;
-    for (auto& [name, entry] : st.platforms)
-      if (entry.up && entry.predictor)
-        targets.emplace_back(name, entry.predictor);
-    auto rp = self->make_response_promise<std::string>();
-    gather(self, targets, std::chrono::seconds(2), predict_atom::value, "prediction",
-           [self, rp, via](std::vector<bytes>& answers) mutable {
-             std::map<std::string, double> throughput;
-             for (auto& buf : answers) {
-               try {
-                 auto env = messages::decode(buf, self->state.args.cluster.id);
-                 auto& p = std::get<messages::prediction>(env.payload);
-                 throughput[p.platform] = p.throughput;
-               } catch (const std::exception&) {
-               }
-             }
-             rp.deliver(inspection::to_json(console_snapshot(self->state, throughput, via)));
-           });
-    return rp;
-  }
-  if (c.verb == "history") {
-    bool known = false;
-    for (auto& p : st.args.cluster.platforms())
-      known = known || p.name == c.argument;
-    if (!known)
-      return caf::make_error(caf::sec::invalid_argument,
-                             "no platform named '" + c.argument + "'");
-    inspection::history h{c.argument, {}};
-    for (auto& r : st.all_reports)
-      if (r.platform == c.argument)
-        h.epochs.push_back(r);
-    std::stable_sort(h.epochs.begin(), h.epochs.end(),
-                     [](auto& a, auto& b) { return a.epoch < b.epoch; });
-    return inspection::to_json(h);
-  }
-  return inspection::to_json(console_control(self, c.verb));
 }
 
 balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
   auto& st = self->state;
   st.last_epoch = args.cluster.train.epochs - 1;
-  st.model = learning::make_classifier(args.cluster.train.model, args.cluster.seed);
-  st.names = learning::parameter_names(*st.model);
-  st.like = learning::parameters(*st.model);
+  st.evaluator = caf::actor_cast<caf::actor>(spawn_evaluator(
+    self->system(), {args.cluster.train.model, args.cluster.seed, args.test_set, st.averaged_model}));
+  self->link_to(st.evaluator);
   st.args = std::move(args);
   if (st.args.resume) {
     // Continuing a run: platforms that do not join within a few seconds
     // (their node is down) do not hold it back; they join again later.
-    self->delayed_send(self, std::chrono::seconds(3), start_atom::value);
+    self->delayed_send(self, defaults::resume_grace, start_atom::value);
   }
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
@@ -897,7 +878,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
           p.epoch = now;
           p.ratio = 1.0;
           p.last_epoch = st.last_epoch;
-          self->send(h, plan_atom::value, messages::encode({st.header(), p}));
+          self->send(h, plan_atom::value, p);
         } else {
           entry.first_epoch = st.planned_epoch() + 1;
         }
@@ -912,46 +893,30 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       if (!st.started && st.platforms.size() >= needed)
         start(self);
     },
-    [self](report_atom, const bytes& buf) {
+    [self](report_atom, epoch_report& r) {
       auto& st = self->state;
-      try {
-        auto env = messages::decode(buf, st.args.cluster.id);
-        auto& r = std::get<messages::epoch_report>(env.payload);
-        auto i = st.platforms.find(r.platform);
-        if (i != st.platforms.end()) {
-          i->second.progress = r;
-          auto p = i->second.predicted_seconds.find(r.epoch);
-          if (p != i->second.predicted_seconds.end())
-            r.predicted_seconds = p->second;
-        }
-        if (st.reports[r.epoch].count(r.platform))
-          return;  // sent again (a balancer took over): already counted
-        st.reports[r.epoch][r.platform] = r;
-        st.epoch_end[r.epoch] = clock::now();
-        st.all_reports.push_back(r);
-        st.all_report_bytes.push_back(r.predicted_seconds > 0
-                                        ? messages::encode({env.hdr, r})
-                                        : buf);
-        console_reported(st, r);
-        arm_deadline(self, r);
-      } catch (const std::exception& e) {
-        spdlog::warn("balancer: refused a report: {}", e.what());
-        return;
+      auto i = st.platforms.find(r.platform);
+      if (i != st.platforms.end()) {
+        i->second.progress = r;
+        auto p = i->second.predicted_seconds.find(r.epoch);
+        if (p != i->second.predicted_seconds.end())
+          r.predicted_seconds = p->second;
       }
+      if (st.reports[r.epoch].count(r.platform))
+        return;  // sent again (a balancer took over): already counted
+      st.reports[r.epoch][r.platform] = r;
+      st.epoch_end[r.epoch] = clock::now();
+      st.all_reports.push_back(r);
+      console_reported(st, r);
+      arm_deadline(self, r);
       check_epochs(self);
     },
-    [self](progress_atom, const bytes& buf) {
+    [self](progress_atom, const epoch_report& r) {
       auto& st = self->state;
-      try {
-        auto env = messages::decode(buf, st.args.cluster.id);
-        auto& r = std::get<messages::epoch_report>(env.payload);
-        auto i = st.platforms.find(r.platform);
-        if (i != st.platforms.end())
-          i->second.progress = r;
-        st.console.restoring.erase(r.platform);
-      } catch (const std::exception& e) {
-        spdlog::debug("balancer: refused a progress message: {}", e.what());
-      }
+      auto i = st.platforms.find(r.platform);
+      if (i != st.platforms.end())
+        i->second.progress = r;
+      st.console.restoring.erase(r.platform);
     },
     [self](tick_atom) {
       auto& st = self->state;
@@ -960,24 +925,24 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       if (st.args.interactive) {
         std::fprintf(stderr, "\r\033[K%s", progress_line(st).c_str());
         std::fflush(stderr);
-      } else if (std::chrono::duration<double>(clock::now() - st.last_line).count() >= 10.0) {
+      } else if (clock::now() - st.last_line >= defaults::progress_log_interval) {
         st.last_line = clock::now();
         spdlog::info("{}", progress_line(st));
       }
-      self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      self->delayed_send(self, defaults::progress_interval, tick_atom::value);
     },
     [self](start_atom) {
       auto& st = self->state;
       if (st.started)
         return;
       if (st.platforms.empty()) {
-        self->delayed_send(self, std::chrono::seconds(1), start_atom::value);
+        self->delayed_send(self, defaults::progress_interval, start_atom::value);
         return;
       }
       start(self);
     },
     [self](deadline_atom, uint32_t epoch) { deadline_passed(self, epoch); },
-    [self](inspect_atom, const std::string& command, const std::string& via) {
+    [self](inspect_atom, const control& command, const std::string& via) {
       return console_command(self, command, via);
     },
   };

@@ -11,7 +11,7 @@
 // same run.
 
 #include "actors/interfaces.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 #include "storage/store.hpp"
 
 #include <caf/fwd.hpp>

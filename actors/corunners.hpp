@@ -2,7 +2,7 @@
 // Real co-running load: stress-ng workers that a node starts and stops on a
 // schedule while it trains (the paper's co-running MapReduce jobs). No CAF.
 
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <condition_variable>
 #include <mutex>

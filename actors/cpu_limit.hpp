@@ -15,7 +15,7 @@
 // (/proc/PID/schedstat), so the performance predictor's U_wait sees a limit
 // without knowing of it.
 
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <sys/types.h>
 

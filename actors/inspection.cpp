@@ -72,25 +72,25 @@ void add_completed_epochs(platform_row& row, const std::vector<messages::epoch_r
     row.test_accuracy = latest->test_accuracy;
 }
 
-command parse_command(const std::string& text) {
+messages::control parse_command(const std::string& text) {
   std::istringstream in(text);
-  command c;
-  in >> c.verb;
-  std::string extra;
-  in >> c.argument >> extra;
-  if (c.verb == "snapshot" || c.verb == "pause" || c.verb == "resume"
-      || c.verb == "checkpoint") {
-    if (!c.argument.empty())
-      throw inspection_error("'" + c.verb + "' takes no argument");
-  } else if (c.verb == "history") {
-    if (c.argument.empty())
+  std::string verb, argument, extra;
+  in >> verb >> argument >> extra;
+  messages::control c;
+  if (verb == "snapshot" || verb == "pause" || verb == "resume" || verb == "checkpoint") {
+    if (!argument.empty())
+      throw inspection_error("'" + verb + "' takes no argument");
+  } else if (verb == "history") {
+    if (argument.empty())
       throw inspection_error("'history' needs a platform name");
     if (!extra.empty())
       throw inspection_error("'history' takes one platform name");
   } else {
-    throw inspection_error("unknown command '" + c.verb
+    throw inspection_error("unknown command '" + verb
                            + "' (snapshot, history NAME, pause, resume, checkpoint)");
   }
+  c.verb = messages::parse_verb(verb);
+  c.argument = argument;
   return c;
 }
 

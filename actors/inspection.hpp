@@ -147,15 +147,10 @@ std::vector<link> topology_of(const std::vector<messages::epoch_report>& reports
 /// and out, exchange rate, test accuracy of the latest epoch.
 void add_completed_epochs(platform_row& row, const std::vector<messages::epoch_report>& reports);
 
-/// A console command: "snapshot", "history NAME", "pause", "resume",
-/// "checkpoint".
-struct command {
-  std::string verb;
-  std::string argument;
-};
-
-/// Parses a command; throws inspection_error naming what is wrong.
-command parse_command(const std::string& text);
+/// Parses a console command ("snapshot", "history NAME", "pause", "resume",
+/// "checkpoint"), as typed by a user; throws inspection_error naming what is
+/// wrong (the node parses it at its door; the balancer gets the control).
+messages::control parse_command(const std::string& text);
 
 std::string to_json(const snapshot& s);
 std::string to_json(const history& h);

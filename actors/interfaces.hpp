@@ -1,12 +1,14 @@
 #pragma once
 // Every actor interface of edgegossip in one place, so the whole protocol can
-// be read here. Payloads that cross nodes are Cap'n Proto buffers (`bytes`,
-// see messages/codec.hpp); the remaining elements are CAF built-in types, so
-// no message type has to be announced to the middleman. Gossip messages
-// leave a platform as `shared_gathered` (pieces that reference its
-// parameters), travel between nodes on the weights lane (messages/lane.hpp),
-// not through the middleman, and are `shared_bytes` once received.
+// be read here. Messages are typed: the structs of messages/codec.hpp (plan,
+// epoch_report, prediction, hello, control, held_weights) travel between the
+// actors of one node as they are; when the middleman carries one to another
+// node it goes as a Cap'n Proto envelope, checked once at the door
+// (actors/wire.hpp). Gossip between nodes goes on the weights lane
+// (messages/lane.hpp), not through the middleman: the node's lane callback
+// decodes each frame once, the mixers and platforms see held_weights.
 
+#include "actors/wire.hpp"
 #include "messages/buffer.hpp"
 #include "messages/codec.hpp"
 
@@ -22,17 +24,12 @@
 
 namespace eg::actors {
 
-/// A Cap'n Proto message (messages::encode / messages::decode).
-using bytes = std::vector<char>;
-/// A Cap'n Proto message in the process's buffer cache (as the weights lane
-/// receives it, or the sending mixer copies it for a peer in this process),
-/// passed between the actors of one process without copying. Never
-/// serialized: CAF cannot send it to another node.
-using shared_bytes = messages::shared_buffer;
-/// A gossip message as a platform sends it: in pieces that reference the
-/// platform's parameters (messages::encode_gathered), written to the
-/// weights lane as they lie. Local only, like shared_bytes.
-using shared_gathered = messages::shared_gathered;
+using messages::control;
+using messages::epoch_report;
+using messages::held_weights;
+using messages::hello;
+using messages::plan;
+using messages::prediction;
 
 // -- atoms (at most 10 characters each) ----------------------------------------
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
@@ -66,6 +63,7 @@ using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
+using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -73,8 +71,8 @@ using store_actor = caf::typed_actor<
   // gossip weight, model bytes, optimizer bytes. Answers whether it was saved.
   caf::replies_to<checkpoint_atom, std::string, uint64_t, uint64_t, double, std::string,
                   std::string>::with<bool>,
-  // Stores a platform's epoch report (messages::epoch_report) under its key.
-  caf::reacts_to<metrics_atom, std::string, uint64_t, bytes>,
+  // Stores a platform's epoch report (platform, epoch, the report).
+  caf::reacts_to<metrics_atom, std::string, uint64_t, epoch_report>,
   // Stores a record: column family name ("rankings", "predictor", ...), key, value.
   caf::reacts_to<store_atom, std::string, std::string, std::string>,
   // Flushes to disk; answers once done.
@@ -82,22 +80,20 @@ using store_actor = caf::typed_actor<
 
 // -- mixer: the gossip endpoint of one platform ---------------------------------
 using mixer_actor = caf::typed_actor<
-  // From its platform: send these encoded weights to peer index i (-1: a
-  // peer chosen uniformly at random): on the weights lane to a peer on
-  // another node, as a local message to one in this process.
-  caf::reacts_to<send_atom, int64_t, shared_gathered>,
-  // From a peer mixer on a node without a weights lane (through the
-  // middleman): encoded weights; checked, counted, passed on.
-  caf::reacts_to<gossip_atom, bytes>,
-  // The same from the weights lane or a peer in this process.
-  caf::reacts_to<gossip_atom, shared_bytes>,
+  // From its platform: send these weights (views of its parameters, held by
+  // a loan) to that peer platform: on the weights lane to a peer on another
+  // node, as a copy to one in this process, through the middleman else.
+  caf::reacts_to<send_atom, std::string, held_weights>,
+  // From a peer mixer, or the node's weights lane (decoded there): weights
+  // to count and pass on to the platform.
+  caf::reacts_to<gossip_atom, held_weights>,
   // From the node: the peer mixers (platform names, handles, and the weights
   // lane of each one's node as messages::to_string(lane_endpoint), "" for
   // none or this process).
   caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>,
                  std::vector<std::string>>,
-  // Traffic since the last call, as an encoded epoch_report (counters only).
-  caf::replies_to<stats_atom>::with<bytes>>;
+  // Traffic since the last call (the counters of an epoch report).
+  caf::replies_to<stats_atom>::with<epoch_report>>;
 
 // -- predictor: the performance predictor of one platform ----------------------
 using predictor_actor = caf::typed_actor<
@@ -105,27 +101,40 @@ using predictor_actor = caf::typed_actor<
   caf::reacts_to<observe_atom, double, uint64_t>,
   // To itself: sample the contention of co-running programs (twice a second).
   caf::reacts_to<tick_atom>,
-  // The predicted throughput now, as an encoded messages::prediction.
-  caf::replies_to<predict_atom>::with<bytes>>;
+  // The predicted throughput now.
+  caf::replies_to<predict_atom>::with<prediction>>;
 
 // -- platform: model, optimizer and local shard of one platform -----------------
 using platform_actor = caf::typed_actor<
-  // From the balancer: an encoded plan (epoch, ratio, last epoch).
-  caf::reacts_to<plan_atom, bytes>,
+  // From the balancer: the plan of an epoch (epoch, ratio, last epoch).
+  caf::reacts_to<plan_atom, plan>,
   // To itself: one training iteration.
   caf::reacts_to<step_atom>,
-  // From its mixer: encoded weights received from a peer, to merge.
-  caf::reacts_to<merge_atom, shared_bytes>,
-  // The current parameters, encoded (averaging, inspection).
-  caf::replies_to<weights_atom>::with<bytes>,
+  // From its mixer: weights received from a peer, to merge.
+  caf::reacts_to<merge_atom, held_weights>,
+  // From its mixer: the peer platforms reachable now (the topology picks
+  // among them).
+  caf::reacts_to<peers_atom, std::vector<std::string>>,
+  // The current parameters, a copy (averaging, inspection).
+  caf::replies_to<weights_atom>::with<held_weights>,
   // From the balancer: the run is over (argument: run name).
   caf::reacts_to<done_atom, std::string>,
   // From the balancer: the deadline of this epoch passed; end it now and
   // report what was trained (ignored for any other epoch).
   caf::reacts_to<cut_atom, uint32_t>,
-  // Control: "pause", "resume", "checkpoint", "stop". Answers once done
-  // ("checkpoint" and "stop": once the store has the checkpoint).
-  caf::replies_to<control_atom, std::string>::with<bool>>;
+  // Control: pause, resume, checkpoint, stop. Answers once done (checkpoint
+  // and stop: once the store has the checkpoint); ec::bad_request for
+  // another verb.
+  caf::replies_to<control_atom, control>::with<bool>>;
+
+// -- evaluator: the balancer's model averaging and test-set evaluation -----------
+using evaluator_actor = caf::typed_actor<
+  // The platforms' models with each one's weight in the average and its
+  // per-class weights of the output layer (empty: by weight alone): the
+  // averaged model's test loss and accuracy, and the seconds evaluating took
+  // (all 0 when no model could be averaged).
+  caf::replies_to<evaluate_atom, std::vector<held_weights>, std::vector<double>,
+                  std::vector<std::vector<double>>>::with<double, double, double>>;
 
 // -- balancer: one per cluster; plans epochs, gathers reports -------------------
 using balancer_actor = caf::typed_actor<
@@ -134,10 +143,10 @@ using balancer_actor = caf::typed_actor<
   caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor>,
   // From a node: its store cannot write (node name, why), for the console.
   caf::reacts_to<failed_atom, std::string, std::string>,
-  // From a platform: an encoded epoch_report at the end of an epoch.
-  caf::reacts_to<report_atom, bytes>,
-  // From a platform: an encoded epoch_report of the epoch so far.
-  caf::reacts_to<progress_atom, bytes>,
+  // From a platform: its report at the end of an epoch.
+  caf::reacts_to<report_atom, epoch_report>,
+  // From a platform: its report of the epoch so far.
+  caf::reacts_to<progress_atom, epoch_report>,
   // To itself: refresh the progress display.
   caf::reacts_to<tick_atom>,
   // To itself: start (or, resuming, go on with) the run with the platforms
@@ -145,28 +154,29 @@ using balancer_actor = caf::typed_actor<
   caf::reacts_to<start_atom>,
   // To itself: the deadline of this epoch (edgegossip.deadline) passed.
   caf::reacts_to<deadline_atom, uint32_t>,
-  // From a node, for the inspection console: a command (inspection::command:
-  // snapshot, history NAME, pause, resume, checkpoint) and the asking node's
-  // name; answered in JSON (actors/inspection.hpp).
-  caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;
+  // From a node, for the inspection console: a command (snapshot, history
+  // of a platform, pause, resume, checkpoint) and the asking node's name;
+  // answered in JSON (actors/inspection.hpp).
+  caf::replies_to<inspect_atom, control, std::string>::with<std::string>>;
 
 // -- node: one per process; peering, directory, lifetime -------------------------
 using node_actor = caf::typed_actor<
-  // From a peer node: its encoded hello and component handles (in the
-  // order of hello.components); answered with ours.
-  caf::replies_to<hello_atom, bytes, std::vector<caf::actor>>::with<bytes,
-                                                                  std::vector<caf::actor>>,
+  // From a peer node: its hello and component handles (in the order of
+  // hello.components); answered with ours, or ec::refused.
+  caf::replies_to<hello_atom, hello, std::vector<caf::actor>>::with<hello,
+                                                                    std::vector<caf::actor>>,
   // To itself: dial the peer node of that name (retried until it answers).
   caf::reacts_to<dial_atom, std::string>,
-  // From a local platform: it finished the run (platform, run name).
+  // From a local platform or the balancer: it finished the run (platform
+  // or "balancer", run name).
   caf::reacts_to<done_atom, std::string, std::string>,
   // From a local platform: its epoch report, for the node's metrics file.
-  caf::reacts_to<report_atom, bytes>,
+  caf::reacts_to<report_atom, epoch_report>,
   // From the launcher: answers with the run name once every local platform
   // is done (or the node was stopped).
   caf::replies_to<wait_atom>::with<std::string>,
-  // Control for the whole node: "stop" (clean shutdown).
-  caf::reacts_to<control_atom, std::string>,
+  // Control for the whole node: stop (final checkpoints, clean shutdown).
+  caf::reacts_to<control_atom, control>,
   // From the balancer: its run state (storage::frame_run_state), to keep in
   // the store of every node of the cluster.
   caf::reacts_to<run_atom, std::string>,
@@ -180,13 +190,13 @@ using node_actor = caf::typed_actor<
   // From a peer node or the console, before its hello or command: a fresh
   // nonce it must answer (messages/secret.hpp); each is valid once.
   caf::replies_to<challenge_atom>::with<std::string>,
-  // From the inspection console: its credentials (inspection::
-  // console_credentials, answering a challenge of this node) and a command;
-  // answered in JSON by the balancer (forwarded), or refused with an error.
+  // From the inspection console (another process, not a node): its
+  // credentials (inspection::console_credentials, answering a challenge of
+  // this node) and a command as text; answered in JSON by the balancer
+  // (forwarded), or refused with ec::refused / ec::bad_request.
   caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>>;
 
 } // namespace eg::actors
 
-// Local only (see shared_bytes).
+// Local only (the weights lane's frames).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eg::messages::shared_buffer)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eg::messages::shared_gathered)

@@ -3,11 +3,13 @@
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <map>
-#include <random>
+
 
 namespace eg::actors {
 namespace {
@@ -30,40 +32,28 @@ struct mixer_state {
   mixer_args args;
   platform_actor platform;
   std::vector<peer> peers;
-  std::mt19937_64 rng;
   // Counters since the last stats request.
   uint64_t bytes_sent = 0;
   uint64_t messages_sent = 0;
-  uint64_t messages_dropped = 0;  // nobody to send to
-  uint64_t messages_refused = 0;
+  uint64_t messages_dropped = 0;  // the peer is gone, or its lane queue is full
   std::map<std::string, traffic> received;
 };
 
 using bound_mixer = mixer_actor::extend<caf::reacts_to<bind_atom, caf::actor>>;
 using self_ptr = bound_mixer::stateful_pointer<mixer_state>;
 
-/// A received gossip message: checked at the door, counted, passed on.
-void take(self_ptr self, shared_bytes payload) {
+/// Tells the platform which peers it can reach now.
+void tell_platform(self_ptr self) {
   auto& st = self->state;
-  try {
-    if (!payload)
-      throw messages::codec_error("empty message");
-    auto env = messages::decode(payload->data(), payload->size(), st.args.cluster_id);
-    if (!std::holds_alternative<messages::weights>(env.payload))
-      throw messages::codec_error("gossip message does not hold weights");
-    auto& t = st.received[env.hdr.sender];
-    ++t.messages;
-    t.bytes += payload->size();
-    if (st.platform)
-      self->send(st.platform, merge_atom::value, std::move(payload));
-  } catch (const messages::codec_error& e) {
-    ++st.messages_refused;
-    spdlog::warn("[{}] refused a gossip message: {}", st.args.platform, e.what());
-  }
+  if (!st.platform)
+    return;
+  std::vector<std::string> live;
+  for (auto& p : st.peers)
+    live.push_back(p.name);
+  self->send(st.platform, peers_atom::value, std::move(live));
 }
 
 bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
-  self->state.rng.seed(args.seed);
   self->state.args = std::move(args);
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& ps = self->state.peers;
@@ -72,56 +62,57 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         spdlog::info("[{}] peer {} is down ({}); gossiping without it",
                      self->state.args.platform, i->name, caf::to_string(dm.reason));
         ps.erase(i);
+        tell_platform(self);
         return;
       }
   });
   return {
     [self](bind_atom, caf::actor platform) {
       self->state.platform = caf::actor_cast<platform_actor>(platform);
+      tell_platform(self);
     },
-    [self](send_atom, int64_t index, shared_gathered& payload) {
+    [self](send_atom, const std::string& target, held_weights& message) {
       auto& st = self->state;
-      if (st.peers.empty() || !payload) {
-        ++st.messages_dropped;
+      auto to = std::find_if(st.peers.begin(), st.peers.end(),
+                             [&](const peer& p) { return p.name == target; });
+      if (to == st.peers.end()) {
+        ++st.messages_dropped;  // went down since the platform heard of it
         return;
       }
-      size_t i;
-      if (index >= 0) {
-        i = static_cast<size_t>(index) % st.peers.size();
-      } else {
-        std::uniform_int_distribution<size_t> pick(0, st.peers.size() - 1);
-        i = pick(st.rng);
-      }
-      auto& to = st.peers[i];
-      const auto size = payload->size();
-      if (st.args.lane && to.lane.port != 0 && to.handle.node() != self->node()) {
-        // Written from the sender's parameters as they lie.
-        if (!st.args.lane->send(to.lane, to.name, std::move(payload))) {
+      size_t size = message.wire_bytes;
+      if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
+        // Encoded once, the tensors written from the sender's parameters as
+        // they lie (the message's hold is a loan on them).
+        messages::envelope e;
+        e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+        e.payload = std::move(message.value);
+        auto pieces = std::make_shared<const messages::gathered>(
+          messages::encode_gathered(e, std::move(message.hold)));
+        size = pieces->size();
+        if (!st.args.lane->send(to->lane, to->name, std::move(pieces))) {
           ++st.messages_dropped;  // the lane's queue is full
           return;
         }
+      } else if (to->handle.node() == self->node()) {
+        // A peer in this process gets a copy of its own: the sender's
+        // parameters are free again once it is made.
+        self->send(to->handle, gossip_atom::value, messages::copy_weights(message));
       } else {
-        // A peer in this process gets one contiguous copy, shared with its
-        // mixer and platform; a node without a lane gets it through the
-        // middleman, one more copy. The sender's parameters are free again
-        // once it is made.
-        auto flat = payload->flatten();
-        payload.reset();
-        if (to.handle.node() == self->node())
-          self->send(to.handle, gossip_atom::value,
-                     std::make_shared<const messages::buffer>(std::move(flat)));
-        else
-          self->send(to.handle, gossip_atom::value, bytes(flat.data(), flat.data() + flat.size()));
+        // A node without a weights lane: through the middleman, which
+        // encodes it (actors/wire.hpp).
+        self->send(to->handle, gossip_atom::value, std::move(message));
       }
       st.bytes_sent += size;
       ++st.messages_sent;
     },
-    [self](gossip_atom, const bytes& payload) {
-      messages::buffer copy(payload.size());
-      std::copy(payload.begin(), payload.end(), copy.data());
-      take(self, std::make_shared<const messages::buffer>(std::move(copy)));
+    [self](gossip_atom, held_weights& message) {
+      auto& st = self->state;
+      auto& t = st.received[message.sender];
+      ++t.messages;
+      t.bytes += message.wire_bytes;
+      if (st.platform)
+        self->send(st.platform, merge_atom::value, std::move(message));
     },
-    [self](gossip_atom, shared_bytes& payload) { take(self, std::move(payload)); },
     [self](peers_atom, const std::vector<std::string>& names,
            const std::vector<caf::actor>& handles, const std::vector<std::string>& lanes) {
       auto& st = self->state;
@@ -147,24 +138,22 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         next.push_back(std::move(p));
       }
       st.peers = std::move(next);
+      tell_platform(self);
     },
-    [self](stats_atom) -> bytes {
+    [self](stats_atom) -> epoch_report {
       auto& st = self->state;
-      messages::epoch_report r;
+      epoch_report r;
       r.platform = st.args.platform;
       r.bytes_sent = st.bytes_sent;
       r.messages_sent = st.messages_sent;
-      r.messages_refused = st.messages_refused;
       for (auto& [name, t] : st.received) {
         r.bytes_received += t.bytes;
         r.messages_received += t.messages;
         r.received_from.push_back(messages::peer_traffic{name, t.messages, t.bytes});
       }
-      st.bytes_sent = st.messages_sent = st.messages_dropped = st.messages_refused = 0;
+      st.bytes_sent = st.messages_sent = st.messages_dropped = 0;
       st.received.clear();
-      return messages::encode(messages::envelope{{st.args.cluster_id, messages::protocol_version,
-                                                  st.args.platform},
-                                                 std::move(r)});
+      return r;
     },
   };
 }

@@ -1,10 +1,10 @@
 #pragma once
 // The mixer: the gossip endpoint of one platform. It knows the peer mixers
-// (monitoring each), sends the platform's encoded weights to the peer the
-// strategy picked (on the weights lane when the peer is on another node),
-// checks every received message at the door (cluster id,
-// protocol version, well-formedness), counts traffic per peer, and passes
-// accepted weights to its platform, which owns the parameters and merges.
+// (monitoring each), sends the platform's weights to the peer the
+// platform names (on the weights lane when the peer is on another node),
+// counts traffic per peer, and passes received weights (checked at the door:
+// the lane, or the middleman: actors/wire.hpp) to its platform, which owns
+// the parameters and merges. It tells its platform which peers are live.
 
 #include "actors/interfaces.hpp"
 
@@ -22,7 +22,6 @@ namespace eg::actors {
 struct mixer_args {
   std::string platform;    ///< name of the platform it serves
   std::string cluster_id;  ///< messages of any other cluster are refused
-  uint64_t seed = 1;       ///< peer choice
   /// This node's weights lane (none: every peer is reached through CAF).
   std::shared_ptr<messages::lane> lane;
 };

@@ -1,5 +1,7 @@
 #include "actors/network.hpp"
 
+#include "actors/wire.hpp"
+
 #include "messages/socket.hpp"
 
 #include <caf/all.hpp>
@@ -41,6 +43,7 @@ config::tls_config tls_of(const config::tls_config& files, const std::string& no
 void configure_network(caf::actor_system_config& cfg, const config::cluster_config& cluster,
                        const std::string& node) {
   cfg.load<caf::io::middleman>();
+  announce_types(cfg);
   cfg.set("middleman.heartbeat-interval", seconds(cluster.heartbeat_interval));
   cfg.set("middleman.connection-timeout", seconds(cluster.peer_timeout));
   if (cluster.tls.enabled())

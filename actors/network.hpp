@@ -8,7 +8,7 @@
 // every monitor of the peer's actors gets its down message.
 
 #include "actors/interfaces.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>

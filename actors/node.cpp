@@ -10,6 +10,8 @@
 #include "messages/secret.hpp"
 #include "storage/store.hpp"
 
+#include "config/defaults.hpp"
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
@@ -43,7 +45,7 @@ struct node_state {
   bool finished = false;
   bool released = false;  // the launcher may end the process
   bool stopping = false;
-  bool over_armed = false;  // the run is known to be over: "over" is on its way
+  bool over_armed = false;  // the run is known to be over: over_atom is on its way
   std::vector<messages::epoch_report> reports;
   std::vector<caf::response_promise> waiting;
   /// The weights lane (none in a single-node cluster, with
@@ -60,10 +62,6 @@ struct node_state {
       lane->stop();  // no frames for mixers of a node that is gone
   }
 
-  messages::header header() const {
-    return {args.cluster.id, messages::protocol_version, args.name};
-  }
-
   /// Nodes in the order they take over the balancer: cluster.balancer,
   /// then the others in file order.
   std::vector<std::string> succession() const {
@@ -77,7 +75,7 @@ struct node_state {
   /// The node hosting a balancer that we know of ("" if none).
   std::string balancer_home() const {
     for (auto& e : directory)
-      if (e.what.role == "balancer")
+      if (e.what.role == messages::role::balancer)
         return e.what.node;
     return {};
   }
@@ -86,7 +84,7 @@ struct node_state {
   /// with `purpose` "hello" it answers the challenge of the node we dial,
   /// with "hello-answer" the nonce of the node that dialled us (see
   /// messages/secret.hpp).
-  std::pair<bytes, std::vector<caf::actor>> hello(const std::string& purpose,
+  std::pair<messages::hello, std::vector<caf::actor>> hello(const std::string& purpose,
                                                   const std::string& challenge,
                                                   const std::string& nonce) const {
     messages::hello h;
@@ -102,7 +100,7 @@ struct node_state {
         h.components.push_back(e.what);
         handles.push_back(e.handle);
       }
-    return {messages::encode({header(), h}), std::move(handles)};
+    return {std::move(h), std::move(handles)};
   }
 
   /// Throws codec_error when `h` does not prove the cluster secret with
@@ -123,7 +121,13 @@ struct node_state {
   }
 };
 
-using self_ptr = node_actor::stateful_pointer<node_state>;
+using over_atom = caf::atom_constant<caf::atom("over")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+/// The node's interface with its private messages: the run is over (the
+/// grace period for local platforms ended), and the store is flushed (the
+/// launcher may end the process).
+using node_impl = node_actor::extend<caf::reacts_to<over_atom>, caf::reacts_to<release_atom>>;
+using self_ptr = node_impl::stateful_pointer<node_state>;
 
 /// Whether the message being handled comes from this process or a peered
 /// node (not from a stranger who connected to our port without a handshake).
@@ -140,7 +144,7 @@ void publish_peers(self_ptr self) {
   std::vector<std::string> names, lanes;
   std::vector<caf::actor> handles;
   for (auto& e : st.directory)
-    if (e.what.role == "mixer") {
+    if (e.what.role == messages::role::mixer) {
       names.push_back(e.what.name);
       handles.push_back(e.handle);
       auto l = st.lanes.find(e.what.node);
@@ -158,17 +162,17 @@ void announce_platforms(self_ptr self, const std::string& node) {
   if (!st.balancer)
     return;
   for (auto& e : st.directory) {
-    if (e.what.role != "platform" || e.what.node != node)
+    if (e.what.role != messages::role::platform || e.what.node != node)
       continue;
     caf::actor predictor;
     for (auto& q : st.directory)
-      if (q.what.role == "predictor" && q.what.name == e.what.name)
+      if (q.what.role == messages::role::predictor && q.what.name == e.what.name)
         predictor = q.handle;
     self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle, predictor);
   }
 }
 
-void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles,
+void absorb(self_ptr self, const messages::hello& h, const std::vector<caf::actor>& handles,
             const std::function<void(const messages::hello&)>& check);
 
 /// The handshake with a peer node's actor: asks it for a challenge, sends
@@ -178,15 +182,15 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
 void handshake(self_ptr self, const node_actor& remote, const std::string& name,
                std::function<void()> done,
                std::function<void(const std::string&, bool refused)> failed) {
-  self->request(remote, std::chrono::seconds(10), challenge_atom::value)
+  self->request(remote, defaults::handshake_timeout, challenge_atom::value)
     .then(
       [self, remote, name, done, failed](const std::string& challenge) {
         auto nonce = messages::make_nonce();
-        auto [buf, handles] = self->state.hello("hello", challenge, nonce);
-        self->request(remote, std::chrono::seconds(10), hello_atom::value, std::move(buf),
+        auto [mine, handles] = self->state.hello("hello", challenge, nonce);
+        self->request(remote, defaults::handshake_timeout, hello_atom::value, std::move(mine),
                       std::move(handles))
           .then(
-            [self, name, nonce, done, failed](const bytes& their,
+            [self, name, nonce, done, failed](const messages::hello& their,
                                               const std::vector<caf::actor>& hs) {
               try {
                 absorb(self, their, hs, [&](const messages::hello& h) {
@@ -203,10 +207,9 @@ void handshake(self_ptr self, const node_actor& remote, const std::string& name,
             },
             [self, failed](caf::error& err) {
               // The peer's refusal (its reason as the error's text), or no answer.
-              if (err.category() == caf::atom("system")
-                  && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument)
-                  && err.context().match_elements<std::string>())
-                failed(err.context().get_as<std::string>(0), true);
+              std::string why;
+              if (is(err, ec::refused, &why))
+                failed(why, true);
               else
                 failed(self->system().render(err), false);
             });
@@ -235,7 +238,7 @@ void resolve_balancers(self_ptr self) {
     return std::find(order.begin(), order.end(), n) - order.begin();
   };
   for (auto& e : st.directory)
-    if (e.what.role == "balancer" && e.what.node != st.args.name
+    if (e.what.role == messages::role::balancer && e.what.node != st.args.name
         && rank(e.what.node) < rank(st.args.name)) {
       spdlog::warn("[{}] node {} hosts the balancer too: stopping ours", st.args.name,
                    e.what.node);
@@ -244,7 +247,7 @@ void resolve_balancers(self_ptr self) {
       st.balancer.reset();
       std::vector<entry> next;
       for (auto& d : st.directory)
-        if (!(d.what.role == "balancer" && d.what.node == st.args.name))
+        if (!(d.what.role == messages::role::balancer && d.what.node == st.args.name))
           next.push_back(d);
       st.directory = std::move(next);
       rehello(self);
@@ -268,7 +271,7 @@ void start_balancer(self_ptr self, bool continuing) {
       spdlog::warn("[{}] run {} is over (its balancer finished it); ending the node",
                    st.args.name, saved->run);
       st.run = saved->run;
-      self->send(self, control_atom::value, std::string{"over"});
+      self->send(self, over_atom::value);
       return;
     }
     if (saved && saved->fingerprint == args.fingerprint)
@@ -278,7 +281,7 @@ void start_balancer(self_ptr self, bool continuing) {
   }
   st.balancer = spawn_balancer(self->system(), std::move(args));
   self->link_to(*st.balancer);
-  st.directory.push_back(entry{{"balancer", st.args.name, st.args.name},
+  st.directory.push_back(entry{{messages::role::balancer, st.args.name, st.args.name},
                                caf::actor_cast<caf::actor>(*st.balancer)});
   for (auto& n : st.args.cluster.nodes)
     announce_platforms(self, n.name);
@@ -289,13 +292,10 @@ void start_balancer(self_ptr self, bool continuing) {
 }
 
 /// Takes a peer node's hello into the directory once `check` passes it.
-void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& handles,
+void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::actor>& handles,
             const std::function<void(const messages::hello&)>& check) {
   auto& st = self->state;
-  auto env = messages::decode(buf, st.args.cluster.id);
-  auto* h = std::get_if<messages::hello>(&env.payload);
-  if (!h)
-    throw messages::codec_error("handshake message does not hold a hello");
+  const auto* h = &hello;
   if (h->components.size() != handles.size())
     throw messages::codec_error("handshake lists " + std::to_string(h->components.size())
                                 + " components but carries " + std::to_string(handles.size())
@@ -310,7 +310,7 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
   check(*h);
   bool has_node = false;
   for (auto& c : h->components)
-    has_node = has_node || (c.role == "node" && c.name == h->node && c.node == h->node);
+    has_node = has_node || (c.role == messages::role::node && c.name == h->node && c.node == h->node);
   if (!has_node)
     throw messages::codec_error("handshake of node '" + h->node + "' lacks the node itself");
   // Replace whatever we knew of that node.
@@ -321,7 +321,7 @@ void absorb(self_ptr self, const bytes& buf, const std::vector<caf::actor>& hand
   node_actor remote;
   for (size_t i = 0; i < handles.size(); ++i) {
     next.push_back(entry{h->components[i], handles[i]});
-    if (h->components[i].role == "node")
+    if (h->components[i].role == messages::role::node)
       remote = caf::actor_cast<node_actor>(handles[i]);
   }
   st.directory = std::move(next);
@@ -367,7 +367,7 @@ void dial(self_ptr self, const std::string& name) {
     if (n == 1 || n % 30 == 0)
       spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
                    self->system().render(err));
-    self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
+    self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
   };
   if (st.args.cluster.tls.enabled() && !st.tls_checked.count(name)) {
     // Over TLS, the peer's certificate is checked first, outside CAF (see
@@ -375,9 +375,12 @@ void dial(self_ptr self, const std::string& name) {
     auto tls = tls_of(st.args.cluster.tls, st.args.name);
     auto prober = self->spawn<caf::detached>(
       [tls, host = target.host, port = target.port]() -> caf::behavior {
-        return {[=](dial_atom) { return probe_tls(host, port, tls, 5000); }};
+        return {[=](dial_atom) {
+          return probe_tls(host, port, tls,
+                           static_cast<int>(defaults::tls_probe_timeout.count()));
+        }};
       });
-    self->request(prober, std::chrono::seconds(10), dial_atom::value)
+    self->request(prober, defaults::handshake_timeout, dial_atom::value)
       .then(
         [self, name, retry, prober](const std::string& problem) {
           self->send_exit(prober, caf::exit_reason::user_shutdown);
@@ -398,7 +401,7 @@ void dial(self_ptr self, const std::string& name) {
   }
   st.tls_checked.erase(name);  // checked again before the next dial
   auto mm = connector(self->system());
-  self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, target.host, target.port)
+  self->request(mm, defaults::handshake_timeout, caf::connect_atom::value, target.host, target.port)
     .then(
       [self, name, retry](const caf::node_id&, caf::strong_actor_ptr& ptr,
                           const std::set<std::string>&) {
@@ -415,7 +418,7 @@ void dial(self_ptr self, const std::string& name) {
           },
           [self, name, retry](const std::string& why, bool refused) {
             if (!refused) {
-              retry(caf::make_error(caf::sec::invalid_argument, why));
+              retry(make_error(ec::unreachable, why));
               return;
             }
             // Refused (a wrong secret, another cluster): said plainly, and
@@ -425,7 +428,7 @@ void dial(self_ptr self, const std::string& name) {
             if (n == 1 || n % 30 == 0)
               spdlog::error("[{}] node {} refused the handshake: {}", st.args.name, name, why);
             st.dialling.erase(name);
-            self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
+            self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
           });
       },
       retry);
@@ -456,14 +459,11 @@ void finish(self_ptr self) {
   }
   // Flush the store, then answer the launcher; the short grace period lets
   // the last messages to peers leave before the process goes.
-  self->request(st.args.store, std::chrono::seconds(30), flush_atom::value)
+  self->request(st.args.store, defaults::flush_timeout, flush_atom::value)
     .then([self](bool) {
-      self->delayed_send(self, std::chrono::milliseconds(500), control_atom::value,
-                         std::string{"release"});
+      self->delayed_send(self, defaults::release_delay, release_atom::value);
     },
-    [self](caf::error&) {
-      self->send(self, control_atom::value, std::string{"release"});
-    });
+    [self](caf::error&) { self->send(self, release_atom::value); });
 }
 
 // -- inspection console ----------------------------------------------------------
@@ -475,7 +475,7 @@ inspection::snapshot local_view(const node_state& st) {
   inspection::snapshot s;
   auto& h = s.cluster;
   h.id = cfg.id;
-  h.strategy = cfg.strategy.name;
+  h.strategy = config::to_string(cfg.strategy.name);
   h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
   h.run = st.run;
   h.state = st.finished ? "finished" : "unknown";
@@ -521,45 +521,49 @@ inspection::snapshot local_view(const node_state& st) {
 
 /// Without the balancer: a control command straight to every platform this
 /// node knows.
-std::string control_platforms(self_ptr self, const std::string& what) {
+std::string control_platforms(self_ptr self, messages::verb what) {
   auto& st = self->state;
   size_t n = 0;
   for (auto& e : st.directory)
-    if (e.what.role == "platform") {
-      self->request(caf::actor_cast<platform_actor>(e.handle), std::chrono::seconds(30),
-                    control_atom::value, what)
+    if (e.what.role == messages::role::platform) {
+      self->request(caf::actor_cast<platform_actor>(e.handle), defaults::control_timeout,
+                    control_atom::value, control{what, {}})
         .then([](bool) {}, [](caf::error&) {});
       ++n;
     }
+  const std::string verb = messages::to_string(what);
   spdlog::info("[{}] console: {} sent to {} platforms (the balancer is unreachable)",
-               st.args.name, what, n);
+               st.args.name, verb, n);
   return inspection::to_json(inspection::answer{
-    true, what + " sent to " + std::to_string(n) + " platforms by node " + st.args.name
+    true, verb + " sent to " + std::to_string(n) + " platforms by node " + st.args.name
             + " (the balancer is unreachable)"});
 }
 
 /// What this node answers when the balancer cannot: its own view.
-caf::result<std::string> inspect_alone(self_ptr self, const inspection::command& c) {
+caf::result<std::string> inspect_alone(self_ptr self, const control& c) {
   auto& st = self->state;
-  if (c.verb == "snapshot")
-    return inspection::to_json(local_view(st));
-  if (c.verb == "history") {
-    inspection::history h{c.argument, {}};
-    for (auto& r : st.reports)
-      if (r.platform == c.argument)
-        h.epochs.push_back(r);
-    if (h.epochs.empty())
-      return caf::make_error(caf::sec::invalid_argument,
-                             "the balancer is unreachable and platform '" + c.argument
-                               + "' is not on node " + st.args.name);
-    return inspection::to_json(h);
+  switch (c.verb) {
+    case messages::verb::snapshot:
+      return inspection::to_json(local_view(st));
+    case messages::verb::history: {
+      inspection::history h{c.argument, {}};
+      for (auto& r : st.reports)
+        if (r.platform == c.argument)
+          h.epochs.push_back(r);
+      if (h.epochs.empty())
+        return make_error(ec::unknown_platform, "the balancer is unreachable and platform '"
+                                                  + c.argument + "' is not on node "
+                                                  + st.args.name);
+      return inspection::to_json(h);
+    }
+    default:
+      return control_platforms(self, c.verb);
   }
-  return control_platforms(self, c.verb);
 }
 
 /// The console's request: checks its credentials (the secret, over a
-/// challenge of this node), then asks the balancer
-/// (wherever it runs) and passes its answer on.
+/// challenge of this node) and parses the command at the door, then asks
+/// the balancer (wherever it runs) and passes its answer on.
 caf::result<std::string> inspect(self_ptr self, const std::string& credentials,
                                  const std::string& text) {
   auto& st = self->state;
@@ -567,26 +571,25 @@ caf::result<std::string> inspect(self_ptr self, const std::string& credentials,
                                      [&](const std::string& c) { return st.challenges.redeem(c); })) {
     spdlog::warn("[{}] console refused: wrong cluster secret, or a replayed or stale challenge",
                  st.args.name);
-    return caf::make_error(caf::sec::invalid_argument, std::string{inspection::refused_text});
+    return make_error(ec::refused, std::string{inspection::refused_text});
   }
-  inspection::command c;
+  control c;
   try {
     c = inspection::parse_command(text);
-  } catch (const inspection::inspection_error& e) {
-    return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
+  } catch (const std::exception& e) {
+    return make_error(ec::bad_request, std::string{e.what()});
   }
   balancer_actor balancer;
   for (auto& e : st.directory)
-    if (e.what.role == "balancer")
+    if (e.what.role == messages::role::balancer)
       balancer = caf::actor_cast<balancer_actor>(e.handle);
   if (!balancer)
     return inspect_alone(self, c);
   auto rp = self->make_response_promise<std::string>();
-  self->request(balancer, std::chrono::seconds(3), inspect_atom::value, text, st.args.name)
+  self->request(balancer, defaults::console_forward_timeout, inspect_atom::value, c, st.args.name)
     .then([rp](std::string& answer) mutable { rp.deliver(std::move(answer)); },
           [self, rp, c](caf::error& err) mutable {
-            if (err.category() == caf::atom("system")
-                && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument)) {
+            if (is(err, ec::unknown_platform) || is(err, ec::bad_request)) {
               rp.deliver(std::move(err));  // the balancer's answer
               return;
             }
@@ -604,7 +607,7 @@ caf::result<std::string> inspect(self_ptr self, const std::string& credentials,
 /// listen (gossip then goes through the middleman) or is configured off.
 std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   const auto& cfg = st.args.cluster;
-  if (cfg.nodes.size() < 2 || cfg.transport != "lane")
+  if (cfg.nodes.size() < 2 || cfg.transport != config::transport::lane)
     return nullptr;
   messages::lane_options o;
   o.cluster_id = cfg.id;
@@ -638,13 +641,16 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   }
 }
 
-/// Hands frames from the lane to the local mixers (by platform name).
+/// The door for gossip: decodes each frame of the lane once (on the lane's
+/// thread), checked against the cluster id, and hands the weights to the
+/// local mixer of the platform it is for.
 void start_lane(node_state& st) {
   std::map<std::string, caf::actor_addr> mixers;
   for (auto& p : st.platforms)
     mixers[p.name] = caf::actor_cast<caf::actor_addr>(p.mixer);
-  st.lane->start([mixers = std::move(mixers), me = st.args.name](
-                   const std::string& from, const std::string& target, shared_bytes message) {
+  st.lane->start([mixers = std::move(mixers), me = st.args.name, cluster = st.args.cluster.id](
+                   const std::string& from, const std::string& target,
+                   messages::shared_buffer message) {
     auto i = mixers.find(target);
     auto mixer = i == mixers.end() ? caf::actor{} : caf::actor_cast<caf::actor>(i->second);
     if (!mixer) {
@@ -653,11 +659,24 @@ void start_lane(node_state& st) {
                    me, from, target);
       return;
     }
-    caf::anon_send(caf::actor_cast<mixer_actor>(mixer), gossip_atom::value, std::move(message));
+    held_weights w;
+    try {
+      if (!message)
+        throw messages::codec_error("empty message");
+      auto env = messages::decode(message->data(), message->size(), cluster);
+      auto* weights = std::get_if<messages::weights>(&env.payload);
+      if (!weights)
+        throw messages::codec_error("a gossip frame that does not hold weights");
+      w = held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
+    } catch (const messages::codec_error& e) {
+      spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
+      return;
+    }
+    caf::anon_send(caf::actor_cast<mixer_actor>(mixer), gossip_atom::value, std::move(w));
   });
 }
 
-node_actor::behavior_type node(self_ptr self, node_args args) {
+node_impl::behavior_type node(self_ptr self, node_args args) {
   auto& st = self->state;
   st.args = std::move(args);
   auto me = caf::actor_cast<node_actor>(self);
@@ -665,11 +684,9 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
   st.lane = open_lane(st);
   for (auto& pa : st.args.platforms) {
     auto name = pa.platform.name;
-    pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.cluster.id,
-                                            st.args.cluster.seed ^ std::hash<std::string>{}(name),
-                                            st.lane});
+    pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.cluster.id, st.lane});
     pa.node = me;
-    pa.predictor = spawn_predictor(sys, {name, st.args.cluster.id, st.args.store,
+    pa.predictor = spawn_predictor(sys, {name, st.args.store,
                                          std::move(pa.predictor_samples)});
     self->link_to(pa.predictor);
     auto platform = spawn_platform(sys, pa);
@@ -682,20 +699,21 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
   if (st.lane)
     start_lane(st);
   st.reports = std::move(st.args.reports);
-  auto local = [&](std::string role, std::string name, caf::actor h) {
-    st.directory.push_back(entry{{std::move(role), std::move(name), st.args.name}, std::move(h)});
+  using messages::role;
+  auto local = [&](role r, std::string name, caf::actor h) {
+    st.directory.push_back(entry{{r, std::move(name), st.args.name}, std::move(h)});
   };
-  local("node", st.args.name, caf::actor_cast<caf::actor>(self));
-  local("store", st.args.name, caf::actor_cast<caf::actor>(st.args.store));
+  local(role::node, st.args.name, caf::actor_cast<caf::actor>(self));
+  local(role::store, st.args.name, caf::actor_cast<caf::actor>(st.args.store));
   for (auto& p : st.platforms) {
-    local("platform", p.name, caf::actor_cast<caf::actor>(p.platform));
-    local("mixer", p.name, caf::actor_cast<caf::actor>(p.mixer));
-    local("predictor", p.name, caf::actor_cast<caf::actor>(p.predictor));
+    local(role::platform, p.name, caf::actor_cast<caf::actor>(p.platform));
+    local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
+    local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
   }
   if (st.args.start_balancer)
     start_balancer(self, false);
   else
-    self->delayed_send(self, std::chrono::seconds(3), elect_atom::value);
+    self->delayed_send(self, defaults::first_election, elect_atom::value);
   publish_peers(self);
   for (auto& n : st.args.cluster.nodes)
     if (n.name != st.args.name)
@@ -721,19 +739,19 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       spdlog::warn("[{}] node {} is down ({})", st.args.name, name, caf::to_string(dm.reason));
       publish_peers(self);
       if (had_balancer)
-        self->delayed_send(self, std::chrono::seconds(2), elect_atom::value);
+        self->delayed_send(self, defaults::succession_delay, elect_atom::value);
       // It may come back: keep dialling.
-      self->delayed_send(self, std::chrono::seconds(1), dial_atom::value, name);
+      self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
       return;
     }
   });
   return {
-    [self](hello_atom, const bytes& buf, const std::vector<caf::actor>& handles)
-      -> caf::result<bytes, std::vector<caf::actor>> {
+    [self](hello_atom, const hello& their, const std::vector<caf::actor>& handles)
+      -> caf::result<hello, std::vector<caf::actor>> {
       auto& st = self->state;
       std::string challenge, nonce;
       try {
-        absorb(self, buf, handles, [&](const messages::hello& h) {
+        absorb(self, their, handles, [&](const messages::hello& h) {
           if (!st.challenges.redeem(h.challenge))
             throw messages::codec_error("node '" + h.node + "' answered no challenge this node "
                                         "handed out (a replayed or stale handshake)");
@@ -743,7 +761,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         });
       } catch (const messages::codec_error& e) {
         spdlog::warn("[{}] refused a handshake: {}", st.args.name, e.what());
-        return caf::make_error(caf::sec::invalid_argument, std::string{e.what()});
+        return make_error(ec::refused, std::string{e.what()});
       }
       auto [mine, hs] = st.hello("hello-answer", challenge, nonce);
       return {std::move(mine), std::move(hs)};
@@ -761,20 +779,12 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         // The run is over: local platforms that do not say so within 30 s
         // (a done message lost on the way) do not keep the node up.
         st.over_armed = true;
-        self->delayed_send(self, std::chrono::seconds(30), control_atom::value,
-                           std::string{"over"});
+        self->delayed_send(self, defaults::over_grace, over_atom::value);
       }
     },
-    [self](report_atom, const bytes& buf) {
-      auto& st = self->state;
-      if (!from_cluster(self))
-        return;
-      try {
-        auto env = messages::decode(buf, st.args.cluster.id);
-        st.reports.push_back(std::get<messages::epoch_report>(env.payload));
-      } catch (const std::exception& e) {
-        spdlog::warn("[{}] refused a report: {}", st.args.name, e.what());
-      }
+    [self](report_atom, const epoch_report& r) {
+      if (from_cluster(self))
+        self->state.reports.push_back(r);
     },
     [self](wait_atom) -> caf::result<std::string> {
       if (self->state.released)
@@ -783,13 +793,18 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       self->state.waiting.push_back(rp);
       return rp;
     },
-    [self](control_atom, const std::string& what) {
+    [self](control_atom, const control& c) {
       auto& st = self->state;
       if (!from_cluster(self)) {
-        spdlog::warn("[{}] refused control '{}' from outside the cluster", st.args.name, what);
+        spdlog::warn("[{}] refused control '{}' from outside the cluster", st.args.name,
+                     messages::to_string(c.verb));
         return;
       }
-      if (what == "stop" && !st.finished && !st.stopping) {
+      if (c.verb != messages::verb::stop) {
+        spdlog::warn("[{}] a node does not take '{}'", st.args.name, messages::to_string(c.verb));
+        return;
+      }
+      if (!st.finished && !st.stopping) {
         spdlog::info("[{}] stopping: final checkpoints", st.args.name);
         st.stopping = true;
         // The store is flushed once every platform's final checkpoint is in
@@ -798,8 +813,8 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         if (*pending == 0)
           finish(self);
         for (auto& p : st.platforms)
-          self->request(p.platform, std::chrono::seconds(30), control_atom::value,
-                        std::string{"stop"})
+          self->request(p.platform, defaults::control_timeout, control_atom::value,
+                        control{messages::verb::stop, {}})
             .then(
               [self, pending](bool) {
                 if (--*pending == 0)
@@ -811,20 +826,26 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
                 if (--*pending == 0)
                   finish(self);
               });
-      } else if (what == "over" && !st.finished) {
-        std::string missing;
-        for (auto& p : st.platforms)
-          if (!st.done.count(p.name))
-            missing += " " + p.name;
-        spdlog::warn("[{}] the run is over but{} did not finish; ending the node", st.args.name,
-                     missing);
-        finish(self);
-      } else if (what == "release") {
-        st.released = true;
-        for (auto& rp : st.waiting)
-          rp.deliver(st.run);
-        st.waiting.clear();
       }
+    },
+    [self](over_atom) {
+      auto& st = self->state;
+      if (st.finished)
+        return;
+      std::string missing;
+      for (auto& p : st.platforms)
+        if (!st.done.count(p.name))
+          missing += " " + p.name;
+      spdlog::warn("[{}] the run is over but{} did not finish; ending the node", st.args.name,
+                   missing);
+      finish(self);
+    },
+    [self](release_atom) {
+      auto& st = self->state;
+      st.released = true;
+      for (auto& rp : st.waiting)
+        rp.deliver(st.run);
+      st.waiting.clear();
     },
     [self](run_atom, const std::string& state) {
       auto& st = self->state;
@@ -832,7 +853,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         return;
       // Every node keeps the balancer's latest run state.
       for (auto& e : st.directory)
-        if (e.what.role == "store")
+        if (e.what.role == messages::role::store)
           self->send(caf::actor_cast<store_actor>(e.handle), store_atom::value,
                      std::string{storage::name(storage::family::runs)},
                      std::string{storage::run_state_key}, state);
@@ -844,8 +865,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
       if (r && r->finished && !st.finished && !st.over_armed) {
         st.over_armed = true;
         st.run = r->run;
-        self->delayed_send(self, std::chrono::seconds(30), control_atom::value,
-                           std::string{"over"});
+        self->delayed_send(self, defaults::over_grace, over_atom::value);
       }
     },
     [self](elect_atom) {
@@ -854,7 +874,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         return;
       if (!st.dialling.empty()) {
         // Still finding out who is there.
-        self->delayed_send(self, std::chrono::seconds(1), elect_atom::value);
+        self->delayed_send(self, defaults::election_retry, elect_atom::value);
         return;
       }
       for (auto& n : st.succession()) {
@@ -878,14 +898,15 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
         return;
       st.store_failure = why;
       for (auto& e : st.directory)  // for the console, wherever it asks
-        if (e.what.role == "balancer")
+        if (e.what.role == messages::role::balancer)
           self->send(caf::actor_cast<balancer_actor>(e.handle), failed_atom::value, st.args.name,
                      why);
-      if (st.args.cluster.on_store_failure == "stop" && !st.finished) {
+      if (st.args.cluster.on_store_failure == config::store_failure_action::stop
+          && !st.finished) {
         spdlog::error("[{}] the store cannot write ({}); cluster.on_store_failure = \"stop\": "
                       "stopping the node",
                       st.args.name, why);
-        self->send(self, control_atom::value, std::string{"stop"});
+        self->send(self, control_atom::value, control{messages::verb::stop, {}});
       } else {
         spdlog::error("[{}] the store cannot write ({}); training goes on without checkpoints "
                       "(cluster.on_store_failure = \"continue\")",
@@ -902,7 +923,7 @@ node_actor::behavior_type node(self_ptr self, node_args args) {
 } // namespace
 
 node_actor spawn_node(caf::actor_system& sys, node_args args) {
-  return sys.spawn(node, std::move(args));
+  return caf::actor_cast<node_actor>(sys.spawn(node, std::move(args)));
 }
 
 } // namespace eg::actors

@@ -10,7 +10,7 @@
 #include "actors/balancer.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/platform.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 #include "messages/codec.hpp"
 
 #include <caf/fwd.hpp>

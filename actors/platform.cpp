@@ -3,12 +3,14 @@
 #include "learning/dataset.hpp"
 #include "learning/aggregator.hpp"
 #include "learning/gossip.hpp"
+#include "learning/topology.hpp"
 #include "learning/predictor.hpp"
 #include "learning/ranking.hpp"
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
-#include "messages/codec.hpp"
 #include "storage/store.hpp"
+
+#include "config/defaults.hpp"
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
@@ -31,6 +33,8 @@ struct platform_state {
   platform_args args;
   std::unique_ptr<learning::local_trainer> trainer;
   std::unique_ptr<learning::gossip_strategy> strategy;
+  std::unique_ptr<learning::topology> topology;
+  std::vector<std::string> live;      // peer platforms reachable now (from the mixer)
   std::vector<std::string> names;     // parameter names, wire order
   std::vector<torch::Tensor> params;  // the model's parameters (shared storage)
   std::mt19937_64 rng;
@@ -47,7 +51,7 @@ struct platform_state {
   bool step_queued = false;  // a step message is on its way (one chain of steps only)
   bool finished = false;
   uint32_t epochs_done = 0;  // completed epochs (what a checkpoint records)
-  bytes last_report;         // encoded report of epoch epochs_done - 1
+  std::optional<epoch_report> last_report;  // of epoch epochs_done - 1
   uint64_t total_iterations = 0;
   std::optional<clock::time_point> training_start;
   // The current epoch.
@@ -64,18 +68,21 @@ struct platform_state {
   clock::time_point last_step_end;
   learning::observation_meter observed;
 
-  messages::header header() const {
-    return {args.cluster_id, messages::protocol_version, args.platform.name};
-  }
-
-  messages::envelope weights_message(double weight) {
-    messages::weights w;
-    w.gossip_weight = weight;
-    w.rate = ratio;
-    w.epoch = epoch;
-    w.iteration = total_iterations;
-    w.tensors = learning::to_views(names, params);
-    return {header(), std::move(w)};
+  /// The parameters as they are, with this gossip weight; the views point
+  /// into them (`hold` keeps what they point into).
+  held_weights weights_message(double weight, std::vector<messages::tensor_view> tensors,
+                               std::shared_ptr<const void> hold) const {
+    held_weights h;
+    h.sender = args.platform.name;
+    h.value.gossip_weight = weight;
+    h.value.rate = ratio;
+    h.value.epoch = epoch;
+    h.value.iteration = total_iterations;
+    h.value.tensors = std::move(tensors);
+    for (auto& t : h.value.tensors)
+      h.wire_bytes += t.bytes;
+    h.hold = std::move(hold);
+    return h;
   }
 
   /// The emulated slowdown factor in force now (config + interference schedule).
@@ -117,7 +124,7 @@ void checkpoint(self_ptr self, std::function<void(bool)> saved = nullptr) {
   auto& st = self->state;
   auto& m = st.trainer->model();
   auto name = st.args.platform.name;
-  self->request(st.args.store, std::chrono::seconds(60), checkpoint_atom::value, name,
+  self->request(st.args.store, defaults::checkpoint_timeout, checkpoint_atom::value, name,
                 static_cast<uint64_t>(st.epochs_done), st.total_iterations,
                 st.strategy->weight(), learning::save_model(m),
                 learning::save_optimizer(st.trainer->optimizer()))
@@ -158,7 +165,8 @@ learning::epoch_plan make_plan(self_ptr self) {
   // A platform that keeps all its data (r_i = 1) trains every subset:
   // ranking them would change nothing but cost a forward pass over every
   // aggregated point.
-  if (!st.args.aggregated || st.args.edgegossip.selection == "random" || st.ratio >= 1.0) {
+  if (!st.args.aggregated || st.args.edgegossip.selection == config::selection::random
+      || st.ratio >= 1.0) {
     if (extra.empty())
       return learning::shuffled_plan(st.trainer->shard(), st.args.train.batch, st.ratio, st.rng);
     extra.insert(extra.end(), st.trainer->shard().begin(), st.trainer->shard().end());
@@ -206,6 +214,29 @@ void begin_epoch(self_ptr self) {
   self->send(self, step_atom::value);
 }
 
+/// The strategy's messages after a step, each to the topology's target at
+/// this iteration: views of the parameters (no copy) holding a loan on
+/// them until written, so the next step or merge copies them only if one is
+/// still on its way (learning/loans.hpp).
+void send_gossip(self_ptr self) {
+  auto& st = self->state;
+  auto orders = st.strategy->after_step(st.params, st.rng);
+  if (orders.empty())
+    return;
+  auto targets =
+    st.topology->targets(st.total_iterations, st.args.platform.name, st.live, st.rng);
+  for (auto& order : orders) {
+    if (targets.empty())
+      break;  // nobody to send to at this iteration
+    const auto& to = targets[static_cast<size_t>(std::max<int64_t>(order.peer, 0))
+                             % targets.size()];
+    self->send(st.args.mixer, send_atom::value, to,
+               st.weights_message(order.weight,
+                                  st.strategy->payload(order, to, st.names, st.params),
+                                  st.trainer->loans().lend(st.params)));
+  }
+}
+
 void finish_epoch(self_ptr self) {
   auto& st = self->state;
   st.running = false;
@@ -226,10 +257,8 @@ void finish_epoch(self_ptr self) {
   }
   checkpoint(self);
   self->request(st.args.mixer, caf::infinite, stats_atom::value)
-    .then([self, r](const bytes& stats) mutable {
+    .then([self, r](epoch_report& s) mutable {
       auto& st = self->state;
-      auto env = messages::decode(stats, st.args.cluster_id);
-      auto& s = std::get<messages::epoch_report>(env.payload);
       r.bytes_sent = s.bytes_sent;
       r.bytes_received = s.bytes_received;
       r.messages_sent = s.messages_sent;
@@ -241,14 +270,12 @@ void finish_epoch(self_ptr self) {
                    st.args.platform.name, r.epoch + 1, r.samples, r.wall_seconds,
                    r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
                    r.test_accuracy, r.messages_received);
-      auto buf = messages::encode({st.header(), r});
-      st.last_report = buf;
+      st.last_report = r;
       self->send(st.args.store, metrics_atom::value, st.args.platform.name,
-                 static_cast<uint64_t>(r.epoch), buf);
-      self->send(st.args.node, report_atom::value, buf);
+                 static_cast<uint64_t>(r.epoch), r);
+      self->send(st.args.node, report_atom::value, r);
       if (st.balancer)
-        self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
-                   std::move(buf));
+        self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value, r);
       // Asynchronous schedule: no barrier, go straight on.
       if (st.args.strategy.asynchronous() && st.epoch < st.last_epoch) {
         ++st.epoch;
@@ -267,8 +294,7 @@ void pause(self_ptr self) {
   st.paused = true;
   st.paused_at = clock::now();
   if (st.running && st.balancer)
-    self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
-               messages::encode({st.header(), st.report()}));
+    self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value, st.report());
   spdlog::info("[{}] paused", st.args.platform.name);
 }
 
@@ -297,8 +323,10 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   auto model = learning::make_classifier(args.train.model, args.seed);
   learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
   st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
-  st.strategy = learning::make_strategy(args.strategy.mixing(), args.cluster_platforms,
+  // EdgeGossip gossips as GoSGD does: every strategy_name mixes by GoSGD's rule.
+  st.strategy = learning::make_strategy("gosgd", args.cluster_platforms,
                                         args.strategy.exchange_probability);
+  st.topology = learning::make_topology(config::to_string(args.strategy.topology), args.members);
   st.names = learning::parameter_names(*model);
   if (args.aggregated) {
     auto labels = args.aggregated->labels.contiguous();
@@ -325,26 +353,19 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   }
   st.args = std::move(args);
   return {
-    [self](plan_atom, const bytes& buf) {
+    [self](plan_atom, const plan& received) {
       auto& st = self->state;
-      messages::envelope env;
-      try {
-        env = messages::decode(buf, st.args.cluster_id);
-      } catch (const messages::codec_error& e) {
-        spdlog::warn("[{}] refused a plan: {}", st.args.platform.name, e.what());
-        return;
-      }
-      auto* p = std::get_if<messages::plan>(&env.payload);
-      if (!p || st.finished)
+      const auto* p = &received;
+      if (st.finished)
         return;
       st.balancer = caf::actor_cast<caf::actor>(self->current_sender());
-      if (!st.running && p->epoch + 1 == st.epochs_done && !st.last_report.empty()) {
+      if (!st.running && p->epoch + 1 == st.epochs_done && st.last_report) {
         // This epoch is done here: a balancer that took over (or restarted)
         // did not get the report.
         spdlog::info("[{}] epoch {} was already trained: report sent again",
                      st.args.platform.name, p->epoch + 1);
         self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
-                   st.last_report);
+                   *st.last_report);
         return;
       }
       st.epoch = p->epoch;
@@ -375,14 +396,11 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       // Messages reference the parameters (no copy) and hold a loan on
       // them until written: the next step or merge copies them only if one
       // is still on its way (learning/loans.hpp).
-      for (auto& order : st.strategy->after_step(st.params, st.rng))
-        self->send(st.args.mixer, send_atom::value, order.peer,
-                   std::make_shared<const messages::gathered>(messages::encode_gathered(
-                     st.weights_message(order.weight), st.trainer->loans().lend(st.params))));
-      if (st.balancer && seconds_since(st.last_progress) >= 1.0) {
+      send_gossip(self);
+      if (st.balancer && clock::now() - st.last_progress >= defaults::progress_report_interval) {
         st.last_progress = clock::now();
         self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
-                   messages::encode({st.header(), st.report()}));
+                   st.report());
       }
       if (st.trainer->epoch_done()) {
         finish_epoch(self);
@@ -400,16 +418,13 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       else
         self->send(self, step_atom::value);
     },
-    [self](merge_atom, const shared_bytes& buf) {
+    [self](merge_atom, const held_weights& message) {
       auto& st = self->state;
       try {
-        if (!buf)
-          throw messages::codec_error("empty message");
-        auto env = messages::decode(buf->data(), buf->size(), st.args.cluster_id);
-        auto& w = std::get<messages::weights>(env.payload);
+        const auto& w = message.value;
         auto received = learning::from_views(w.tensors, st.names, st.params);
         st.trainer->loans().before_write(st.params);
-        if (st.args.edgegossip.merge == "rate")
+        if (st.args.edgegossip.merge == config::merge_rule::rate)
           st.strategy->merge(st.params, received, w.gossip_weight, std::max(st.ratio, 1e-3),
                              w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);
         else
@@ -427,9 +442,12 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
                    st.args.platform.name, epoch + 1, st.samples, st.planned);
       finish_epoch(self);
     },
-    [self](weights_atom) -> bytes {
+    [self](peers_atom, std::vector<std::string>& live) { self->state.live = std::move(live); },
+    [self](weights_atom) -> held_weights {
       auto& st = self->state;
-      return messages::encode(st.weights_message(st.strategy->weight()));
+      // A copy: the parameters change with the next step.
+      return messages::copy_weights(st.weights_message(
+        st.strategy->weight(), learning::to_views(st.names, st.params), nullptr));
     },
     [self](done_atom, const std::string& run) {
       auto& st = self->state;
@@ -447,22 +465,27 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         self->send(self->state.args.node, done_atom::value, self->state.args.platform.name, run);
       });
     },
-    [self](control_atom, const std::string& what) -> caf::result<bool> {
+    [self](control_atom, const control& c) -> caf::result<bool> {
       auto& st = self->state;
-      if (what == "pause") {
-        pause(self);
-      } else if (what == "resume") {
-        resume(self);
-      } else if (what == "checkpoint" || what == "stop") {
-        if (what == "stop")
+      switch (c.verb) {
+        case messages::verb::pause:
+          pause(self);
+          return true;
+        case messages::verb::resume:
+          resume(self);
+          return true;
+        case messages::verb::stop:
           st.running = false;
-        auto rp = self->make_response_promise<bool>();
-        checkpoint(self, [rp](bool ok) mutable { rp.deliver(ok); });
-        return rp;
-      } else {
-        return caf::make_error(caf::sec::invalid_argument, "unknown control " + what);
+          [[fallthrough]];
+        case messages::verb::checkpoint: {
+          auto rp = self->make_response_promise<bool>();
+          checkpoint(self, [rp](bool ok) mutable { rp.deliver(ok); });
+          return rp;
+        }
+        default:
+          return make_error(ec::bad_request, std::string{"a platform does not take "}
+                                               + messages::to_string(c.verb));
       }
-      return true;
     },
   };
 }

@@ -5,7 +5,7 @@
 // reports every epoch to the balancer and checkpoints to the store.
 
 #include "actors/interfaces.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <caf/fwd.hpp>
 
@@ -28,10 +28,12 @@ namespace eg::actors {
 struct platform_args {
   std::string node_name;                  ///< hosting node
   config::platform_config platform;       ///< name, threads, share, slowdown, interference
-  std::string cluster_id;
   config::train_config train;
   config::strategy_config strategy;
   int64_t cluster_platforms = 1;          ///< M, for the initial gossip weight 1/M
+  /// Every platform of the cluster in cluster-file order (the topology's
+  /// indices).
+  std::vector<std::string> members;
   uint64_t seed = 1;                      ///< model initialisation (same on every platform)
   std::shared_ptr<const learning::dataset> train_set;
   std::shared_ptr<const learning::dataset> test_set;
@@ -47,10 +49,10 @@ struct platform_args {
   store_actor store;
   node_actor node;
   std::shared_ptr<const storage::checkpoint> restore;  ///< resume from it when set
-  /// With `restore`: the encoded report of the last epoch it completed, sent
-  /// again when a balancer plans that epoch (its first report may have been
-  /// lost with the balancer that asked for it).
-  bytes last_report;
+  /// With `restore`: the report of the last epoch it completed, sent again
+  /// when a balancer plans that epoch (its first report may have been lost
+  /// with the balancer that asked for it).
+  std::optional<epoch_report> last_report;
 };
 
 platform_actor spawn_platform(caf::actor_system& sys, platform_args args);

@@ -1,8 +1,9 @@
 #include "actors/predictor.hpp"
 
 #include "learning/predictor.hpp"
-#include "messages/codec.hpp"
 #include "storage/store.hpp"
+
+#include "config/defaults.hpp"
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
@@ -42,7 +43,7 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
   }
   st.args = std::move(args);
   machine().refresh();  // starts the shared sampler's clock with the first predictor
-  self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+  self->delayed_send(self, defaults::contention_sampling, tick_atom::value);
   return {
     [self](observe_atom, double seconds, uint64_t samples) {
       auto& st = self->state;
@@ -61,9 +62,9 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
     },
     [self](tick_atom) {
       machine().refresh();
-      self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+      self->delayed_send(self, defaults::contention_sampling, tick_atom::value);
     },
-    [self](predict_atom) -> bytes {
+    [self](predict_atom) -> prediction {
       auto& st = self->state;
       machine().refresh();
       auto now = machine().last(learning::contention_monitor::prediction_window);
@@ -83,10 +84,7 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
         p.seconds_per_point = st.model.seconds_per_point(now);
         p.t0 = st.model.t0();
       }
-      messages::envelope e;  // (a braced temporary made GCC warn of an uninitialised string)
-      e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
-      e.payload = std::move(p);
-      return messages::encode(e);
+      return p;
     },
   };
 }

@@ -18,7 +18,6 @@ namespace eg::actors {
 
 struct predictor_args {
   std::string platform;
-  std::string cluster_id;
   store_actor store;
   std::string restore;  ///< saved samples ("" for none)
 };

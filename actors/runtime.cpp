@@ -169,7 +169,7 @@ public:
           spdlog::info("signal received: stopping cleanly");
           // From a local actor: the node takes control only from its cluster.
           caf::scoped_actor asker{sys};
-          asker->send(node, control_atom::value, std::string{"stop"});
+          asker->send(node, control_atom::value, control{messages::verb::stop, {}});
         }
       }
     });
@@ -202,7 +202,8 @@ private:
 /// run started, its last report and its earlier reports (for the node's
 /// metrics file). Damaged checkpoints are reported and skipped.
 void restore_platform(const storage::store& db, const storage::run_state& run,
-                      platform_args& pa, std::vector<messages::epoch_report>& reports) {
+                      const std::string& cluster_id, platform_args& pa,
+                      std::vector<messages::epoch_report>& reports) {
   const auto& name = pa.platform.name;
   std::vector<std::string> problems;
   auto c = storage::load_latest_checkpoint(db, name, &problems);
@@ -213,18 +214,17 @@ void restore_platform(const storage::store& db, const storage::run_state& run,
     return;
   }
   for (auto& [key, value] : db.scan(storage::family::metrics, name + "/")) {
-    bytes buf(value.begin(), value.end());
-    try {
-      auto env = messages::decode(buf, pa.cluster_id);
-      auto& r = std::get<messages::epoch_report>(env.payload);
-      if (r.epoch >= c->epoch)
-        continue;  // from an older run, or after the checkpoint
-      reports.push_back(r);
-      if (r.epoch + 1 == c->epoch)
-        pa.last_report = std::move(buf);
-    } catch (const std::exception& e) {
-      spdlog::warn("[{}] saved report {} unusable: {}", name, key, e.what());
+    std::string problem;
+    auto r = storage::decode_report(value, cluster_id, problem);
+    if (!r) {
+      spdlog::warn("[{}] saved report {} unusable: {}", name, key, problem);
+      continue;
     }
+    if (r->epoch >= c->epoch)
+      continue;  // from an older run, or after the checkpoint
+    reports.push_back(*r);
+    if (r->epoch + 1 == c->epoch)
+      pa.last_report = *r;
   }
   spdlog::info("[{}] resuming run {} from its checkpoint after epoch {}", name, run.run,
                c->epoch);
@@ -368,6 +368,12 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   // message so every actor gets its turn.
   sys_cfg.set("scheduler.max-throughput", size_t{1});
   caf::actor_system sys{sys_cfg};
+  // Messages to and from other nodes carry this cluster's id (actors/wire.hpp).
+  set_wire_identity(sys, {cfg.id, node_name});
+  struct forget_identity {
+    caf::actor_system& sys;
+    ~forget_identity() { set_wire_identity(sys, {}); }
+  } forget{sys};
 
   // A run of these settings that did not finish is resumed: the platforms
   // from their newest checkpoints of that run, the balancer (if it starts
@@ -395,6 +401,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   auto health = std::make_shared<store_health>();
   {
     store_options so;
+    so.cluster_id = cfg.id;
     for (auto& p : me.platforms)
       so.platforms.push_back(p.name);
     so.on_failure = [relay](const std::string& why) { relay->report(why); };
@@ -410,10 +417,11 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     platform_args pa;
     pa.node_name = node_name;
     pa.platform = all[i];
-    pa.cluster_id = cfg.id;
     pa.train = cfg.train;
     pa.strategy = cfg.strategy;
     pa.cluster_platforms = static_cast<int64_t>(all.size());
+    for (auto& p : all)
+      pa.members.push_back(p.name);
     pa.seed = cfg.seed;
     pa.train_set = train;
     pa.test_set = test;
@@ -425,7 +433,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     if (auto saved = db->get(storage::family::predictor, storage::key(all[i].name, 0)))
       pa.predictor_samples = *saved;
     if (unfinished)
-      restore_platform(*db, *unfinished, pa, nargs.reports);
+      restore_platform(*db, *unfinished, cfg.id, pa, nargs.reports);
     pa.store = nargs.store;
     nargs.platforms.push_back(std::move(pa));
   }

@@ -3,7 +3,7 @@
 // store, spawns the actors, peers, and waits until the run is over.
 
 #include "actors/store.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <optional>
 #include <string>

@@ -153,12 +153,12 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
         return false;
       }
     },
-    [self](metrics_atom, const std::string& platform, uint64_t epoch, const bytes& report) {
+    [self](metrics_atom, const std::string& platform, uint64_t epoch, const epoch_report& r) {
       auto& st = self->state;
       st.newest_epoch = std::max(st.newest_epoch, epoch + 1);  // reports count from 0
       try {
         st.db->put(storage::family::metrics, storage::key(platform, epoch),
-                   std::string_view(report.data(), report.size()));
+                   storage::encode_report(r, st.opts.cluster_id));
       } catch (const storage::storage_error& e) {
         st.write_failed("metrics of " + platform + " (epoch " + std::to_string(epoch + 1) + ")",
                         e.what(), nullptr, epoch + 1);

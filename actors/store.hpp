@@ -49,6 +49,8 @@ private:
 };
 
 struct store_options {
+  /// The cluster whose reports it keeps (stored records carry it).
+  std::string cluster_id;
   /// The node's platforms, named in the report of a failure.
   std::vector<std::string> platforms;
   /// Called once, from the store actor, when the store first cannot write

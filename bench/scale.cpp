@@ -11,7 +11,7 @@
 #include "bench/bench.hpp"
 
 #include "actors/runtime.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -192,7 +192,7 @@ config::cluster_config scale_config(const options& opt, const scale_options& s,
   cfg.train.model = "logreg";
   cfg.train.batch = s.batch;
   cfg.train.epochs = s.epochs;
-  cfg.strategy.name = "gosgd";
+  cfg.strategy.name = config::strategy_name::gosgd;
   cfg.strategy.exchange_probability = s.exchange_probability;
   return cfg;
 }

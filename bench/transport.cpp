@@ -42,6 +42,9 @@ namespace eg::bench {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+// The raw bytes the bench measures (the echo decodes them itself).
+using bytes = std::vector<char>;
+using shared_bytes = messages::shared_buffer;
 const std::string cluster_id = "bench-transport";
 
 double seconds_since(clock_type::time_point t) {
@@ -133,9 +136,9 @@ const std::string peer_node = "peer", bench_node = "bench";
 using echo_actor = caf::typed_actor<
   // Through the middleman: encoded weights, decoded and checked; answers the
   // tensor bytes and the seconds decoding took.
-  caf::replies_to<actors::gossip_atom, actors::bytes>::with<uint64_t, double>,
+  caf::replies_to<actors::gossip_atom, bytes>::with<uint64_t, double>,
   // From the weights lane: the same, answered on the lane.
-  caf::reacts_to<actors::gossip_atom, actors::shared_bytes>>;
+  caf::reacts_to<actors::gossip_atom, shared_bytes>>;
 
 struct echo_state {
   std::shared_ptr<messages::lane> lane;
@@ -159,14 +162,14 @@ echo_actor::behavior_type echo(echo_actor::stateful_pointer<echo_state> self,
   self->state.lane = std::move(lane);
   self->state.reply_to = std::move(reply_to);
   return {
-    [](actors::gossip_atom, const actors::bytes& payload) -> caf::result<uint64_t, double> {
+    [](actors::gossip_atom, const bytes& payload) -> caf::result<uint64_t, double> {
       auto start = clock_type::now();
       uint64_t n = tensor_bytes(payload.data(), payload.size());
       if (n == 0)
         return caf::make_error(caf::sec::unexpected_message);
       return {n, seconds_since(start)};
     },
-    [self](actors::gossip_atom, const actors::shared_bytes& payload) {
+    [self](actors::gossip_atom, const shared_bytes& payload) {
       auto start = clock_type::now();
       uint64_t n = tensor_bytes(payload->data(), payload->size());
       double took = seconds_since(start);
@@ -227,7 +230,7 @@ int peer() {
   auto e = sys.spawn(echo, lane, messages::lane_endpoint{bench_node, "127.0.0.1",
                                                          static_cast<uint16_t>(bench_lane)});
   auto caf_port = publish(e);
-  lane->start([e](const std::string&, const std::string&, actors::shared_bytes m) {
+  lane->start([e](const std::string&, const std::string&, shared_bytes m) {
     caf::anon_send(e, actors::gossip_atom::value, std::move(m));
   });
   std::printf("ports %u %u\n", static_cast<unsigned>(caf_port), static_cast<unsigned>(raw_port));
@@ -321,9 +324,9 @@ struct round_times {
 struct answers {
   std::mutex mutex;
   std::condition_variable arrived;
-  std::vector<actors::shared_bytes> queue;
+  std::vector<shared_bytes> queue;
 
-  void put(actors::shared_bytes m) {
+  void put(shared_bytes m) {
     std::lock_guard<std::mutex> lock(mutex);
     queue.push_back(std::move(m));
     arrived.notify_one();
@@ -354,7 +357,7 @@ int transport(const options& opt, const transport_options& t) {
   at::set_num_threads(1);
   messages::lane lane(lane_settings(bench_node));
   answers back;
-  lane.start([&back](const std::string&, const std::string&, actors::shared_bytes m) {
+  lane.start([&back](const std::string&, const std::string&, shared_bytes m) {
     back.put(std::move(m));
   });
   auto p = start_peer(lane.port());

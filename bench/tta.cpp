@@ -9,7 +9,7 @@
 #include "bench/bench.hpp"
 
 #include "actors/runtime.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -234,7 +234,7 @@ void run_processes(const config::cluster_config& cfg, const fs::path& dir) {
 
 outcome run_strategy(const profile& prof, config::cluster_config cfg, const std::string& s,
                      const fs::path& dir) {
-  cfg.strategy.name = s;
+  config::apply_override(cfg, "strategy.name=" + s);
   cfg.output_dir = (dir / ("runs-" + s)).string();
   fs::remove_all(cfg.output_dir);
   fs::create_directories(cfg.output_dir);

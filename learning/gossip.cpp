@@ -60,6 +60,12 @@ std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&,
   return {send_order{-1, weight_}};
 }
 
+std::vector<messages::tensor_view> gossip_strategy::payload(const send_order&, const std::string&,
+                                                           const std::vector<std::string>& names,
+                                                           const std::vector<torch::Tensor>& params) {
+  return to_views(names, params);
+}
+
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
                                                double exchange_probability) {
   if (name != "gosgd")

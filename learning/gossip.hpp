@@ -14,8 +14,8 @@
 namespace eg::learning {
 
 /// One message to send after a step: the current parameters with this
-/// gossip weight, to `peer` (an index into the peers the mixer knows; -1 =
-/// a peer chosen uniformly at random by the mixer).
+/// gossip weight, to `peer`: an index into the targets the topology gives
+/// for this iteration (learning/topology.hpp); -1 = its first.
 struct send_order {
   int64_t peer = -1;
   double weight = 0;
@@ -46,6 +46,14 @@ public:
   /// messages per epoch: otherwise the slow ones, stepping less, hoard
   /// gossip weight, and their lagging models dominate every merge.
   virtual void scale_exchange(double factor) = 0;
+  /// What the message of `order` to peer `to` carries: views of the
+  /// tensors to send, named as in `names`. Dense strategies send every
+  /// parameter as it is (the default); a sparse one may send a different
+  /// part to each peer.
+  virtual std::vector<messages::tensor_view> payload(const send_order& order,
+                                                     const std::string& to,
+                                                     const std::vector<std::string>& names,
+                                                     const std::vector<torch::Tensor>& params);
 };
 
 /// GoSGD (Blot et al.): sum-weight gossip. Start weight 1/M; merge

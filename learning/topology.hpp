@@ -14,7 +14,7 @@
 //   exponential  the "1-peer exponential graph" of Stochastic Gradient Push
 //                (Assran, Loizou, Ballas, Rabbat, ICML 2019): i sends to
 //                (i + 2^(k mod m)) mod n. Directed and time-varying, as in
-//                Sparse-Push (Aketi, Singh, Roy, "Sparse-Push: Communication- &
+//                Sparse-Push (Aketi, Singh, Rabaey, "Sparse-Push: Communication- &
 //                Energy-Efficient Decentralized Distributed Learning over
 //                Directed & Time-Varying Graphs with non-IID Datasets",
 //                arXiv 2021), so mixing must be column-stochastic

@@ -142,7 +142,7 @@ struct body_writer {
     out.setChallenge(text(h.challenge));
     auto components = out.initComponents(static_cast<unsigned>(h.components.size()));
     for (unsigned i = 0; i < components.size(); ++i) {
-      components[i].setRole(text(h.components[i].role));
+      components[i].setRole(to_string(h.components[i].role));
       components[i].setName(text(h.components[i].name));
       components[i].setNode(text(h.components[i].node));
     }
@@ -203,7 +203,7 @@ struct body_writer {
   }
   void operator()(const control& c) {
     auto out = body.initControl();
-    out.setCommand(text(c.command));
+    out.setCommand(to_string(c.verb));
     out.setArgument(text(c.argument));
   }
 };
@@ -251,7 +251,7 @@ struct body_reader {
     h.node = str(in.getNode());
     h.secret_digest = str(in.getSecretDigest());
     for (auto c : in.getComponents())
-      h.components.push_back({str(c.getRole()), str(c.getName()), str(c.getNode())});
+      h.components.push_back({parse_role(str(c.getRole())), str(c.getName()), str(c.getNode())});
     h.lane_port = in.getLanePort();
     h.nonce = str(in.getNonce());
     h.challenge = str(in.getChallenge());
@@ -312,7 +312,7 @@ struct body_reader {
     return r;
   }
   control operator()(wire::Control::Reader in) const {
-    return control{str(in.getCommand()), str(in.getArgument())};
+    return control{parse_verb(str(in.getCommand())), str(in.getArgument())};
   }
 };
 
@@ -329,6 +329,45 @@ body read_body(wire::Envelope::Body::Reader in, const body_reader& read) {
 }
 
 } // namespace
+
+namespace {
+constexpr const char* role_names[] = {"node",     "platform", "mixer",            "predictor",
+                                      "balancer", "store",    "parameter_server", "stage"};
+constexpr const char* verb_names[] = {"pause", "resume", "checkpoint", "stop", "snapshot", "history"};
+
+template <class Enum, size_t N>
+Enum parse_name(const char* const (&names)[N], const std::string& name, const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i])
+      return static_cast<Enum>(i);
+  std::string known;
+  for (size_t i = 0; i < N; ++i)
+    known += (i ? ", " : "") + std::string{names[i]};
+  throw codec_error("unknown " + std::string{what} + " '" + name + "' (known: " + known + ")");
+}
+} // namespace
+
+const char* to_string(role r) { return role_names[static_cast<size_t>(r)]; }
+role parse_role(const std::string& name) { return parse_name<role>(role_names, name, "role"); }
+const char* to_string(verb v) { return verb_names[static_cast<size_t>(v)]; }
+verb parse_verb(const std::string& name) { return parse_name<verb>(verb_names, name, "verb"); }
+
+held_weights copy_weights(const held_weights& w) {
+  size_t total = 0;
+  for (auto& t : w.value.tensors)
+    total += (t.bytes + 63) / 64 * 64;  // each tensor 64-byte aligned
+  auto storage = std::make_shared<buffer>(total);
+  held_weights out{w.sender, w.value, nullptr, w.wire_bytes};
+  size_t at = 0;
+  for (auto& t : out.value.tensors) {
+    if (t.bytes)
+      std::memcpy(storage->data() + at, t.data, t.bytes);
+    t.data = storage->data() + at;
+    at += (t.bytes + 63) / 64 * 64;
+  }
+  out.hold = std::move(storage);
+  return out;
+}
 
 size_t element_size(dtype t) {
   switch (t) {

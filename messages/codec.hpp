@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ostream>
 #include <stdexcept>
 #include <memory>
 #include <string>
@@ -18,7 +19,7 @@
 namespace eg::messages {
 
 /// Bumped whenever the schema changes incompatibly.
-inline constexpr uint32_t protocol_version = 2;  // 2: the hello answers a challenge
+inline constexpr uint32_t protocol_version = 3;  // 3: roles and control verbs are enumerations
 
 /// A message that cannot be accepted: not Cap'n Proto, truncated, oversized,
 /// from another cluster or protocol version. what() says which.
@@ -58,10 +59,26 @@ struct weights {
   double rate = 0;  ///< r_i of the sender this epoch (0: not given, counts as 1)
 };
 
+/// What a component of a node is. On the wire as its name (to_string).
+enum class role : uint8_t {
+  node,
+  platform,
+  mixer,
+  predictor,
+  balancer,
+  store,
+  parameter_server,  ///< ADSP's parameter server
+  stage,             ///< one stage of a model split across machines
+};
+const char* to_string(role r);
+/// The role of that name; throws codec_error for an unknown one.
+role parse_role(const std::string& name);
+inline std::ostream& operator<<(std::ostream& os, role r) { return os << to_string(r); }
+
 /// One component of a node, announced in the handshake.
 struct component {
-  std::string role;  ///< "node", "platform", "mixer", "balancer", "store"
-  std::string name;  ///< platform name for platform/mixer, else the node name
+  messages::role role = role::node;
+  std::string name;  ///< platform name for platform/mixer/predictor, else the node name
   std::string node;  ///< node hosting it
 };
 
@@ -137,13 +154,42 @@ struct epoch_report {
   std::vector<uint64_t> class_samples;
 };
 
-/// Control requests (stop, pause, resume, checkpoint ...) with an argument.
+/// What a control request asks. On the wire as its name (to_string).
+enum class verb : uint8_t {
+  pause,       ///< stop stepping until resume
+  resume,
+  checkpoint,  ///< save a checkpoint now
+  stop,        ///< final checkpoint, then stop
+  snapshot,    ///< console: the cluster as the balancer sees it
+  history,     ///< console: every epoch report of the platform named in the argument
+};
+const char* to_string(verb v);
+/// The verb of that name; throws codec_error for an unknown one.
+verb parse_verb(const std::string& name);
+inline std::ostream& operator<<(std::ostream& os, verb v) { return os << to_string(v); }
+
+/// A control request (platforms, nodes) or a console command, with its
+/// argument (history: the platform's name).
 struct control {
-  std::string command;
+  messages::verb verb = verb::snapshot;
   std::string argument;
 };
 
 using body = std::variant<weights, hello, plan, epoch_report, control, prediction>;
+
+/// Weights together with what keeps the memory of their tensor views alive:
+/// the received buffer they were decoded from, a loan on the sending
+/// platform's parameters, or a copy (copy_weights).
+struct held_weights {
+  std::string sender;  ///< the platform whose model it is
+  weights value;
+  std::shared_ptr<const void> hold;
+  size_t wire_bytes = 0;  ///< size of the message on the wire (traffic counters)
+};
+
+/// A copy whose tensors live in one buffer of its own (for a receiver in
+/// this process: the sender's parameters change with its next step).
+held_weights copy_weights(const held_weights& w);
 
 struct envelope {
   header hdr;

@@ -98,4 +98,26 @@ std::optional<run_state> load_run_state(const store& s, std::string* problem) {
   return r;
 }
 
+std::string encode_report(const messages::epoch_report& r, const std::string& cluster_id) {
+  messages::envelope e;
+  e.hdr = {cluster_id, messages::protocol_version, r.platform};
+  e.payload = r;
+  auto bytes = messages::encode(e);
+  return std::string(bytes.data(), bytes.size());
+}
+
+std::optional<messages::epoch_report> decode_report(std::string_view record,
+                                                    const std::string& cluster_id,
+                                                    std::string& problem) {
+  try {
+    auto env = messages::decode(record.data(), record.size(), cluster_id);
+    if (auto* r = std::get_if<messages::epoch_report>(&env.payload))
+      return std::move(*r);
+    problem = "the record does not hold an epoch report";
+  } catch (const messages::codec_error& e) {
+    problem = e.what();
+  }
+  return std::nullopt;
+}
+
 } // namespace eg::storage

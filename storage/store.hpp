@@ -2,6 +2,8 @@
 // One RocksDB per node behind a small interface: no RocksDB type leaks out.
 // Column families per kind of record; keys sort by platform, then epoch.
 
+#include "messages/codec.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -141,6 +143,15 @@ struct run_state {
   std::vector<std::string> reports;   ///< every epoch report so far (encoded envelopes)
   double started_unix = 0;            ///< wall-clock start of the run
 };
+
+/// An epoch report as the store keeps it (family metrics, run states): a
+/// Cap'n Proto envelope of cluster `cluster_id`.
+std::string encode_report(const messages::epoch_report& r, const std::string& cluster_id);
+/// A stored report read back; nullopt with the reason in `problem` when it is
+/// damaged or of another cluster.
+std::optional<messages::epoch_report> decode_report(std::string_view record,
+                                                    const std::string& cluster_id,
+                                                    std::string& problem);
 
 /// Seconds since 1970 now (the clock of saved_unix and started_unix).
 double unix_now();

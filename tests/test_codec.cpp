@@ -49,7 +49,7 @@ owned_tensor random_tensor(std::mt19937_64& rng, std::string name, dtype type,
 }
 
 std::vector<char> sample_message() {
-  hello h{"node-a", "digest", {{"platform", "p0", "node-a"}, {"mixer", "p0", "node-a"}}, 0, "n", "c"};
+  hello h{"node-a", "digest", {{role::platform, "p0", "node-a"}, {role::mixer, "p0", "node-a"}}, 0, "n", "c"};
   return encode(wrap(h));
 }
 
@@ -178,9 +178,9 @@ BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(control_round_trip) {
-  control c{"checkpoint", std::string("arg with \0 inside", 17)};
+  control c{verb::history, std::string("arg with \0 inside", 17)};
   control r = round_trip(c);
-  BOOST_TEST(r.command == c.command);
+  BOOST_TEST(r.verb == c.verb);
   BOOST_TEST(r.argument == c.argument);
 }
 
@@ -269,7 +269,7 @@ BOOST_AUTO_TEST_CASE(foreign_cluster_is_refused) {
 
 BOOST_AUTO_TEST_CASE(other_protocol_version_is_refused) {
   std::vector<char> buffer =
-      encode(envelope{header{cluster, protocol_version + 6, "p0"}, control{"stop", ""}});
+      encode(envelope{header{cluster, protocol_version + 6, "p0"}, control{verb::stop, ""}});
   try {
     decode(buffer, cluster);
     BOOST_FAIL("a message of another protocol version was accepted");

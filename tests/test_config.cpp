@@ -1,5 +1,5 @@
 // links: eg_config
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -48,6 +48,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.train.evaluate_every == b.train.evaluate_every);
   BOOST_TEST(a.strategy.name == b.strategy.name);
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
+  BOOST_TEST(a.strategy.topology == b.strategy.topology);
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
   BOOST_TEST(a.edgegossip.aggregator == b.edgegossip.aggregator);
   BOOST_TEST(a.edgegossip.aggregation_ratio == b.edgegossip.aggregation_ratio);
@@ -105,8 +106,9 @@ cluster_config unusual_config() {
   c.cpu_limiter = "cpulimit";
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3};
-  c.strategy = {"edgegossip", "async", 1.0 / 3.0};
-  c.edgegossip = {"isvd-lsh", 20, "random", "gossip", 0.01, 0.25};
+  c.strategy = {strategy_name::edgegossip, schedule::async, topology_name::exponential,
+                1.0 / 3.0};
+  c.edgegossip = {"isvd-lsh", 20, selection::random, merge_rule::gossip, 0.01, 0.25};
   c.nodes.clear();
   c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {},
                      0.5, {}});
@@ -267,9 +269,9 @@ BOOST_AUTO_TEST_CASE(overrides) {
   apply_override(c, "train.epochs=3");
   BOOST_TEST(c.train.epochs == 3u);
   apply_override(c, "strategy.schedule=async");  // a bare string
-  BOOST_TEST(c.strategy.schedule == "async");
+  BOOST_TEST((c.strategy.schedule == schedule::async));
   apply_override(c, " strategy.name = \"gosgd\" ");  // a quoted one
-  BOOST_TEST(c.strategy.name == "gosgd");
+  BOOST_TEST((c.strategy.name == strategy_name::gosgd));
   apply_override(c, "data.alpha=2");
   BOOST_TEST(c.data.alpha == 2.0);
   apply_override(c, "train.lr=0.125");
@@ -315,9 +317,6 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.train.epochs = 0; }, "train.epochs must be a positive integer, got 0"},
       {[](cluster_config& c) { c.train.max_iterations = -1; }, "train.max_iterations"},
       {[](cluster_config& c) { c.train.evaluate_every = -2; }, "train.evaluate_every"},
-      {[](cluster_config& c) { c.strategy.name = "pushsum"; }, "strategy.name"},
-      {[](cluster_config& c) { c.edgegossip.merge = "mean"; }, "edgegossip.merge"},
-      {[](cluster_config& c) { c.strategy.schedule = "never"; }, "strategy.schedule"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 0; }, "strategy.exchange_probability"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 1.5; }, "strategy.exchange_probability"},
       {[](cluster_config& c) { c.storage_dir = ""; }, "storage.dir"},
@@ -501,9 +500,10 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
   for (auto change : std::vector<void (*)(cluster_config&)>{
          [](cluster_config& c) { c.seed = 2; },
          [](cluster_config& c) { c.train.lr = 0.02; },
-         [](cluster_config& c) { c.strategy.name = "edgegossip"; },
-         [](cluster_config& c) { c.edgegossip.selection = "random"; },
-         [](cluster_config& c) { c.edgegossip.merge = "gossip"; }}) {
+         [](cluster_config& c) { c.strategy.name = strategy_name::edgegossip; },
+         [](cluster_config& c) { c.strategy.topology = topology_name::exponential; },
+         [](cluster_config& c) { c.edgegossip.selection = selection::random; },
+         [](cluster_config& c) { c.edgegossip.merge = merge_rule::gossip; }}) {
     auto c = a;
     change(c);
     BOOST_TEST(run_fingerprint(c) != run_fingerprint(a));

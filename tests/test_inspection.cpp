@@ -133,11 +133,11 @@ BOOST_AUTO_TEST_CASE(topology_and_traffic_sum_the_epochs) {
 }
 
 BOOST_AUTO_TEST_CASE(commands_are_checked) {
-  BOOST_TEST(in::parse_command("snapshot").verb == "snapshot");
+  BOOST_TEST((in::parse_command("snapshot").verb == eg::messages::verb::snapshot));
   auto h = in::parse_command("  history  p3 ");
-  BOOST_TEST(h.verb == "history");
+  BOOST_TEST((h.verb == eg::messages::verb::history));
   BOOST_TEST(h.argument == "p3");
-  BOOST_TEST(in::parse_command("pause").verb == "pause");
+  BOOST_TEST((in::parse_command("pause").verb == eg::messages::verb::pause));
   BOOST_CHECK_THROW(in::parse_command("history"), in::inspection_error);
   BOOST_CHECK_THROW(in::parse_command("history a b"), in::inspection_error);
   BOOST_CHECK_THROW(in::parse_command("pause now"), in::inspection_error);

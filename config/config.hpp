@@ -3,6 +3,7 @@
 // `--set key=value` overrides from the command line. No torch, no CAF here.
 
 #include <cstdint>
+#include <ostream>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -17,6 +18,43 @@ class config_error : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
+
+// -- enumerations: parsed once here; elsewhere compared as values --------------
+
+/// The training mode: "gosgd" (epoch-synchronous unless the schedule says
+/// otherwise), "gosgd-async" (GoSGD, asynchronous schedule), "edgegossip"
+/// (GoSGD gossip plus the predictor, balancer and accuracy-aware trainer).
+enum class strategy_name : uint8_t { gosgd, gosgd_async, edgegossip };
+enum class schedule : uint8_t { sync, async };  ///< epoch barrier, or none
+/// How gossip travels between nodes: the weights lane, or CAF messages.
+enum class transport : uint8_t { lane, middleman };
+/// What a node does when its store cannot write.
+enum class store_failure_action : uint8_t { continue_training, stop };
+/// What a platform trains on when r_i < 1: highest-loss aggregated subsets,
+/// or a random share.
+enum class selection : uint8_t { loss, random };
+/// How a merge mixes two models: by gossip weight, or by gossip weight
+/// times each one's share r of its data.
+enum class merge_rule : uint8_t { gossip, rate };
+/// Who a platform may send to at iteration k (learning/topology.hpp).
+enum class topology_name : uint8_t { uniform, exponential, ring };
+
+/// The name of each value, as in cluster files ("gosgd-async", "continue" ...).
+const std::vector<const char*>& names_of(strategy_name);
+const std::vector<const char*>& names_of(schedule);
+const std::vector<const char*>& names_of(transport);
+const std::vector<const char*>& names_of(store_failure_action);
+const std::vector<const char*>& names_of(selection);
+const std::vector<const char*>& names_of(merge_rule);
+const std::vector<const char*>& names_of(topology_name);
+template <class E, class = decltype(names_of(E{}))>
+const char* to_string(E value) {
+  return names_of(E{})[static_cast<size_t>(value)];
+}
+template <class E, class = decltype(names_of(E{}))>
+std::ostream& operator<<(std::ostream& os, E value) {
+  return os << to_string(value);
+}
 
 /// Emulated and real heterogeneity of one platform (README, "Cluster files";
 /// Han et al., IEEE TPDS 2021).
@@ -89,23 +127,23 @@ struct train_config {
 };
 
 struct strategy_config {
-  /// "gosgd" (epoch-synchronous unless schedule says otherwise),
-  /// "gosgd-async" (GoSGD, asynchronous schedule) or "edgegossip" (GoSGD
-  /// gossip plus the predictor, balancer and accuracy-aware trainer).
-  std::string name = "gosgd";
-  std::string schedule = "sync";   ///< "sync" (epoch barrier) or "async"
+  strategy_name name = strategy_name::gosgd;
+  config::schedule schedule = schedule::sync;
+  /// Who sends to whom: "uniform" (a peer chosen uniformly at random among
+  /// the live ones, GoSGD's rule), "exponential" (the directed, time-varying
+  /// 1-peer exponential graph) or "ring".
+  topology_name topology = topology_name::uniform;
   /// GoSGD's p. More exchange pulls platforms toward stale models: in the
   /// default run the averaged model reached 0.868 / 0.864 / 0.854 / 0.843 /
   /// 0.827 after 5 epochs with p = 0.02 / 0.05 / 0.1 / 0.2 / 1 (README).
   double exchange_probability = 0.05;
 
   /// True when platforms run without an epoch barrier.
-  bool asynchronous() const { return schedule == "async" || name == "gosgd-async"; }
+  bool asynchronous() const {
+    return schedule == schedule::async || name == strategy_name::gosgd_async;
+  }
   /// True when the predictor, balancer and accuracy-aware trainer are on.
-  bool edgegossip() const { return name == "edgegossip"; }
-  /// The gossip arithmetic of the mixers: GoSGD's sum-weight gossip for all
-  /// three (EdgeGossip gossips as GoSGD does).
-  std::string mixing() const { return "gosgd"; }
+  bool edgegossip() const { return name == strategy_name::edgegossip; }
 };
 
 /// EdgeGossip's parameters (README, "How it works"; Han et al., IEEE TPDS 2021).
@@ -115,12 +153,12 @@ struct edgegossip_config {
   /// What a platform trains on when r_i < 1: "loss" (the accuracy-aware
   /// trainer: highest-loss aggregated subsets) or "random" (a random r_i of
   /// the shard; the balancer alone).
-  std::string selection = "loss";
+  config::selection selection = selection::loss;
   /// How a merge mixes two models: "gossip" (GoSGD's rule, by gossip
   /// weight) or "rate" (by gossip weight times the share r of its data each
   /// platform trains per epoch, so a platform on a small share pulls its
   /// peers less; the gossip weights still add up as GoSGD's do).
-  std::string merge = "rate";
+  merge_rule merge = merge_rule::rate;
   double p_threshold = 0.001;              ///< a platform slower than this has failed
   double f_threshold = 0.1;                ///< failed share that triggers exception handling
   /// The epoch deadline (synchronous schedule): once the first platform has
@@ -150,7 +188,7 @@ struct cluster_config {
   std::string secret;              ///< optional cluster secret required to join
   /// How gossip messages travel between nodes: "lane" (the weights lane,
   /// messages/lane.hpp) or "middleman" (CAF messages, as everything else).
-  std::string transport = "lane";
+  config::transport transport = transport::lane;
   /// How a node's cpu_limit is enforced: "cgroup" (a child cgroup with a CPU
   /// quota, cgroup v2 or else v1's cpu controller), "cpulimit" (the cpulimit
   /// program stops and continues the process) or "auto" (cgroup, else cpulimit).
@@ -172,7 +210,7 @@ struct cluster_config {
   /// What a node does when its store cannot write (disk full, read-only,
   /// removed): "continue" training without checkpoints, or "stop" the run.
   /// Either way the node exits with code 3 naming the store.
-  std::string on_store_failure = "continue";
+  store_failure_action on_store_failure = store_failure_action::continue_training;
   tls_config tls;
   data_config data;
   train_config train;

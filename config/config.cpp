@@ -8,7 +8,7 @@
 //   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
-//   [strategy]  name, schedule, exchange_probability
+//   [strategy]  name, schedule, topology, exchange_probability
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [storage]   dir
@@ -27,7 +27,7 @@
 // Every key is declared once below, with the rule its value must follow; the
 // parser, validate(), apply_override() and to_toml() all walk those lists.
 
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <toml++/toml.h>
 
@@ -45,6 +45,35 @@
 #include <type_traits>
 
 namespace eg::config {
+
+const std::vector<const char*>& names_of(strategy_name) {
+  static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip"};
+  return n;
+}
+const std::vector<const char*>& names_of(schedule) {
+  static const std::vector<const char*> n{"sync", "async"};
+  return n;
+}
+const std::vector<const char*>& names_of(transport) {
+  static const std::vector<const char*> n{"lane", "middleman"};
+  return n;
+}
+const std::vector<const char*>& names_of(store_failure_action) {
+  static const std::vector<const char*> n{"continue", "stop"};
+  return n;
+}
+const std::vector<const char*>& names_of(selection) {
+  static const std::vector<const char*> n{"loss", "random"};
+  return n;
+}
+const std::vector<const char*>& names_of(merge_rule) {
+  static const std::vector<const char*> n{"gossip", "rate"};
+  return n;
+}
+const std::vector<const char*>& names_of(topology_name) {
+  static const std::vector<const char*> n{"uniform", "exponential", "ring"};
+  return n;
+}
 
 namespace {
 
@@ -68,6 +97,9 @@ struct text_rule {
 
 // A list of tables (nodes, platforms, interference steps).
 struct table_list {};
+
+// One of an enumeration's names (names_of).
+struct enum_rule {};
 
 const int_rule non_negative_int{0, INT64_MAX, "a non-negative integer"};
 const int_rule positive_int{1, INT64_MAX, "a positive integer"};
@@ -101,13 +133,13 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("cluster.balancer", c.balancer_node, any_text);
   visit("cluster.secret", c.secret, any_text);
   visit("cluster.quorum", c.quorum, non_negative_int);
-  visit("cluster.transport", c.transport, text_rule{{"lane", "middleman"}, false});
+  visit("cluster.transport", c.transport, enum_rule{});
   visit("cluster.cpu_limiter", c.cpu_limiter, text_rule{{"auto", "cgroup", "cpulimit"}, false});
   visit("cluster.heartbeat_interval", c.heartbeat_interval, positive);
   visit("cluster.peer_timeout", c.peer_timeout, positive);
   visit("cluster.gossip_queue", c.gossip_queue, positive_int);
   visit("cluster.gossip_max_wait", c.gossip_max_wait, positive);
-  visit("cluster.on_store_failure", c.on_store_failure, text_rule{{"continue", "stop"}, false});
+  visit("cluster.on_store_failure", c.on_store_failure, enum_rule{});
   visit("cluster.tls.certificate", c.tls.certificate, any_text);
   visit("cluster.tls.key", c.tls.key, any_text);
   visit("cluster.tls.ca", c.tls.ca, any_text);
@@ -124,15 +156,15 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.epochs", c.train.epochs, positive_u32);
   visit("train.max_iterations", c.train.max_iterations, non_negative_int);
   visit("train.evaluate_every", c.train.evaluate_every, non_negative_int);
-  visit("strategy.name", c.strategy.name,
-        text_rule{{"gosgd", "gosgd-async", "edgegossip"}, false});
-  visit("strategy.schedule", c.strategy.schedule, text_rule{{"sync", "async"}, false});
+  visit("strategy.name", c.strategy.name, enum_rule{});
+  visit("strategy.schedule", c.strategy.schedule, enum_rule{});
+  visit("strategy.topology", c.strategy.topology, enum_rule{});
   visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
   visit("edgegossip.aggregator", c.edgegossip.aggregator,
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
   visit("edgegossip.aggregation_ratio", c.edgegossip.aggregation_ratio, positive_int);
-  visit("edgegossip.selection", c.edgegossip.selection, text_rule{{"loss", "random"}, false});
-  visit("edgegossip.merge", c.edgegossip.merge, text_rule{{"gossip", "rate"}, false});
+  visit("edgegossip.selection", c.edgegossip.selection, enum_rule{});
+  visit("edgegossip.merge", c.edgegossip.merge, enum_rule{});
   visit("edgegossip.p_threshold", c.edgegossip.p_threshold, non_negative);
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
@@ -234,6 +266,20 @@ std::string complaint(const std::string& key, const std::string& v, const text_r
   return key + " must be " + options + ", got " + show(v);
 }
 
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+std::string complaint(const std::string&, E, enum_rule) {
+  return {};  // an enumeration holds one of its values
+}
+
+template <class E>
+std::string not_one_of(const std::string& key, const std::string& v) {
+  const auto& names = names_of(E{});
+  std::string options;
+  for (size_t i = 0; i < names.size(); ++i)
+    options += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + show(names[i]);
+  return key + " must be " + options + ", got " + show(v);
+}
+
 std::string describe(const toml::node& n) {
   std::ostringstream os;
   switch (n.type()) {
@@ -300,6 +346,20 @@ void read_value(const toml::node& n, const std::string& key, const source& src, 
   if (!v) src.fail(n, key + " must be a string, got " + describe(n));
   if (auto c = complaint(key, v->get(), rule); !c.empty()) src.fail(n, c);
   out = v->get();
+}
+
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+void read_value(const toml::node& n, const std::string& key, const source& src, E& out,
+                enum_rule) {
+  auto v = n.as_string();
+  if (!v) src.fail(n, key + " must be a string, got " + describe(n));
+  const auto& names = names_of(E{});
+  for (size_t i = 0; i < names.size(); ++i)
+    if (v->get() == names[i]) {
+      out = static_cast<E>(i);
+      return;
+    }
+  src.fail(n, not_one_of<E>(key, v->get()));
 }
 
 template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
@@ -432,6 +492,11 @@ std::string toml_value(const std::string& v) {
 template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
 std::string toml_value(I v) {
   return std::to_string(v);
+}
+
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+std::string toml_value(E v) {
+  return toml_value(std::string{to_string(v)});
 }
 
 std::string toml_value(double v) {
@@ -677,10 +742,11 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << cfg.data.partition << '|' << cfg.data.alpha << '|' << cfg.data.train_samples << '|'
        << cfg.data.test_samples << '|' << cfg.train.model << '|' << cfg.train.lr << '|'
        << cfg.train.momentum << '|' << cfg.train.batch << '|' << cfg.train.max_iterations << '|'
-       << cfg.strategy.name << '|' << cfg.strategy.schedule << '|'
+       << to_string(cfg.strategy.name) << '|' << to_string(cfg.strategy.schedule) << '|'
+       << to_string(cfg.strategy.topology) << '|'
        << cfg.strategy.exchange_probability << '|' << cfg.edgegossip.aggregator << '|'
-       << cfg.edgegossip.aggregation_ratio << '|' << cfg.edgegossip.selection << '|'
-       << cfg.edgegossip.merge;
+       << cfg.edgegossip.aggregation_ratio << '|' << to_string(cfg.edgegossip.selection) << '|'
+       << to_string(cfg.edgegossip.merge);
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   // FNV-1a, 64 bits: stable across builds and machines.

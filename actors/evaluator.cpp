@@ -1,0 +1,73 @@
+#include "actors/evaluator.hpp"
+
+#include "learning/dataset.hpp"
+#include "learning/gossip.hpp"
+#include "learning/model.hpp"
+#include "learning/serialize.hpp"
+#include "learning/trainer.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace eg::actors {
+
+evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
+  struct state {
+    evaluator_args args;
+    std::shared_ptr<learning::classifier> model;
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> like;
+  };
+  auto st = std::make_shared<state>();
+  st->model = learning::make_classifier(args.model, args.seed);
+  st->names = learning::parameter_names(*st->model);
+  st->like = learning::parameters(*st->model);
+  st->args = std::move(args);
+  return sys.spawn<caf::detached>([st]() -> evaluator_actor::behavior_type {
+    return {
+      [st](evaluate_atom, const std::vector<held_weights>& answers,
+           const std::vector<double>& weights,
+           const std::vector<std::vector<double>>& class_weights)
+        -> caf::result<double, double, double> {
+        std::vector<std::vector<torch::Tensor>> models;
+        std::vector<double> samples;
+        std::vector<std::vector<double>> classes;
+        bool by_class = true;
+        for (size_t i = 0; i < answers.size(); ++i) {
+          try {
+            models.push_back(learning::from_views(answers[i].value.tensors, st->names, st->like));
+          } catch (const std::exception& e) {
+            spdlog::warn("balancer: ignoring weights of {} that cannot be averaged: {}",
+                         answers[i].sender, e.what());
+            continue;
+          }
+          samples.push_back(i < weights.size() ? weights[i] : 1.0);
+          classes.push_back(i < class_weights.size() ? class_weights[i] : std::vector<double>{});
+          by_class = by_class && classes.back().size() == static_cast<size_t>(learning::num_classes);
+        }
+        if (models.empty())
+          return {0.0, 0.0, 0.0};
+        // By points trained, and each class's output row by the points of
+        // that class (learning::average_by_class).
+        auto avg = by_class ? learning::average_by_class(models, samples, classes)
+                            : learning::average(models, samples);
+        {
+          torch::NoGradGuard guard;
+          for (size_t i = 0; i < avg.size(); ++i)
+            st->like[i].copy_(avg[i]);
+        }
+        if (st->args.latest)
+          *st->args.latest = learning::save_model(*st->model);
+        const auto start = std::chrono::steady_clock::now();
+        auto eval = learning::evaluate(*st->model, *st->args.test_set);
+        const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return {eval.loss, eval.accuracy, seconds};
+      },
+    };
+  });
+}
+
+} // namespace eg::actors

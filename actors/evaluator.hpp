@@ -1,0 +1,31 @@
+#pragma once
+// The evaluator: averages the platforms' models (learning::average_by_class)
+// and evaluates the average on the test set, on a thread of its own, so that
+// the balancer answers reports and the console while it runs.
+
+#include "actors/interfaces.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <memory>
+#include <string>
+
+namespace eg::learning {
+struct dataset;
+}
+
+namespace eg::actors {
+
+struct evaluator_args {
+  std::string model;  ///< train.model
+  uint64_t seed = 1;
+  std::shared_ptr<const learning::dataset> test_set;
+  /// The averaged model is written here after each evaluation (for the run
+  /// directory's model.pt); may be null.
+  std::shared_ptr<std::string> latest;
+};
+
+/// Spawns a detached evaluator.
+evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args);
+
+} // namespace eg::actors

@@ -1,0 +1,190 @@
+#include "actors/wire.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/execution_unit.hpp>
+#include <caf/message.hpp>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+namespace eg::actors {
+namespace {
+
+std::mutex identities_mutex;
+std::map<const caf::actor_system*, wire_identity> identities;
+
+wire_identity identity_of(caf::execution_unit* ctx) {
+  if (!ctx)
+    return {};
+  std::lock_guard<std::mutex> lock(identities_mutex);
+  auto i = identities.find(&ctx->system());
+  return i == identities.end() ? wire_identity{} : i->second;
+}
+
+template <class T>
+std::vector<char> encode_as(caf::execution_unit* ctx, const T& x, const std::string& sender) {
+  auto id = identity_of(ctx);
+  messages::envelope e;
+  e.hdr = {id.cluster_id, messages::protocol_version, sender.empty() ? id.node : sender};
+  e.payload = x;
+  return messages::encode(e);
+}
+
+/// Refusals at the door are logged: the first ten, then every hundredth.
+void refused(const char* what, const std::string& why) {
+  static std::atomic<uint64_t> count{0};
+  auto n = ++count;
+  if (n <= 10 || n % 100 == 0)
+    spdlog::warn("refused a {} from another node: {}{}", what, why,
+                 n > 10 ? fmt::format(" ({} refused so far)", n) : std::string{});
+}
+
+/// Decodes `in` as a message holding a T, checked against the identity.
+template <class T>
+caf::error decode_as(caf::execution_unit* ctx, const std::vector<char>& in, const char* what,
+                     T& out, messages::header* hdr = nullptr) {
+  auto id = identity_of(ctx);
+  try {
+    if (id.cluster_id.empty())
+      throw messages::codec_error("this process belongs to no cluster");
+    auto env = messages::decode(in, id.cluster_id);
+    auto* body = std::get_if<T>(&env.payload);
+    if (!body)
+      throw messages::codec_error(std::string{"the message does not hold a "} + what);
+    out = std::move(*body);
+    if (hdr)
+      *hdr = std::move(env.hdr);
+    return {};
+  } catch (const messages::codec_error& e) {
+    refused(what, e.what());
+    return make_error(ec::bad_request, std::string{what} + ": " + e.what());
+  }
+}
+
+} // namespace
+
+const char* to_string(ec x) {
+  switch (x) {
+    case ec::refused: return "refused";
+    case ec::bad_request: return "bad_request";
+    case ec::unknown_platform: return "unknown_platform";
+    case ec::run_over: return "run_over";
+    case ec::unreachable: return "unreachable";
+  }
+  return "unknown";
+}
+
+caf::error make_error(ec x, std::string why) {
+  return caf::error(static_cast<uint8_t>(x), caf::atom("eg"), caf::make_message(std::move(why)));
+}
+
+bool is(const caf::error& err, ec x, std::string* why) {
+  if (err.category() != caf::atom("eg") || err.code() != static_cast<uint8_t>(x))
+    return false;
+  if (why)
+    *why = err.context().match_elements<std::string>() ? err.context().get_as<std::string>(0)
+                                                       : std::string{};
+  return true;
+}
+
+void announce_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<messages::plan>("eg::plan");
+  cfg.add_message_type<messages::prediction>("eg::prediction");
+  cfg.add_message_type<messages::epoch_report>("eg::epoch_report");
+  cfg.add_message_type<messages::hello>("eg::hello");
+  cfg.add_message_type<messages::control>("eg::control");
+  cfg.add_message_type<messages::held_weights>("eg::weights");
+  cfg.add_error_category(caf::atom("eg"), [](uint8_t code, caf::atom_value,
+                                             const caf::message& context) {
+    std::string text = to_string(static_cast<ec>(code));
+    if (context.match_elements<std::string>())
+      text += ": " + context.get_as<std::string>(0);
+    return text;
+  });
+}
+
+void set_wire_identity(const caf::actor_system& sys, wire_identity id) {
+  std::lock_guard<std::mutex> lock(identities_mutex);
+  if (id.cluster_id.empty())
+    identities.erase(&sys);
+  else
+    identities[&sys] = std::move(id);
+}
+
+namespace detail {
+
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::plan& x) {
+  return encode_as(ctx, x, {});
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::prediction& x) {
+  return encode_as(ctx, x, x.platform);
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::epoch_report& x) {
+  return encode_as(ctx, x, x.platform);
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::hello& x) {
+  return encode_as(ctx, x, x.node);
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::control& x) {
+  return encode_as(ctx, x, {});
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_weights& x) {
+  return encode_as(ctx, x.value, x.sender);
+}
+
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in, messages::plan& x) {
+  return decode_as(ctx, in, "plan", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::prediction& x) {
+  return decode_as(ctx, in, "prediction", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::epoch_report& x) {
+  return decode_as(ctx, in, "epoch report", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in, messages::hello& x) {
+  return decode_as(ctx, in, "hello", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::control& x) {
+  return decode_as(ctx, in, "control request", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_weights& x) {
+  // The tensor views point into the received bytes: they move into a buffer
+  // that the weights hold.
+  auto kept = std::make_shared<const std::vector<char>>(in);
+  messages::header hdr;
+  messages::weights w;
+  if (auto err = decode_as(ctx, *kept, "weights message", w, &hdr))
+    return err;
+  x = messages::held_weights{hdr.sender, std::move(w), kept, kept->size()};
+  return {};
+}
+
+std::string describe(const messages::plan& x) {
+  return fmt::format("epoch {} ratio {:.3f}", x.epoch + 1, x.ratio);
+}
+std::string describe(const messages::prediction& x) {
+  return fmt::format("{} {:.0f}/s", x.platform, x.throughput);
+}
+std::string describe(const messages::epoch_report& x) {
+  return fmt::format("{} epoch {}", x.platform, x.epoch + 1);
+}
+std::string describe(const messages::hello& x) {
+  return fmt::format("node {}, {} components", x.node, x.components.size());
+}
+std::string describe(const messages::control& x) {
+  return fmt::format("{} {}", messages::to_string(x.verb), x.argument);
+}
+std::string describe(const messages::held_weights& x) {
+  return fmt::format("from {}, {} tensors", x.sender, x.value.tensors.size());
+}
+
+} // namespace detail
+} // namespace eg::actors

@@ -1,0 +1,59 @@
+#pragma once
+// Every timeout and interval of the actors in one place. Settings a user may
+// change are in the cluster file (config.hpp: heartbeat_interval,
+// peer_timeout, gossip_max_wait ...); these are the fixed ones.
+
+#include <chrono>
+
+namespace eg::defaults {
+
+using namespace std::chrono_literals;
+
+// -- the balancer ----------------------------------------------------------------
+/// Predictions gathered to plan an epoch (a dead predictor is left out).
+inline constexpr std::chrono::milliseconds prediction_timeout = 5s;
+/// Predictions gathered for a console snapshot.
+inline constexpr std::chrono::milliseconds console_prediction_timeout = 2s;
+/// Models gathered for the averaged model of an epoch.
+inline constexpr std::chrono::milliseconds weights_timeout = 30s;
+/// A control request to a platform (pause, resume, checkpoint, stop).
+inline constexpr std::chrono::milliseconds control_timeout = 30s;
+/// Progress line redrawn (terminal) or start retried.
+inline constexpr std::chrono::milliseconds progress_interval = 1s;
+/// A progress log line (no terminal) at most this often.
+inline constexpr std::chrono::milliseconds progress_log_interval = 10s;
+/// A continuing balancer starts with the platforms that joined by then.
+inline constexpr std::chrono::milliseconds resume_grace = 3s;
+
+// -- the node --------------------------------------------------------------------
+/// Each step of the handshake (challenge, hello) and of dialling.
+inline constexpr std::chrono::milliseconds handshake_timeout = 10s;
+/// A TLS probe of a peer's certificate.
+inline constexpr std::chrono::milliseconds tls_probe_timeout = 5s;
+/// Between two dials of an unreachable peer.
+inline constexpr std::chrono::milliseconds redial_interval = 1s;
+/// After start, before a node without the balancer elects one.
+inline constexpr std::chrono::milliseconds first_election = 3s;
+/// After the balancer's node went down, before electing a successor.
+inline constexpr std::chrono::milliseconds succession_delay = 2s;
+/// Between two elections while peers are still being dialled.
+inline constexpr std::chrono::milliseconds election_retry = 1s;
+/// The run is over: local platforms that did not say so by then do not keep
+/// the node up.
+inline constexpr std::chrono::milliseconds over_grace = 30s;
+/// The store's final flush.
+inline constexpr std::chrono::milliseconds flush_timeout = 30s;
+/// After the flush, for the last messages to peers to leave.
+inline constexpr std::chrono::milliseconds release_delay = 500ms;
+/// A console request forwarded to the balancer.
+inline constexpr std::chrono::milliseconds console_forward_timeout = 3s;
+
+// -- platforms and predictors ---------------------------------------------------
+/// A checkpoint saved by the store.
+inline constexpr std::chrono::milliseconds checkpoint_timeout = 60s;
+/// A platform's progress report to the balancer, at most this often.
+inline constexpr std::chrono::milliseconds progress_report_interval = 1s;
+/// The predictor samples the machine's contention this often.
+inline constexpr std::chrono::milliseconds contention_sampling = 500ms;
+
+} // namespace eg::defaults
