@@ -25,7 +25,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
   st->names = learning::parameter_names(*st->model);
   st->like = learning::parameters(*st->model);
   st->args = std::move(args);
-  return sys.spawn<caf::detached>([st]() -> evaluator_actor::behavior_type {
+  return sys.spawn([st]() -> evaluator_actor::behavior_type {
     return {
       [st](evaluate_atom, const std::vector<held_weights>& answers,
            const std::vector<double>& weights,

@@ -1,6 +1,6 @@
 #pragma once
 // The evaluator: averages the platforms' models (learning::average_by_class)
-// and evaluates the average on the test set, on a thread of its own, so that
+// and evaluates the average on the test set, as an actor of its own, so that
 // the balancer answers reports and the console while it runs.
 
 #include "actors/interfaces.hpp"
@@ -25,7 +25,8 @@ struct evaluator_args {
   std::shared_ptr<std::string> latest;
 };
 
-/// Spawns a detached evaluator.
+/// Spawns an evaluator: an actor of its own, so a scheduler thread other
+/// than the balancer's does the work.
 evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args);
 
 } // namespace eg::actors

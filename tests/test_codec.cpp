@@ -76,8 +76,8 @@ BOOST_AUTO_TEST_CASE(element_sizes) {
 }
 
 BOOST_AUTO_TEST_CASE(hello_round_trip) {
-  hello h{"node-b", "sha256:abc", {{"node", "node-b", "node-b"}, {"platform", "p3", "node-b"},
-                                   {"store", "node-b", "node-b"}}, 47000, "nonce-b", "nonce-a"};
+  hello h{"node-b", "sha256:abc", {{role::node, "node-b", "node-b"}, {role::platform, "p3", "node-b"},
+                                   {role::store, "node-b", "node-b"}}, 47000, "nonce-b", "nonce-a"};
   hello r = round_trip(h);
   BOOST_TEST(r.node == h.node);
   BOOST_TEST(r.lane_port == h.lane_port);

@@ -228,7 +228,13 @@ struct fixture : eg::test::actor_fixture {
   /// Asks the balancer; the JSON, or the error's text prefixed with "error: ".
   std::string ask(const balancer_actor& b, const std::string& command) {
     std::string out;
-    auto rh = self->request(b, caf::infinite, inspect_atom::value, command, std::string{"n"});
+    messages::control c;
+    try {
+      c = in::parse_command(command);  // as the node does at its door
+    } catch (const std::exception& e) {
+      return std::string{"error: "} + e.what();
+    }
+    auto rh = self->request(b, caf::infinite, inspect_atom::value, c, std::string{"n"});
     sched.run();
     rh.receive([&](std::string& s) { out = std::move(s); },
                [&](caf::error& e) { out = "error: " + sys.render(e); });
@@ -240,26 +246,20 @@ struct fixture : eg::test::actor_fixture {
 platform_actor::behavior_type controlled_platform(platform_actor::pointer,
                                                   std::shared_ptr<std::vector<std::string>> got) {
   return {
-    [](plan_atom, const bytes&) {},
+    [](plan_atom, const plan&) {},
     [](step_atom) {},
-    [](merge_atom, const shared_bytes&) {},
-    [](weights_atom) { return bytes{}; },
+    [](merge_atom, const held_weights&) {},
+    [](peers_atom, const std::vector<std::string>&) {},
+    [](weights_atom) { return held_weights{}; },
     [](done_atom, const std::string&) {},
     [](cut_atom, uint32_t) {},
-    [=](control_atom, const std::string& what) {
-      got->push_back(what);
+    [=](control_atom, const control& c) {
+      got->push_back(messages::to_string(c.verb));
       return true;
     },
   };
 }
 
-bytes encoded(const messages::epoch_report& r) {
-  messages::envelope e;
-  e.hdr.cluster_id = "ins";
-  e.hdr.sender = r.platform;
-  e.payload = r;
-  return messages::encode(e);
-}
 
 } // namespace
 
@@ -306,11 +306,11 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   sched.run();
   auto r0 = report_of("p0", 0);
   r0.received_from = {{"p1", 2, 2000}};
-  self->send(b, report_atom::value, encoded(r0));
+  self->send(b, report_atom::value, r0);
   auto progress = report_of("p1", 0);
   progress.samples = 250;
   progress.iterations = 4;
-  self->send(b, progress_atom::value, encoded(progress));
+  self->send(b, progress_atom::value, progress);
   sched.run();
   s = in::snapshot_from_json(ask(b, "snapshot"));
   BOOST_TEST(s.cluster.state == "training");

@@ -177,8 +177,14 @@ BOOST_AUTO_TEST_CASE(a_replayed_handshake_is_refused) {
   BOOST_REQUIRE(a->wait_for_output("listening on", std::chrono::seconds(60)));
   caf::actor_system_config sys_cfg;
   sys_cfg.load<caf::io::middleman>();
+  eg::actors::announce_types(sys_cfg);
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
   caf::actor_system sys{sys_cfg};
+  eg::actors::set_wire_identity(sys, {"netfaults", "b"});
+  struct forget {
+    caf::actor_system& sys;
+    ~forget() { eg::actors::set_wire_identity(sys, {}); }
+  } forget_identity{sys};
   auto node = sys.middleman().remote_actor<eg::actors::node_actor>("127.0.0.1", port_of(cfg, "a"));
   BOOST_REQUIRE(node);
   caf::scoped_actor self{sys};
@@ -193,18 +199,16 @@ BOOST_AUTO_TEST_CASE(a_replayed_handshake_is_refused) {
   h.challenge = challenge;
   h.nonce = eg::messages::make_nonce();
   h.secret_digest = eg::messages::proof("s3cret", "hello", "netfaults", "b", h.challenge, h.nonce);
-  h.components.push_back({"node", "b", "b"});
-  auto recorded = eg::messages::encode({{"netfaults", eg::messages::protocol_version, "b"}, h});
+  h.components.push_back({eg::messages::role::node, "b", "b"});
+  const auto recorded = h;
   auto stand_in = sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
-  auto ask = [&](const eg::actors::bytes& hello, std::string& answer_nonce_proof) {
+  auto ask = [&](const eg::messages::hello& hello, std::string& answer_nonce_proof) {
     bool accepted = false;
     self->request(*node, std::chrono::seconds(10), eg::actors::hello_atom::value, hello,
                   std::vector<caf::actor>{stand_in})
       .receive(
-        [&](const eg::actors::bytes& answer, const std::vector<caf::actor>&) {
+        [&](const eg::messages::hello& their, const std::vector<caf::actor>&) {
           accepted = true;
-          auto env = eg::messages::decode(answer, "netfaults");
-          auto& their = std::get<eg::messages::hello>(env.payload);
           answer_nonce_proof = their.challenge == h.nonce
                                    && their.secret_digest
                                         == eg::messages::proof("s3cret", "hello-answer",
