@@ -267,23 +267,22 @@ public:
                   in::console_credentials(secret_, challenge), command)
       .receive([&](std::string& json) { r.text = std::move(json); },
                [&](caf::error& err) {
-                 r.text = sys_.render(err);
-                 if (r.text.find(in::refused_text) != std::string::npos)
+                 namespace ea = eg::actors;
+                 std::string why;
+                 if (ea::is(err, ea::ec::refused, &why)) {
                    r.what = outcome::refused;
-                 else if (err.category() == caf::atom("system")
-                          && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument))
-                   r.what = outcome::rejected;
-                 else
+                   r.text = why;
+                 } else if (ea::is(err, ea::ec::bad_request, &why)
+                            || ea::is(err, ea::ec::unknown_platform, &why)) {
+                   r.what = outcome::rejected;  // the node's own words
+                   r.text = why;
+                 } else {
                    r.what = outcome::lost;
+                   r.text = sys_.render(err);
+                 }
                });
     if (r.what == outcome::lost)
       node_ = node_actor{};  // asked again only once attached again
-    if (r.what == outcome::rejected) {
-      // Keep only the node's own words.
-      auto q = r.text.find('"'), e = r.text.rfind('"');
-      if (q != std::string::npos && e > q)
-        r.text = r.text.substr(q + 1, e - q - 1);
-    }
     return r;
   }
 
@@ -630,6 +629,7 @@ int run_console(const console_options& opts) {
   }
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
+  eg::actors::announce_types(cfg);  // the node's interface names the project's types
   cfg.set("scheduler.max-threads", size_t{2});
   if (opts.tls.enabled()) {
     try {

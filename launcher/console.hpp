@@ -4,7 +4,7 @@
 // refreshed live in the terminal, with commands at a prompt; or prints one
 // snapshot (--once) or runs one command (--command) for scripts.
 
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 
 #include <string>
 

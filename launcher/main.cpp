@@ -7,7 +7,7 @@
 
 #include "actors/runtime.hpp"
 #include "bench/bench.hpp"
-#include "launcher/config.hpp"
+#include "config/config.hpp"
 #include "launcher/console.hpp"
 #include "launcher/launch.hpp"
 #include "learning/dataset.hpp"
