@@ -571,6 +571,13 @@ const node_config& cluster_config::balancer() const {
   return nodes.front();
 }
 
+std::vector<std::string> cluster_config::node_names() const {
+  std::vector<std::string> out;
+  for (auto& n : nodes)
+    out.push_back(n.name);
+  return out;
+}
+
 std::vector<platform_config> cluster_config::platforms() const {
   std::vector<platform_config> all;
   for (const auto& n : nodes) all.insert(all.end(), n.platforms.begin(), n.platforms.end());

@@ -224,6 +224,8 @@ struct cluster_config {
   const node_config& node(const std::string& name) const;
   /// The node hosting the balancer.
   const node_config& balancer() const;
+  /// The nodes' names, in file order.
+  std::vector<std::string> node_names() const;
   /// All platforms of the cluster, in node order.
   std::vector<platform_config> platforms() const;
 };

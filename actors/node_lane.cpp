@@ -1,0 +1,83 @@
+#include "actors/node_state.hpp"
+
+#include "actors/network.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace eg::actors::node_detail {
+
+/// The weights lane of a node in a cluster of several, listening on the
+/// node's host (any free port, announced in the hello); none when it cannot
+/// listen (gossip then goes through the middleman) or is configured off.
+std::shared_ptr<messages::lane> open_lane(const node_state& st) {
+  const auto& cfg = st.args.cluster;
+  if (cfg.nodes.size() < 2 || cfg.transport != config::transport::lane)
+    return nullptr;
+  messages::lane_options o;
+  o.cluster_id = cfg.id;
+  o.node = st.args.name;
+  o.secret = cfg.secret;
+  o.host = cfg.node(st.args.name).host;
+  std::set<std::string> peers;
+  for (auto& n : cfg.nodes)
+    if (n.name != st.args.name)
+      peers.insert(n.name);
+  o.peer_allowed = [peers](const std::string& node) { return peers.count(node) > 0; };
+  o.max_queued_messages = static_cast<size_t>(cfg.gossip_queue);
+  o.max_wait_ms = static_cast<int>(cfg.gossip_max_wait * 1000);
+  // A peer that takes nothing for as long as it takes to declare it down.
+  o.send_timeout_ms = static_cast<int>(cfg.peer_timeout * 1000);
+  if (cfg.tls.enabled()) {
+    auto tls = tls_of(cfg.tls, st.args.name);
+    o.tls = {tls.certificate, tls.key, tls.ca};
+  }
+  try {
+    auto lane = std::make_shared<messages::lane>(std::move(o));
+    spdlog::info("[{}] weights lane listening on {}:{}", st.args.name, lane->options().host,
+                 lane->port());
+    return lane;
+  } catch (const std::exception& e) {
+    if (cfg.tls.enabled())  // never plain text when TLS was asked for
+      throw;
+    spdlog::error("[{}] no weights lane ({}); gossip goes through the middleman", st.args.name,
+                  e.what());
+    return nullptr;
+  }
+}
+
+/// The door for gossip: decodes each frame of the lane once (on the lane's
+/// thread), checked against the cluster id, and hands the weights to the
+/// local mixer of the platform it is for.
+void start_lane(node_state& st) {
+  std::map<std::string, caf::actor_addr> mixers;
+  for (auto& p : st.platforms)
+    mixers[p.name] = caf::actor_cast<caf::actor_addr>(p.mixer);
+  st.lane->start([mixers = std::move(mixers), me = st.args.name, cluster = st.args.cluster.id](
+                   const std::string& from, const std::string& target,
+                   messages::shared_buffer message) {
+    auto i = mixers.find(target);
+    auto mixer = i == mixers.end() ? caf::actor{} : caf::actor_cast<caf::actor>(i->second);
+    if (!mixer) {
+      spdlog::warn("[{}] weights lane: a message from node '{}' for platform '{}', which this "
+                   "node does not host (any more), dropped",
+                   me, from, target);
+      return;
+    }
+    held_weights w;
+    try {
+      if (!message)
+        throw messages::codec_error("empty message");
+      auto env = messages::decode(message->data(), message->size(), cluster);
+      auto* weights = std::get_if<messages::weights>(&env.payload);
+      if (!weights)
+        throw messages::codec_error("a gossip frame that does not hold weights");
+      w = held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
+    } catch (const messages::codec_error& e) {
+      spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
+      return;
+    }
+    caf::anon_send(caf::actor_cast<mixer_actor>(mixer), gossip_atom::value, std::move(w));
+  });
+}
+
+} // namespace eg::actors::node_detail

@@ -1,0 +1,217 @@
+#include "actors/node_state.hpp"
+
+#include "actors/network.hpp"
+#include "config/defaults.hpp"
+
+#include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
+
+namespace eg::actors::node_detail {
+
+namespace {
+
+void absorb(self_ptr self, const messages::hello& h, const std::vector<caf::actor>& handles,
+            const std::function<void(const messages::hello&)>& check);
+
+/// The handshake with a peer node's actor: asks it for a challenge, sends
+/// our hello answering it (with a fresh nonce of ours), and takes in its
+/// answer once that proves the secret over our nonce. `failed` gets what went
+/// wrong (unreachable, or refused: then `refused` is true).
+void handshake(self_ptr self, const node_actor& remote, const std::string& name,
+               std::function<void()> done,
+               std::function<void(const std::string&, bool refused)> failed) {
+  self->request(remote, defaults::handshake_timeout, challenge_atom::value)
+    .then(
+      [self, remote, name, done, failed](const std::string& challenge) {
+        auto nonce = messages::make_nonce();
+        auto [mine, handles] = self->state.hello("hello", challenge, nonce);
+        self->request(remote, defaults::handshake_timeout, hello_atom::value, std::move(mine),
+                      std::move(handles))
+          .then(
+            [self, name, nonce, done, failed](const messages::hello& their,
+                                              const std::vector<caf::actor>& hs) {
+              try {
+                absorb(self, their, hs, [&](const messages::hello& h) {
+                  if (h.challenge != nonce)
+                    throw messages::codec_error("node '" + h.node
+                                                + "' answered another handshake than ours");
+                  self->state.check_proof(h, "hello-answer");
+                });
+              } catch (const messages::codec_error& e) {
+                failed(e.what(), true);
+                return;
+              }
+              done();
+            },
+            [self, failed](caf::error& err) {
+              // The peer's refusal (its reason as the error's text), or no answer.
+              std::string why;
+              if (is(err, ec::refused, &why))
+                failed(why, true);
+              else
+                failed(self->system().render(err), false);
+            });
+      },
+      [self, failed](caf::error& err) { failed(self->system().render(err), false); });
+}
+
+} // namespace
+
+/// Tells every peer node our directory again (a component was added or
+/// removed here); their answers are taken in as in a handshake.
+void rehello(self_ptr self) {
+  auto& st = self->state;
+  for (auto& [name, peer] : st.peers)
+    handshake(self, peer, name, [] {}, [self, name = name](const std::string& why, bool) {
+      spdlog::warn("[{}] node {} did not take our update: {}", self->state.args.name, name, why);
+    });
+}
+
+namespace {
+
+/// Takes a peer node's hello into the directory once `check` passes it.
+void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::actor>& handles,
+            const std::function<void(const messages::hello&)>& check) {
+  auto& st = self->state;
+  const auto* h = &hello;
+  if (h->components.size() != handles.size())
+    throw messages::codec_error("handshake lists " + std::to_string(h->components.size())
+                                + " components but carries " + std::to_string(handles.size())
+                                + " handles");
+  bool known_node = false;
+  for (auto& n : st.args.cluster.nodes)
+    known_node = known_node || n.name == h->node;
+  if (!known_node || h->node == st.args.name)
+    throw messages::codec_error("node '" + h->node + "' is not a peer in the cluster file");
+  if (h->nonce.empty())
+    throw messages::codec_error("handshake of node '" + h->node + "' carries no nonce");
+  check(*h);
+  bool has_node = false;
+  for (auto& c : h->components)
+    has_node = has_node || (c.role == messages::role::node && c.name == h->node && c.node == h->node);
+  if (!has_node)
+    throw messages::codec_error("handshake of node '" + h->node + "' lacks the node itself");
+  // Replace whatever we knew of that node.
+  st.directory.replace_node(h->node, h->components, handles);
+  auto remote = caf::actor_cast<node_actor>(st.directory.find(messages::role::node, h->node));
+  st.lanes[h->node] = {h->node, st.args.cluster.node(h->node).host, h->lane_port};
+  auto old = st.peers.find(h->node);
+  if (remote && (old == st.peers.end() || old->second != remote)) {
+    self->monitor(remote);
+    st.peers[h->node] = remote;
+    st.peer_ids.insert(remote.node());
+    st.lost.erase(h->node);
+    spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
+                 handles.size());
+  }
+  resolve_balancers(self);
+  publish_peers(self);
+  announce_platforms(self, h->node);
+}
+
+} // namespace
+
+void dial(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  if (st.finished || st.peers.count(name) || st.dialling.count(name) || !dials(st.args.cluster.node_names(), st.args.name, name))
+    return;
+  const auto& target = st.args.cluster.node(name);
+  st.dialling.insert(name);
+  auto retry = [self, name](const caf::error& err) {
+    auto& st = self->state;
+    st.dialling.erase(name);
+    auto n = ++st.dial_failures[name];
+    if (n == 1 || n % 30 == 0)
+      spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
+                   self->system().render(err));
+    self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
+  };
+  if (st.args.cluster.tls.enabled() && !st.tls_checked.count(name)) {
+    // Over TLS, the peer's certificate is checked first, outside CAF (see
+    // probe_tls), on a thread of its own.
+    auto tls = tls_of(st.args.cluster.tls, st.args.name);
+    auto prober = self->spawn<caf::detached>(
+      [tls, host = target.host, port = target.port]() -> caf::behavior {
+        return {[=](dial_atom) {
+          return probe_tls(host, port, tls,
+                           static_cast<int>(defaults::tls_probe_timeout.count()));
+        }};
+      });
+    self->request(prober, defaults::handshake_timeout, dial_atom::value)
+      .then(
+        [self, name, retry, prober](const std::string& problem) {
+          self->send_exit(prober, caf::exit_reason::user_shutdown);
+          auto& st = self->state;
+          if (!problem.empty()) {
+            retry(caf::make_error(caf::sec::cannot_connect_to_node, "TLS: " + problem));
+            return;
+          }
+          st.tls_checked.insert(name);
+          st.dialling.erase(name);
+          dial(self, name);
+        },
+        [self, retry, prober](caf::error& err) {
+          self->send_exit(prober, caf::exit_reason::user_shutdown);
+          retry(err);
+        });
+    return;
+  }
+  st.tls_checked.erase(name);  // checked again before the next dial
+  auto mm = connector(self->system());
+  self->request(mm, defaults::handshake_timeout, caf::connect_atom::value, target.host, target.port)
+    .then(
+      [self, name, retry](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                          const std::set<std::string>&) {
+        if (!ptr) {
+          retry(caf::make_error(caf::sec::no_actor_published_at_port));
+          return;
+        }
+        auto remote = caf::actor_cast<node_actor>(ptr);
+        handshake(
+          self, remote, name,
+          [self, name] {
+            self->state.dialling.erase(name);
+            self->state.dial_failures.erase(name);
+          },
+          [self, name, retry](const std::string& why, bool refused) {
+            if (!refused) {
+              retry(make_error(ec::unreachable, why));
+              return;
+            }
+            // Refused (a wrong secret, another cluster): said plainly, and
+            // tried again, since the peer may be started again set right.
+            auto& st = self->state;
+            auto n = ++st.dial_failures[name];
+            if (n == 1 || n % 30 == 0)
+              spdlog::error("[{}] node {} refused the handshake: {}", st.args.name, name, why);
+            st.dialling.erase(name);
+            self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
+          });
+      },
+      retry);
+}
+
+/// A peer node dialled us: its hello must answer a challenge we handed out
+/// and prove the secret; ours answers its nonce.
+caf::result<hello, std::vector<caf::actor>>
+answer_hello(self_ptr self, const hello& their, const std::vector<caf::actor>& handles) {
+  auto& st = self->state;
+  std::string challenge, nonce;
+  try {
+    absorb(self, their, handles, [&](const messages::hello& h) {
+      if (!st.challenges.redeem(h.challenge))
+        throw messages::codec_error("node '" + h.node + "' answered no challenge this node "
+                                    "handed out (a replayed or stale handshake)");
+      st.check_proof(h, "hello");
+      challenge = h.nonce;
+      nonce = h.challenge;
+    });
+  } catch (const messages::codec_error& e) {
+    spdlog::warn("[{}] refused a handshake: {}", st.args.name, e.what());
+    return make_error(ec::refused, std::string{e.what()});
+  }
+  auto [mine, hs] = st.hello("hello-answer", challenge, nonce);
+  return {std::move(mine), std::move(hs)};
+}
+
+} // namespace eg::actors::node_detail

@@ -1,0 +1,148 @@
+#pragma once
+// The node actor's state and the functions its parts share (inside the
+// project's actors/ only): node.cpp (lifetime, the behaviour),
+// node_peering.cpp (dialling, the handshake, the directory), node_console.cpp
+// (the console's door and the node's own view), node_lane.cpp (the weights
+// lane's door).
+
+#include "actors/directory.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/node.hpp"
+#include "messages/lane.hpp"
+#include "messages/secret.hpp"
+
+#include <caf/all.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace eg::actors::node_detail {
+
+/// What a node knows and holds.
+struct node_state {
+  static inline const char* name = "node";
+  node_args args;
+  std::vector<local_platform> platforms;
+  std::optional<balancer_actor> balancer;
+  actors::directory directory;             // every component known, local and remote
+  actors::succession succession;           // who hosts the balancer when its node is lost
+  std::map<std::string, node_actor> peers;  // connected remote nodes by name
+  std::set<std::string> dialling;
+  std::set<std::string> tls_checked;  // peers whose certificate passed probe_tls just now
+  std::map<std::string, int> dial_failures;
+  std::set<caf::node_id> peer_ids;         // CAF node ids of peered nodes
+  std::set<std::string> lost;             // nodes that were peered and went down
+  std::set<std::string> done;             // local platforms (and "balancer") done
+  std::string run;
+  bool finished = false;
+  bool released = false;  // the launcher may end the process
+  bool stopping = false;
+  bool over_armed = false;  // the run is known to be over: over_atom is on its way
+  std::vector<messages::epoch_report> reports;
+  std::vector<caf::response_promise> waiting;
+  /// The weights lane (none in a single-node cluster, with
+  /// cluster.transport = "middleman", or when it could not listen).
+  std::shared_ptr<messages::lane> lane;
+  std::map<std::string, messages::lane_endpoint> lanes;  // of peered nodes
+  /// Nonces handed out to dialling nodes and consoles (challenge_atom).
+  messages::challenges challenges;
+  /// Why this node's store cannot write ("" while it can).
+  std::string store_failure;
+
+  ~node_state() {
+    if (lane)
+      lane->stop();  // no frames for mixers of a node that is gone
+  }
+  /// Our hello and the handles of our local components, in the same order:
+  /// with `purpose` "hello" it answers the challenge of the node we dial,
+  /// with "hello-answer" the nonce of the node that dialled us (see
+  /// messages/secret.hpp).
+  std::pair<messages::hello, std::vector<caf::actor>> hello(const std::string& purpose,
+                                                  const std::string& challenge,
+                                                  const std::string& nonce) const {
+    messages::hello h;
+    h.node = args.name;
+    h.challenge = challenge;
+    h.nonce = nonce;
+    h.secret_digest = messages::proof(args.cluster.secret, purpose, args.cluster.id, args.name,
+                                      challenge, nonce);
+    h.lane_port = lane ? lane->port() : 0;
+    std::vector<caf::actor> handles;
+    for (auto& e : directory.hosted_by(args.name)) {
+      h.components.push_back(e.what);
+      handles.push_back(e.handle);
+    }
+    return {std::move(h), std::move(handles)};
+  }
+
+  /// Throws codec_error when `h` does not prove the cluster secret with
+  /// `purpose` over its challenge and nonce.
+  void check_proof(const messages::hello& h, const std::string& purpose) const {
+    if (args.cluster.secret.empty())
+      return;
+    if (!messages::same_digest(h.secret_digest,
+                               messages::proof(args.cluster.secret, purpose, args.cluster.id,
+                                               h.node, h.challenge, h.nonce)))
+      throw messages::codec_error("node '" + h.node + "' "
+                                  + (h.secret_digest.empty() ? "presented no cluster secret"
+                                                             : "presented a wrong cluster secret"));
+  }
+
+  size_t expected_done() const {
+    return platforms.size() + (balancer ? 1 : 0);
+  }
+};
+
+
+using over_atom = caf::atom_constant<caf::atom("over")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+/// The node's interface with its private messages: the run is over (the
+/// grace period for local platforms ended), and the store is flushed (the
+/// launcher may end the process).
+using node_impl = node_actor::extend<caf::reacts_to<over_atom>, caf::reacts_to<release_atom>>;
+using self_ptr = node_impl::stateful_pointer<node_state>;
+
+
+/// Whether the message being handled comes from this process or a peered
+/// node (not from a stranger who connected to our port without a handshake).
+bool from_cluster(self_ptr self);
+/// Sends every local mixer the current list of peer mixers.
+void publish_peers(self_ptr self);
+/// Tells the local balancer about the platforms of `node`.
+void announce_platforms(self_ptr self, const std::string& node);
+/// Two balancers: ours stops if the other's node is before ours in the
+/// succession.
+void resolve_balancers(self_ptr self);
+/// Starts the balancer here: a new run, or (`continuing`) the run of the
+/// saved run state.
+void start_balancer(self_ptr self, bool continuing);
+/// Ends the node's run: metrics file, lane stats, store flush, release.
+void finish(self_ptr self);
+
+// node_peering.cpp
+/// Dials the peer node of that name (retried until it answers).
+void dial(self_ptr self, const std::string& name);
+/// Tells every peer node our directory again (a component was added or
+/// removed here); their answers are taken in as in a handshake.
+void rehello(self_ptr self);
+/// Answers a peer's hello (hello_atom): ours, or ec::refused.
+caf::result<hello, std::vector<caf::actor>>
+answer_hello(self_ptr self, const hello& their, const std::vector<caf::actor>& handles);
+
+// node_console.cpp
+/// The console's request (credentials, command text), answered in JSON.
+caf::result<std::string> inspect(self_ptr self, const std::string& credentials,
+                                 const std::string& text);
+
+// node_lane.cpp
+/// The node's weights lane (null: none, gossip goes through the middleman).
+std::shared_ptr<messages::lane> open_lane(const node_state& st);
+/// Hands the lane's frames, decoded once, to the local mixers.
+void start_lane(node_state& st);
+
+} // namespace eg::actors::node_detail
