@@ -8,7 +8,9 @@
 // comes back (a restarted node) joins again from the next epoch. After every
 // epoch its run state goes to every node's store, so that a balancer started
 // elsewhere (its node died) or later (the cluster restarted) goes on with the
-// same run.
+// same run. What it knows of epochs (the barrier, plans, deadlines) is a
+// plain class, actors/epoch_barrier.hpp, and the console's snapshot is built
+// in actors/inspection.hpp: the actor itself sends, gathers and writes.
 
 #include "actors/interfaces.hpp"
 #include "config/config.hpp"

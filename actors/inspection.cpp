@@ -1,9 +1,12 @@
 #include "actors/inspection.hpp"
 
+#include "config/config.hpp"
 #include "messages/secret.hpp"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -70,6 +73,173 @@ void add_completed_epochs(platform_row& row, const std::vector<messages::epoch_r
     = iterations ? static_cast<double>(row.messages_out) / static_cast<double>(iterations) : 0.0;
   if (latest)
     row.test_accuracy = latest->test_accuracy;
+}
+
+// -- the balancer's view ------------------------------------------------------------
+
+double console_state::now() const {
+  return std::chrono::duration<double>(clock::now() - born).count();
+}
+
+void console_state::note(std::string kind, std::string text) {
+  events.add(now(), std::move(kind), std::move(text));
+}
+
+void console_state::joined(const std::string& name, const std::string& node, bool rejoined) {
+  note("join",
+       fmt::format("platform {} {} from node {}", name, rejoined ? "rejoined" : "joined", node));
+  if (rejoined)
+    restoring.insert(name);
+}
+
+void console_state::down(const std::string& name, const std::string& node,
+                         const std::string& reason) {
+  restoring.erase(name);
+  note("down", fmt::format("platform {} on node {} is down ({})", name, node, reason));
+}
+
+void console_state::reported(const messages::epoch_report& r) {
+  checkpoints[r.platform] = {static_cast<int64_t>(r.epoch) + 1, now()};
+  restoring.erase(r.platform);
+}
+
+void console_state::checkpointed(const std::string& name) {
+  checkpoints[name].second = now();
+}
+
+bool console_state::store_failed(const std::string& node, const std::string& why) {
+  if (!store_failures.emplace(node, why).second)
+    return false;
+  note("store", fmt::format("node {}: the store cannot write ({}); its checkpoints are not "
+                            "being saved",
+                            node, why));
+  return true;
+}
+
+std::string console_state::command(messages::verb what, const std::vector<std::string>& platforms,
+                                   actors::epoch_barrier& epochs, clock::time_point when) {
+  if (what == messages::verb::pause && !paused) {
+    paused = true;
+    paused_at = when;
+  } else if (what == messages::verb::resume && paused) {
+    paused = false;
+    epochs.resumed(paused_at, when);
+  }
+  std::string names;
+  for (auto& name : platforms)
+    names += (names.empty() ? "" : ", ") + name;
+  const std::string verb = messages::to_string(what);
+  const auto n = platforms.size();
+  auto text = fmt::format("{} sent to {} platform{}{}", verb, n, n == 1 ? "" : "s",
+                          n ? " (" + names + ")" : std::string{});
+  note(verb, text + " by the console");
+  return text;
+}
+
+void console_state::planned(const actors::epoch_plan& plan) {
+  note("plan", fmt::format("epoch {} plan:{}{}", plan.epoch + 1, plan.line,
+                           plan.adopt.empty() ? "" : " (survivors take failed shards)"));
+}
+
+void console_state::cut(uint32_t epoch, double limit, const std::string& names) {
+  note("deadline", fmt::format("epoch {} deadline {:.1f} s: cut{}", epoch + 1, limit, names));
+}
+
+void console_state::epoch_done(const actors::epoch_barrier& epochs, uint32_t epoch) {
+  auto i = epochs.evaluated().find(epoch);
+  const auto e = i == epochs.evaluated().end() ? storage::cluster_epoch{} : i->second;
+  note("epoch", fmt::format("epoch {}/{}: averaged model accuracy {:.4f}, {} platforms up",
+                            epoch + 1, epochs.last_epoch() + 1, e.averaged_accuracy,
+                            e.platforms_up));
+  std::string who;
+  for (auto& [name, _] : epochs.reports(epoch))
+    who += " " + name;
+  note("checkpoint", fmt::format("checkpoints after epoch {}:{}", epoch + 1, who));
+}
+
+snapshot console_snapshot(const config::cluster_config& cfg, const actors::epoch_barrier& epochs,
+                          const console_state& console, const run_status& run,
+                          const std::map<std::string, messages::prediction>& predictions,
+                          const std::string& via) {
+  snapshot s;
+  auto& h = s.cluster;
+  h.id = cfg.id;
+  h.strategy = config::to_string(cfg.strategy.name);
+  h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
+  h.run = run.run;
+  h.state = !run.started ? "waiting" : run.finished ? "finished" : console.paused ? "paused"
+                                                                              : "training";
+  h.elapsed_seconds = run.started ? run.elapsed_seconds : 0.0;
+  h.epochs = epochs.last_epoch() + 1;
+  if (!epochs.evaluated().empty()) {
+    h.evaluated_epoch = epochs.evaluated().rbegin()->first;
+    h.averaged_accuracy = epochs.evaluated().rbegin()->second.averaged_accuracy;
+  }
+  h.balancer = cfg.balancer().name;
+  h.via = via;
+  const auto& reports = epochs.all_reports();
+  for (auto& pc : cfg.platforms()) {
+    platform_row row;
+    row.name = pc.name;
+    for (auto& n : cfg.nodes)
+      for (auto& q : n.platforms)
+        if (q.name == pc.name)
+          row.node = n.name;
+    auto* p = epochs.find(pc.name);
+    if (!p) {
+      row.state = "waiting";  // not joined yet
+      s.platforms.push_back(std::move(row));
+      continue;
+    }
+    row.node = p->node;
+    row.state = !p->up ? "down" : console.restoring.count(pc.name) ? "restoring" : "up";
+    (p->up ? h.platforms_up : h.platforms_down) += 1;
+    row.paused = p->up && console.paused;
+    row.epoch = p->progress.epoch;
+    h.epoch = std::max(h.epoch, row.epoch);
+    row.iterations = p->progress.iterations;
+    row.samples = p->progress.samples;
+    row.progress = p->progress.planned_samples
+                     ? static_cast<double>(p->progress.samples) / p->progress.planned_samples
+                     : 0.0;
+    row.ratio = p->progress.ratio;
+    row.train_loss = p->progress.train_loss;
+    if (auto t = predictions.find(pc.name); t != predictions.end())
+      row.throughput = t->second.throughput;
+    add_completed_epochs(row, reports);
+    if (auto c = console.checkpoints.find(pc.name); c != console.checkpoints.end()) {
+      row.checkpoint_epochs = c->second.first;
+      row.checkpoint_at = c->second.second;
+    }
+    s.platforms.push_back(std::move(row));
+  }
+  for (auto& n : cfg.nodes) {
+    node_row row{n.name, n.host, n.port, "unknown", n.name == h.balancer, {}, {}};
+    bool any_up = false, any_down = false;
+    for (auto& q : n.platforms) {
+      row.platforms.push_back(q.name);
+      if (auto* p = epochs.find(q.name))
+        (p->up ? any_up : any_down) = true;
+    }
+    row.state = row.balancer || any_up ? "up" : any_down ? "down" : "unknown";
+    if (auto f = console.store_failures.find(n.name); f != console.store_failures.end())
+      row.store = f->second;
+    s.nodes.push_back(std::move(row));
+  }
+  s.topology = topology_of(reports);
+  s.events = console.events.recent();
+  return s;
+}
+
+history history_of(const std::string& platform,
+                   const std::vector<messages::epoch_report>& reports) {
+  history h{platform, {}};
+  for (auto& r : reports)
+    if (r.platform == platform)
+      h.epochs.push_back(r);
+  std::stable_sort(h.epochs.begin(), h.epochs.end(),
+                   [](auto& a, auto& b) { return a.epoch < b.epoch; });
+  return h;
 }
 
 messages::control parse_command(const std::string& text) {

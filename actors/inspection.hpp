@@ -2,18 +2,27 @@
 // What the inspection console sees of a running cluster: the snapshot (a
 // cluster header, one row per platform, nodes, gossip topology, recent
 // events) and a platform's history, with their JSON form. Plain code, no CAF
-// and no torch: the balancer fills a snapshot, the node passes its JSON on,
-// the console parses and draws it.
+// and no torch: the balancer keeps a console_state beside its epoch barrier
+// and builds a snapshot from both (console_snapshot), the node passes its
+// JSON on, the console parses and draws it.
 
+#include "actors/epoch_barrier.hpp"
 #include "messages/codec.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+namespace eg::config {
+struct cluster_config;
+}
 
 namespace eg::inspection {
 
@@ -139,6 +148,75 @@ private:
   size_t capacity_;
   std::deque<event> events_;
 };
+
+/// What the balancer keeps for the console beyond its epochs: the events,
+/// whether the console paused the cluster, the platforms restoring, the
+/// stores that cannot write and each platform's latest checkpoint. The
+/// methods note the balancer's events in the words the console shows.
+struct console_state {
+  using clock = std::chrono::steady_clock;
+
+  event_log events;
+  clock::time_point born = clock::now();  ///< events are timed from here
+  bool paused = false;
+  clock::time_point paused_at;
+  std::set<std::string> restoring;  ///< rejoined after being down, not trained yet
+  std::map<std::string, std::string> store_failures;  ///< node -> why its store cannot write
+  /// Each platform's latest checkpoint: epochs done, and when (seconds since `born`).
+  std::map<std::string, std::pair<int64_t, double>> checkpoints;
+
+  /// Seconds since `born`.
+  double now() const;
+  void note(std::string kind, std::string text);
+
+  /// A platform joined, or rejoined after it was down (then it is restoring
+  /// until it trains).
+  void joined(const std::string& name, const std::string& node, bool rejoined);
+  /// A platform's monitor fired.
+  void down(const std::string& name, const std::string& node, const std::string& reason);
+  /// A platform reported an epoch: it checkpoints at every epoch end, before
+  /// it reports, and is no longer restoring.
+  void reported(const messages::epoch_report& r);
+  /// A checkpoint the console asked of a platform was saved.
+  void checkpointed(const std::string& name);
+  /// A node's store cannot write; false when that was known.
+  bool store_failed(const std::string& node, const std::string& why);
+  /// The console sent `what` (pause, resume, checkpoint) to `platforms`,
+  /// `when`: answers what was done, as noted. A pause marks the cluster
+  /// paused; a resume moves the start of the epochs not complete in `epochs`
+  /// by the time paused, which is no epoch time (cluster.csv), as on the
+  /// platforms.
+  std::string command(messages::verb what, const std::vector<std::string>& platforms,
+                      actors::epoch_barrier& epochs, clock::time_point when);
+  /// The plans of an epoch went out.
+  void planned(const actors::epoch_plan& plan);
+  /// The deadline of `epoch` (`limit` seconds) cut these platforms.
+  void cut(uint32_t epoch, double limit, const std::string& names);
+  /// The averaged model of `epoch` was evaluated; the platforms that
+  /// reported it have checkpoints of it.
+  void epoch_done(const actors::epoch_barrier& epochs, uint32_t epoch);
+};
+
+/// The balancer's run as the console shows it.
+struct run_status {
+  std::string run;          ///< "" before it started
+  bool started = false;
+  bool finished = false;
+  double elapsed_seconds = 0;  ///< of the run, a continued run's earlier ones included
+};
+
+/// The balancer's answer to "snapshot": the cluster file's platforms and
+/// nodes with what `epochs` and `console` know of them, the predictions
+/// asked for it (by platform), and the node that answered (`via`).
+snapshot console_snapshot(const config::cluster_config& cluster,
+                          const actors::epoch_barrier& epochs, const console_state& console,
+                          const run_status& run,
+                          const std::map<std::string, messages::prediction>& predictions,
+                          const std::string& via);
+
+/// The reports of `platform` among `reports`, by epoch.
+history history_of(const std::string& platform,
+                   const std::vector<messages::epoch_report>& reports);
 
 /// Who received gossip from whom, summed over the reports' received_from.
 std::vector<link> topology_of(const std::vector<messages::epoch_report>& reports);
