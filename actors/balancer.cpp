@@ -47,7 +47,7 @@ struct balancer_state {
   std::string run;
   clock::time_point last_line;
   std::set<uint32_t> planning;  // epochs whose predictions are being gathered
-  /// Averages and evaluates models on a thread of its own, so the balancer
+  /// Averages and evaluates models as an actor of its own, so the balancer
   /// answers (reports, the console) meanwhile.
   caf::actor evaluator;
   double started_unix = 0;
