@@ -146,7 +146,7 @@ struct strategy_config {
   bool edgegossip() const { return name == strategy_name::edgegossip; }
 };
 
-/// EdgeGossip's parameters (README, "How it works"; Han et al., IEEE TPDS 2021).
+/// EdgeGossip's parameters (docs/ALGORITHMS.md, "EdgeGossip"; Han et al., IEEE TPDS 2021).
 struct edgegossip_config {
   std::string aggregator = "svd-kmeans";  ///< "svd-kmeans", "isvd-lsh" or "hash-kmeans"
   int64_t aggregation_ratio = 10;          ///< points per aggregated point

@@ -3,7 +3,7 @@
 // shard's dimensionality, divide it per class into M = N / ratio subsets of
 // similar points, and represent each subset by the mean of its ORIGINAL
 // points (eq. 1), carrying the class label. EdgeGossip (Han et al., IEEE
-// TPDS 2021); README, "How it works".
+// TPDS 2021); docs/ALGORITHMS.md, "Aggregated data points".
 
 #include "learning/dataset.hpp"
 

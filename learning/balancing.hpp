@@ -2,7 +2,7 @@
 // EdgeGossip's gossip training balancer (Algorithm 1): from each platform's
 // predicted throughput, the share of its local data it trains on next epoch
 // so that all finish together. EdgeGossip (Han et al., IEEE TPDS 2021);
-// README, "How it works". No torch.
+// docs/ALGORITHMS.md, "EdgeGossip: Algorithm 1 (balancing)" and "Epoch deadline". No torch.
 
 #include <cstdint>
 #include <string>

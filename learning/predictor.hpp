@@ -1,7 +1,7 @@
 #pragma once
 // EdgeGossip's performance predictor, actor-free: contention samples from
 // /proc, and the regression of time per data point against contention.
-// EdgeGossip (Han et al., IEEE TPDS 2021); README, "How it works". No torch.
+// EdgeGossip (Han et al., IEEE TPDS 2021); docs/ALGORITHMS.md, "Performance predictor". No torch.
 
 #include <cstdint>
 #include <deque>

@@ -2,7 +2,7 @@
 // EdgeGossip's accuracy-aware trainer (Algorithm 2): rank aggregated points
 // by their loss under the current model and build the epoch's iterations
 // from whole ranked subsets. EdgeGossip (Han et al., IEEE TPDS 2021);
-// README, "How it works".
+// docs/ALGORITHMS.md, "Accuracy-aware training (Algorithm 2)".
 
 #include "learning/aggregator.hpp"
 #include "learning/model.hpp"
