@@ -4,6 +4,7 @@
 #include "actors/balancer.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/mixer.hpp"
+#include "actors/store.hpp"
 #include "learning/dataset.hpp"
 #include "learning/gossip.hpp"
 #include "learning/model.hpp"
@@ -296,7 +297,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "bal", 3);
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt});
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);
@@ -359,7 +360,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_cuts_a_platform_past_the_epoch_deadline, fixt
     auto cfg = two_platforms(dir, "cut-" + strategy, 2);
     config::apply_override(cfg, "strategy.name=" + strategy);
     auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false,
-                                  {}});
+                                  {}, {}, std::nullopt});
     auto cuts0 = std::make_shared<std::vector<uint32_t>>();
     auto cuts1 = std::make_shared<std::vector<uint32_t>>();
     auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, cuts0);
@@ -402,7 +403,7 @@ BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixtu
   // averaged model is 3/4 of p0's model and 1/4 of p1's.
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "avg", 1);
-  auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false, {}});
+  auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt});
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, 1);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id, 2);
   join(self, b, "p0", "local", p0);
@@ -457,7 +458,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   cfg.output_dir = dir / "runs";
   auto test_set = tiny_test_set();
   std::map<std::string, uint64_t> sizes{{"p0", 1500}, {"p1", 1500}, {"p2", 1500}, {"p3", 1500}};
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, sizes});
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, sizes, {}, std::nullopt});
   // Throughputs 300, 300, 100, 60 points/s: the paper's 3x and 5x unbalance.
   double speed[] = {300, 300, 100, 60};
   std::vector<std::shared_ptr<std::vector<messages::plan>>> seen;
@@ -515,7 +516,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
     for (auto name : {"p0", "p1"}) {
       saved.reports.push_back(storage::encode_report(report(cfg.id, name, e), cfg.id));
     }
-  balancer_args args{cfg, test_set, caf::actor_cast<node_actor>(self), false, {}};
+  balancer_args args{cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt};
   args.fingerprint = saved.fingerprint;
   args.resume = saved;
   auto b = spawn_balancer(sys, args);
@@ -589,7 +590,7 @@ BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fix
   auto cfg = two_platforms(dir, "late", 3);
   cfg.quorum = 1;
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}});
+  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt});
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);
@@ -614,6 +615,45 @@ BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fix
   self->send_exit(p0, caf::exit_reason::user_shutdown);
   self->send_exit(p1, caf::exit_reason::user_shutdown);
   sched.run();
+}
+
+BOOST_AUTO_TEST_CASE(store_keeps_typed_reports_and_checkpoints) {
+  // The store actor runs detached (its own thread): a plain actor system.
+  test::temp_dir dir;
+  caf::actor_system_config sys_cfg;
+  sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system system{sys_cfg};
+  std::shared_ptr<storage::store> db = storage::store::open(dir / "db");
+  store_options opts;
+  opts.cluster_id = "kept";
+  auto st = spawn_store(system, db, opts);
+  caf::scoped_actor me{system};
+  epoch_report r;
+  r.platform = "p1";
+  r.epoch = 2;
+  r.samples = 1234;
+  r.test_accuracy = 0.75;
+  me->send(st, metrics_atom::value, std::string{"p1"}, uint64_t{2}, r);
+  bool saved = false;
+  me->request(st, std::chrono::seconds(30), checkpoint_atom::value, std::string{"p1"},
+              uint64_t{3}, uint64_t{40}, 0.25, std::string{"model"}, std::string{"optimizer"})
+    .receive([&](bool ok) { saved = ok; }, [&](caf::error&) {});
+  BOOST_TEST(saved);
+  // The report is kept as a Cap'n Proto record of this cluster.
+  auto record = db->get(storage::family::metrics, storage::key("p1", 2));
+  BOOST_REQUIRE(record);
+  std::string problem;
+  auto back = storage::decode_report(*record, "kept", problem);
+  BOOST_REQUIRE_MESSAGE(back, problem);
+  BOOST_TEST(back->samples == 1234u);
+  BOOST_TEST(back->test_accuracy == 0.75);
+  BOOST_TEST(!storage::decode_report(*record, "another", problem));
+  BOOST_TEST(problem.find("cluster") != std::string::npos, problem);
+  auto c = storage::load_latest_checkpoint(*db, "p1");
+  BOOST_REQUIRE(c);
+  BOOST_TEST(c->epoch == 3u);
+  BOOST_TEST(c->gossip_weight == 0.25);
+  me->send_exit(st, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
