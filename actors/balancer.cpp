@@ -148,7 +148,7 @@ void send_plans(self_ptr self, const epoch_plan& plan) {
 /// Plans `epoch`: GoSGD at once; EdgeGossip once the predictors answered.
 void send_plan(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
-  if (!st.args.cluster.strategy.edgegossip()) {
+  if (!st.args.settings.strategy.edgegossip()) {
     send_plans(self, st.epochs.plan(epoch, {}, clock::now()));
     return;
   }
@@ -168,26 +168,23 @@ void save_run_state(self_ptr self) {
   storage::run_state r{st.args.fingerprint, st.run, st.finished, st.epochs.evaluated_epochs(),
                        {}, st.started_unix};
   for (auto& report : st.epochs.all_reports())
-    r.reports.push_back(storage::encode_report(report, st.args.cluster.id));
+    r.reports.push_back(storage::encode_report(report, st.args.settings.cluster_id));
   self->send(st.args.node, run_atom::value, storage::frame_run_state(r));
 }
 
 void write_outputs(self_ptr self) {
   auto& st = self->state;
   namespace fs = std::filesystem;
-  auto dir = fs::path(st.args.cluster.output_dir) / st.run;
+  auto dir = fs::path(st.args.settings.output_dir) / st.run;
   try {
     fs::create_directories(dir);
     write_platform_csv((dir / "metrics.csv").string(), st.epochs.all_reports());
     write_cluster_csv((dir / "cluster.csv").string(), st.epochs.evaluated_epochs());
-    auto model = learning::make_classifier(st.args.cluster.train.model, st.args.cluster.seed);
+    auto model = learning::make_classifier(st.args.settings.model, st.args.settings.seed);
     if (!st.averaged_model->empty())
       learning::load_model(*model, *st.averaged_model);
     learning::write_state_dict(*model, (dir / "model.pt").string());
-    auto shown = st.args.cluster;
-    if (!shown.secret.empty())
-      shown.secret = "(not written)";  // run directories get copied around
-    std::ofstream((dir / "config.toml").string()) << config::to_toml(shown);
+    std::ofstream((dir / "config.toml").string()) << st.args.settings.cluster_file;
     spdlog::info("run directory: {}", dir.string());
   } catch (const std::exception& e) {
     spdlog::error("cannot write the run directory {}: {}", dir.string(), e.what());
@@ -222,13 +219,13 @@ void start(self_ptr self) {
     st.run = resume->run;
     st.started_unix = resume->started_unix;
     std::vector<std::string> unusable;
-    next = st.epochs.resume(*resume, st.args.cluster.id, unusable);
+    next = st.epochs.resume(*resume, st.args.settings.cluster_id, unusable);
     for (auto& problem : unusable)
       spdlog::warn("balancer: a saved report is unusable: {}", problem);
     spdlog::info("balancer: continuing run {} at epoch {}/{} with {} of {} platforms", st.run,
                  next + 1, st.last_epoch() + 1, st.epochs.up(), expected);
   } else {
-    st.run = run_name(st.args.cluster.id);
+    st.run = run_name(st.args.settings.cluster_id);
     st.started_unix = storage::unix_now();
     if (resume)  // a successor with no saved state (the run's first epoch was not over)
       spdlog::info("balancer: starting run {} with {} of {} platforms", st.run, st.epochs.up(),
@@ -236,9 +233,9 @@ void start(self_ptr self) {
     else
       spdlog::info("{} of {} platforms joined; training run {} ({} {}, {} epochs)",
                    st.epochs.platforms().size(), expected, st.run,
-                   config::to_string(st.args.cluster.strategy.name),
-                   config::to_string(st.args.cluster.strategy.schedule),
-                   st.args.cluster.train.epochs);
+                   config::to_string(st.args.settings.strategy.name),
+                   config::to_string(st.args.settings.strategy.schedule),
+                   st.last_epoch() + 1);
     resume.reset();
   }
   save_run_state(self);
@@ -259,7 +256,7 @@ void epoch_evaluated(self_ptr self, uint32_t epoch) {
     finish(self);
     return;
   }
-  if (!st.args.cluster.strategy.asynchronous() && epoch < st.last_epoch()
+  if (!st.args.settings.strategy.asynchronous() && epoch < st.last_epoch()
       && !st.epochs.planned(epoch + 1))
     send_plan(self, epoch + 1);
 }
@@ -358,7 +355,7 @@ caf::result<std::string> console_command(self_ptr self, const control& c,
           inspection::run_status run{st.run, st.started, st.finished,
                                      st.started ? st.epochs.elapsed(clock::now()) : 0.0};
           rp.deliver(inspection::to_json(inspection::console_snapshot(
-            st.args.cluster, st.epochs, st.console, run, predictions, via)));
+            st.args.settings.layout, st.epochs, st.console, run, predictions, via)));
         });
       return rp;
     }
@@ -418,11 +415,9 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
 
 balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
   auto& st = self->state;
-  auto settings = barrier_settings::of(args.cluster);
-  settings.shard_sizes = args.shard_sizes;
-  st.epochs = epoch_barrier{std::move(settings)};
+  st.epochs = epoch_barrier{args.settings.barrier};
   st.evaluator = caf::actor_cast<caf::actor>(spawn_evaluator(
-    self->system(), {args.cluster.train.model, args.cluster.seed, args.test_set, st.averaged_model}));
+    self->system(), {args.settings.model, args.settings.seed, args.test_set, st.averaged_model}));
   self->link_to(st.evaluator);
   st.args = std::move(args);
   if (st.args.resume) {
@@ -489,6 +484,24 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
 }
 
 } // namespace
+
+balancer_settings balancer_settings::of(const config::cluster_config& cluster,
+                                        std::map<std::string, uint64_t> shard_sizes) {
+  balancer_settings s;
+  s.cluster_id = cluster.id;
+  s.output_dir = cluster.output_dir;
+  s.model = cluster.train.model;
+  s.seed = cluster.seed;
+  s.strategy = cluster.strategy;
+  s.barrier = barrier_settings::of(cluster);
+  s.barrier.shard_sizes = std::move(shard_sizes);
+  s.layout = inspection::cluster_layout::of(cluster);
+  auto shown = cluster;
+  if (!shown.secret.empty())
+    shown.secret = "(not written)";  // run directories get copied around
+  s.cluster_file = config::to_toml(shown);
+  return s;
+}
 
 balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args) {
   return sys.spawn(balancer, std::move(args));

@@ -12,6 +12,8 @@
 // plain class, actors/epoch_barrier.hpp, and the console's snapshot is built
 // in actors/inspection.hpp: the actor itself sends, gathers and writes.
 
+#include "actors/epoch_barrier.hpp"
+#include "actors/inspection.hpp"
 #include "actors/interfaces.hpp"
 #include "config/config.hpp"
 #include "storage/store.hpp"
@@ -29,12 +31,29 @@ struct dataset;
 
 namespace eg::actors {
 
+/// What the balancer takes from the cluster file.
+struct balancer_settings {
+  std::string cluster_id;
+  std::string output_dir;       ///< run directories go here
+  std::string model;            ///< train.model, for the averaged model
+  uint64_t seed = 1;            ///< cluster.seed: the models' initialisation
+  config::strategy_config strategy;
+  barrier_settings barrier;     ///< the epoch barrier's, shard sizes included
+  inspection::cluster_layout layout;  ///< what the console shows of the cluster
+  /// The cluster file as TOML, its secret left out: the run directory's
+  /// config.toml.
+  std::string cluster_file;
+
+  /// The settings of `cluster`, with |X_i| of every platform.
+  static balancer_settings of(const config::cluster_config& cluster,
+                              std::map<std::string, uint64_t> shard_sizes);
+};
+
 struct balancer_args {
-  config::cluster_config cluster;
+  balancer_settings settings;
   std::shared_ptr<const learning::dataset> test_set;
   node_actor node;        ///< told when the run is over
   bool interactive = false;  ///< redraw one progress line (a terminal) instead of log lines
-  std::map<std::string, uint64_t> shard_sizes;  ///< |X_i| of every platform
   std::string fingerprint;  ///< config::run_fingerprint of the cluster
   /// Set to continue a run (a restarted cluster, or a successor to a lost
   /// balancer): its name, evaluated epochs and reports. The balancer then

@@ -157,15 +157,37 @@ void console_state::epoch_done(const actors::epoch_barrier& epochs, uint32_t epo
   note("checkpoint", fmt::format("checkpoints after epoch {}:{}", epoch + 1, who));
 }
 
-snapshot console_snapshot(const config::cluster_config& cfg, const actors::epoch_barrier& epochs,
+cluster_layout cluster_layout::of(const config::cluster_config& cluster) {
+  cluster_layout l;
+  l.id = cluster.id;
+  l.strategy = config::to_string(cluster.strategy.name);
+  l.schedule = cluster.strategy.asynchronous() ? "async" : "sync";
+  l.epochs = cluster.train.epochs;
+  l.balancer = cluster.balancer().name;
+  for (auto& n : cluster.nodes) {
+    node row{n.name, n.host, n.port, {}};
+    for (auto& p : n.platforms)
+      row.platforms.push_back(p.name);
+    l.nodes.push_back(std::move(row));
+  }
+  return l;
+}
+
+void cluster_layout::fill(cluster_header& h) const {
+  h.id = id;
+  h.strategy = strategy;
+  h.schedule = schedule;
+  h.epochs = epochs;
+  h.balancer = balancer;
+}
+
+snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barrier& epochs,
                           const console_state& console, const run_status& run,
                           const std::map<std::string, messages::prediction>& predictions,
                           const std::string& via) {
   snapshot s;
   auto& h = s.cluster;
-  h.id = cfg.id;
-  h.strategy = config::to_string(cfg.strategy.name);
-  h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
+  layout.fill(h);
   h.run = run.run;
   h.state = !run.started ? "waiting" : run.finished ? "finished" : console.paused ? "paused"
                                                                               : "training";
@@ -175,50 +197,46 @@ snapshot console_snapshot(const config::cluster_config& cfg, const actors::epoch
     h.evaluated_epoch = epochs.evaluated().rbegin()->first;
     h.averaged_accuracy = epochs.evaluated().rbegin()->second.averaged_accuracy;
   }
-  h.balancer = cfg.balancer().name;
   h.via = via;
   const auto& reports = epochs.all_reports();
-  for (auto& pc : cfg.platforms()) {
-    platform_row row;
-    row.name = pc.name;
-    for (auto& n : cfg.nodes)
-      for (auto& q : n.platforms)
-        if (q.name == pc.name)
-          row.node = n.name;
-    auto* p = epochs.find(pc.name);
-    if (!p) {
-      row.state = "waiting";  // not joined yet
+  for (auto& n : layout.nodes)
+    for (auto& name : n.platforms) {
+      platform_row row;
+      row.name = name;
+      row.node = n.name;
+      auto* p = epochs.find(name);
+      if (!p) {
+        row.state = "waiting";  // not joined yet
+        s.platforms.push_back(std::move(row));
+        continue;
+      }
+      row.node = p->node;
+      row.state = !p->up ? "down" : console.restoring.count(name) ? "restoring" : "up";
+      (p->up ? h.platforms_up : h.platforms_down) += 1;
+      row.paused = p->up && console.paused;
+      row.epoch = p->progress.epoch;
+      h.epoch = std::max(h.epoch, row.epoch);
+      row.iterations = p->progress.iterations;
+      row.samples = p->progress.samples;
+      row.progress = p->progress.planned_samples
+                       ? static_cast<double>(p->progress.samples) / p->progress.planned_samples
+                       : 0.0;
+      row.ratio = p->progress.ratio;
+      row.train_loss = p->progress.train_loss;
+      if (auto t = predictions.find(name); t != predictions.end())
+        row.throughput = t->second.throughput;
+      add_completed_epochs(row, reports);
+      if (auto c = console.checkpoints.find(name); c != console.checkpoints.end()) {
+        row.checkpoint_epochs = c->second.first;
+        row.checkpoint_at = c->second.second;
+      }
       s.platforms.push_back(std::move(row));
-      continue;
     }
-    row.node = p->node;
-    row.state = !p->up ? "down" : console.restoring.count(pc.name) ? "restoring" : "up";
-    (p->up ? h.platforms_up : h.platforms_down) += 1;
-    row.paused = p->up && console.paused;
-    row.epoch = p->progress.epoch;
-    h.epoch = std::max(h.epoch, row.epoch);
-    row.iterations = p->progress.iterations;
-    row.samples = p->progress.samples;
-    row.progress = p->progress.planned_samples
-                     ? static_cast<double>(p->progress.samples) / p->progress.planned_samples
-                     : 0.0;
-    row.ratio = p->progress.ratio;
-    row.train_loss = p->progress.train_loss;
-    if (auto t = predictions.find(pc.name); t != predictions.end())
-      row.throughput = t->second.throughput;
-    add_completed_epochs(row, reports);
-    if (auto c = console.checkpoints.find(pc.name); c != console.checkpoints.end()) {
-      row.checkpoint_epochs = c->second.first;
-      row.checkpoint_at = c->second.second;
-    }
-    s.platforms.push_back(std::move(row));
-  }
-  for (auto& n : cfg.nodes) {
-    node_row row{n.name, n.host, n.port, "unknown", n.name == h.balancer, {}, {}};
+  for (auto& n : layout.nodes) {
+    node_row row{n.name, n.host, n.port, "unknown", n.name == h.balancer, n.platforms, {}};
     bool any_up = false, any_down = false;
-    for (auto& q : n.platforms) {
-      row.platforms.push_back(q.name);
-      if (auto* p = epochs.find(q.name))
+    for (auto& name : n.platforms) {
+      if (auto* p = epochs.find(name))
         (p->up ? any_up : any_down) = true;
     }
     row.state = row.balancer || any_up ? "up" : any_down ? "down" : "unknown";

@@ -197,6 +197,29 @@ struct console_state {
   void epoch_done(const actors::epoch_barrier& epochs, uint32_t epoch);
 };
 
+/// What the console shows of the cluster file: its id, strategy, epochs,
+/// the node named to host the balancer, and every node with its address and
+/// platforms (in file order).
+struct cluster_layout {
+  struct node {
+    std::string name;
+    std::string host;
+    uint16_t port = 0;
+    std::vector<std::string> platforms;
+  };
+  std::string id;
+  std::string strategy;
+  std::string schedule;     ///< "sync" or "async"
+  uint32_t epochs = 0;
+  std::string balancer;
+  std::vector<node> nodes;
+
+  static cluster_layout of(const config::cluster_config& cluster);
+  /// The header's fields the layout fixes (id, strategy, schedule, epochs,
+  /// balancer); the rest is left as it is.
+  void fill(cluster_header& h) const;
+};
+
 /// The balancer's run as the console shows it.
 struct run_status {
   std::string run;          ///< "" before it started
@@ -208,7 +231,7 @@ struct run_status {
 /// The balancer's answer to "snapshot": the cluster file's platforms and
 /// nodes with what `epochs` and `console` know of them, the predictions
 /// asked for it (by platform), and the node that answered (`via`).
-snapshot console_snapshot(const config::cluster_config& cluster,
+snapshot console_snapshot(const cluster_layout& cluster,
                           const actors::epoch_barrier& epochs, const console_state& console,
                           const run_status& run,
                           const std::map<std::string, messages::prediction>& predictions,

@@ -13,35 +13,30 @@ namespace {
 /// What this node alone knows of the cluster, for when the balancer cannot be
 /// asked: the nodes it is connected to, its own platforms' reports.
 inspection::snapshot local_view(const node_state& st) {
-  const auto& cfg = st.args.cluster;
+  const auto layout = inspection::cluster_layout::of(st.args.cluster);
   inspection::snapshot s;
   auto& h = s.cluster;
-  h.id = cfg.id;
-  h.strategy = config::to_string(cfg.strategy.name);
-  h.schedule = cfg.strategy.asynchronous() ? "async" : "sync";
+  layout.fill(h);
   h.run = st.run;
   h.state = st.finished ? "finished" : "unknown";
-  h.epochs = cfg.train.epochs;
-  h.balancer = cfg.balancer().name;
   h.balancer_reachable = false;
   h.via = st.args.name;
   auto up = [&](const std::string& node) {
     return node == st.args.name || st.peers.count(node) > 0;
   };
-  for (auto& n : cfg.nodes) {
+  for (auto& n : layout.nodes) {
     inspection::node_row row{n.name, n.host, n.port, up(n.name) ? "up" : "down",
-                             n.name == h.balancer, {}, n.name == st.args.name ? st.store_failure
-                                                                              : std::string{}};
-    for (auto& p : n.platforms) {
-      row.platforms.push_back(p.name);
+                             n.name == h.balancer, n.platforms,
+                             n.name == st.args.name ? st.store_failure : std::string{}};
+    for (auto& name : n.platforms) {
       inspection::platform_row pr;
-      pr.name = p.name;
+      pr.name = name;
       pr.node = n.name;
       pr.state = row.state;
       (up(n.name) ? h.platforms_up : h.platforms_down) += 1;
       inspection::add_completed_epochs(pr, st.reports);
       for (auto& r : st.reports)
-        if (r.platform == p.name && r.epoch >= pr.epoch) {
+        if (r.platform == name && r.epoch >= pr.epoch) {
           pr.epoch = r.epoch;
           pr.progress = 1;
           pr.iterations = r.iterations;

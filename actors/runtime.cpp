@@ -442,8 +442,8 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   std::map<std::string, uint64_t> sizes;
   for (size_t i = 0; i < all.size(); ++i)
     sizes[all[i].name] = shards[i].size();
-  nargs.balancer = balancer_args{cfg, test, {}, opts.interactive, std::move(sizes), fingerprint,
-                                 std::nullopt};
+  nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)), test, {},
+                                 opts.interactive, fingerprint, std::nullopt};
   nargs.start_balancer = hosts_balancer && !unfinished;
   nargs.load_run_state = [db] { return storage::load_run_state(*db); };
   if (unfinished)

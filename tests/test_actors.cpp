@@ -72,6 +72,15 @@ messages::epoch_report stats_of(caf::scoped_actor& self, caf::scheduler::test_co
   return out;
 }
 
+/// A balancer's arguments for `cfg`, telling `node` when the run is over.
+balancer_args balancer_args_of(const config::cluster_config& cfg,
+                               std::shared_ptr<const learning::dataset> test_set,
+                               caf::scoped_actor& node,
+                               std::map<std::string, uint64_t> shard_sizes = {}) {
+  return {balancer_settings::of(cfg, std::move(shard_sizes)), std::move(test_set),
+          caf::actor_cast<node_actor>(node), false, {}, std::nullopt};
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(actors)
@@ -297,7 +306,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "bal", 3);
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt});
+  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);
@@ -359,8 +368,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_cuts_a_platform_past_the_epoch_deadline, fixt
     test::temp_dir dir;
     auto cfg = two_platforms(dir, "cut-" + strategy, 2);
     config::apply_override(cfg, "strategy.name=" + strategy);
-    auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false,
-                                  {}, {}, std::nullopt});
+    auto b = spawn_balancer(sys, balancer_args_of(cfg, tiny_test_set(), self));
     auto cuts0 = std::make_shared<std::vector<uint32_t>>();
     auto cuts1 = std::make_shared<std::vector<uint32_t>>();
     auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, cuts0);
@@ -403,7 +411,7 @@ BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixtu
   // averaged model is 3/4 of p0's model and 1/4 of p1's.
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "avg", 1);
-  auto b = spawn_balancer(sys, {cfg, tiny_test_set(), caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt});
+  auto b = spawn_balancer(sys, balancer_args_of(cfg, tiny_test_set(), self));
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, 1);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id, 2);
   join(self, b, "p0", "local", p0);
@@ -458,7 +466,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   cfg.output_dir = dir / "runs";
   auto test_set = tiny_test_set();
   std::map<std::string, uint64_t> sizes{{"p0", 1500}, {"p1", 1500}, {"p2", 1500}, {"p3", 1500}};
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, sizes, {}, std::nullopt});
+  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self, sizes));
   // Throughputs 300, 300, 100, 60 points/s: the paper's 3x and 5x unbalance.
   double speed[] = {300, 300, 100, 60};
   std::vector<std::shared_ptr<std::vector<messages::plan>>> seen;
@@ -516,7 +524,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
     for (auto name : {"p0", "p1"}) {
       saved.reports.push_back(storage::encode_report(report(cfg.id, name, e), cfg.id));
     }
-  balancer_args args{cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt};
+  auto args = balancer_args_of(cfg, test_set, self);
   args.fingerprint = saved.fingerprint;
   args.resume = saved;
   auto b = spawn_balancer(sys, args);
@@ -590,7 +598,7 @@ BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fix
   auto cfg = two_platforms(dir, "late", 3);
   cfg.quorum = 1;
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, std::nullopt});
+  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);

@@ -569,7 +569,8 @@ BOOST_AUTO_TEST_CASE(the_console_snapshot_shows_what_the_barrier_knows) {
   console.store_failed("local", "disk full");
   BOOST_TEST(!console.store_failed("local", "disk full"));  // once
   inspection::run_status run{"snap-1", true, false, 12};
-  auto snap = inspection::console_snapshot(cfg, b, console, run,
+  const auto layout = inspection::cluster_layout::of(cfg);
+  auto snap = inspection::console_snapshot(layout, b, console, run,
                                            predictions({{"p0", 250}}), "local");
   BOOST_TEST(snap.cluster.id == "snap");
   BOOST_TEST(snap.cluster.run == "snap-1");
@@ -592,7 +593,7 @@ BOOST_AUTO_TEST_CASE(the_console_snapshot_shows_what_the_barrier_knows) {
   // Paused by the console, then resumed.
   console.command(messages::verb::pause, b.live(), b, at(1));
   BOOST_TEST(console.paused);
-  auto paused = inspection::console_snapshot(cfg, b, console, run, {}, "local");
+  auto paused = inspection::console_snapshot(layout, b, console, run, {}, "local");
   BOOST_TEST(paused.cluster.state == "paused");
   BOOST_TEST(paused.platforms[0].paused);
   BOOST_TEST(console.command(messages::verb::resume, b.live(), b, at(2))

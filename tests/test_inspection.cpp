@@ -275,7 +275,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto test_set = std::make_shared<learning::dataset>();
   test_set->images = torch::randn({20, 1, 28, 28});
   test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
-  auto b = spawn_balancer(sys, {cfg, test_set, caf::actor_cast<node_actor>(self), false, {}, {}, {}});
+  auto b = spawn_balancer(sys, {balancer_settings::of(cfg, {}), test_set,
+                                caf::actor_cast<node_actor>(self), false, {}, {}});
   auto got0 = std::make_shared<std::vector<std::string>>();
   auto got1 = std::make_shared<std::vector<std::string>>();
   auto p0 = sys.spawn(controlled_platform, got0);

@@ -190,8 +190,8 @@ struct fixture {
       pa.store = n.store;
       args.platforms.push_back(std::move(pa));
     }
-    args.balancer = balancer_args{cfg, data, {}, false, sizes, config::run_fingerprint(cfg),
-                                  std::nullopt};
+    args.balancer = balancer_args{balancer_settings::of(cfg, sizes), data, {}, false,
+                                  config::run_fingerprint(cfg), std::nullopt};
     args.start_balancer = start_balancer;
     args.load_run_state = [db] { return storage::load_run_state(*db); };
     n.node = spawn_node(sys, std::move(args));
