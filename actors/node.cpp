@@ -101,7 +101,7 @@ void start_balancer(self_ptr self, bool continuing) {
   self->link_to(*st.balancer);
   st.directory.add({messages::role::balancer, st.args.name, st.args.name},
                    caf::actor_cast<caf::actor>(*st.balancer));
-  for (auto& n : st.args.cluster.nodes)
+  for (auto& n : st.args.settings.nodes)
     announce_platforms(self, n.name);
   // Continuing, it goes on with the platforms of the live nodes, announced
   // just now, instead of waiting for every configured platform.
@@ -114,9 +114,9 @@ void finish(self_ptr self) {
   if (st.finished)
     return;
   st.finished = true;
-  if (st.args.cluster.nodes.size() > 1 && !st.run.empty() && !st.reports.empty()) {
+  if (st.args.settings.nodes.size() > 1 && !st.run.empty() && !st.reports.empty()) {
     namespace fs = std::filesystem;
-    auto dir = fs::path(st.args.cluster.output_dir) / st.run;
+    auto dir = fs::path(st.args.settings.output_dir) / st.run;
     try {
       fs::create_directories(dir);
       write_platform_csv((dir / (st.args.name + "-metrics.csv")).string(), st.reports);
@@ -146,13 +146,13 @@ namespace {
 node_impl::behavior_type node(self_ptr self, node_args args) {
   auto& st = self->state;
   st.args = std::move(args);
-  st.succession = succession(st.args.cluster.node_names(), st.args.cluster.balancer().name);
+  st.succession = succession(st.args.settings.node_names(), st.args.settings.balancer);
   auto me = caf::actor_cast<node_actor>(self);
   auto& sys = self->system();
   st.lane = open_lane(st);
   for (auto& pa : st.args.platforms) {
     auto name = pa.platform.name;
-    pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.cluster.id, st.lane});
+    pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.settings.cluster_id, st.lane});
     pa.node = me;
     pa.predictor = spawn_predictor(sys, {name, st.args.store,
                                          std::move(pa.predictor_samples)});
@@ -183,7 +183,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   else
     self->delayed_send(self, defaults::first_election, elect_atom::value);
   publish_peers(self);
-  for (auto& n : st.args.cluster.nodes)
+  for (auto& n : st.args.settings.nodes)
     if (n.name != st.args.name)
       self->send(self, dial_atom::value, n.name);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -341,7 +341,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       for (auto& e : st.directory.of_role(messages::role::balancer))  // for the console
           self->send(caf::actor_cast<balancer_actor>(e.handle), failed_atom::value, st.args.name,
                      why);
-      if (st.args.cluster.on_store_failure == config::store_failure_action::stop
+      if (st.args.settings.on_store_failure == config::store_failure_action::stop
           && !st.finished) {
         spdlog::error("[{}] the store cannot write ({}); cluster.on_store_failure = \"stop\": "
                       "stopping the node",
@@ -362,6 +362,31 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
 
 } // namespace
 } // namespace node_detail
+
+node_settings node_settings::of(const config::cluster_config& cluster) {
+  node_settings s;
+  s.cluster_id = cluster.id;
+  s.secret = cluster.secret;
+  s.tls = cluster.tls;
+  s.transport = cluster.transport;
+  s.peer_timeout = cluster.peer_timeout;
+  s.gossip_queue = cluster.gossip_queue;
+  s.gossip_max_wait = cluster.gossip_max_wait;
+  s.on_store_failure = cluster.on_store_failure;
+  s.output_dir = cluster.output_dir;
+  s.nodes = cluster.nodes;
+  s.balancer = cluster.balancer().name;
+  s.layout = inspection::cluster_layout::of(cluster);
+  return s;
+}
+
+const config::node_config& node_settings::node(const std::string& name) const {
+  return config::find_node(nodes, name, cluster_id);
+}
+
+std::vector<std::string> node_settings::node_names() const {
+  return config::node_names(nodes);
+}
 
 node_actor spawn_node(caf::actor_system& sys, node_args args) {
   return caf::actor_cast<node_actor>(sys.spawn(node_detail::node, std::move(args)));

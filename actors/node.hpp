@@ -30,8 +30,34 @@ struct local_platform {
   predictor_actor predictor;
 };
 
+/// What a node takes from the cluster file: its membership (every node's
+/// address, the node named to host the balancer), the cluster id and
+/// secret, TLS, the weights lane's settings, where metrics files go, what a
+/// store failure does, and what the console shows when the balancer cannot
+/// be asked. The training settings go to the platforms and the balancer.
+struct node_settings {
+  std::string cluster_id;
+  std::string secret;
+  config::tls_config tls;
+  config::transport transport = config::transport::lane;
+  double peer_timeout = 6.0;
+  int64_t gossip_queue = 4;
+  double gossip_max_wait = 2.0;
+  config::store_failure_action on_store_failure = config::store_failure_action::continue_training;
+  std::string output_dir;
+  std::vector<config::node_config> nodes;
+  std::string balancer;  ///< the node named to host the balancer
+  inspection::cluster_layout layout;
+
+  static node_settings of(const config::cluster_config& cluster);
+  /// The node of that name; throws config_error naming it when absent.
+  const config::node_config& node(const std::string& name) const;
+  /// The nodes' names, in file order.
+  std::vector<std::string> node_names() const;
+};
+
 struct node_args {
-  config::cluster_config cluster;
+  node_settings settings;
   std::string name;  ///< this node
   store_actor store;
   /// The local platforms to spawn (each with its mixer); `mixer` and `node`

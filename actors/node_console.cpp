@@ -13,7 +13,7 @@ namespace {
 /// What this node alone knows of the cluster, for when the balancer cannot be
 /// asked: the nodes it is connected to, its own platforms' reports.
 inspection::snapshot local_view(const node_state& st) {
-  const auto layout = inspection::cluster_layout::of(st.args.cluster);
+  const auto& layout = st.args.settings.layout;
   inspection::snapshot s;
   auto& h = s.cluster;
   layout.fill(h);
@@ -105,7 +105,7 @@ caf::result<std::string> inspect_alone(self_ptr self, const control& c) {
 caf::result<std::string> inspect(self_ptr self, const std::string& credentials,
                                  const std::string& text) {
   auto& st = self->state;
-  if (!inspection::credentials_valid(credentials, st.args.cluster.secret,
+  if (!inspection::credentials_valid(credentials, st.args.settings.secret,
                                      [&](const std::string& c) { return st.challenges.redeem(c); })) {
     spdlog::warn("[{}] console refused: wrong cluster secret, or a replayed or stale challenge",
                  st.args.name);

@@ -10,11 +10,11 @@ namespace eg::actors::node_detail {
 /// node's host (any free port, announced in the hello); none when it cannot
 /// listen (gossip then goes through the middleman) or is configured off.
 std::shared_ptr<messages::lane> open_lane(const node_state& st) {
-  const auto& cfg = st.args.cluster;
+  const auto& cfg = st.args.settings;
   if (cfg.nodes.size() < 2 || cfg.transport != config::transport::lane)
     return nullptr;
   messages::lane_options o;
-  o.cluster_id = cfg.id;
+  o.cluster_id = cfg.cluster_id;
   o.node = st.args.name;
   o.secret = cfg.secret;
   o.host = cfg.node(st.args.name).host;
@@ -52,7 +52,7 @@ void start_lane(node_state& st) {
   std::map<std::string, caf::actor_addr> mixers;
   for (auto& p : st.platforms)
     mixers[p.name] = caf::actor_cast<caf::actor_addr>(p.mixer);
-  st.lane->start([mixers = std::move(mixers), me = st.args.name, cluster = st.args.cluster.id](
+  st.lane->start([mixers = std::move(mixers), me = st.args.name, cluster = st.args.settings.cluster_id](
                    const std::string& from, const std::string& target,
                    messages::shared_buffer message) {
     auto i = mixers.find(target);

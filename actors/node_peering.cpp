@@ -79,7 +79,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
                                 + " components but carries " + std::to_string(handles.size())
                                 + " handles");
   bool known_node = false;
-  for (auto& n : st.args.cluster.nodes)
+  for (auto& n : st.args.settings.nodes)
     known_node = known_node || n.name == h->node;
   if (!known_node || h->node == st.args.name)
     throw messages::codec_error("node '" + h->node + "' is not a peer in the cluster file");
@@ -94,7 +94,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
   // Replace whatever we knew of that node.
   st.directory.replace_node(h->node, h->components, handles);
   auto remote = caf::actor_cast<node_actor>(st.directory.find(messages::role::node, h->node));
-  st.lanes[h->node] = {h->node, st.args.cluster.node(h->node).host, h->lane_port};
+  st.lanes[h->node] = {h->node, st.args.settings.node(h->node).host, h->lane_port};
   auto old = st.peers.find(h->node);
   if (remote && (old == st.peers.end() || old->second != remote)) {
     self->monitor(remote);
@@ -113,9 +113,9 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
 
 void dial(self_ptr self, const std::string& name) {
   auto& st = self->state;
-  if (st.finished || st.peers.count(name) || st.dialling.count(name) || !dials(st.args.cluster.node_names(), st.args.name, name))
+  if (st.finished || st.peers.count(name) || st.dialling.count(name) || !dials(st.args.settings.node_names(), st.args.name, name))
     return;
-  const auto& target = st.args.cluster.node(name);
+  const auto& target = st.args.settings.node(name);
   st.dialling.insert(name);
   auto retry = [self, name](const caf::error& err) {
     auto& st = self->state;
@@ -126,10 +126,10 @@ void dial(self_ptr self, const std::string& name) {
                    self->system().render(err));
     self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
   };
-  if (st.args.cluster.tls.enabled() && !st.tls_checked.count(name)) {
+  if (st.args.settings.tls.enabled() && !st.tls_checked.count(name)) {
     // Over TLS, the peer's certificate is checked first, outside CAF (see
     // probe_tls), on a thread of its own.
-    auto tls = tls_of(st.args.cluster.tls, st.args.name);
+    auto tls = tls_of(st.args.settings.tls, st.args.name);
     auto prober = self->spawn<caf::detached>(
       [tls, host = target.host, port = target.port]() -> caf::behavior {
         return {[=](dial_atom) {

@@ -69,7 +69,7 @@ struct node_state {
     h.node = args.name;
     h.challenge = challenge;
     h.nonce = nonce;
-    h.secret_digest = messages::proof(args.cluster.secret, purpose, args.cluster.id, args.name,
+    h.secret_digest = messages::proof(args.settings.secret, purpose, args.settings.cluster_id, args.name,
                                       challenge, nonce);
     h.lane_port = lane ? lane->port() : 0;
     std::vector<caf::actor> handles;
@@ -83,10 +83,10 @@ struct node_state {
   /// Throws codec_error when `h` does not prove the cluster secret with
   /// `purpose` over its challenge and nonce.
   void check_proof(const messages::hello& h, const std::string& purpose) const {
-    if (args.cluster.secret.empty())
+    if (args.settings.secret.empty())
       return;
     if (!messages::same_digest(h.secret_digest,
-                               messages::proof(args.cluster.secret, purpose, args.cluster.id,
+                               messages::proof(args.settings.secret, purpose, args.settings.cluster_id,
                                                h.node, h.challenge, h.nonce)))
       throw messages::codec_error("node '" + h.node + "' "
                                   + (h.secret_digest.empty() ? "presented no cluster secret"

@@ -395,7 +395,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   }
 
   node_args nargs;
-  nargs.cluster = cfg;
+  nargs.settings = node_settings::of(cfg);
   nargs.name = node_name;
   auto relay = std::make_shared<failure_relay>();
   auto health = std::make_shared<store_health>();

@@ -558,11 +558,23 @@ std::string names_of(const std::vector<node_config>& nodes) {
 
 } // namespace
 
-const node_config& cluster_config::node(const std::string& name) const {
+const node_config& find_node(const std::vector<node_config>& nodes, const std::string& name,
+                             const std::string& cluster_id) {
   for (const auto& n : nodes)
     if (n.name == name) return n;
-  throw config_error("no node named " + show(name) + " in cluster " + show(id) + " (nodes: " +
-                     names_of(nodes) + ")");
+  throw config_error("no node named " + show(name) + " in cluster " + show(cluster_id) +
+                     " (nodes: " + names_of(nodes) + ")");
+}
+
+std::vector<std::string> node_names(const std::vector<node_config>& nodes) {
+  std::vector<std::string> out;
+  for (auto& n : nodes)
+    out.push_back(n.name);
+  return out;
+}
+
+const node_config& cluster_config::node(const std::string& name) const {
+  return find_node(nodes, name, id);
 }
 
 const node_config& cluster_config::balancer() const {
@@ -572,10 +584,7 @@ const node_config& cluster_config::balancer() const {
 }
 
 std::vector<std::string> cluster_config::node_names() const {
-  std::vector<std::string> out;
-  for (auto& n : nodes)
-    out.push_back(n.name);
-  return out;
+  return config::node_names(nodes);
 }
 
 std::vector<platform_config> cluster_config::platforms() const {

@@ -230,6 +230,13 @@ struct cluster_config {
   std::vector<platform_config> platforms() const;
 };
 
+/// The node of that name among `nodes` (of cluster `cluster_id`); throws
+/// config_error naming it when absent.
+const node_config& find_node(const std::vector<node_config>& nodes, const std::string& name,
+                             const std::string& cluster_id);
+/// The names of `nodes`, in their order.
+std::vector<std::string> node_names(const std::vector<node_config>& nodes);
+
 /// The embedded default: one node "local" with 4 platforms p0..p3, LeNet-5,
 /// Fashion-MNIST IID, GoSGD epoch-synchronous, 5 epochs.
 cluster_config default_config();

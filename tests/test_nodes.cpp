@@ -160,7 +160,7 @@ struct fixture {
       so.platforms.push_back(p.name);
     n.store = spawn_store(sys, db, std::move(so));
     node_args args;
-    args.cluster = cfg;
+    args.settings = node_settings::of(cfg);
     args.name = name;
     args.store = n.store;
     std::vector<int64_t> shard;
