@@ -220,16 +220,12 @@ void begin_epoch(self_ptr self) {
 /// still on its way (learning/loans.hpp).
 void send_gossip(self_ptr self) {
   auto& st = self->state;
-  auto orders = st.strategy->after_step(st.params, st.rng);
-  if (orders.empty())
-    return;
+  // The targets first: with nobody to send to, no weight leaves.
   auto targets =
     st.topology->targets(st.total_iterations, st.args.platform.name, st.live, st.rng);
+  auto orders = st.strategy->after_step(st.params, targets.size(), st.rng);
   for (auto& order : orders) {
-    if (targets.empty())
-      break;  // nobody to send to at this iteration
-    const auto& to = targets[static_cast<size_t>(std::max<int64_t>(order.peer, 0))
-                             % targets.size()];
+    const auto& to = targets.at(order.peer);
     self->send(st.args.mixer, send_atom::value, to,
                st.weights_message(order.weight,
                                   st.strategy->payload(order, to, st.names, st.params),
@@ -323,10 +319,12 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   auto model = learning::make_classifier(args.train.model, args.seed);
   learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
   st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
-  // EdgeGossip gossips as GoSGD does: every strategy_name mixes by GoSGD's rule.
-  st.strategy = learning::make_strategy("gosgd", args.cluster_platforms,
+  // EdgeGossip gossips as GoSGD does; SGP by push-sum.
+  const bool push_sum = args.strategy.name == config::strategy_name::sgp;
+  st.strategy = learning::make_strategy(push_sum ? "sgp" : "gosgd", args.cluster_platforms,
                                         args.strategy.exchange_probability);
-  st.topology = learning::make_topology(config::to_string(args.strategy.topology), args.members);
+  st.topology = learning::make_topology(config::to_string(args.strategy.topology), args.members,
+                                        static_cast<size_t>(args.strategy.out_peers));
   st.names = learning::parameter_names(*model);
   if (args.aggregated) {
     auto labels = args.aggregated->labels.contiguous();

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 
 namespace eg::actors {
 namespace {
@@ -47,8 +48,8 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
   return {
     [self](observe_atom, double seconds, uint64_t samples) {
       auto& st = self->state;
-      if (samples == 0 || seconds <= 0)
-        return;
+      if (samples == 0 || !(seconds > 0) || !std::isfinite(seconds))
+        return;  // nothing measured (or a clock gone wrong): nothing to learn
       // The contention those seconds of training ran under.
       machine().refresh();
       st.model.observe(machine().last(seconds), seconds / static_cast<double>(samples));

@@ -8,7 +8,7 @@
 //   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
-//   [strategy]  name, schedule, topology, exchange_probability
+//   [strategy]  name, schedule, topology, out_peers, exchange_probability
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [storage]   dir
@@ -47,7 +47,7 @@
 namespace eg::config {
 
 const std::vector<const char*>& names_of(strategy_name) {
-  static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip"};
+  static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip", "sgp"};
   return n;
 }
 const std::vector<const char*>& names_of(schedule) {
@@ -71,7 +71,7 @@ const std::vector<const char*>& names_of(merge_rule) {
   return n;
 }
 const std::vector<const char*>& names_of(topology_name) {
-  static const std::vector<const char*> n{"uniform", "exponential", "ring"};
+  static const std::vector<const char*> n{"uniform", "exponential", "ring", "full"};
   return n;
 }
 
@@ -159,6 +159,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.name", c.strategy.name, enum_rule{});
   visit("strategy.schedule", c.strategy.schedule, enum_rule{});
   visit("strategy.topology", c.strategy.topology, enum_rule{});
+  visit("strategy.out_peers", c.strategy.out_peers, positive_int);
   visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
   visit("edgegossip.aggregator", c.edgegossip.aggregator,
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
@@ -759,7 +760,7 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << cfg.data.test_samples << '|' << cfg.train.model << '|' << cfg.train.lr << '|'
        << cfg.train.momentum << '|' << cfg.train.batch << '|' << cfg.train.max_iterations << '|'
        << to_string(cfg.strategy.name) << '|' << to_string(cfg.strategy.schedule) << '|'
-       << to_string(cfg.strategy.topology) << '|'
+       << to_string(cfg.strategy.topology) << '|' << cfg.strategy.out_peers << '|'
        << cfg.strategy.exchange_probability << '|' << cfg.edgegossip.aggregator << '|'
        << cfg.edgegossip.aggregation_ratio << '|' << to_string(cfg.edgegossip.selection) << '|'
        << to_string(cfg.edgegossip.merge);

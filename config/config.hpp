@@ -24,7 +24,7 @@ public:
 /// The training mode: "gosgd" (epoch-synchronous unless the schedule says
 /// otherwise), "gosgd-async" (GoSGD, asynchronous schedule), "edgegossip"
 /// (GoSGD gossip plus the predictor, balancer and accuracy-aware trainer).
-enum class strategy_name : uint8_t { gosgd, gosgd_async, edgegossip };
+enum class strategy_name : uint8_t { gosgd, gosgd_async, edgegossip, sgp };
 enum class schedule : uint8_t { sync, async };  ///< epoch barrier, or none
 /// How gossip travels between nodes: the weights lane, or CAF messages.
 enum class transport : uint8_t { lane, middleman };
@@ -37,7 +37,7 @@ enum class selection : uint8_t { loss, random };
 /// times each one's share r of its data.
 enum class merge_rule : uint8_t { gossip, rate };
 /// Who a platform may send to at iteration k (learning/topology.hpp).
-enum class topology_name : uint8_t { uniform, exponential, ring };
+enum class topology_name : uint8_t { uniform, exponential, ring, full };
 
 /// The name of each value, as in cluster files ("gosgd-async", "continue" ...).
 const std::vector<const char*>& names_of(strategy_name);
@@ -129,14 +129,17 @@ struct train_config {
 struct strategy_config {
   strategy_name name = strategy_name::gosgd;
   config::schedule schedule = schedule::sync;
-  /// Who sends to whom: "uniform" (a peer chosen uniformly at random among
-  /// the live ones, GoSGD's rule), "exponential" (the directed, time-varying
-  /// 1-peer exponential graph) or "ring".
+  /// Who sends to whom: "uniform" (`out_peers` peers drawn uniformly at
+  /// random among the live ones every iteration; GoSGD's rule with 1),
+  /// "exponential" (the directed, time-varying 1-peer exponential graph of
+  /// SGP), "ring" (directed) or "full" (every live peer).
   topology_name topology = topology_name::uniform;
   /// GoSGD's p. More exchange pulls platforms toward stale models: in the
   /// default run the averaged model reached 0.868 / 0.864 / 0.854 / 0.843 /
   /// 0.827 after 5 epochs with p = 0.02 / 0.05 / 0.1 / 0.2 / 1 (README).
   double exchange_probability = 0.05;
+  /// Peers per message round of the "uniform" topology.
+  int64_t out_peers = 1;
 
   /// True when platforms run without an epoch barrier.
   bool asynchronous() const {

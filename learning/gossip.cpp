@@ -18,29 +18,45 @@ gosgd::gosgd(double initial_weight, double exchange_probability)
                                 std::to_string(exchange_probability) + " is not in [0, 1]");
 }
 
+namespace {
+
+/// Checks a received model against `params` and its weight, naming the
+/// strategy in what it throws.
+void check_received(const char* who, const std::vector<torch::Tensor>& params,
+                    const std::vector<torch::Tensor>& received, double received_weight) {
+  const std::string w = who;
+  if (params.size() != received.size())
+    throw std::invalid_argument(w + "::merge: received " + std::to_string(received.size()) +
+                                " tensors, the model has " + std::to_string(params.size()));
+  if (!(received_weight > 0) || !std::isfinite(received_weight))
+    throw std::invalid_argument(w + "::merge: received weight must be positive");
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i].sizes().equals(received[i].sizes()))
+      throw std::invalid_argument(w + "::merge: tensor " + std::to_string(i) +
+                                  " has another shape than the model's");
+}
+
+/// params <- keep * params + take * received, in place.
+void mix(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+         double keep, double take) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].mul_(keep).add_(received[i], take);
+}
+
+} // namespace
+
 void gosgd::merge(const std::vector<torch::Tensor>& params,
                   const std::vector<torch::Tensor>& received, double received_weight,
                   double own_rate, double received_rate) {
-  if (params.size() != received.size())
-    throw std::invalid_argument("gosgd::merge: received " + std::to_string(received.size()) +
-                                " tensors, the model has " + std::to_string(params.size()));
-  if (!(received_weight > 0))
-    throw std::invalid_argument("gosgd::merge: received weight must be positive");
-  for (size_t i = 0; i < params.size(); ++i)
-    if (!params[i].sizes().equals(received[i].sizes()))
-      throw std::invalid_argument("gosgd::merge: tensor " + std::to_string(i) +
-                                  " has another shape than the model's");
+  check_received("gosgd", params, received, received_weight);
 
   if (!(own_rate > 0) || !(received_rate > 0) || !std::isfinite(own_rate) ||
       !std::isfinite(received_rate))
     throw std::invalid_argument("gosgd::merge: rates must be positive");
   const double total = weight_ + received_weight;
   const double mine = weight_ * own_rate, theirs = received_weight * received_rate;
-  const double keep = mine / (mine + theirs);
-  const double take = theirs / (mine + theirs);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i].mul_(keep).add_(received[i], take);
+  mix(params, received, mine / (mine + theirs), theirs / (mine + theirs));
   weight_ = total;
 }
 
@@ -51,13 +67,51 @@ void gosgd::scale_exchange(double factor) {
   p_ = std::min(1.0, configured_p_ * factor);
 }
 
-std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&,
+std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&, size_t targets,
                                           std::mt19937_64& rng) {
-  if (!std::bernoulli_distribution(p_)(rng))
+  if (targets == 0 || !std::bernoulli_distribution(p_)(rng))
     return {};
+  size_t peer = 0;
+  if (targets > 1)
+    peer = std::uniform_int_distribution<size_t>(0, targets - 1)(rng);
   // Half the weight travels with the copy, so the total weight stays 1.
   weight_ /= 2;
-  return {send_order{-1, weight_}};
+  return {send_order{peer, weight_}};
+}
+
+push_sum::push_sum(double initial_weight) : weight_(initial_weight) {
+  if (!(initial_weight > 0) || !std::isfinite(initial_weight))
+    throw std::invalid_argument("push-sum: initial weight must be positive");
+}
+
+void push_sum::set_weight(double w) {
+  if (!(w > 0) || !std::isfinite(w))
+    throw std::invalid_argument("push-sum: weight " + std::to_string(w) + " is not positive");
+  weight_ = w;
+}
+
+void push_sum::merge(const std::vector<torch::Tensor>& params,
+                     const std::vector<torch::Tensor>& received, double received_weight, double,
+                     double) {
+  check_received("push-sum", params, received, received_weight);
+  const double total = weight_ + received_weight;
+  mix(params, received, weight_ / total, received_weight / total);
+  weight_ = total;
+}
+
+std::vector<send_order> push_sum::after_step(const std::vector<torch::Tensor>&, size_t targets,
+                                             std::mt19937_64&) {
+  if (targets == 0)
+    return {};
+  // Column-stochastic: (x, w) split in d + 1 equal shares, one kept. z = x / w
+  // is the same in every share, so the parameters stay as they are.
+  const double share = weight_ / static_cast<double>(targets + 1);
+  weight_ = share;
+  std::vector<send_order> orders;
+  orders.reserve(targets);
+  for (size_t i = 0; i < targets; ++i)
+    orders.push_back({i, share});
+  return orders;
 }
 
 std::vector<messages::tensor_view> gossip_strategy::payload(const send_order&, const std::string&,
@@ -68,11 +122,13 @@ std::vector<messages::tensor_view> gossip_strategy::payload(const send_order&, c
 
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
                                                double exchange_probability) {
-  if (name != "gosgd")
-    throw std::invalid_argument("unknown gossip strategy '" + name + "' (use gosgd)");
   if (platforms <= 0)
     throw std::invalid_argument("make_strategy: the number of platforms must be positive");
-  return std::make_unique<gosgd>(1.0 / static_cast<double>(platforms), exchange_probability);
+  if (name == "gosgd")
+    return std::make_unique<gosgd>(1.0 / static_cast<double>(platforms), exchange_probability);
+  if (name == "sgp")
+    return std::make_unique<push_sum>(1.0);
+  throw std::invalid_argument("unknown gossip strategy '" + name + "' (known: gosgd, sgp)");
 }
 
 namespace {

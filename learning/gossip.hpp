@@ -14,10 +14,10 @@
 namespace eg::learning {
 
 /// One message to send after a step: the current parameters with this
-/// gossip weight, to `peer`: an index into the targets the topology gives
-/// for this iteration (learning/topology.hpp); -1 = its first.
+/// gossip weight, to `peer`: an index into the targets the topology gave
+/// for this iteration (learning/topology.hpp).
 struct send_order {
-  int64_t peer = -1;
+  size_t peer = 0;
   double weight = 0;
 };
 
@@ -25,7 +25,9 @@ class gossip_strategy {
 public:
   virtual ~gossip_strategy() = default;
   virtual std::string name() const = 0;
-  /// The gossip weight this platform holds (GoSGD's a_i, push-sum's w_i).
+  /// The gossip weight this platform holds (GoSGD's a_i, push-sum's w_i);
+  /// every message carries part of it, and a merge adds the received part,
+  /// so the cluster's total stays constant (1 for GoSGD, n for push-sum).
   virtual double weight() const = 0;
   virtual void set_weight(double w) = 0;
   /// Merges a received model (x_s, a_s) into `params`. `own_rate` and
@@ -35,11 +37,13 @@ public:
   virtual void merge(const std::vector<torch::Tensor>& params,
                      const std::vector<torch::Tensor>& received, double received_weight,
                      double own_rate = 1, double received_rate = 1) = 0;
-  /// Called after each local step; may rescale `params` and the held weight,
-  /// and returns the messages to send (each carries the params as they are
-  /// after this call).
+  /// Called after each local step with the number of peers the topology
+  /// gives for this iteration (0: none, and then nothing is sent and no
+  /// weight leaves); may rescale `params` and the held weight, and returns
+  /// the messages to send (each carries the params as they are after this
+  /// call), each to one of those peers.
   virtual std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
-                                             std::mt19937_64& rng) = 0;
+                                             size_t targets, std::mt19937_64& rng) = 0;
   /// Scales how often this platform exchanges per iteration (1: as
   /// configured). A platform that runs r_i of its iterations in an epoch
   /// exchanges 1 / r_i times as often, so every platform sends as many
@@ -58,7 +62,8 @@ public:
 
 /// GoSGD (Blot et al.): sum-weight gossip. Start weight 1/M; merge
 /// x <- (a x + a_s x_s) / (a + a_s), a <- a + a_s; after a step, with
-/// probability p: a <- a / 2 and send (x, a) to a random peer.
+/// probability p: a <- a / 2 and send (x, a) to one of the peers the
+/// topology gives (uniformly among them when it gives several).
 class gosgd : public gossip_strategy {
 public:
   gosgd(double initial_weight, double exchange_probability);
@@ -67,7 +72,7 @@ public:
   void set_weight(double w) override { weight_ = w; }
   void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
              double received_weight, double own_rate = 1, double received_rate = 1) override;
-  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
                                      std::mt19937_64& rng) override;
   void scale_exchange(double factor) override;
 
@@ -77,7 +82,43 @@ private:
   double p_;
 };
 
-/// Builds the strategy named in the config ("gosgd"); throws
+/// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019):
+/// SGD over push-sum gossip (Kempe, Dobra, Gehrke, FOCS 2003), for
+/// directed and time-varying graphs (docs/ALGORITHMS.md, "Push-sum SGD").
+/// Each platform holds the numerator x and the push-sum weight w (1 at the
+/// start, so the weights sum to the number of platforms); the parameters
+/// hold the de-biased model z = x / w, on which gradients are taken and
+/// which is evaluated. After every local step to d out-peers it keeps
+/// 1 / (d + 1) of (x, w) and sends each peer a share (w / (d + 1) with z);
+/// a received share s with z_s is added: z <- (w z + s z_s) / (w + s),
+/// w <- w + s. The local step moves z by lr * gradient (x by
+/// lr * w * gradient). Synchronous SGP steps x by lr * gradient (z by
+/// lr / w), which assumes every platform mixes before each step so that w
+/// stays near 1; here platforms run freely, and one that runs ahead halves
+/// its w at every step (2^-k after k steps unanswered): lr / w blew the
+/// model up to NaN within the first epoch of the default run. Momentum,
+/// when configured, is the optimizer's, local and never sent, as in SGP.
+class push_sum : public gossip_strategy {
+public:
+  explicit push_sum(double initial_weight = 1);
+  std::string name() const override { return "sgp"; }
+  double weight() const override { return weight_; }
+  void set_weight(double w) override;
+  /// The push-sum sum: the rates are not used (push-sum's mixing weights
+  /// are the column-stochastic shares the senders chose).
+  void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+             double received_weight, double own_rate = 1, double received_rate = 1) override;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+                                     std::mt19937_64& rng) override;
+  /// Push-sum sends after every step: nothing to scale.
+  void scale_exchange(double) override {}
+
+private:
+  double weight_;
+};
+
+/// Builds the strategy named in the config: "gosgd" (GoSGD, start weight
+/// 1 / platforms) or "sgp" (push-sum, start weight 1); throws
 /// std::invalid_argument for an unknown name.
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
                                                double exchange_probability);

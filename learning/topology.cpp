@@ -8,6 +8,11 @@ namespace eg::learning {
 
 // --- uniform -----------------------------------------------------------------
 
+uniform_random::uniform_random(size_t out_peers) : out_peers_(out_peers) {
+  if (out_peers == 0)
+    throw std::invalid_argument("topology: out_peers must be at least 1");
+}
+
 std::string uniform_random::name() const { return "uniform"; }
 
 std::vector<std::string> uniform_random::targets(uint64_t, const std::string&,
@@ -15,11 +20,35 @@ std::vector<std::string> uniform_random::targets(uint64_t, const std::string&,
                                                  std::mt19937_64& rng) const {
   if (live.empty())
     return {};
-  std::uniform_int_distribution<size_t> pick(0, live.size() - 1);
-  return {live[pick(rng)]};
+  if (out_peers_ == 1) {
+    std::uniform_int_distribution<size_t> pick(0, live.size() - 1);
+    return {live[pick(rng)]};
+  }
+  if (out_peers_ >= live.size())
+    return live;
+  // A partial Fisher-Yates shuffle: the first k of a uniform permutation.
+  auto pool = live;
+  for (size_t j = 0; j < out_peers_; ++j) {
+    std::uniform_int_distribution<size_t> pick(j, pool.size() - 1);
+    std::swap(pool[j], pool[pick(rng)]);
+  }
+  pool.resize(out_peers_);
+  return pool;
 }
 
 bool uniform_random::directed() const { return false; }
+
+// --- full --------------------------------------------------------------------
+
+std::string fully_connected::name() const { return "full"; }
+
+std::vector<std::string> fully_connected::targets(uint64_t, const std::string&,
+                                                  const std::vector<std::string>& live,
+                                                  std::mt19937_64&) const {
+  return live;
+}
+
+bool fully_connected::directed() const { return false; }
 
 // --- member_graph ------------------------------------------------------------
 
@@ -30,24 +59,22 @@ member_graph::member_graph(std::vector<std::string> members) : members_(std::mov
       throw std::invalid_argument("topology: platform '" + m + "' is a member twice");
 }
 
-std::optional<size_t> member_graph::index_of(const std::string& name) const {
-  auto it = std::find(members_.begin(), members_.end(), name);
-  if (it == members_.end())
-    return std::nullopt;
-  return static_cast<size_t>(it - members_.begin());
-}
-
 std::vector<std::string> member_graph::targets(uint64_t k, const std::string& self,
                                                const std::vector<std::string>& live,
                                                std::mt19937_64&) const {
-  const auto i = index_of(self);
-  if (!i || members_.size() < 2)
+  // The graph over the live members: self and the live peers, in member order.
+  std::vector<const std::string*> up;
+  std::optional<size_t> i;
+  for (const auto& m : members_) {
+    if (m == self)
+      i = up.size();
+    else if (std::find(live.begin(), live.end(), m) == live.end())
+      continue;
+    up.push_back(&m);
+  }
+  if (!i || up.size() < 2)
     return {};
-  const auto& to = members_[target_index(k, *i)];
-  // No re-routing: a target that is down means no message this iteration.
-  if (std::find(live.begin(), live.end(), to) == live.end())
-    return {};
-  return {to};
+  return {*up[target_index(k, *i, up.size())]};
 }
 
 bool member_graph::directed() const { return true; }
@@ -63,8 +90,7 @@ size_t exponential::period(size_t n) {
   return std::max<size_t>(m, 1);
 }
 
-size_t exponential::target_index(uint64_t k, size_t i) const {
-  const size_t n = members().size();
+size_t exponential::target_index(uint64_t k, size_t i, size_t n) const {
   const size_t hop = size_t{1} << (k % period(n));  // < n, so i + hop < 2n
   return (i + hop) % n;
 }
@@ -73,15 +99,18 @@ size_t exponential::target_index(uint64_t k, size_t i) const {
 
 std::string ring::name() const { return "ring"; }
 
-size_t ring::target_index(uint64_t, size_t i) const { return (i + 1) % members().size(); }
+size_t ring::target_index(uint64_t, size_t i, size_t n) const { return (i + 1) % n; }
 
 // --- factory -----------------------------------------------------------------
 
-std::vector<std::string> topology_names() { return {"uniform", "exponential", "ring"}; }
+std::vector<std::string> topology_names() { return {"uniform", "exponential", "ring", "full"}; }
 
-std::unique_ptr<topology> make_topology(const std::string& name, std::vector<std::string> members) {
+std::unique_ptr<topology> make_topology(const std::string& name, std::vector<std::string> members,
+                                        size_t out_peers) {
   if (name == "uniform")
-    return std::make_unique<uniform_random>();
+    return std::make_unique<uniform_random>(out_peers);
+  if (name == "full")
+    return std::make_unique<fully_connected>();
   if (name == "exponential")
     return std::make_unique<exponential>(std::move(members));
   if (name == "ring")

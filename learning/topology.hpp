@@ -6,11 +6,13 @@
 // cluster-file order (the same on every node), which gives each platform its
 // index i. The topologies:
 //
-//   uniform      one peer uniformly at random among the live ones, every
-//                iteration: randomized gossip (Boyd, Ghosh, Prabhakar, Shah,
+//   uniform      k peers (strategy.out_peers, 1 by default) drawn uniformly
+//                at random among the live ones, afresh every iteration:
+//                randomized gossip (Boyd, Ghosh, Prabhakar, Shah,
 //                "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory
-//                2006), as in EdgeGossip (Han et al., IEEE TPDS 2021).
-//                Undirected in expectation; today's behaviour.
+//                2006), as in EdgeGossip (Han et al., IEEE TPDS 2021) with
+//                k = 1. Random out-peers every round; undirected in
+//                expectation.
 //   exponential  the "1-peer exponential graph" of Stochastic Gradient Push
 //                (Assran, Loizou, Ballas, Rabbat, ICML 2019): i sends to
 //                (i + 2^(k mod m)) mod n. Directed and time-varying, as in
@@ -23,11 +25,14 @@
 //                Optimization over Time-Varying Directed Graphs", IEEE TAC
 //                2015).
 //   ring         i sends to (i + 1) mod n: directed and static.
+//   full         every live peer at every iteration (fully connected).
 //
-// The directed graphs do not re-route: when the one member a platform is to
-// send to is not live, it sends to no one that iteration (an empty target
-// list). Sending elsewhere instead would change the graph, so the mixing
-// weights would no longer be the ones push-sum is built for.
+// A platform that goes down leaves the graph: the directed graphs are built
+// over the live members only (in cluster-file order, n and i counted among
+// them), so the ring closes over the gap and the exponential graph stays
+// strongly connected within each period. Push-sum does not need the same
+// graph on every platform at every instant (each sender splits its own
+// mass), so views of who is live that differ for a moment do no harm.
 
 #include <cstddef>
 #include <cstdint>
@@ -55,11 +60,28 @@ public:
   virtual bool directed() const = 0;
 };
 
-/// One peer uniformly at random among `live` (none if `live` is empty):
+/// `out_peers` distinct peers uniformly at random among `live` (all of them
+/// when fewer are live, none if `live` is empty). One peer is the draw
 /// `live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng)]`,
-/// exactly the draw the mixer made before this seam, so a seeded run picks
-/// the same peers. Undirected in expectation.
+/// the mixer's before this seam, so a seeded run picks the same peers.
+/// Undirected in expectation.
 class uniform_random : public topology {
+public:
+  /// Throws std::invalid_argument for out_peers = 0.
+  explicit uniform_random(size_t out_peers = 1);
+  std::string name() const override;
+  std::vector<std::string> targets(uint64_t k, const std::string& self,
+                                   const std::vector<std::string>& live,
+                                   std::mt19937_64& rng) const override;
+  bool directed() const override;
+  size_t out_peers() const { return out_peers_; }
+
+private:
+  size_t out_peers_;
+};
+
+/// Every live peer at every iteration.
+class fully_connected : public topology {
 public:
   std::string name() const override;
   std::vector<std::string> targets(uint64_t k, const std::string& self,
@@ -69,9 +91,10 @@ public:
 };
 
 /// A directed graph over a fixed member list in which every member has one
-/// out-neighbour per iteration, given by its index. The target is dropped
-/// (no re-routing) when it is not live; `self` not a member, or a cluster of
-/// one, sends to no one. Throws std::invalid_argument on duplicate members.
+/// out-neighbour per iteration, given by its index among the live members
+/// (the members, in their order, that are `self` or in `live`): a member
+/// that is down leaves the graph. `self` not a member, or alone, sends to
+/// no one. Throws std::invalid_argument on duplicate members.
 class member_graph : public topology {
 public:
   explicit member_graph(std::vector<std::string> members);
@@ -82,16 +105,16 @@ public:
   const std::vector<std::string>& members() const { return members_; }
 
 protected:
-  /// The index the member at index `i` (of n >= 2) sends to at iteration k.
-  virtual size_t target_index(uint64_t k, size_t i) const = 0;
+  /// The index the member at index `i` of `n` >= 2 (live) members sends to
+  /// at iteration k.
+  virtual size_t target_index(uint64_t k, size_t i, size_t n) const = 0;
 
 private:
-  std::optional<size_t> index_of(const std::string& name) const;
   std::vector<std::string> members_;
 };
 
 /// The 1-peer exponential graph (Assran et al., Stochastic Gradient Push,
-/// ICML 2019): with n members and self at index i, at iteration k it sends
+/// ICML 2019): with n live members and self at index i, at iteration k it sends
 /// to index (i + 2^(k mod m)) mod n, where m = period(n) is the number of
 /// j >= 0 with 2^j < n (n=2: 1, n=4: 2, n=5: 3). Each iteration's graph is a
 /// permutation (out- and in-degree 1); the union over m iterations is
@@ -104,7 +127,7 @@ public:
   static size_t period(size_t n);
 
 protected:
-  size_t target_index(uint64_t k, size_t i) const override;
+  size_t target_index(uint64_t k, size_t i, size_t n) const override;
 };
 
 /// The directed ring: index i sends to (i + 1) mod n at every iteration.
@@ -114,13 +137,14 @@ public:
   std::string name() const override;
 
 protected:
-  size_t target_index(uint64_t k, size_t i) const override;
+  size_t target_index(uint64_t k, size_t i, size_t n) const override;
 };
 
-/// "uniform", "exponential" or "ring" over `members` (cluster-file order;
-/// unused by "uniform"). Throws std::invalid_argument naming an unknown name
-/// and the known ones.
-std::unique_ptr<topology> make_topology(const std::string& name, std::vector<std::string> members);
+/// "uniform" (with `out_peers`), "exponential", "ring" or "full" over
+/// `members` (cluster-file order; unused by "uniform" and "full"). Throws
+/// std::invalid_argument naming an unknown name and the known ones.
+std::unique_ptr<topology> make_topology(const std::string& name, std::vector<std::string> members,
+                                        size_t out_peers = 1);
 
 /// The names make_topology knows, in the order above.
 std::vector<std::string> topology_names();

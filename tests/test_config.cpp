@@ -50,6 +50,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
   BOOST_TEST(a.strategy.topology == b.strategy.topology);
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
+  BOOST_TEST(a.strategy.out_peers == b.strategy.out_peers);
   BOOST_TEST(a.edgegossip.aggregator == b.edgegossip.aggregator);
   BOOST_TEST(a.edgegossip.aggregation_ratio == b.edgegossip.aggregation_ratio);
   BOOST_TEST(a.edgegossip.selection == b.edgegossip.selection);
@@ -107,7 +108,7 @@ cluster_config unusual_config() {
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3};
   c.strategy = {strategy_name::edgegossip, schedule::async, topology_name::exponential,
-                1.0 / 3.0};
+                1.0 / 3.0, 3};
   c.edgegossip = {"isvd-lsh", 20, selection::random, merge_rule::gossip, 0.01, 0.25};
   c.nodes.clear();
   c.nodes.push_back({"a", "10.0.0.1", 47101, {{"a0", 2, 0.5, 1.0, {}}, {"a1", 1, 0, 2.5, {}}}, {},
@@ -393,6 +394,16 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
   BOOST_TEST(!c.strategy.asynchronous());
   BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.name=fastest"); }),
                       "strategy.name"));
+  apply_override(c, "strategy.name=sgp");
+  BOOST_TEST((c.strategy.name == strategy_name::sgp));
+  BOOST_TEST(!c.strategy.edgegossip());
+  apply_override(c, "strategy.topology=full");
+  BOOST_TEST((c.strategy.topology == topology_name::full));
+  BOOST_TEST(c.strategy.out_peers == 1);
+  apply_override(c, "strategy.out_peers=3");
+  BOOST_TEST(c.strategy.out_peers == 3);
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.out_peers=0"); }),
+                      "strategy.out_peers"));
   BOOST_TEST(contains(error_of([&] { apply_override(c, "edgegossip.aggregator=pca"); }),
                       "edgegossip.aggregator"));
 }
@@ -502,6 +513,8 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
          [](cluster_config& c) { c.train.lr = 0.02; },
          [](cluster_config& c) { c.strategy.name = strategy_name::edgegossip; },
          [](cluster_config& c) { c.strategy.topology = topology_name::exponential; },
+         [](cluster_config& c) { c.strategy.out_peers = 2; },
+         [](cluster_config& c) { c.strategy.name = strategy_name::sgp; },
          [](cluster_config& c) { c.edgegossip.selection = selection::random; },
          [](cluster_config& c) { c.edgegossip.merge = merge_rule::gossip; }}) {
     auto c = a;

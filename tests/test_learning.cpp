@@ -707,21 +707,121 @@ BOOST_AUTO_TEST_CASE(gosgd_after_step_halves_weight) {
   std::mt19937_64 rng(1);
   std::vector<torch::Tensor> x{torch::ones({2})};
   gosgd always(0.5, 1.0);
-  auto orders = always.after_step(x, rng);
+  auto orders = always.after_step(x, 1, rng);
   BOOST_REQUIRE_EQUAL(orders.size(), 1u);
-  BOOST_TEST(orders[0].peer == -1);
+  BOOST_TEST(orders[0].peer == 0u);
   BOOST_TEST(orders[0].weight == 0.25);
   BOOST_TEST(always.weight() == 0.25);
   BOOST_TEST(torch::equal(x[0], torch::ones({2})));
   gosgd never(0.5, 0.0);
-  BOOST_TEST(never.after_step(x, rng).empty());
+  BOOST_TEST(never.after_step(x, 1, rng).empty());
   BOOST_TEST(never.weight() == 0.5);
+  // Nobody to send to: nothing sent, no weight lost.
+  BOOST_TEST(always.after_step(x, 0, rng).empty());
+  BOOST_TEST(always.weight() == 0.25);
+  // Several targets: one of them, each as often.
+  std::vector<int> picked(4, 0);
+  for (int i = 0; i < 4000; ++i) {
+    auto o = always.after_step(x, 4, rng);
+    BOOST_REQUIRE_EQUAL(o.size(), 1u);
+    BOOST_REQUIRE_LT(o[0].peer, 4u);
+    ++picked[o[0].peer];
+    always.set_weight(0.25);
+  }
+  for (int n : picked)
+    BOOST_TEST(std::abs(n - 1000) < 150);
 
   auto s = make_strategy("gosgd", 4, 0.2);
   BOOST_TEST(s->name() == "gosgd");
   BOOST_TEST(s->weight() == 0.25);
   BOOST_CHECK_THROW(make_strategy("allreduce", 4, 0.2), std::invalid_argument);
   BOOST_CHECK_THROW(gosgd(0.5, 1.5), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(push_sum_on_a_tiny_exact_case) {
+  // Three platforms with scalar models 0, 3, 6 and weight 1 each.
+  std::mt19937_64 rng(1);
+  std::vector<push_sum> p(3);
+  std::vector<std::vector<torch::Tensor>> z;
+  for (double v : {0.0, 3.0, 6.0})
+    z.push_back({torch::full({1}, v, torch::kFloat64)});
+  auto value = [&](size_t i) { return z[i][0].item<double>(); };
+  // Round 1, the directed ring 0 -> 1 -> 2 -> 0: each keeps half, sends half.
+  std::vector<std::pair<double, torch::Tensor>> sent;
+  for (size_t i = 0; i < 3; ++i) {
+    auto o = p[i].after_step(z[i], 1, rng);
+    BOOST_REQUIRE_EQUAL(o.size(), 1u);
+    BOOST_TEST(o[0].weight == 0.5);
+    BOOST_TEST(p[i].weight() == 0.5);
+    sent.emplace_back(o[0].weight, z[i][0].clone());
+  }
+  for (size_t i = 0; i < 3; ++i)
+    p[(i + 1) % 3].merge(z[(i + 1) % 3], {sent[i].second}, sent[i].first);
+  BOOST_TEST(value(0) == 3.0);
+  BOOST_TEST(value(1) == 1.5);
+  BOOST_TEST(value(2) == 4.5);
+  for (auto& q : p)
+    BOOST_TEST(q.weight() == 1.0);
+  // Round 2: platform 0 pushes to both others (a third each), they to no one.
+  auto o = p[0].after_step(z[0], 2, rng);
+  BOOST_REQUIRE_EQUAL(o.size(), 2u);
+  BOOST_TEST(o[0].peer == 0u);
+  BOOST_TEST(o[1].peer == 1u);
+  BOOST_TEST(std::abs(o[0].weight - 1.0 / 3) < 1e-15);
+  BOOST_TEST(p[1].after_step(z[1], 0, rng).empty());
+  BOOST_TEST(p[1].weight() == 1.0);
+  p[1].merge(z[1], {z[0][0].clone()}, o[0].weight);
+  p[2].merge(z[2], {z[0][0].clone()}, o[1].weight);
+  BOOST_TEST(std::abs(value(1) - 1.875) < 1e-12);  // (1 * 1.5 + 1/3 * 3) / (4/3)
+  BOOST_TEST(std::abs(value(2) - 4.125) < 1e-12);  // (1 * 4.5 + 1/3 * 3) / (4/3)
+  BOOST_TEST(std::abs(p[0].weight() - 1.0 / 3) < 1e-15);
+  BOOST_TEST(std::abs(p[1].weight() - 4.0 / 3) < 1e-15);
+  // The weights sum to 3, the weighted models to 0 + 3 + 6.
+  double w = 0, wz = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    w += p[i].weight();
+    wz += p[i].weight() * value(i);
+  }
+  BOOST_TEST(std::abs(w - 3.0) < 1e-12);
+  BOOST_TEST(std::abs(wz - 9.0) < 1e-12);
+  // Rates are not push-sum's: the same merge with or without them.
+  push_sum a, b;
+  std::vector<torch::Tensor> xa{torch::zeros({1}, torch::kFloat64)}, xb{xa[0].clone()};
+  std::vector<torch::Tensor> in{torch::ones({1}, torch::kFloat64)};
+  a.merge(xa, in, 0.5);
+  b.merge(xb, in, 0.5, 0.2, 0.9);
+  BOOST_TEST(torch::equal(xa[0], xb[0]));
+  BOOST_CHECK_THROW(push_sum(0.0), std::invalid_argument);
+  BOOST_CHECK_THROW(a.set_weight(-1), std::invalid_argument);
+  BOOST_CHECK_THROW(a.merge(xa, in, 0.0), std::invalid_argument);
+  BOOST_CHECK_THROW(a.merge(xa, {}, 0.5), std::invalid_argument);
+  auto s = make_strategy("sgp", 4, 0.2);
+  BOOST_TEST(s->name() == "sgp");
+  BOOST_TEST(s->weight() == 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(push_sum_reaches_the_average_over_the_exponential_graph) {
+  // Eight platforms with models 0..7 gossiping on the 1-peer exponential
+  // graph (hops 1, 2, 4) without local steps: every z tends to the mean 3.5
+  // and every weight to 1.
+  constexpr size_t n = 8;
+  std::mt19937_64 rng(1);
+  std::vector<push_sum> p(n);
+  std::vector<std::vector<torch::Tensor>> z;
+  for (size_t i = 0; i < n; ++i)
+    z.push_back({torch::full({2}, static_cast<double>(i), torch::kFloat64)});
+  for (uint64_t k = 0; k < 30; ++k) {
+    std::vector<std::tuple<size_t, double, torch::Tensor>> sent;
+    for (size_t i = 0; i < n; ++i)
+      for (auto& o : p[i].after_step(z[i], 1, rng))
+        sent.emplace_back((i + (size_t{1} << (k % 3))) % n, o.weight, z[i][0].clone());
+    for (auto& [to, w, t] : sent)
+      p[to].merge(z[to], {t}, w);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    BOOST_TEST(torch::allclose(z[i][0], torch::full({2}, 3.5, torch::kFloat64), 0, 1e-9));
+    BOOST_TEST(std::abs(p[i].weight() - 1.0) < 1e-12);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(gosgd_exchange_scales_with_the_share_of_iterations) {
@@ -733,29 +833,34 @@ BOOST_AUTO_TEST_CASE(gosgd_exchange_scales_with_the_share_of_iterations) {
   fifth.scale_exchange(5.0);
   int sent_full = 0, sent_fifth = 0;
   for (int i = 0; i < 20000; ++i) {
-    sent_full += static_cast<int>(full.after_step(x, rng).size());
+    sent_full += static_cast<int>(full.after_step(x, 1, rng).size());
     full.set_weight(0.25);
     if (i % 5 == 0) {
-      sent_fifth += static_cast<int>(fifth.after_step(x, rng).size());
+      sent_fifth += static_cast<int>(fifth.after_step(x, 1, rng).size());
       fifth.set_weight(0.25);
     }
   }
   BOOST_TEST(std::abs(sent_full - 2000) < 200);
   BOOST_TEST(std::abs(sent_fifth - 2000) < 200);
   fifth.scale_exchange(100.0);  // capped at probability 1
-  BOOST_TEST(fifth.after_step(x, rng).size() == 1u);
+  BOOST_TEST(fifth.after_step(x, 1, rng).size() == 1u);
   BOOST_CHECK_THROW(fifth.scale_exchange(0.0), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(gosgd_conserves_weight) {
-  // Four platforms exchange at random; held plus in-flight weight stays 1
-  // and, without local steps, so does the weighted sum of the models.
+BOOST_AUTO_TEST_CASE(gosgd_and_push_sum_conserve_weight) {
+  // Four platforms exchange at random, with 0 to 3 targets each time and
+  // messages merged in any order; held plus in-flight weight stays 1
+  // (GoSGD) or 4 (push-sum) and, without local steps, so does the weighted
+  // sum of the models.
   constexpr int platforms = 4;
+  for (const std::string name : {"gosgd", "sgp"}) {
+  BOOST_TEST_CONTEXT(name) {
+  const double expected = name == "gosgd" ? 1.0 : platforms;
   std::mt19937_64 rng(9);
   std::vector<std::unique_ptr<gossip_strategy>> s;
   std::vector<std::vector<torch::Tensor>> x;
   for (int i = 0; i < platforms; ++i) {
-    s.push_back(make_strategy("gosgd", platforms, 0.5));
+    s.push_back(make_strategy(name, platforms, 0.5));
     x.push_back({torch::full({3}, static_cast<double>(i), torch::kFloat64)});
   }
   struct message {
@@ -778,10 +883,12 @@ BOOST_AUTO_TEST_CASE(gosgd_conserves_weight) {
     } else {
       int i = pick(rng);
       auto& xi = x[static_cast<size_t>(i)];
-      for (const auto& order : s[static_cast<size_t>(i)]->after_step(xi, rng)) {
-        int to = (i + 1 + std::uniform_int_distribution<int>(0, platforms - 2)(rng)) % platforms;
-        in_flight.push_back({to, order.weight, xi[0].clone()});
-      }
+      const auto d = std::uniform_int_distribution<size_t>(0, platforms - 1)(rng);
+      std::vector<int> targets;  // d distinct peers of i
+      for (int j = 1; j <= static_cast<int>(d); ++j)
+        targets.push_back((i + j) % platforms);
+      for (const auto& order : s[static_cast<size_t>(i)]->after_step(xi, d, rng))
+        in_flight.push_back({targets.at(order.peer), order.weight, xi[0].clone()});
     }
     double total = 0;
     auto now = torch::zeros({3}, torch::kFloat64);
@@ -793,8 +900,10 @@ BOOST_AUTO_TEST_CASE(gosgd_conserves_weight) {
       total += m.weight;
       now += m.weight * m.params;
     }
-    BOOST_REQUIRE_CLOSE(total, 1.0, 1e-10);
+    BOOST_REQUIRE_CLOSE(total, expected, 1e-10);
     BOOST_REQUIRE(torch::allclose(now, mass, 1e-9, 1e-12));
+  }
+  }
   }
 }
 

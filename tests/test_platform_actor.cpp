@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -215,6 +216,8 @@ struct rig_options {
   double exchange = 0;      // GoSGD's p
   double slowdown = 1;      // > 1: each step after the first waits in the timer queue
   config::merge_rule merge = config::merge_rule::gossip;
+  config::strategy_name strategy = config::strategy_name::gosgd;
+  config::topology_name topology = config::topology_name::uniform;
 };
 
 /// Ends the actors it is given when it goes (a failed BOOST_REQUIRE
@@ -268,6 +271,8 @@ struct rig {
     a.train.batch = o.batch;
     a.train.evaluate_every = 1;
     a.strategy.exchange_probability = o.exchange;
+    a.strategy.name = o.strategy;
+    a.strategy.topology = o.topology;
     a.edgegossip.merge = o.merge;
     a.cluster_platforms = o.platforms;
     a.members = {"p0", "p1", "p2", "p3"};
@@ -454,8 +459,8 @@ BOOST_FIXTURE_TEST_CASE(a_predictor_stores_its_samples_every_ten_observations_an
   actor_ender ender{self, sched};
   auto p = ender.add(spawn_predictor(sys, {"p0", ender.add(spawn_recording_store(sys, rec)), ""}));
   sched.run();
-  // 20 observations of 2 to 2.5 ms per point, and three that say nothing
-  // (no points, no time): ignored.
+  // 20 observations of 2 to 2.5 ms per point, and five that say nothing
+  // (no points, no time, a time that is not a number): ignored.
   std::vector<double> expected_t;
   for (int i = 0; i < 20; ++i) {
     double seconds = 0.1 + 0.005 * (i % 5);
@@ -468,6 +473,10 @@ BOOST_FIXTURE_TEST_CASE(a_predictor_stores_its_samples_every_ten_observations_an
       self->send(p, observe_atom::value, 0.0, uint64_t{10});
     if (i == 11)
       self->send(p, observe_atom::value, -1.0, uint64_t{10});
+    if (i == 13) {  // not a time: ignored, and the predictor lives on
+      self->send(p, observe_atom::value, std::numeric_limits<double>::infinity(), uint64_t{10});
+      self->send(p, observe_atom::value, std::nan(""), uint64_t{10});
+    }
   }
   sched.run();
   BOOST_REQUIRE_EQUAL(rec->stored.size(), 2u);
@@ -688,6 +697,58 @@ BOOST_FIXTURE_TEST_CASE(with_gossip_it_sends_half_its_weight_to_a_peer_it_was_to
   BOOST_REQUIRE_EQUAL(rec.sends.size(), 6u);
   for (size_t k = 3; k < 6; ++k)
     BOOST_TEST(rec.sends[k].to == "p3");
+}
+
+BOOST_FIXTURE_TEST_CASE(with_no_peer_to_send_to_no_weight_leaves, fixture) {
+  rig_options o;
+  o.shard = 48;  // 3 iterations
+  o.platforms = 4;
+  o.exchange = 1;
+  rig r{sys, self, sched, o};
+  send_plan(self, r, plan_of(0, 1.0, 0));  // no peers told
+  sched.run();
+  BOOST_REQUIRE_EQUAL(r.rec->reports.size(), 1u);
+  BOOST_TEST(r.rec->sends.empty());
+  BOOST_TEST(r.rec->reports[0].gossip_weight == 0.25);
+  BOOST_TEST(weights_of(self, sched, r.platform).value.gossip_weight == 0.25);
+}
+
+BOOST_FIXTURE_TEST_CASE(push_sum_on_the_exponential_graph_sends_half_to_each_hop, fixture) {
+  // SGP, members p0..p3 all live: after its k-th step (k = 1, 2, ...) p0
+  // sends to p0 + 2^(k mod 2): p2, p1, p2, p1, keeping half of its push-sum
+  // weight (1 at the start) at every step.
+  rig_options o;
+  o.shard = 64;  // 4 iterations
+  o.platforms = 4;
+  o.strategy = config::strategy_name::sgp;
+  o.topology = config::topology_name::exponential;
+  rig r{sys, self, sched, o};
+  self->send(r.platform, peers_atom::value, std::vector<std::string>{"p1", "p2", "p3"});
+  send_plan(self, r, plan_of(0, 1.0, 0));
+  sched.run();
+  auto& rec = *r.rec;
+  BOOST_REQUIRE_EQUAL(rec.sends.size(), 4u);
+  const std::vector<std::string> hops{"p2", "p1", "p2", "p1"};
+  double w = 1;
+  for (size_t k = 0; k < 4; ++k) {
+    w /= 2;
+    BOOST_TEST(rec.sends[k].to == hops[k]);
+    BOOST_TEST(rec.sends[k].weights.value.gossip_weight == w);
+  }
+  BOOST_TEST(rec.reports.at(0).gossip_weight == 1.0 / 16);
+  // A share received: z <- (w z + s z_s) / (w + s), w <- w + s, rates unused.
+  auto before = weights_of(self, sched, r.platform);
+  auto x = tensors_of(before);
+  auto received = model_weights("logreg", 2, 3.0 / 16, 0.5);
+  auto y = tensors_of(received);
+  self->send(r.platform, merge_atom::value, received);
+  sched.run();
+  auto after = weights_of(self, sched, r.platform);
+  BOOST_TEST(after.value.gossip_weight == 0.25);
+  std::vector<torch::Tensor> expected;
+  for (size_t i = 0; i < x.size(); ++i)
+    expected.push_back(0.25 * x[i] + 0.75 * y[i]);
+  BOOST_TEST(all_close(tensors_of(after), expected));
 }
 
 BOOST_FIXTURE_TEST_CASE(a_merge_mixes_the_received_model_by_the_strategys_rule, fixture) {

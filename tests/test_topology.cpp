@@ -201,16 +201,47 @@ BOOST_AUTO_TEST_CASE(exponential_period_repeats_and_uses_distinct_hops) {
   BOOST_CHECK_EQUAL(target_of(t8, eight, big + 2, 0), 4u);
 }
 
-BOOST_AUTO_TEST_CASE(exponential_does_not_reroute_around_a_dead_target) {
+BOOST_AUTO_TEST_CASE(exponential_over_the_live_members_when_one_is_down) {
+  // p2 of 8 is down: the graph is the exponential graph of the 7 others
+  // (p0 p1 p3 p4 p5 p6 p7, indices 0..6), period 3, hops 1, 2, 4.
   const auto members = platforms(8);
   exponential t(members);
   std::mt19937_64 rng(3);
   auto live = others(members, "p0");
   live.erase(std::find(live.begin(), live.end(), "p2"));
-  BOOST_CHECK_EQUAL(t.targets(0, "p0", live, rng).size(), 1u);  // p1
-  BOOST_CHECK(t.targets(1, "p0", live, rng).empty());          // p2 is down
-  BOOST_CHECK(t.targets(4, "p0", live, rng).empty());          // again at k = 1 mod 3
+  const std::vector<std::string> expected{"p1", "p3", "p5", "p1"};
+  for (uint64_t k = 0; k < expected.size(); ++k) {
+    auto to = t.targets(k, "p0", live, rng);
+    BOOST_REQUIRE_EQUAL(to.size(), 1u);
+    BOOST_CHECK_EQUAL(to.front(), expected[k]);
+  }
   BOOST_CHECK(t.targets(0, "p0", {}, rng).empty());
+}
+
+BOOST_AUTO_TEST_CASE(directed_graphs_stay_strongly_connected_as_members_go_down) {
+  // Any members down (every subset of 7 members of at least 2 left): the
+  // union of one period's edges among the live ones is strongly connected.
+  const auto members = platforms(7);
+  for (const std::string name : {"exponential", "ring"}) {
+    auto t = make_topology(name, members);
+    for (unsigned mask = 0; mask < (1u << 7); ++mask) {
+      std::vector<std::string> up;
+      for (size_t i = 0; i < 7; ++i)
+        if (mask & (1u << i))
+          up.push_back(members[i]);
+      if (up.size() < 2)
+        continue;
+      std::vector<std::vector<size_t>> out(up.size());
+      std::mt19937_64 rng(1);
+      for (uint64_t k = 0; k < exponential::period(up.size()); ++k)
+        for (size_t i = 0; i < up.size(); ++i) {
+          auto to = t->targets(k, up[i], others(up, up[i]), rng);
+          BOOST_REQUIRE_EQUAL(to.size(), 1u);
+          out[i].push_back(index_in(up, to.front()));
+        }
+      BOOST_CHECK_MESSAGE(strongly_connected(out), name << " mask " << mask);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(exponential_alone_or_not_a_member_sends_to_no_one) {
@@ -237,15 +268,18 @@ BOOST_AUTO_TEST_CASE(ring_sends_to_the_next_member_at_every_iteration) {
   BOOST_CHECK_EQUAL(t.name(), "ring");
 }
 
-BOOST_AUTO_TEST_CASE(ring_drops_a_dead_successor_and_handles_edge_cases) {
+BOOST_AUTO_TEST_CASE(ring_closes_over_a_dead_successor_and_handles_edge_cases) {
   const auto members = platforms(3);
   ring t(members);
   std::mt19937_64 rng(5);
-  BOOST_CHECK(t.targets(0, "p2", {"p1"}, rng).empty());  // p0 is down: no re-route to p1
-  auto to = t.targets(0, "p2", {"p0", "p1"}, rng);
+  auto to = t.targets(0, "p2", {"p1"}, rng);  // p0 is down: p2's successor is p1
+  BOOST_REQUIRE_EQUAL(to.size(), 1u);
+  BOOST_CHECK_EQUAL(to.front(), "p1");
+  to = t.targets(0, "p2", {"p0", "p1"}, rng);
   BOOST_REQUIRE_EQUAL(to.size(), 1u);
   BOOST_CHECK_EQUAL(to.front(), "p0");
   BOOST_CHECK(t.targets(0, "stranger", members, rng).empty());
+  BOOST_CHECK(t.targets(0, "p0", {}, rng).empty());  // alone
   ring one({"p0"});
   BOOST_CHECK(one.targets(0, "p0", {}, rng).empty());
   // n = 2: each sends to the other.
@@ -253,6 +287,46 @@ BOOST_AUTO_TEST_CASE(ring_drops_a_dead_successor_and_handles_edge_cases) {
   ring t2(two);
   BOOST_CHECK_EQUAL(target_of(t2, two, 0, 0), 1u);
   BOOST_CHECK_EQUAL(target_of(t2, two, 0, 1), 0u);
+}
+
+// --- uniform with several out-peers, full ----------------------------------------
+
+BOOST_AUTO_TEST_CASE(uniform_with_k_out_peers_draws_k_distinct_live_peers_evenly) {
+  uniform_random t(3);
+  BOOST_CHECK_EQUAL(t.out_peers(), 3u);
+  std::mt19937_64 rng(9);
+  const std::vector<std::string> live{"b", "c", "d", "e", "f", "g"};
+  std::map<std::string, int> count;
+  const int draws = 20000;
+  for (int k = 0; k < draws; ++k) {
+    auto to = t.targets(k, "a", live, rng);
+    BOOST_REQUIRE_EQUAL(to.size(), 3u);
+    std::sort(to.begin(), to.end());
+    BOOST_REQUIRE(std::adjacent_find(to.begin(), to.end()) == to.end());  // distinct
+    for (auto& p : to) {
+      BOOST_REQUIRE(std::find(live.begin(), live.end(), p) != live.end());
+      ++count[p];
+    }
+  }
+  // Each peer in half of the draws: 10000 expected, sigma ~71.
+  for (const auto& p : live)
+    BOOST_CHECK_CLOSE(static_cast<double>(count[p]), draws / 2.0, 4.0);
+  // Fewer live than k: all of them.
+  auto few = t.targets(0, "a", {"b", "c"}, rng);
+  BOOST_CHECK_EQUAL(few.size(), 2u);
+  BOOST_CHECK(t.targets(0, "a", {}, rng).empty());
+  BOOST_CHECK_THROW(uniform_random(0), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(full_sends_to_every_live_peer) {
+  fully_connected t;
+  std::mt19937_64 rng(1), untouched(1);
+  const std::vector<std::string> live{"b", "c", "d"};
+  BOOST_CHECK(t.targets(5, "a", live, rng) == live);
+  BOOST_CHECK(t.targets(5, "a", {}, rng).empty());
+  BOOST_CHECK(rng == untouched);
+  BOOST_CHECK(!t.directed());
+  BOOST_CHECK_EQUAL(t.name(), "full");
 }
 
 BOOST_AUTO_TEST_CASE(directed_graphs_leave_the_rng_alone) {
@@ -271,7 +345,7 @@ BOOST_AUTO_TEST_CASE(directed_graphs_leave_the_rng_alone) {
 
 BOOST_AUTO_TEST_CASE(factory_builds_every_known_topology) {
   const auto names = topology_names();
-  const std::vector<std::string> expected{"uniform", "exponential", "ring"};
+  const std::vector<std::string> expected{"uniform", "exponential", "ring", "full"};
   BOOST_CHECK_EQUAL_COLLECTIONS(names.begin(), names.end(), expected.begin(), expected.end());
   for (const auto& n : names) {
     auto t = make_topology(n, platforms(4));
@@ -281,6 +355,10 @@ BOOST_AUTO_TEST_CASE(factory_builds_every_known_topology) {
   BOOST_CHECK(!make_topology("uniform", {})->directed());
   BOOST_CHECK(make_topology("exponential", platforms(4))->directed());
   BOOST_CHECK(make_topology("ring", platforms(4))->directed());
+  BOOST_CHECK(!make_topology("full", platforms(4))->directed());
+  std::mt19937_64 rng(4);
+  BOOST_CHECK_EQUAL(make_topology("uniform", {}, 2)->targets(0, "a", {"b", "c", "d"}, rng).size(),
+                    2u);
   // The member list reaches the graph.
   const auto members = platforms(8);
   auto t = make_topology("exponential", members);
