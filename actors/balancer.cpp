@@ -275,10 +275,20 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       auto& st = self->state;
       std::vector<double> samples;               // each model's weight in the average
       std::vector<std::vector<double>> classes;  // and of its rows of the output layer
+      // Push-sum: the consensus is sum_i w_i z_i / sum_i w_i, and the weights
+      // sum to the number of platforms but for what is in flight.
+      const bool push_sum = st.args.settings.strategy.name == config::strategy_name::sgp;
+      double weights = 0;
       for (auto& w : answers) {
-        samples.push_back(st.epochs.averaging_weight(epoch, w.sender));
-        classes.push_back(st.epochs.class_weights(epoch, w.sender));
+        weights += w.value.gossip_weight;
+        samples.push_back(push_sum ? w.value.gossip_weight
+                                   : st.epochs.averaging_weight(epoch, w.sender));
+        classes.push_back(push_sum ? std::vector<double>{}
+                                   : st.epochs.class_weights(epoch, w.sender));
       }
+      if (push_sum)
+        spdlog::info("balancer: after epoch {} the push-sum weights of the {} live platforms "
+                     "sum to {:.6f}", epoch + 1, answers.size(), weights);
       auto done = [self, epoch](double loss, double accuracy, double seconds) {
         auto& st = self->state;
         st.epochs.evaluation_done(epoch, loss, accuracy, seconds);

@@ -11,13 +11,15 @@ namespace {
 
 /// A 3-node cluster file on free local ports, training LeNet-5 on a subset.
 std::string three_node_config(const temp_dir& dir, uint32_t epochs, int max_iterations,
-                              const std::string& transport = "lane") {
+                              const std::string& transport = "lane",
+                              const std::string& strategy =
+                                "name = \"gosgd\"\nexchange_probability = 0.3") {
   std::ostringstream toml;
   toml << "[cluster]\nid = \"it-three\"\nseed = 3\nsecret = \"s3\"\ntransport = \""
        << transport << "\"\n"
        << "[data]\ntrain_samples = 12000\ntest_samples = 2000\n"
        << "[train]\nepochs = " << epochs << "\nmax_iterations = " << max_iterations << "\n"
-       << "[strategy]\nname = \"gosgd\"\nschedule = \"sync\"\nexchange_probability = 0.3\n"
+       << "[strategy]\nschedule = \"sync\"\n" << strategy << "\n"
        << "[storage]\ndir = \"" << dir / "data" << "\"\n"
        << "[output]\ndir = \"" << dir / "runs" << "\"\n";
   for (auto name : {"a", "b", "c"})
@@ -115,6 +117,38 @@ BOOST_AUTO_TEST_CASE(gossip_goes_through_the_middleman_when_configured) {
   for (auto& log : logs) {
     BOOST_TEST_INFO(log);
     BOOST_TEST(log.find("weights lane") == std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(push_sum_over_the_exponential_graph_keeps_the_weights_sum) {
+  // SGP on three node processes: every platform sends after every step on
+  // the weights lanes; at each barrier the balancer finds the push-sum
+  // weights summing to 3 (what is still in flight aside) and averages by them.
+  temp_dir dir;
+  auto config = three_node_config(dir, 2, 60, "lane",
+                                  "name = \"sgp\"\ntopology = \"exponential\"");
+  auto logs = run_three_nodes(dir, config);
+  auto run = only_run_dir(dir / "runs");
+  check_everyone_heard_everyone(run);
+  auto cluster = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
+  BOOST_TEST(std::stod(cluster.back()["averaged_accuracy"]) > 0.5);
+  const std::string said = "push-sum weights of the 3 live platforms sum to ";
+  std::vector<double> sums;
+  for (auto i = logs[0].find(said); i != std::string::npos; i = logs[0].find(said, i + 1))
+    sums.push_back(std::stod(logs[0].substr(i + said.size(), 12)));
+  BOOST_TEST_INFO(logs[0]);
+  BOOST_REQUIRE_EQUAL(sums.size(), 2u);
+  for (double w : sums) {
+    BOOST_TEST(w <= 3.0 + 1e-6);
+    BOOST_TEST(w > 2.0, "more than a third of the weight lost: " << w);
+  }
+  // Each platform sent after each of its 60 steps of an epoch.
+  for (auto name : {"a", "b", "c"}) {
+    auto rows = read_csv((run / (std::string(name) + "-metrics.csv")).string());
+    BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+    for (auto& r : rows)
+      BOOST_TEST(std::stoull(r["messages_sent"]) == 60u);
   }
 }
 
