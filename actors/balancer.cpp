@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -261,6 +262,29 @@ void epoch_evaluated(self_ptr self, uint32_t epoch) {
     send_plan(self, epoch + 1);
 }
 
+/// Push-sum: the live platforms' weights (`answers`, summing to `weights`)
+/// should sum to their number. A platform lost takes its weight with it; one
+/// restarted from a checkpoint brings that checkpoint's. At the barrier of
+/// the synchronous schedule nothing is in flight, and scaling every weight
+/// by the same factor changes no de-biased model nor their weighted mean:
+/// the balancer restores the sum so. (Asynchronous: weight is in flight
+/// whenever it looks, so it only logs.)
+void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_weights>& answers,
+                        double weights) {
+  auto& st = self->state;
+  const double n = static_cast<double>(answers.size());
+  spdlog::info("balancer: after epoch {} the push-sum weights of the {} live platforms sum to "
+               "{:.6f}", epoch + 1, answers.size(), weights);
+  if (st.args.settings.strategy.asynchronous() || !(weights > 0)
+      || std::abs(weights - n) <= 1e-6 * n)
+    return;
+  const double factor = n / weights;
+  for (auto& w : answers)
+    self->send(st.handles[w.sender].platform, rescale_atom::value, factor);
+  spdlog::info("balancer: push-sum weights scaled by {:.6f} to sum to {} again", factor,
+               answers.size());
+}
+
 /// All live platforms reported `epoch`: averages their current models.
 void evaluate_average(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
@@ -286,9 +310,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
         classes.push_back(push_sum ? std::vector<double>{}
                                    : st.epochs.class_weights(epoch, w.sender));
       }
-      if (push_sum)
-        spdlog::info("balancer: after epoch {} the push-sum weights of the {} live platforms "
-                     "sum to {:.6f}", epoch + 1, answers.size(), weights);
+      if (push_sum && !answers.empty())
+        keep_push_sum_mass(self, epoch, answers, weights);
       auto done = [self, epoch](double loss, double accuracy, double seconds) {
         auto& st = self->state;
         st.epochs.evaluation_done(epoch, loss, accuracy, seconds);

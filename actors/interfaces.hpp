@@ -64,6 +64,7 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
+using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -122,6 +123,10 @@ using platform_actor = caf::typed_actor<
   // From the balancer: the deadline of this epoch passed; end it now and
   // report what was trained (ignored for any other epoch).
   caf::reacts_to<cut_atom, uint32_t>,
+  // From the balancer, push-sum only: multiply the push-sum weight by this
+  // factor (the de-biased model is unchanged), so that the live platforms'
+  // weights sum to their number again after one was lost or came back.
+  caf::reacts_to<rescale_atom, double>,
   // Control: pause, resume, checkpoint, stop. Answers once done (checkpoint
   // and stop: once the store has the checkpoint); ec::bad_request for
   // another verb.

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -441,6 +442,14 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       finish_epoch(self);
     },
     [self](peers_atom, std::vector<std::string>& live) { self->state.live = std::move(live); },
+    [self](rescale_atom, double factor) {
+      auto& st = self->state;
+      if (!(factor > 0) || !std::isfinite(factor) || st.strategy->name() != "sgp") {
+        spdlog::warn("[{}] ignored a rescale by {}", st.args.platform.name, factor);
+        return;
+      }
+      st.strategy->set_weight(st.strategy->weight() * factor);
+    },
     [self](weights_atom) -> held_weights {
       auto& st = self->state;
       // A copy: the parameters change with the next step.

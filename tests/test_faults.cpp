@@ -12,7 +12,9 @@
 #include <caf/io/all.hpp>
 
 #include <netinet/in.h>
+#include <cmath>
 #include <random>
+#include <tuple>
 
 using namespace eg::test;
 
@@ -22,10 +24,11 @@ namespace {
 /// logistic regression, every platform 10 times slower than the machine, so
 /// that an epoch lasts a few seconds.
 std::string cluster_file(const temp_dir& dir, const std::string& name, uint32_t epochs,
-                         const std::string& secret = "") {
+                         const std::string& secret = "", const std::string& strategy = "") {
   std::ostringstream toml;
   toml << "[cluster]\nid = \"faults\"\nseed = 5\nbalancer = \"a\"\nsecret = \"" << secret
        << "\"\n[train]\nmodel = \"logreg\"\nepochs = " << epochs << "\n"
+       << (strategy.empty() ? "" : "[strategy]\n" + strategy + "\n")
        << "[storage]\ndir = \"" << dir / (name + "-data") << "\"\n"
        << "[output]\ndir = \"" << dir / (name + "-runs") << "\"\n";
   for (auto node : {"a", "b", "c"})
@@ -138,6 +141,56 @@ BOOST_AUTO_TEST_CASE(a_killed_node_restarts_from_its_last_good_checkpoint) {
     BOOST_TEST(seen.count(epochs - 1) == 1u);
     BOOST_TEST(*seen.rbegin() == static_cast<int>(epochs - 1));
   }
+}
+
+BOOST_AUTO_TEST_CASE(push_sum_weights_sum_to_the_platforms_through_a_kill_and_restart) {
+  // SGP on three nodes; node b is killed after its second epoch and
+  // restarted. Its weight goes with it and comes back as its checkpoint's:
+  // at those barriers the balancer scales the live platforms' weights to sum
+  // to their number again; at every other barrier they sum to it as they are.
+  temp_dir dir;
+  const uint32_t epochs = 9;
+  auto cfg = cluster_file(dir, "sgp", epochs, "", "name = \"sgp\"\ntopology = \"exponential\"");
+  auto c = start_cluster(dir, cfg, "sgp");
+  BOOST_REQUIRE_MESSAGE(c["b"]->wait_for_output("[b0] epoch 2 done", std::chrono::seconds(120)),
+                        c["b"]->output());
+  c["b"]->signal(SIGKILL);
+  BOOST_REQUIRE_EQUAL(c["b"]->wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  BOOST_REQUIRE(c["a"]->wait_for_output("platform b0 on node b is down", std::chrono::seconds(10)));
+  c["b"] = start_node(dir, cfg, "b", "sgp-b-again.log");
+  require_clean_exit(c);
+  const auto& log = c["a"]->output();
+  BOOST_TEST_CONTEXT("node a (the balancer):\n" << log) {
+    BOOST_TEST(log.find("platform b0 is back from node b") != std::string::npos);
+    // One line per barrier: "... weights of the N live platforms sum to X",
+    // followed by "scaled by F to sum to N again" when X was not N.
+    const std::string said = "push-sum weights of the ";
+    std::vector<std::tuple<int, double, bool>> barriers;  // N, X, scaled
+    for (auto i = log.find(said); i != std::string::npos; i = log.find(said, i + 1)) {
+      auto rest = log.substr(i + said.size(), 200);
+      int n = std::stoi(rest);
+      double x = std::stod(rest.substr(rest.find("sum to ") + 7));
+      auto line_end = log.find('\n', i);
+      auto next = log.substr(line_end + 1, log.find('\n', line_end + 1) - line_end - 1);
+      barriers.emplace_back(n, x, next.find("weights scaled by") != std::string::npos);
+    }
+    BOOST_REQUIRE_EQUAL(barriers.size(), static_cast<size_t>(epochs));
+    size_t scaled = 0;
+    for (auto& [n, x, was_scaled] : barriers) {
+      BOOST_TEST((n == 2 || n == 3));
+      if (std::abs(x - n) > 1e-6 * n) {
+        BOOST_TEST(was_scaled, "a sum of " << x << " for " << n << " platforms left as it was");
+        ++scaled;
+      }
+    }
+    // The kill and the return each moved the sum at least once; the run ends
+    // with all three platforms and the weights summing to 3.
+    BOOST_TEST(scaled >= 2u);
+    BOOST_TEST(std::get<0>(barriers.back()) == 3);
+    BOOST_TEST(std::abs(std::get<1>(barriers.back()) - 3.0) <= 3e-6);
+  }
+  auto run = only_run_dir(dir / "sgp-runs");
+  BOOST_TEST(final_accuracy(run, epochs) > 0.75);
 }
 
 BOOST_AUTO_TEST_CASE(losing_the_balancers_node_hands_the_run_to_a_successor) {

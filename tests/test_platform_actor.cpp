@@ -749,6 +749,24 @@ BOOST_FIXTURE_TEST_CASE(push_sum_on_the_exponential_graph_sends_half_to_each_hop
   for (size_t i = 0; i < x.size(); ++i)
     expected.push_back(0.25 * x[i] + 0.75 * y[i]);
   BOOST_TEST(all_close(tensors_of(after), expected));
+  // The balancer's rescale: the weight times the factor, the model as it was;
+  // a factor that is not a positive number is ignored.
+  self->send(r.platform, rescale_atom::value, 4.0);
+  self->send(r.platform, rescale_atom::value, -1.0);
+  self->send(r.platform, rescale_atom::value, std::nan(""));
+  sched.run();
+  auto scaled = weights_of(self, sched, r.platform);
+  BOOST_TEST(scaled.value.gossip_weight == 1.0);
+  BOOST_TEST(same(tensors_of(scaled), tensors_of(after)));
+}
+
+BOOST_FIXTURE_TEST_CASE(gosgd_ignores_a_rescale, fixture) {
+  rig_options o;
+  o.platforms = 4;
+  rig r{sys, self, sched, o};
+  self->send(r.platform, rescale_atom::value, 2.0);
+  sched.run();
+  BOOST_TEST(weights_of(self, sched, r.platform).value.gossip_weight == 0.25);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_merge_mixes_the_received_model_by_the_strategys_rule, fixture) {
