@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <torch/torch.h>
 
@@ -101,11 +102,14 @@ void push_sum::merge(const std::vector<torch::Tensor>& params,
 
 std::vector<send_order> push_sum::after_step(const std::vector<torch::Tensor>&, size_t targets,
                                              std::mt19937_64&) {
-  if (targets == 0)
-    return {};
   // Column-stochastic: (x, w) split in d + 1 equal shares, one kept. z = x / w
-  // is the same in every share, so the parameters stay as they are.
+  // is the same in every share, so the parameters stay as they are. A weight
+  // halved some thousand times without a share coming back would reach 0:
+  // below the smallest normal double it is kept whole instead (a column of
+  // the identity, still column-stochastic).
   const double share = weight_ / static_cast<double>(targets + 1);
+  if (targets == 0 || !(share >= std::numeric_limits<double>::min()))
+    return {};
   weight_ = share;
   std::vector<send_order> orders;
   orders.reserve(targets);

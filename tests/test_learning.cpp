@@ -791,6 +791,11 @@ BOOST_AUTO_TEST_CASE(push_sum_on_a_tiny_exact_case) {
   a.merge(xa, in, 0.5);
   b.merge(xb, in, 0.5, 0.2, 0.9);
   BOOST_TEST(torch::equal(xa[0], xb[0]));
+  // A weight so small that a share would not be a normal double is kept.
+  push_sum tiny(3 * std::numeric_limits<double>::min());
+  BOOST_TEST(tiny.after_step(xa, 1, rng).size() == 1u);
+  BOOST_TEST(tiny.after_step(xa, 1, rng).empty());
+  BOOST_TEST(tiny.weight() == 1.5 * std::numeric_limits<double>::min());
   BOOST_CHECK_THROW(push_sum(0.0), std::invalid_argument);
   BOOST_CHECK_THROW(a.set_weight(-1), std::invalid_argument);
   BOOST_CHECK_THROW(a.merge(xa, in, 0.0), std::invalid_argument);
