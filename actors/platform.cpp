@@ -499,6 +499,22 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
 
 } // namespace
 
+platform_args platform_args::of(const config::cluster_config& cluster,
+                                const config::platform_config& platform,
+                                const std::string& node) {
+  platform_args pa;
+  pa.node_name = node;
+  pa.platform = platform;
+  pa.train = cluster.train;
+  pa.strategy = cluster.strategy;
+  pa.edgegossip = cluster.edgegossip;
+  pa.seed = cluster.seed;
+  for (auto& p : cluster.platforms())
+    pa.members.push_back(p.name);
+  pa.cluster_platforms = static_cast<int64_t>(pa.members.size());
+  return pa;
+}
+
 platform_actor spawn_platform(caf::actor_system& sys, platform_args args) {
   return sys.spawn(platform, std::move(args));
 }

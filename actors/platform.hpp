@@ -53,6 +53,12 @@ struct platform_args {
   /// when a balancer plans that epoch (its first report may have been lost
   /// with the balancer that asked for it).
   std::optional<epoch_report> last_report;
+
+  /// The settings of `platform` on node `node` from `cluster` (its sections
+  /// train, strategy, edgegossip, the seed, every platform's name); data,
+  /// handles and restore are the caller's to fill.
+  static platform_args of(const config::cluster_config& cluster,
+                          const config::platform_config& platform, const std::string& node);
 };
 
 platform_actor spawn_platform(caf::actor_system& sys, platform_args args);

@@ -414,20 +414,11 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
       mine = mine || p.name == all[i].name;
     if (!mine)
       continue;
-    platform_args pa;
-    pa.node_name = node_name;
-    pa.platform = all[i];
-    pa.train = cfg.train;
-    pa.strategy = cfg.strategy;
-    pa.cluster_platforms = static_cast<int64_t>(all.size());
-    for (auto& p : all)
-      pa.members.push_back(p.name);
-    pa.seed = cfg.seed;
+    auto pa = platform_args::of(cfg, all[i], node_name);
     pa.train_set = train;
     pa.test_set = test;
     pa.shard = shards[i];
     pa.all_shards = all_shards;
-    pa.edgegossip = cfg.edgegossip;
     if (auto a = aggregated.find(all[i].name); a != aggregated.end())
       pa.aggregated = a->second;
     if (auto saved = db->get(storage::family::predictor, storage::key(all[i].name, 0)))

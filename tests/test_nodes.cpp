@@ -173,20 +173,11 @@ struct fixture {
       sizes[p.name] = shard.size();
     }
     for (auto& p : me.platforms) {
-      platform_args pa;
-      pa.node_name = name;
-      pa.platform = p;
-      pa.train = cfg.train;
-      pa.strategy = cfg.strategy;
-      pa.cluster_platforms = static_cast<int64_t>(all.size());
-      for (auto& q : all)
-        pa.members.push_back(q.name);
-      pa.seed = cfg.seed;
+      auto pa = platform_args::of(cfg, p, name);
       pa.train_set = data;
       pa.test_set = data;
       pa.shard = shard;
       pa.all_shards = all_shards;
-      pa.edgegossip = cfg.edgegossip;
       pa.store = n.store;
       args.platforms.push_back(std::move(pa));
     }
