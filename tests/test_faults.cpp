@@ -183,9 +183,9 @@ BOOST_AUTO_TEST_CASE(push_sum_weights_sum_to_the_platforms_through_a_kill_and_re
         ++scaled;
       }
     }
-    // The kill and the return each moved the sum at least once; the run ends
-    // with all three platforms and the weights summing to 3.
-    BOOST_TEST(scaled >= 2u);
+    // The kill and the return moved the sum (once when both fell into the
+    // same epoch); the run ends with all three platforms summing to 3.
+    BOOST_TEST(scaled >= 1u);
     BOOST_TEST(std::get<0>(barriers.back()) == 3);
     BOOST_TEST(std::abs(std::get<1>(barriers.back()) - 3.0) <= 3e-6);
   }
