@@ -58,11 +58,15 @@ bool can_reference(const tensor_view& v) {
 // bytes and the small fields land in one segment.
 uint64_t first_segment_words(const envelope& e) {
   uint64_t words = 1024;
-  if (auto* w = std::get_if<weights>(&e.payload))
+  if (auto* w = std::get_if<weights>(&e.payload)) {
     for (const tensor_view& v : w->tensors) {
       words += 16 + v.name.size() / sizeof(capnp::word) + v.shape.size();
       if (!can_reference(v)) words += (v.bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word);
     }
+    for (const sparse_part& p : w->sparse)
+      words += 8 + (p.index_bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word) +
+               (p.value_bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word);
+  }
   return words;
 }
 
@@ -91,6 +95,75 @@ void write_tensor(wire::Tensor::Builder out, const tensor_view& v, capnp::Orphan
     auto data = out.initData(static_cast<unsigned>(v.bytes));
     std::memcpy(data.begin(), v.data, v.bytes);
   }
+}
+
+constexpr uint16_t last_index_coding = static_cast<uint16_t>(index_coding::fixed_bits);
+constexpr uint16_t last_value_type = static_cast<uint16_t>(value_type::float16);
+
+// The structure of sparse part `i` (what the codec checks on both sides;
+// decode_indices() checks the indices themselves). `coding` and `type` are
+// the raw enumerants.
+void check_sparse(size_t i, uint64_t numel, uint64_t count, uint16_t coding, uint16_t type,
+                  size_t index_bytes, size_t value_bytes) {
+  auto problem = [i](const std::string& what) {
+    return codec_error("sparse part " + std::to_string(i) + ": " + what);
+  };
+  if (coding > last_index_coding)
+    throw problem("unknown index coding " + std::to_string(coding));
+  if (type > last_value_type)
+    throw problem("unknown value type " + std::to_string(type));
+  if (numel > max_sparse_numel)
+    throw problem("over " + std::to_string(numel) + " parameters, more than 32-bit indices reach");
+  if (numel == 0 && count > 0)
+    throw problem(std::to_string(count) + " entries over a model of no parameters");
+  if (count > numel)
+    throw problem(std::to_string(count) + " entries of " + std::to_string(numel) + " parameters");
+  uint64_t values = count * element_size(static_cast<value_type>(type));
+  if (value_bytes != values)
+    throw problem(std::to_string(value_bytes) + " value bytes for " + std::to_string(count) +
+                  " values of " + std::to_string(element_size(static_cast<value_type>(type))) +
+                  " bytes");
+  if (coding == static_cast<uint16_t>(index_coding::fixed_bits)) {
+    size_t expected = fixed_index_bytes(static_cast<size_t>(count), numel);
+    if (index_bytes != expected)
+      throw problem(std::to_string(index_bytes) + " index bytes for " + std::to_string(count) +
+                    " fixed-width indices (" + std::to_string(expected) + " expected)");
+  } else if (index_bytes < count || index_bytes > 5 * count) {
+    // Each varint has 1 to 5 bytes.
+    throw problem(std::to_string(index_bytes) + " index bytes for " + std::to_string(count) +
+                  " varint indices (" + std::to_string(count) + " to " +
+                  std::to_string(5 * count) + " expected)");
+  }
+}
+
+void write_sparse(wire::SparsePart::Builder out, const sparse_part& p, size_t i) {
+  check_sparse(i, p.numel, p.count, static_cast<uint16_t>(p.coding),
+               static_cast<uint16_t>(p.values), p.index_bytes, p.value_bytes);
+  if ((p.index_bytes > 0 && p.indices == nullptr) || (p.value_bytes > 0 && p.value_data == nullptr))
+    throw codec_error("sparse part " + std::to_string(i) + " has no data");
+  out.setLayout(p.layout);
+  out.setNumel(p.numel);
+  out.setCount(p.count);
+  out.setCoding(static_cast<wire::IndexCoding>(p.coding));
+  out.setValueType(static_cast<wire::ValueType>(p.values));
+  // Small next to dense tensors: copied into the message.
+  if (p.index_bytes > 0)
+    std::memcpy(out.initIndices(static_cast<unsigned>(p.index_bytes)).begin(), p.indices,
+                p.index_bytes);
+  if (p.value_bytes > 0)
+    std::memcpy(out.initValues(static_cast<unsigned>(p.value_bytes)).begin(), p.value_data,
+                p.value_bytes);
+}
+
+void write_traffic(wire::Traffic::Builder out, const traffic& t) {
+  out.setValues(t.values);
+  out.setIndices(t.indices);
+  out.setWeights(t.weights);
+  out.setHeaders(t.headers);
+}
+
+traffic read_traffic(wire::Traffic::Reader in) {
+  return traffic{in.getValues(), in.getIndices(), in.getWeights(), in.getHeaders()};
 }
 
 // Large buffers are fresh memory for every message (glibc maps blocks over
@@ -132,6 +205,10 @@ struct body_writer {
     out.setIteration(w.iteration);
     auto tensors = out.initTensors(static_cast<unsigned>(w.tensors.size()));
     for (unsigned i = 0; i < tensors.size(); ++i) write_tensor(tensors[i], w.tensors[i], orphanage);
+    if (!w.sparse.empty()) {
+      auto sparse = out.initSparse(static_cast<unsigned>(w.sparse.size()));
+      for (unsigned i = 0; i < sparse.size(); ++i) write_sparse(sparse[i], w.sparse[i], i);
+    }
   }
   void operator()(const hello& h) {
     auto out = body.initHello();
@@ -200,6 +277,8 @@ struct body_writer {
       from[i].setMessages(r.received_from[i].messages);
       from[i].setBytes(r.received_from[i].bytes);
     }
+    write_traffic(out.initTrafficSent(), r.sent);
+    write_traffic(out.initTrafficReceived(), r.received);
   }
   void operator()(const control& c) {
     auto out = body.initControl();
@@ -215,6 +294,10 @@ struct body_writer {
 struct body_reader {
   const char* parsed;
   const char* base;
+
+  const uint8_t* point_into(const kj::byte* p) const {
+    return reinterpret_cast<const uint8_t*>(base + (reinterpret_cast<const char*>(p) - parsed));
+  }
 
   weights operator()(wire::Weights::Reader in) const {
     weights w;
@@ -243,6 +326,26 @@ struct body_reader {
       v.bytes = data.size();
       if (v.bytes > 0) v.data = base + (reinterpret_cast<const char*>(data.begin()) - parsed);
       w.tensors.push_back(std::move(v));
+    }
+    auto sparse = in.getSparse();
+    w.sparse.reserve(sparse.size());
+    for (auto sp : sparse) {
+      sparse_part p;
+      auto indices = sp.getIndices();
+      auto values = sp.getValues();
+      check_sparse(w.sparse.size(), sp.getNumel(), sp.getCount(),
+                   static_cast<uint16_t>(sp.getCoding()), static_cast<uint16_t>(sp.getValueType()),
+                   indices.size(), values.size());
+      p.layout = sp.getLayout();
+      p.numel = sp.getNumel();
+      p.count = sp.getCount();
+      p.coding = static_cast<index_coding>(sp.getCoding());
+      p.values = static_cast<value_type>(sp.getValueType());
+      p.index_bytes = indices.size();
+      if (p.index_bytes > 0) p.indices = point_into(indices.begin());
+      p.value_bytes = values.size();
+      if (p.value_bytes > 0) p.value_data = point_into(values.begin());
+      w.sparse.push_back(p);
     }
     return w;
   }
@@ -309,6 +412,8 @@ struct body_reader {
       r.class_samples.push_back(n);
     for (auto p : in.getReceivedFrom())
       r.received_from.push_back({str(p.getPeer()), p.getMessages(), p.getBytes()});
+    r.sent = read_traffic(in.getTrafficSent());
+    r.received = read_traffic(in.getTrafficReceived());
     return r;
   }
   control operator()(wire::Control::Reader in) const {
@@ -353,20 +458,70 @@ const char* to_string(verb v) { return verb_names[static_cast<size_t>(v)]; }
 verb parse_verb(const std::string& name) { return parse_name<verb>(verb_names, name, "verb"); }
 
 held_weights copy_weights(const held_weights& w) {
+  auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // each piece 64-byte aligned
   size_t total = 0;
   for (auto& t : w.value.tensors)
-    total += (t.bytes + 63) / 64 * 64;  // each tensor 64-byte aligned
+    total += aligned(t.bytes);
+  for (auto& p : w.value.sparse)
+    total += aligned(p.index_bytes) + aligned(p.value_bytes);
   auto storage = std::make_shared<buffer>(total);
   held_weights out{w.sender, w.value, nullptr, w.wire_bytes};
   size_t at = 0;
-  for (auto& t : out.value.tensors) {
-    if (t.bytes)
-      std::memcpy(storage->data() + at, t.data, t.bytes);
-    t.data = storage->data() + at;
-    at += (t.bytes + 63) / 64 * 64;
+  auto place = [&](const void* from, size_t bytes) {
+    char* to = storage->data() + at;
+    if (bytes)
+      std::memcpy(to, from, bytes);
+    at += aligned(bytes);
+    return to;
+  };
+  for (auto& t : out.value.tensors)
+    t.data = place(t.data, t.bytes);
+  for (auto& p : out.value.sparse) {
+    p.indices = p.index_bytes ? reinterpret_cast<const uint8_t*>(place(p.indices, p.index_bytes))
+                              : nullptr;
+    p.value_data = p.value_bytes
+                       ? reinterpret_cast<const uint8_t*>(place(p.value_data, p.value_bytes))
+                       : nullptr;
   }
   out.hold = std::move(storage);
   return out;
+}
+
+uint64_t traffic::total() const { return values + indices + weights + headers; }
+
+traffic& traffic::operator+=(const traffic& o) {
+  values += o.values;
+  indices += o.indices;
+  weights += o.weights;
+  headers += o.headers;
+  return *this;
+}
+
+bool operator==(const traffic& a, const traffic& b) {
+  return a.values == b.values && a.indices == b.indices && a.weights == b.weights &&
+         a.headers == b.headers;
+}
+
+traffic traffic_of(const weights& w, size_t wire_bytes) {
+  traffic t;
+  for (auto& v : w.tensors)
+    t.values += v.bytes;
+  for (auto& p : w.sparse) {
+    t.values += p.value_bytes;
+    t.indices += p.index_bytes;
+  }
+  t.weights = sizeof w.gossip_weight;
+  uint64_t counted = t.values + t.indices + t.weights;
+  t.headers = wire_bytes > counted ? wire_bytes - counted : 0;
+  return t;
+}
+
+size_t element_size(value_type t) {
+  switch (t) {
+    case value_type::float32: return 4;
+    case value_type::float16: return 2;
+  }
+  throw codec_error("unknown value type " + std::to_string(static_cast<int>(t)));
 }
 
 size_t element_size(dtype t) {
@@ -424,6 +579,11 @@ std::vector<char> encode(const envelope& e) {
                         std::to_string(bytes));
     return out;
   });
+}
+
+size_t wire_size(const envelope& e) {
+  return build_and_write(
+      e, [](const std::shared_ptr<capnp::MallocMessageBuilder>&, size_t bytes) { return bytes; });
 }
 
 gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold) {

@@ -6,6 +6,7 @@
 // received buffer (no per-element work). No torch and no CAF in this layer.
 
 #include "messages/buffer.hpp"
+#include "messages/sparse.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +20,9 @@
 namespace eg::messages {
 
 /// Bumped whenever the schema changes incompatibly.
-inline constexpr uint32_t protocol_version = 3;  // 3: roles and control verbs are enumerations
+// 3: roles and control verbs are enumerations
+// 4: sparse parts in weights messages; traffic by category in epoch reports
+inline constexpr uint32_t protocol_version = 4;
 
 /// A message that cannot be accepted: not Cap'n Proto, truncated, oversized,
 /// from another cluster or protocol version. what() says which.
@@ -43,6 +46,30 @@ struct tensor_view {
   size_t bytes = 0;
 };
 
+/// How the values of a sparse part are stored.
+enum class value_type : uint8_t { float32 = 0, float16 = 1 };  // float16: IEEE binary16 bits
+
+/// Size in bytes of one value of `t`.
+size_t element_size(value_type t);
+
+/// One sparse vector over the flattened model (all parameters in order):
+/// `count` entries out of `numel`; indices coded as `coding` (sparse.hpp),
+/// values as `values`, in the order of the indices. When decoded, the
+/// pointers point into the received buffer. The codec checks the structure
+/// (known codings, count <= numel, the byte counts); decode_indices() checks
+/// the indices themselves.
+struct sparse_part {
+  uint64_t layout = 0;  ///< fingerprint of the model layout the indices refer to
+  uint64_t numel = 0;
+  uint32_t count = 0;
+  index_coding coding = index_coding::delta_varint;
+  value_type values = value_type::float16;
+  const uint8_t* indices = nullptr;
+  size_t index_bytes = 0;
+  const uint8_t* value_data = nullptr;
+  size_t value_bytes = 0;
+};
+
 /// Carried by every message.
 struct header {
   std::string cluster_id;
@@ -57,6 +84,9 @@ struct weights {
   uint64_t iteration = 0;
   std::vector<tensor_view> tensors;
   double rate = 0;  ///< r_i of the sender this epoch (0: not given, counts as 1)
+  /// Sparse parts; a message carries dense `tensors` or sparse parts, or
+  /// neither (the codec also accepts both together).
+  std::vector<sparse_part> sparse;
 };
 
 /// What a component of a node is. On the wire as its name (to_string).
@@ -127,6 +157,22 @@ struct peer_traffic {
   uint64_t bytes = 0;
 };
 
+/// Bytes of gossip messages by what they carry.
+struct traffic {
+  uint64_t values = 0;   ///< tensor bytes and sparse values
+  uint64_t indices = 0;  ///< sparse indices
+  uint64_t weights = 0;  ///< the gossip / push-sum weight (8 bytes a message)
+  uint64_t headers = 0;  ///< everything else: envelope, names, shapes, framing
+  uint64_t total() const;
+  traffic& operator+=(const traffic&);
+};
+bool operator==(const traffic& a, const traffic& b);
+inline bool operator!=(const traffic& a, const traffic& b) { return !(a == b); }
+
+/// How a message of `wire_bytes` bytes on the wire splits by category
+/// (headers: the rest, never negative; 0 when the categories exceed wire_bytes).
+traffic traffic_of(const weights& w, size_t wire_bytes);
+
 /// Platform -> balancer at the end of each epoch.
 struct epoch_report {
   std::string platform;
@@ -152,6 +198,8 @@ struct epoch_report {
   /// Points of each class (label 0, 1, ...) trained in the epoch; empty
   /// from a platform that did not count them.
   std::vector<uint64_t> class_samples;
+  traffic sent;      ///< bytes_sent by category
+  traffic received;  ///< bytes_received by category
 };
 
 /// What a control request asks. On the wire as its name (to_string).
@@ -187,8 +235,9 @@ struct held_weights {
   size_t wire_bytes = 0;  ///< size of the message on the wire (traffic counters)
 };
 
-/// A copy whose tensors live in one buffer of its own (for a receiver in
-/// this process: the sender's parameters change with its next step).
+/// A copy whose tensors and sparse parts live in one buffer of its own (for
+/// a receiver in this process: the sender's parameters change with its next
+/// step).
 held_weights copy_weights(const held_weights& w);
 
 struct envelope {
@@ -199,6 +248,11 @@ struct envelope {
 /// Encodes an envelope; tensor bytes are copied once, straight into the
 /// returned buffer.
 std::vector<char> encode(const envelope& e);
+
+/// The exact size encode() gives `e` (it builds the message as encode_gathered
+/// does, without copying its whole-word tensors' bytes, and writes nothing).
+/// Throws as encode() does.
+size_t wire_size(const envelope& e);
 
 /// A message whose tensor bytes stay where they are: its pieces (the
 /// segment table, the message's own segment, then each tensor's bytes in

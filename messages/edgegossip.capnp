@@ -21,12 +21,36 @@ struct Tensor {
   data @3 :Data;
 }
 
+# How the indices of a sparse part are coded (messages/sparse.hpp).
+enum IndexCoding {
+  deltaVarint @0;  # LEB128 varints of the gaps idx[k] - idx[k-1] - 1, idx[-1] = -1
+  fixedBits @1;    # ceil(log2(numel)) bits each, packed LSB-first
+}
+
+enum ValueType {
+  float32 @0;
+  float16 @1;  # IEEE binary16
+}
+
+# A sparse vector over the flattened model (all parameters in order):
+# `count` entries of `numel`, values in the order of the indices.
+struct SparsePart {
+  layout @0 :UInt64;  # fingerprint of the model layout the indices refer to
+  numel @1 :UInt64;
+  count @2 :UInt32;
+  coding @3 :IndexCoding;
+  valueType @4 :ValueType;
+  indices @5 :Data;
+  values @6 :Data;    # count values of valueType, little-endian
+}
+
 struct Weights {
   gossipWeight @0 :Float64;
   epoch @1 :UInt64;
   iteration @2 :UInt64;
   tensors @3 :List(Tensor);
   rate @4 :Float64;  # share of its data the sender trains per epoch (r_i); 0: not given
+  sparse @5 :List(SparsePart);  # instead of (or beside) dense tensors
 }
 
 struct Component {
@@ -71,6 +95,14 @@ struct PeerTraffic {
   bytes @2 :UInt64;
 }
 
+# Bytes of gossip messages by what they carry.
+struct Traffic {
+  values @0 :UInt64;   # tensor bytes and sparse values
+  indices @1 :UInt64;  # sparse indices
+  weights @2 :UInt64;  # the gossip / push-sum weight
+  headers @3 :UInt64;  # everything else
+}
+
 struct EpochReport {
   platform @0 :Text;
   node @1 :Text;
@@ -93,6 +125,8 @@ struct EpochReport {
   plannedSamples @18 :UInt64;
   predictedSeconds @19 :Float64;
   classSamples @20 :List(UInt64);
+  trafficSent @21 :Traffic;
+  trafficReceived @22 :Traffic;
 }
 
 struct Control {

@@ -1,7 +1,12 @@
 // links: eg_messages
 #include "messages/codec.hpp"
+#include "messages/edgegossip.capnp.h"
 
 #include <boost/test/unit_test.hpp>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <functional>
 
 #include <cstring>
 #include <limits>
@@ -61,6 +66,80 @@ bool decodes(const std::vector<char>& buffer) {
   } catch (const codec_error&) {
     return false;
   }
+}
+
+// Owns the bytes of a sparse_part.
+struct owned_sparse {
+  std::vector<uint8_t> indices;
+  std::vector<uint8_t> values;
+  sparse_part part;
+};
+
+// `count` random indices of `numel`, coded as encode_indices chooses, and
+// random values of `type`.
+owned_sparse random_sparse(std::mt19937_64& rng, uint64_t numel, uint32_t count, value_type type,
+                           uint64_t layout = 0x5eed5eed) {
+  std::vector<uint32_t> idx;
+  for (uint64_t i = 0; i < numel && idx.size() < count; ++i)
+    if (rng() % numel < 2 * uint64_t{count}) idx.push_back(static_cast<uint32_t>(i));
+  owned_sparse s;
+  index_coding coding;
+  s.indices = encode_indices(idx.data(), idx.size(), numel, coding);
+  s.values.resize(idx.size() * element_size(type));
+  for (auto& b : s.values) b = static_cast<uint8_t>(rng());
+  s.part.layout = layout;
+  s.part.numel = numel;
+  s.part.count = static_cast<uint32_t>(idx.size());
+  s.part.coding = coding;
+  s.part.values = type;
+  s.part.indices = s.indices.data();
+  s.part.index_bytes = s.indices.size();
+  s.part.value_data = s.values.data();
+  s.part.value_bytes = s.values.size();
+  return s;
+}
+
+void check_same_sparse(const sparse_part& a, const sparse_part& b) {
+  BOOST_TEST(b.layout == a.layout);
+  BOOST_TEST(b.numel == a.numel);
+  BOOST_TEST(b.count == a.count);
+  BOOST_TEST(static_cast<int>(b.coding) == static_cast<int>(a.coding));
+  BOOST_TEST(static_cast<int>(b.values) == static_cast<int>(a.values));
+  BOOST_REQUIRE(b.index_bytes == a.index_bytes);
+  BOOST_REQUIRE(b.value_bytes == a.value_bytes);
+  if (a.index_bytes) BOOST_TEST(std::memcmp(a.indices, b.indices, a.index_bytes) == 0);
+  if (a.value_bytes) BOOST_TEST(std::memcmp(a.value_data, b.value_data, a.value_bytes) == 0);
+}
+
+// An encoded weights message with one sparse part as `edit` leaves it,
+// built with Cap'n Proto directly (encode() refuses what the tests need).
+std::vector<char> raw_sparse_message(const std::function<void(wire::SparsePart::Builder)>& edit) {
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<wire::Envelope>();
+  root.setClusterId(cluster.c_str());
+  root.setVersion(protocol_version);
+  root.setSender("p0");
+  auto part = root.initBody().initWeights().initSparse(1)[0];
+  part.setNumel(1000);
+  part.setCount(3);
+  part.setCoding(wire::IndexCoding::FIXED_BITS);
+  part.setValueType(wire::ValueType::FLOAT16);
+  part.initIndices(4);  // 3 * 10 bits
+  part.initValues(6);
+  edit(part);
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asChars();
+  return std::vector<char>(bytes.begin(), bytes.end());
+}
+
+// The message of the codec_error that decoding `buffer` throws ("" if none).
+std::string decode_refusal(const std::vector<char>& buffer) {
+  try {
+    decode(buffer, cluster);
+  } catch (const codec_error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 } // namespace
@@ -255,6 +334,279 @@ BOOST_AUTO_TEST_CASE(tensor_size_must_match_shape) {
   BOOST_CHECK_THROW(encode(wrap(w)), codec_error);
 }
 
+BOOST_AUTO_TEST_CASE(sparse_weights_round_trip_is_bit_exact) {
+  std::mt19937_64 rng(11);
+  std::vector<owned_sparse> owned;
+  owned.push_back(random_sparse(rng, 61706, 600, value_type::float16));     // varint indices
+  owned.push_back(random_sparse(rng, 120, 40, value_type::float32, 7));     // fixed-bit indices
+  owned.push_back(random_sparse(rng, 50, 0, value_type::float16));          // empty
+  owned.push_back(random_sparse(rng, 1, 1, value_type::float32));           // 0-bit indices
+  BOOST_TEST(static_cast<int>(owned[0].part.coding) == static_cast<int>(index_coding::delta_varint));
+  BOOST_TEST(static_cast<int>(owned[1].part.coding) == static_cast<int>(index_coding::fixed_bits));
+  BOOST_TEST(owned[3].part.count == 1u);
+  weights w;
+  w.gossip_weight = 0.25;
+  w.epoch = 3;
+  w.iteration = 77;
+  w.rate = 0.5;
+  for (auto& s : owned) w.sparse.push_back(s.part);
+
+  std::vector<char> buffer = encode(wrap(w));
+  envelope e = decode(buffer, cluster);
+  const weights& r = std::get<weights>(e.payload);
+  BOOST_TEST(r.gossip_weight == w.gossip_weight);
+  BOOST_TEST(r.epoch == w.epoch);
+  BOOST_TEST(r.iteration == w.iteration);
+  BOOST_TEST(r.rate == w.rate);
+  BOOST_TEST(r.tensors.empty());
+  BOOST_REQUIRE(r.sparse.size() == w.sparse.size());
+  for (size_t i = 0; i < w.sparse.size(); ++i)
+    BOOST_TEST_CONTEXT("part " << i) {
+      check_same_sparse(w.sparse[i], r.sparse[i]);
+      // Views into the received buffer, not copies.
+      auto in_buffer = [&](const uint8_t* p, size_t n) {
+        auto c = reinterpret_cast<const char*>(p);
+        return n == 0 || (c >= buffer.data() && c + n <= buffer.data() + buffer.size());
+      };
+      BOOST_TEST(in_buffer(r.sparse[i].indices, r.sparse[i].index_bytes));
+      BOOST_TEST(in_buffer(r.sparse[i].value_data, r.sparse[i].value_bytes));
+      // The indices decode as they were.
+      std::vector<uint32_t> idx(r.sparse[i].count);
+      decode_indices(r.sparse[i].indices, r.sparse[i].index_bytes, r.sparse[i].coding,
+                     r.sparse[i].count, r.sparse[i].numel, idx.data());
+    }
+
+  // The same through encode_gathered and flatten.
+  gathered g = encode_gathered(wrap(w), nullptr);
+  eg::messages::buffer flat = g.flatten();
+  BOOST_REQUIRE(flat.size() == buffer.size());
+  BOOST_TEST(std::memcmp(flat.data(), buffer.data(), buffer.size()) == 0);
+  envelope f = decode(flat.data(), flat.size(), cluster);
+  const weights& rf = std::get<weights>(f.payload);
+  BOOST_REQUIRE(rf.sparse.size() == w.sparse.size());
+  for (size_t i = 0; i < w.sparse.size(); ++i)
+    BOOST_TEST_CONTEXT("gathered part " << i) check_same_sparse(w.sparse[i], rf.sparse[i]);
+}
+
+BOOST_AUTO_TEST_CASE(mixed_weights_round_trip_through_gathered_messages) {
+  std::mt19937_64 rng(12);
+  owned_tensor dense = random_tensor(rng, "fc.weight", dtype::float32, {64, 32});  // referenced
+  owned_tensor odd = random_tensor(rng, "fc.bias", dtype::float32, {3});          // copied
+  owned_sparse part = random_sparse(rng, 100000, 2000, value_type::float16);
+  weights w;
+  w.tensors = {dense.view, odd.view};
+  w.sparse = {part.part};
+  auto hold = std::make_shared<int>(1);
+  gathered g = encode_gathered(wrap(w), hold);
+  BOOST_TEST(hold.use_count() == 2);
+  eg::messages::buffer flat = g.flatten();
+  std::vector<char> encoded = encode(wrap(w));
+  BOOST_REQUIRE(flat.size() == encoded.size());
+  BOOST_TEST(std::memcmp(flat.data(), encoded.data(), encoded.size()) == 0);
+  envelope e = decode(flat.data(), flat.size(), cluster);
+  const weights& r = std::get<weights>(e.payload);
+  BOOST_REQUIRE(r.tensors.size() == 2u);
+  BOOST_TEST(std::memcmp(r.tensors[0].data, dense.view.data, dense.view.bytes) == 0);
+  BOOST_TEST(std::memcmp(r.tensors[1].data, odd.view.data, odd.view.bytes) == 0);
+  BOOST_REQUIRE(r.sparse.size() == 1u);
+  check_same_sparse(part.part, r.sparse[0]);
+}
+
+BOOST_AUTO_TEST_CASE(wire_size_is_what_encode_gives) {
+  std::mt19937_64 rng(13);
+  owned_tensor big = random_tensor(rng, "big", dtype::float32, {256, 256});
+  owned_tensor odd = random_tensor(rng, "odd", dtype::float32, {5});
+  owned_tensor misaligned = random_tensor(rng, "misaligned", dtype::float64, {9}, 4);
+  owned_sparse a = random_sparse(rng, 61706, 617, value_type::float16);
+  owned_sparse b = random_sparse(rng, 777, 100, value_type::float32);
+  owned_sparse c = random_sparse(rng, 9, 3, value_type::float16);  // sizes not whole words
+  weights dense, sparse, mixed, empty;
+  dense.tensors = {big.view, odd.view, misaligned.view};
+  sparse.sparse = {a.part, b.part, c.part};
+  mixed.tensors = {odd.view, big.view};
+  mixed.sparse = {c.part, a.part};
+  epoch_report report;
+  report.platform = "p3";
+  report.received_from = {{"p1", 3, 400}};
+  report.sent = {1, 2, 3, 4};
+  for (const envelope& e : {wrap(dense), wrap(sparse), wrap(mixed), wrap(empty), wrap(report),
+                            wrap(plan{1, 0.5, 3, {"p9"}, 0, 2})}) {
+    size_t expected = encode(e).size();
+    BOOST_TEST(wire_size(e) == expected);
+    BOOST_TEST(encode_gathered(e, nullptr).size() == expected);
+  }
+  // Not an approximation: one more value byte pair moves it by a word.
+  owned_sparse d = random_sparse(rng, 1000, 4, value_type::float16);  // 8 value bytes
+  weights w;
+  w.sparse = {d.part};
+  size_t before = wire_size(wrap(w));
+  d.values.resize(10);
+  d.part.value_data = d.values.data();
+  d.part.value_bytes = 10;
+  d.part.count = 5;  // its indices no longer match: encode does not look at them
+  d.part.coding = index_coding::delta_varint;
+  d.indices = {0, 1, 2, 3, 4};
+  d.part.indices = d.indices.data();
+  d.part.index_bytes = 5;
+  w.sparse = {d.part};
+  BOOST_TEST(wire_size(wrap(w)) == encode(wrap(w)).size());
+  BOOST_TEST(wire_size(wrap(w)) == before + 8);
+}
+
+BOOST_AUTO_TEST_CASE(sparse_structure_is_refused) {
+  using builder = wire::SparsePart::Builder;
+  // The untouched message decodes.
+  BOOST_TEST(decode_refusal(raw_sparse_message([](builder) {})) == "");
+  struct bad {
+    std::function<void(builder)> edit;
+    std::string says;
+  };
+  const bad cases[] = {
+      {[](builder p) { p.setCoding(static_cast<wire::IndexCoding>(2)); }, "unknown index coding 2"},
+      {[](builder p) { p.setValueType(static_cast<wire::ValueType>(5)); }, "unknown value type 5"},
+      {[](builder p) { p.setCount(1001); }, "1001 entries of 1000 parameters"},
+      {[](builder p) { p.setNumel(0); }, "entries over a model of no parameters"},
+      {[](builder p) { p.setNumel((uint64_t{1} << 32) + 1); }, "32-bit"},
+      {[](builder p) { p.initValues(8); }, "8 value bytes for 3 values of 2 bytes"},
+      {[](builder p) {
+         p.setValueType(wire::ValueType::FLOAT32);
+       }, "6 value bytes for 3 values of 4 bytes"},
+      {[](builder p) { p.initIndices(5); }, "5 index bytes for 3 fixed-width indices (4 expected)"},
+      {[](builder p) { p.initIndices(3); }, "3 index bytes for 3 fixed-width indices"},
+      {[](builder p) {
+         p.setCoding(wire::IndexCoding::DELTA_VARINT);
+         p.initIndices(2);
+       }, "2 index bytes for 3 varint indices"},
+      {[](builder p) {
+         p.setCoding(wire::IndexCoding::DELTA_VARINT);
+         p.initIndices(16);
+       }, "16 index bytes for 3 varint indices"},
+  };
+  for (const bad& c : cases) {
+    std::string what = decode_refusal(raw_sparse_message(c.edit));
+    BOOST_TEST(what.find("sparse part 0: ") != std::string::npos, what);
+    BOOST_TEST(what.find(c.says) != std::string::npos, what << " (expected: " << c.says << ")");
+  }
+  // The encoder refuses the same.
+  std::mt19937_64 rng(14);
+  owned_sparse s = random_sparse(rng, 1000, 10, value_type::float16);
+  auto refused = [&](std::function<void(sparse_part&)> edit) {
+    weights w;
+    w.sparse = {s.part};
+    edit(w.sparse[0]);
+    try {
+      encode(wrap(w));
+    } catch (const codec_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  BOOST_TEST(refused([](sparse_part&) {}) == "");
+  BOOST_TEST(refused([](sparse_part& p) { p.value_bytes -= 2; }).find("value bytes") !=
+             std::string::npos);
+  BOOST_TEST(refused([](sparse_part& p) { p.count = 1001; }).find("entries of 1000") !=
+             std::string::npos);
+  BOOST_TEST(refused([](sparse_part& p) { p.coding = static_cast<index_coding>(9); })
+                 .find("unknown index coding 9") != std::string::npos);
+  BOOST_TEST(refused([](sparse_part& p) { p.values = static_cast<value_type>(9); })
+                 .find("unknown value type 9") != std::string::npos);
+  BOOST_TEST(refused([](sparse_part& p) { p.value_data = nullptr; }).find("no data") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(copying_sparse_weights) {
+  std::mt19937_64 rng(15);
+  owned_tensor t = random_tensor(rng, "t", dtype::float32, {7});
+  owned_sparse a = random_sparse(rng, 61706, 100, value_type::float16);
+  owned_sparse b = random_sparse(rng, 300, 50, value_type::float32);
+  auto buffer = std::make_shared<std::vector<char>>();
+  {
+    weights w;
+    w.tensors = {t.view};
+    w.sparse = {a.part, b.part};
+    *buffer = encode(wrap(w));
+  }
+  envelope e = decode(*buffer, cluster);
+  held_weights held{"p0", std::get<weights>(e.payload), buffer, buffer->size()};
+  held_weights copy = copy_weights(held);
+  BOOST_TEST(copy.sender == "p0");
+  BOOST_TEST(copy.wire_bytes == buffer->size());
+  BOOST_REQUIRE(copy.value.sparse.size() == 2u);
+  // Nothing points into the original any more, and the bytes survive it.
+  std::vector<char> original = *buffer;
+  std::fill(buffer->begin(), buffer->end(), '\x5a');
+  auto outside = [&](const void* p) {
+    auto c = static_cast<const char*>(p);
+    return c < buffer->data() || c >= buffer->data() + buffer->size();
+  };
+  for (size_t i = 0; i < 2; ++i) {
+    const sparse_part& c = copy.value.sparse[i];
+    BOOST_TEST(outside(c.indices));
+    BOOST_TEST(outside(c.value_data));
+    check_same_sparse((i ? b : a).part, c);
+  }
+  BOOST_TEST(outside(copy.value.tensors.at(0).data));
+  BOOST_TEST(std::memcmp(copy.value.tensors[0].data, t.view.data, t.view.bytes) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(epoch_report_traffic_round_trip) {
+  epoch_report e;
+  e.platform = "p4";
+  e.bytes_sent = 1000;
+  e.bytes_received = 2000;
+  e.sent = traffic{123456789012ull, 2, 3, 4};
+  e.received = traffic{5, 6000000000ull, 7, 8};
+  epoch_report r = round_trip(e);
+  BOOST_TEST(r.sent.values == 123456789012ull);
+  BOOST_TEST(r.sent.indices == 2u);
+  BOOST_TEST(r.sent.weights == 3u);
+  BOOST_TEST(r.sent.headers == 4u);
+  BOOST_TEST(r.received.values == 5u);
+  BOOST_TEST(r.received.indices == 6000000000ull);
+  BOOST_TEST(r.received.weights == 7u);
+  BOOST_TEST(r.received.headers == 8u);
+  BOOST_TEST(r.bytes_sent == 1000u);
+  BOOST_TEST(r.bytes_received == 2000u);
+  BOOST_TEST((r.sent == e.sent));
+  BOOST_TEST((r.received != e.sent));
+}
+
+BOOST_AUTO_TEST_CASE(traffic_of_a_message_sums_to_its_size) {
+  std::mt19937_64 rng(16);
+  owned_tensor t = random_tensor(rng, "t", dtype::float32, {100, 3});
+  owned_sparse a = random_sparse(rng, 61706, 500, value_type::float16);
+  owned_sparse b = random_sparse(rng, 64, 20, value_type::float32);
+  weights w;
+  w.tensors = {t.view};
+  w.sparse = {a.part, b.part};
+  size_t size = encode(wrap(w)).size();
+  traffic split = traffic_of(w, size);
+  BOOST_TEST(split.total() == size);
+  BOOST_TEST(split.values == t.view.bytes + a.part.value_bytes + b.part.value_bytes);
+  BOOST_TEST(split.indices == a.part.index_bytes + b.part.index_bytes);
+  BOOST_TEST(split.weights == 8u);
+  BOOST_TEST(split.headers == size - split.values - split.indices - 8);
+  BOOST_TEST(split.headers > 0u);
+  // Too few wire bytes: no negative headers.
+  traffic small = traffic_of(w, 10);
+  BOOST_TEST(small.headers == 0u);
+  BOOST_TEST(small.values == split.values);
+  // Sums.
+  traffic sum;
+  sum += split;
+  sum += split;
+  BOOST_TEST(sum.total() == 2 * size);
+  BOOST_TEST(sum.indices == 2 * split.indices);
+  BOOST_TEST(sum.headers == 2 * split.headers);
+  // A dense message has no index bytes.
+  weights d;
+  d.tensors = {t.view};
+  traffic dense = traffic_of(d, encode(wrap(d)).size());
+  BOOST_TEST(dense.indices == 0u);
+  BOOST_TEST(dense.values == t.view.bytes);
+  BOOST_TEST(dense.total() == encode(wrap(d)).size());
+}
+
 BOOST_AUTO_TEST_CASE(foreign_cluster_is_refused) {
   std::vector<char> buffer = encode(envelope{header{"cluster-a", protocol_version, "p0"}, plan{}});
   try {
@@ -326,8 +678,11 @@ BOOST_AUTO_TEST_CASE(random_bit_flips_never_crash) {
   epoch_report report;
   report.platform = "p0";
   report.received_from = {{"p1", 2, 300}};
+  owned_sparse part = random_sparse(rng, 3000, 40, value_type::float16);
+  weights sparse;
+  sparse.sparse = {part.part};
   const std::vector<std::vector<char>> originals = {encode(wrap(w)), sample_message(),
-                                                    encode(wrap(report))};
+                                                    encode(wrap(report)), encode(wrap(sparse))};
   int accepted = 0;
   for (int i = 0; i < 4000; ++i) {
     std::vector<char> buffer = originals[i % originals.size()];
