@@ -48,6 +48,28 @@ struct tta_options {
 /// EdgeGossip on the same cluster, data, seed and heterogeneity profile.
 int tta(const options& opt, const tta_options& t);
 
+struct traffic_options {
+  /// "gosgd", "sgp", "sparse-push:DENSITY", "scsp:DENSITY" (the push-sum
+  /// family on the exponential graph), or any other strategy.name.
+  std::vector<std::string> strategies{"gosgd",           "sgp",
+                                      "sparse-push:0.01", "sparse-push:0.003",
+                                      "sparse-push:0.001", "scsp:0.003"};
+  double alpha = 0.1;          ///< Dirichlet concentration of the non-IID setting
+  /// The IID target and, optionally, the non-IID one (default: 0.85, and
+  /// 0.02 below dense SGP's final non-IID accuracy).
+  std::vector<double> target;
+  int repeat = 1;              ///< seeds cluster.seed .. cluster.seed + repeat - 1
+  uint32_t epochs = 6;         ///< the same for every strategy
+  bool processes = true;       ///< also sgp and one sparse-push density as node processes
+  std::vector<std::string> overrides;  ///< --set key=value, for every run
+};
+
+/// Bytes to target accuracy of GoSGD, SGP, Sparse-Push and SCSP on 8
+/// platforms with IID and label-skewed data, against dense SGP; then the
+/// bytes on the weights lane between node processes against the count in one
+/// process.
+int traffic(const options& opt, const traffic_options& t);
+
 struct transport_options {
   bool peer = false;  ///< hidden: be the second process (echo actor, raw socket server)
   int rounds = 0;     ///< bursts per model size (0: 20 / 10 / 6 / 3)

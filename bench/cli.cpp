@@ -2,6 +2,7 @@
 // that adding a benchmark touches bench/ only.
 
 #include "bench/bench.hpp"
+#include "config/config.hpp"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -11,6 +12,9 @@ namespace eg::bench {
 struct cli_state {
   options opt;
   tta_options tta_opt;
+  traffic_options traffic_opt;
+  std::vector<double> target;
+  bool no_processes = false;
   transport_options transport_opt;
   aggregation_options aggregation_opt;
   predictor_options predictor_opt;
@@ -21,7 +25,8 @@ struct cli_state {
 std::function<int()> add_subcommand(CLI::App& app) {
   auto st = std::make_shared<cli_state>();
   auto* bench = app.add_subcommand("bench", "run a benchmark: tta (time to accuracy of GoSGD "
-                                            "and EdgeGossip), framework (actor system against a "
+                                            "and EdgeGossip), traffic (bytes to accuracy of GoSGD, SGP, "
+                                            "Sparse-Push and SCSP), framework (actor system against a "
                                             "bare loop), transport (weights between two "
                                             "processes against a raw socket), aggregation (input data "
                                             "aggregator costs and accuracy), predictor (prediction "
@@ -29,7 +34,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
                                             "process, node processes)");
   bench->add_option("name", st->name, "benchmark to run")
     ->required()
-    ->check(CLI::IsMember({"tta", "framework", "transport", "aggregation", "predictor", "scale"}));
+    ->check(CLI::IsMember({"tta", "traffic", "framework", "transport", "aggregation", "predictor", "scale"}));
   bench->add_option("-c,--config", st->tta_opt.config_file,
                     "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
   bench->add_option("--profile", st->tta_opt.profile,
@@ -37,20 +42,33 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "moving between platforms), skewed (label skew), corunners (node processes, "
                     "real CPU limits and stress-ng); default static")
     ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners"}));
-  bench->add_option("--repeat", st->tta_opt.repeat,
-                    "tta: seeds 1..N (from cluster.seed), median and range of every figure")
+  auto* repeat = bench->add_option("--repeat", st->tta_opt.repeat,
+                    "tta, traffic: seeds 1..N (from cluster.seed), median (and range) of every figure")
     ->check(CLI::Range(1, 100));
   bench->add_option("--targets", st->tta_opt.targets,
                     "tta: target test accuracies; the highest is the headline (default: the "
                     "profile's, e.g. 0.85 0.86 0.87)");
-  bench->add_option("--target", st->tta_opt.target,
-                    "tta: headline target; the targets are it, it - 0.01 and it - 0.02");
+  bench->add_option("--target", st->target,
+                    "tta: headline target; the targets are it, it - 0.01 and it - 0.02; "
+                    "traffic: the IID target (default 0.85) and optionally the non-IID one "
+                    "(default: dense SGP's final accuracy - 0.02)")
+    ->expected(1, 2);
   auto* epochs = bench->add_option("--epochs", st->tta_opt.epochs,
-                                   "tta: epochs of every strategy (default 12); scale: "
-                                   "epochs of every run (default 5)");
-  bench->add_option("--strategies", st->tta_opt.strategies, "tta: strategies to compare");
+                                   "tta: epochs of every strategy (default 12); traffic: "
+                                   "the same (default 6); scale: epochs of every run (default 5)");
+  auto* strategies = bench->add_option("--strategies", st->tta_opt.strategies,
+                                       "tta: strategies to compare; traffic: gosgd, sgp, "
+                                       "sparse-push:DENSITY, scsp:DENSITY (default gosgd sgp "
+                                       "sparse-push:0.01 sparse-push:0.003 sparse-push:0.001 "
+                                       "scsp:0.003)");
   bench->add_option("--set", st->tta_opt.overrides,
-                    "tta: override a key, e.g. --set cluster.seed=2");
+                    "tta, traffic: override a key, e.g. --set cluster.seed=2");
+  bench->add_option("--alpha", st->traffic_opt.alpha,
+                    "traffic: Dirichlet alpha of the non-IID setting (default 0.1)")
+    ->check(CLI::PositiveNumber);
+  bench->add_flag("--no-processes", st->no_processes,
+                  "traffic: skip the node processes (sgp and one sparse-push density over the "
+                  "weights lane)");
   bench->add_option("--rounds", st->transport_opt.rounds,
                     "transport: bursts per model size (default 20 / 10 / 6 / 3)");
   bench->add_flag("--transport-peer", st->transport_opt.peer)->group("");  // the second process
@@ -74,13 +92,31 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--threads", st->opt.threads, "cores to use (default: all)");
   bench->add_option("--data", st->opt.data_dir, "Fashion-MNIST directory");
   bench->add_option("--out", st->opt.out_dir, "directory for results and plots");
-  return [st, bench, epochs]() -> int {
+  return [st, bench, epochs, strategies, repeat]() -> int {
     if (!*bench)
       return -1;
     spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
     spdlog::set_level(spdlog::level::warn);
-    if (st->name == "tta")
+    if (st->name == "tta") {
+      if (st->target.size() > 1)
+        throw config::config_error("bench tta: --target takes one headline target");
+      if (!st->target.empty())
+        st->tta_opt.target = st->target.front();
       return tta(st->opt, st->tta_opt);
+    }
+    if (st->name == "traffic") {
+      auto& t = st->traffic_opt;
+      if (epochs->count() > 0)
+        t.epochs = st->tta_opt.epochs;
+      if (strategies->count() > 0)
+        t.strategies = st->tta_opt.strategies;
+      if (repeat->count() > 0)
+        t.repeat = st->tta_opt.repeat;
+      t.target = st->target;
+      t.overrides = st->tta_opt.overrides;
+      t.processes = !st->no_processes;
+      return traffic(st->opt, t);
+    }
     if (st->name == "aggregation")
       return aggregation(st->opt, st->aggregation_opt);
     if (st->name == "scale") {

@@ -7,6 +7,7 @@
 // the median and range of every figure.
 
 #include "bench/bench.hpp"
+#include "bench/common.hpp"
 
 #include "actors/runtime.hpp"
 #include "config/config.hpp"
@@ -15,13 +16,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace eg::bench {
 namespace {
@@ -195,43 +193,6 @@ profile make_profile(const std::string& name) {
 
 // --- one run -----------------------------------------------------------------------
 
-/// Every node of `cfg` as its own `edgegossip node` process on this machine
-/// (their logs in `dir`/NODE.log); returns once all have exited.
-void run_processes(const config::cluster_config& cfg, const fs::path& dir) {
-  auto file = dir / "cluster.toml";
-  std::ofstream(file) << config::to_toml(cfg);
-  std::vector<pid_t> pids;
-  for (auto& n : cfg.nodes) {
-    auto log = (dir / (n.name + ".log")).string();
-    pid_t pid = fork();
-    if (pid == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        close(fd);
-      }
-      std::string exe = "/proc/self/exe", node = n.name, path = file.string();
-      execl(exe.c_str(), "edgegossip", "node", "--config", path.c_str(), "--node", node.c_str(),
-            "--fresh", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    if (pid < 0)
-      throw std::runtime_error("bench tta: cannot start node " + n.name);
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (auto pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      ++failed;
-  }
-  if (failed)
-    throw std::runtime_error("bench tta: " + std::to_string(failed) + " node process(es) failed; "
-                             "their logs are in " + dir.string());
-}
-
 outcome run_strategy(const profile& prof, config::cluster_config cfg, const std::string& s,
                      const fs::path& dir) {
   config::apply_override(cfg, "strategy.name=" + s);
@@ -242,7 +203,7 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   auto start = std::chrono::steady_clock::now();
   fs::path csv;
   if (prof.processes) {
-    run_processes(cfg, cfg.output_dir);
+    run_processes(cfg, cfg.output_dir, "bench tta");
     for (auto& entry : fs::directory_iterator(cfg.output_dir))
       if (entry.is_directory() && fs::exists(entry.path() / "cluster.csv"))
         csv = entry.path() / "cluster.csv";
@@ -316,45 +277,6 @@ void plot(const std::vector<outcome>& results, const fs::path& dir, double targe
   auto cmd = "gnuplot '" + script.string() + "' 2>/dev/null";
   if (std::system(cmd.c_str()) != 0)
     std::printf("(gnuplot failed: no plot; the figures are in %s)\n", data.string().c_str());
-}
-
-// --- figures over seeds ------------------------------------------------------------
-
-/// Median and range of the defined values (a value < 0 is "not reached").
-struct spread {
-  std::vector<double> values;
-  size_t missing = 0;
-  void add(double v, bool defined = true) {
-    if (defined && std::isfinite(v))
-      values.push_back(v);
-    else
-      ++missing;
-  }
-  std::string show(const char* format, const char* unit = "") const {
-    if (values.empty())
-      return "n/a";
-    auto v = values;
-    std::sort(v.begin(), v.end());
-    double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    char buf[160];
-    auto one = [&](double x) {
-      char b[40];
-      std::snprintf(b, sizeof b, format, x);
-      return std::string(b) + unit;
-    };
-    std::snprintf(buf, sizeof buf, "%s [%s .. %s]", one(median).c_str(), one(v.front()).c_str(),
-                  one(v.back()).c_str());
-    std::string s = v.size() == 1 ? one(median) : buf;
-    if (missing)
-      s += " (" + std::to_string(missing) + " n/a)";
-    return s;
-  }
-};
-
-std::string fixed(double v, int digits) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
 }
 
 } // namespace
