@@ -301,7 +301,7 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       std::vector<std::vector<double>> classes;  // and of its rows of the output layer
       // Push-sum: the consensus is sum_i w_i z_i / sum_i w_i, and the weights
       // sum to the number of platforms but for what is in flight.
-      const bool push_sum = st.args.settings.strategy.name == config::strategy_name::sgp;
+      const bool push_sum = st.args.settings.strategy.push_sum();
       double weights = 0;
       for (auto& w : answers) {
         weights += w.value.gossip_weight;

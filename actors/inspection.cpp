@@ -297,6 +297,20 @@ void read(const json& j, const char* key, double& out) {
   out = v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
 }
 
+json traffic_json(const messages::traffic& t) {
+  return {{"values", t.values}, {"indices", t.indices}, {"weights", t.weights},
+          {"headers", t.headers}};
+}
+
+messages::traffic traffic_from(const json& j) {
+  messages::traffic t;
+  read(j, "values", t.values);
+  read(j, "indices", t.indices);
+  read(j, "weights", t.weights);
+  read(j, "headers", t.headers);
+  return t;
+}
+
 json report_json(const messages::epoch_report& r) {
   json from = json::array();
   for (auto& t : r.received_from)
@@ -320,7 +334,9 @@ json report_json(const messages::epoch_report& r) {
           {"messages_received", r.messages_received},
           {"messages_refused", r.messages_refused},
           {"received_from", from},
-          {"predicted_seconds", r.predicted_seconds}};
+          {"predicted_seconds", r.predicted_seconds},
+          {"sent", traffic_json(r.sent)},
+          {"received", traffic_json(r.received)}};
 }
 
 messages::epoch_report report_from(const json& j) {
@@ -348,6 +364,10 @@ messages::epoch_report report_from(const json& j) {
                                                      t.at("messages").get<uint64_t>(),
                                                      t.at("bytes").get<uint64_t>()});
   read(j, "predicted_seconds", r.predicted_seconds);
+  if (j.contains("sent"))
+    r.sent = traffic_from(j.at("sent"));
+  if (j.contains("received"))
+    r.received = traffic_from(j.at("received"));
   return r;
 }
 

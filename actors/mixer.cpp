@@ -34,6 +34,8 @@ struct mixer_state {
   std::vector<peer> peers;
   // Counters since the last stats request.
   uint64_t bytes_sent = 0;
+  messages::traffic sent;      // bytes_sent by what they carried
+  messages::traffic received_parts;
   uint64_t messages_sent = 0;
   uint64_t messages_dropped = 0;  // the peer is gone, or its lane queue is full
   std::map<std::string, traffic> received;
@@ -79,21 +81,34 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         ++st.messages_dropped;  // went down since the platform heard of it
         return;
       }
-      size_t size = message.wire_bytes;
+      messages::envelope e;
+      e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+      size_t size = 0;
+      messages::traffic parts;
       if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
         // Encoded once, the tensors written from the sender's parameters as
         // they lie (the message's hold is a loan on them).
-        messages::envelope e;
-        e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
         e.payload = std::move(message.value);
         auto pieces = std::make_shared<const messages::gathered>(
           messages::encode_gathered(e, std::move(message.hold)));
         size = pieces->size();
+        parts = messages::traffic_of(std::get<messages::weights>(e.payload), size);
         if (!st.args.lane->send(to->lane, to->name, std::move(pieces))) {
           ++st.messages_dropped;  // the lane's queue is full
           return;
         }
-      } else if (to->handle.node() == self->node()) {
+        st.sent += parts;
+        st.bytes_sent += size;
+        ++st.messages_sent;
+        return;
+      }
+      // What it would weigh on the wire (counted as such in this process
+      // too, so that runs in one process and across nodes compare).
+      e.payload = message.value;
+      size = messages::wire_size(e);
+      parts = messages::traffic_of(message.value, size);
+      message.wire_bytes = size;
+      if (to->handle.node() == self->node()) {
         // A peer in this process gets a copy of its own: the sender's
         // parameters are free again once it is made.
         self->send(to->handle, gossip_atom::value, messages::copy_weights(message));
@@ -102,6 +117,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         // encodes it (actors/wire.hpp).
         self->send(to->handle, gossip_atom::value, std::move(message));
       }
+      st.sent += parts;
       st.bytes_sent += size;
       ++st.messages_sent;
     },
@@ -110,6 +126,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       auto& t = st.received[message.sender];
       ++t.messages;
       t.bytes += message.wire_bytes;
+      st.received_parts += messages::traffic_of(message.value, message.wire_bytes);
       if (st.platform)
         self->send(st.platform, merge_atom::value, std::move(message));
     },
@@ -145,6 +162,8 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       epoch_report r;
       r.platform = st.args.platform;
       r.bytes_sent = st.bytes_sent;
+      r.sent = st.sent;
+      r.received = st.received_parts;
       r.messages_sent = st.messages_sent;
       for (auto& [name, t] : st.received) {
         r.bytes_received += t.bytes;
@@ -152,6 +171,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         r.received_from.push_back(messages::peer_traffic{name, t.messages, t.bytes});
       }
       st.bytes_sent = st.messages_sent = st.messages_dropped = 0;
+      st.sent = st.received_parts = {};
       st.received.clear();
       return r;
     },

@@ -69,9 +69,9 @@ struct platform_state {
   clock::time_point last_step_end;
   learning::observation_meter observed;
 
-  /// The parameters as they are, with this gossip weight; the views point
-  /// into them (`hold` keeps what they point into).
-  held_weights weights_message(double weight, std::vector<messages::tensor_view> tensors,
+  /// A gossip message with this weight and payload (views of the
+  /// parameters, or sparse parts); `hold` keeps what they point into.
+  held_weights weights_message(double weight, learning::gossip_payload payload,
                                std::shared_ptr<const void> hold) const {
     held_weights h;
     h.sender = args.platform.name;
@@ -79,9 +79,15 @@ struct platform_state {
     h.value.rate = ratio;
     h.value.epoch = epoch;
     h.value.iteration = total_iterations;
-    h.value.tensors = std::move(tensors);
+    h.value.tensors = std::move(payload.tensors);
+    h.value.sparse = std::move(payload.sparse);
+    h.value.edge_seq = payload.edge_seq;
+    h.value.generation = payload.generation;
+    h.value.keyframe = payload.keyframe;
     for (auto& t : h.value.tensors)
       h.wire_bytes += t.bytes;
+    for (auto& p : h.value.sparse)
+      h.wire_bytes += p.index_bytes + p.value_bytes;
     h.hold = std::move(hold);
     return h;
   }
@@ -227,10 +233,12 @@ void send_gossip(self_ptr self) {
   auto orders = st.strategy->after_step(st.params, targets.size(), st.rng);
   for (auto& order : orders) {
     const auto& to = targets.at(order.peer);
+    auto payload = st.strategy->payload(order, to, st.names, st.params);
+    // Sparse parts hold their own bytes; dense views borrow the parameters.
+    auto hold = payload.hold ? payload.hold : st.trainer->loans().lend(st.params);
+    const double weight = payload.weight > 0 ? payload.weight : order.weight;
     self->send(st.args.mixer, send_atom::value, to,
-               st.weights_message(order.weight,
-                                  st.strategy->payload(order, to, st.names, st.params),
-                                  st.trainer->loans().lend(st.params)));
+               st.weights_message(weight, std::move(payload), std::move(hold)));
   }
 }
 
@@ -258,6 +266,8 @@ void finish_epoch(self_ptr self) {
       auto& st = self->state;
       r.bytes_sent = s.bytes_sent;
       r.bytes_received = s.bytes_received;
+      r.sent = s.sent;
+      r.received = s.received;
       r.messages_sent = s.messages_sent;
       r.messages_received = s.messages_received;
       r.messages_refused += s.messages_refused;
@@ -320,23 +330,39 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   auto model = learning::make_classifier(args.train.model, args.seed);
   learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
   st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
-  // EdgeGossip gossips as GoSGD does; SGP by push-sum.
-  const bool push_sum = args.strategy.name == config::strategy_name::sgp;
-  st.strategy = learning::make_strategy(push_sum ? "sgp" : "gosgd", args.cluster_platforms,
-                                        args.strategy.exchange_probability);
+  // EdgeGossip gossips as GoSGD does; SGP, Sparse-Push and SCSP by push-sum.
+  st.names = learning::parameter_names(*model);
+  st.params = learning::parameters(*model);
+  {
+    const auto& sc = args.strategy;
+    const bool gosgd_family = !sc.push_sum();
+    learning::sparse_push_options sparse;
+    sparse.density = sc.density;
+    sparse.consensus_step = sc.consensus_step;
+    sparse.values = sc.sparse_values == "float32" ? messages::value_type::float32
+                                                  : messages::value_type::float16;
+    sparse.drift_memory = sc.drift_memory;
+    st.strategy = learning::make_strategy(
+      gosgd_family ? "gosgd" : config::to_string(sc.name), args.cluster_platforms,
+      sc.exchange_probability,
+      gosgd_family ? learning::flat_layout{} : learning::flat_layout::of(st.names, st.params),
+      sparse);
+  }
   st.topology = learning::make_topology(config::to_string(args.strategy.topology), args.members,
                                         static_cast<size_t>(args.strategy.out_peers));
-  st.names = learning::parameter_names(*model);
   if (args.aggregated) {
     auto labels = args.aggregated->labels.contiguous();
     st.subset_classes.assign(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
   }
-  st.params = learning::parameters(*model);
+  // Before a checkpoint is restored: a sparse strategy's edge copies start at
+  // the initial model, the same on every platform.
+  st.strategy->start(st.params);
   if (args.restore) {
     try {
       learning::load_model(*model, args.restore->model);
       learning::load_optimizer(st.trainer->optimizer(), args.restore->optimizer);
       st.strategy->set_weight(args.restore->gossip_weight);
+      st.strategy->restored(st.params);
       st.total_iterations = args.restore->iteration;
       st.epochs_done = static_cast<uint32_t>(args.restore->epoch);
       st.last_report = args.last_report;
@@ -421,6 +447,11 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       auto& st = self->state;
       try {
         const auto& w = message.value;
+        if (!w.sparse.empty()) {
+          st.trainer->loans().before_write(st.params);
+          st.strategy->merge_sparse(st.params, message.sender, w);
+          return;
+        }
         auto received = learning::from_views(w.tensors, st.names, st.params);
         st.trainer->loans().before_write(st.params);
         if (st.args.edgegossip.merge == config::merge_rule::rate)
@@ -441,10 +472,14 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
                    st.args.platform.name, epoch + 1, st.samples, st.planned);
       finish_epoch(self);
     },
-    [self](peers_atom, std::vector<std::string>& live) { self->state.live = std::move(live); },
+    [self](peers_atom, std::vector<std::string>& live) {
+      auto& st = self->state;
+      st.strategy->peers_changed(live);
+      st.live = std::move(live);
+    },
     [self](rescale_atom, double factor) {
       auto& st = self->state;
-      if (!(factor > 0) || !std::isfinite(factor) || st.strategy->name() != "sgp") {
+      if (!(factor > 0) || !std::isfinite(factor) || !st.args.strategy.push_sum()) {
         spdlog::warn("[{}] ignored a rescale by {}", st.args.platform.name, factor);
         return;
       }
@@ -453,8 +488,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     [self](weights_atom) -> held_weights {
       auto& st = self->state;
       // A copy: the parameters change with the next step.
-      return messages::copy_weights(st.weights_message(
-        st.strategy->weight(), learning::to_views(st.names, st.params), nullptr));
+      learning::gossip_payload whole;
+      whole.tensors = learning::to_views(st.names, st.params);
+      return messages::copy_weights(st.weights_message(st.strategy->weight(), std::move(whole), nullptr));
     },
     [self](done_atom, const std::string& run) {
       auto& st = self->state;

@@ -8,7 +8,9 @@ namespace eg::actors {
 const char* platform_csv_header
   = "platform,node,epoch,ratio,wall_seconds,compute_seconds,samples,samples_per_second,"
     "iterations,train_loss,test_loss,test_accuracy,gossip_weight,bytes_sent,bytes_received,"
-    "messages_sent,messages_received,messages_refused,peers_heard,heard_from,predicted_seconds";
+    "messages_sent,messages_received,messages_refused,peers_heard,heard_from,predicted_seconds,"
+    "sent_values,sent_indices,sent_weights,sent_headers,"
+    "received_values,received_indices,received_weights,received_headers";
 
 namespace {
 
@@ -38,7 +40,10 @@ void write_platform_csv(const std::string& path,
     // Names of the peers heard from this epoch, separated by ';'.
     for (size_t i = 0; i < r.received_from.size(); ++i)
       out << (i ? ";" : "") << r.received_from[i].peer;
-    out << ',' << r.predicted_seconds << '\n';
+    out << ',' << r.predicted_seconds;
+    for (auto* t : {&r.sent, &r.received})
+      out << ',' << t->values << ',' << t->indices << ',' << t->weights << ',' << t->headers;
+    out << '\n';
   }
 }
 

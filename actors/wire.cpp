@@ -183,7 +183,8 @@ std::string describe(const messages::control& x) {
   return fmt::format("{} {}", messages::to_string(x.verb), x.argument);
 }
 std::string describe(const messages::held_weights& x) {
-  return fmt::format("from {}, {} tensors", x.sender, x.value.tensors.size());
+  return fmt::format("from {}, {} tensors, {} sparse parts", x.sender, x.value.tensors.size(),
+                     x.value.sparse.size());
 }
 
 } // namespace detail

@@ -8,7 +8,8 @@
 //   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
-//   [strategy]  name, schedule, topology, out_peers, exchange_probability
+//   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
+//               consensus_step, sparse_values, drift_memory
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [storage]   dir
@@ -47,7 +48,8 @@
 namespace eg::config {
 
 const std::vector<const char*>& names_of(strategy_name) {
-  static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip", "sgp"};
+  static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip", "sgp",
+                                          "sparse-push", "scsp"};
   return n;
 }
 const std::vector<const char*>& names_of(schedule) {
@@ -161,6 +163,10 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.topology", c.strategy.topology, enum_rule{});
   visit("strategy.out_peers", c.strategy.out_peers, positive_int);
   visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
+  visit("strategy.density", c.strategy.density, probability);
+  visit("strategy.consensus_step", c.strategy.consensus_step, probability);
+  visit("strategy.sparse_values", c.strategy.sparse_values, text_rule{{"float16", "float32"}, false});
+  visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
   visit("edgegossip.aggregator", c.edgegossip.aggregator,
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
   visit("edgegossip.aggregation_ratio", c.edgegossip.aggregation_ratio, positive_int);
@@ -761,7 +767,9 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << cfg.train.momentum << '|' << cfg.train.batch << '|' << cfg.train.max_iterations << '|'
        << to_string(cfg.strategy.name) << '|' << to_string(cfg.strategy.schedule) << '|'
        << to_string(cfg.strategy.topology) << '|' << cfg.strategy.out_peers << '|'
-       << cfg.strategy.exchange_probability << '|' << cfg.edgegossip.aggregator << '|'
+       << cfg.strategy.exchange_probability << '|' << cfg.strategy.density << '|'
+       << cfg.strategy.consensus_step << '|' << cfg.strategy.sparse_values << '|'
+       << cfg.strategy.drift_memory << '|' << cfg.edgegossip.aggregator << '|'
        << cfg.edgegossip.aggregation_ratio << '|' << to_string(cfg.edgegossip.selection) << '|'
        << to_string(cfg.edgegossip.merge);
   for (auto& p : cfg.platforms())

@@ -23,8 +23,10 @@ public:
 
 /// The training mode: "gosgd" (epoch-synchronous unless the schedule says
 /// otherwise), "gosgd-async" (GoSGD, asynchronous schedule), "edgegossip"
-/// (GoSGD gossip plus the predictor, balancer and accuracy-aware trainer).
-enum class strategy_name : uint8_t { gosgd, gosgd_async, edgegossip, sgp };
+/// (GoSGD gossip plus the predictor, balancer and accuracy-aware trainer),
+/// "sgp" (push-sum SGD), "sparse-push" (push-sum with top-k messages) and
+/// "scsp" (Sparse-Push with skew compensation).
+enum class strategy_name : uint8_t { gosgd, gosgd_async, edgegossip, sgp, sparse_push, scsp };
 enum class schedule : uint8_t { sync, async };  ///< epoch barrier, or none
 /// How gossip travels between nodes: the weights lane, or CAF messages.
 enum class transport : uint8_t { lane, middleman };
@@ -140,6 +142,17 @@ struct strategy_config {
   double exchange_probability = 0.05;
   /// Peers per message round of the "uniform" topology.
   int64_t out_peers = 1;
+  /// Sparse-Push and SCSP: the share of each tensor's entries a message
+  /// carries (top-k by magnitude, at least one entry a tensor).
+  double density = 0.01;
+  /// Sparse-Push and SCSP: the consensus step gamma (docs/ALGORITHMS.md,
+  /// "Sparse-Push"); 1 with density 1 is push-sum on a fixed graph.
+  double consensus_step = 1;
+  /// Sparse-Push and SCSP: values on the wire as "float16" or "float32".
+  std::string sparse_values = "float16";
+  /// SCSP: how much of the previous steps the drift estimate keeps (the
+  /// decay of the moving average of each platform's own steps).
+  double drift_memory = 0.9;
 
   /// True when platforms run without an epoch barrier.
   bool asynchronous() const {
@@ -147,6 +160,11 @@ struct strategy_config {
   }
   /// True when the predictor, balancer and accuracy-aware trainer are on.
   bool edgegossip() const { return name == strategy_name::edgegossip; }
+  /// True for the push-sum family (weights that sum to the platforms).
+  bool push_sum() const {
+    return name == strategy_name::sgp || name == strategy_name::sparse_push ||
+           name == strategy_name::scsp;
+  }
 };
 
 /// EdgeGossip's parameters (docs/ALGORITHMS.md, "EdgeGossip"; Han et al., IEEE TPDS 2021).

@@ -133,19 +133,23 @@ std::vector<std::string> history_lines(const in::history& h) {
   std::vector<std::string> out;
   out.push_back(fmt::format("history of platform {}: one row per completed epoch", h.platform));
   out.push_back(fmt::format("{:>5} {:>5} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>10} "
-                            "{}",
+                            "{:<35} {}",
                             "EPOCH", "RATIO", "SAMPLES", "WALL S", "SAMPLES/S", "LOSS",
-                            "TEST LOSS", "TEST ACC", "WEIGHT", "SENT", "RECEIVED", "HEARD FROM"));
+                            "TEST LOSS", "TEST ACC", "WEIGHT", "SENT", "RECEIVED",
+                            "SENT: VALUES/INDICES/WEIGHTS/HEADERS", "HEARD FROM"));
   for (auto& r : h.epochs) {
     std::string heard;
     for (auto& t : r.received_from)
       heard += (heard.empty() ? "" : " ") + t.peer;
+    const auto parts = fmt::format("{}/{}/{}/{}", human_bytes(r.sent.values),
+                                   human_bytes(r.sent.indices), human_bytes(r.sent.weights),
+                                   human_bytes(r.sent.headers));
     out.push_back(fmt::format(
-      "{:>5} {:>5} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>10} {}", r.epoch + 1,
+      "{:>5} {:>5} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>10} {:<35} {}", r.epoch + 1,
       number(r.ratio, 2), r.samples, number(r.wall_seconds, 1),
       number(r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, 0), number(r.train_loss, 4),
       number(r.test_loss, 4), number(r.test_accuracy, 4), number(r.gossip_weight, 3),
-      human_bytes(r.bytes_sent), human_bytes(r.bytes_received), heard));
+      human_bytes(r.bytes_sent), human_bytes(r.bytes_received), parts, heard));
   }
   if (h.epochs.empty())
     out.push_back("(no epoch completed yet)");

@@ -118,21 +118,214 @@ std::vector<send_order> push_sum::after_step(const std::vector<torch::Tensor>&, 
   return orders;
 }
 
-std::vector<messages::tensor_view> gossip_strategy::payload(const send_order&, const std::string&,
-                                                           const std::vector<std::string>& names,
-                                                           const std::vector<torch::Tensor>& params) {
-  return to_views(names, params);
+gossip_payload gossip_strategy::payload(const send_order&, const std::string&,
+                                       const std::vector<std::string>& names,
+                                       const std::vector<torch::Tensor>& params) {
+  gossip_payload p;
+  p.tensors = to_views(names, params);
+  return p;
+}
+
+void gossip_strategy::merge_sparse(const std::vector<torch::Tensor>&, const std::string&,
+                                   const messages::weights&) {
+  throw std::invalid_argument(name() + " merges whole models; a sparse message was refused");
+}
+
+sparse_push::sparse_push(flat_layout layout, sparse_push_options options, double initial_weight)
+    : options_(options), weight_(initial_weight), generation_(std::random_device{}() | 1),
+      model_copies_(layout, options.density, options.values),
+      tracker_copies_(layout, options.density, options.values) {
+  generation_ = (generation_ << 32) ^ std::random_device{}();
+  if (!(initial_weight > 0) || !std::isfinite(initial_weight))
+    throw std::invalid_argument("sparse-push: initial weight must be positive");
+  if (!(options.consensus_step > 0 && options.consensus_step <= 1))
+    throw std::invalid_argument("sparse-push: consensus step " +
+                                std::to_string(options.consensus_step) + " is not in (0, 1]");
+  if (!(options.drift_memory >= 0 && options.drift_memory < 1))
+    throw std::invalid_argument("scsp: drift memory " + std::to_string(options.drift_memory) +
+                                " is not in [0, 1)");
+}
+
+void sparse_push::set_weight(double w) {
+  if (!(w > 0) || !std::isfinite(w))
+    throw std::invalid_argument("sparse-push: weight " + std::to_string(w) + " is not positive");
+  weight_ = w;
+}
+
+void sparse_push::start(const std::vector<torch::Tensor>& params) {
+  flatten_into(params, 1.0, z_);
+  if (z_.numel() != model_copies_.layout().numel())
+    throw std::invalid_argument("sparse-push: the parameters do not fit the layout");
+  model_copies_.start(z_);
+  if (options_.compensate) {
+    own_steps_ = torch::zeros_like(z_);
+    tracker_ = torch::zeros_like(z_);
+    tracker_copies_.start(tracker_);
+  }
+  out_.clear();
+  in_.clear();
+}
+
+void sparse_push::restored(const std::vector<torch::Tensor>& params) {
+  flatten_into(params, 1.0, z_);
+}
+
+void sparse_push::peers_changed(const std::vector<std::string>& live) {
+  std::set<std::string> now(live.begin(), live.end());
+  for (auto& p : now)
+    if (!live_.count(p))
+      if (auto e = out_.find(p); e != out_.end())
+        e->second.keyframe = true;  // it was gone: its copy of our edge may be lost
+  live_ = std::move(now);
+}
+
+void sparse_push::merge(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
+                        double, double, double) {
+  throw std::invalid_argument(name() + " merges sparse messages; a whole model was refused");
+}
+
+void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
+                               const messages::weights& message) {
+  if (!z_.defined())
+    throw std::logic_error("sparse-push: merge before start");
+  const size_t expected = options_.compensate ? 2 : 1;
+  if (message.sparse.size() != expected)
+    throw std::invalid_argument(name() + " takes " + std::to_string(expected) +
+                                " sparse parts a message, received " +
+                                std::to_string(message.sparse.size()));
+  if (!message.tensors.empty())
+    throw std::invalid_argument(name() + ": a message with whole tensors beside sparse parts");
+  const double s = message.gossip_weight;
+  if (!(s > 0) || !std::isfinite(s))
+    throw std::invalid_argument(name() + ": received weight must be positive");
+  // Everything checked before anything changes: a bad message changes nothing.
+  auto model_part = decode(message.sparse[0], model_copies_.layout());
+  sparse_entries tracker_part;
+  if (options_.compensate)
+    tracker_part = decode(message.sparse[1], tracker_copies_.layout());
+
+  // Is the message the next one on its edge?
+  auto [it, unknown] = in_.try_emplace(from);
+  auto& edge = it->second;
+  bool fresh = false, in_step;
+  if (unknown || edge.generation != message.generation) {
+    edge.generation = message.generation;
+    fresh = message.edge_seq == 1 && !message.keyframe;  // a sender that (re)started
+    in_step = message.keyframe || fresh;
+  } else {
+    in_step = message.keyframe || (edge.valid && message.edge_seq == edge.expected);
+  }
+  edge.valid = in_step;
+  if (in_step)
+    edge.expected = message.edge_seq + 1;
+
+  torch::NoGradGuard no_grad;
+  flatten_into(params, 1.0, z_);
+  const double keep = weight_ / (weight_ + s), take = s / (weight_ + s);
+  if (in_step) {
+    const auto& copy = model_copies_.receive(from, model_part, message.keyframe, fresh);
+    z_.mul_(keep).add_(copy, take);
+    if (options_.compensate) {
+      const auto& c = tracker_copies_.receive(from, tracker_part, message.keyframe, fresh);
+      tracker_.mul_(keep).add_(c, take);
+    }
+    unflatten_into(z_, 1.0, params);
+  } else {
+    ++out_of_step_;  // the weight alone: as if merging a copy equal to z
+  }
+  weight_ += s;
+}
+
+std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>& params,
+                                                size_t targets, std::mt19937_64&) {
+  if (!z_.defined())
+    throw std::logic_error("sparse-push: step before start");
+  torch::NoGradGuard no_grad;
+  flatten_into(params, 1.0, scratch_);
+  if (options_.compensate) {
+    // This step's move: u = z before the step - z after it.
+    auto step = z_ - scratch_;
+    const double beta = options_.drift_memory;
+    auto before = own_steps_.clone();
+    own_steps_.mul_(beta).add_(step, 1 - beta);
+    // The de-biased tracker follows the change of m (its numerator w c by
+    // m' - m), so that the sum of the numerators stays the sum of the m's.
+    tracker_.add_(own_steps_ - before, 1.0 / weight_);
+    // z <- z - (c - m): the cluster's average step for own drift.
+    scratch_.sub_(tracker_ - own_steps_);
+    unflatten_into(scratch_, 1.0, params);
+  }
+  std::swap(z_, scratch_);
+  const double share = options_.consensus_step * weight_ / static_cast<double>(targets + 1);
+  if (targets == 0 || !(share >= std::numeric_limits<double>::min()))
+    return {};
+  std::vector<send_order> orders;
+  for (size_t i = 0; i < targets; ++i)
+    orders.push_back({i, share});
+  return orders;
+}
+
+double sparse_push::share_bound(double w, double captured) {
+  // (w / (w - s))^2 (1 - captured) <= 1  <=>  s <= w (1 - sqrt(1 - captured)).
+  return 0.5 * w * (1 - std::sqrt(std::max(0.0, 1 - captured)));
+}
+
+gossip_payload sparse_push::payload(const send_order& order, const std::string& to,
+                                    const std::vector<std::string>&,
+                                    const std::vector<torch::Tensor>& params) {
+  if (!z_.defined())
+    throw std::logic_error("sparse-push: a payload before start");
+  double s = order.weight;
+  if (!(s > 0) || !(s < weight_))
+    throw std::logic_error("sparse-push: a share of " + std::to_string(s) + " out of a weight of " +
+                           std::to_string(weight_));
+  torch::NoGradGuard no_grad;
+  auto& edge = out_[to];
+  gossip_payload p;
+  p.edge_seq = ++edge.seq;
+  p.generation = generation_;
+  p.keyframe = edge.keyframe;
+  edge.keyframe = false;
+  auto parts = std::make_shared<std::vector<encoded_part>>();
+  double captured = 1;
+  parts->push_back(model_copies_.send(to, z_, p.keyframe, &captured));
+  double tracker_captured = 1;
+  if (options_.compensate)
+    parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &tracker_captured));
+  s = std::min(s, share_bound(weight_, std::min(captured, tracker_captured)));
+  p.weight = s;
+  // The share leaves as s times the edge's copy (what the receiver merges),
+  // so the numerators' sum is exact: w z <- w z - s z^, w <- w - s. What the
+  // copy lacks of z stays here and goes with the next messages.
+  const double keep = weight_ / (weight_ - s), give = s / (weight_ - s);
+  z_.mul_(keep).sub_(model_copies_.sent_copy(to), give);
+  if (options_.compensate)
+    tracker_.mul_(keep).sub_(tracker_copies_.sent_copy(to), give);
+  weight_ -= s;
+  unflatten_into(z_, 1.0, params);
+  for (auto& part : *parts)
+    p.sparse.push_back(part.view());
+  p.hold = std::move(parts);
+  return p;
 }
 
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
-                                               double exchange_probability) {
+                                               double exchange_probability,
+                                               const flat_layout& layout,
+                                               const sparse_push_options& sparse) {
   if (platforms <= 0)
     throw std::invalid_argument("make_strategy: the number of platforms must be positive");
   if (name == "gosgd")
     return std::make_unique<gosgd>(1.0 / static_cast<double>(platforms), exchange_probability);
   if (name == "sgp")
     return std::make_unique<push_sum>(1.0);
-  throw std::invalid_argument("unknown gossip strategy '" + name + "' (known: gosgd, sgp)");
+  if (name == "sparse-push" || name == "scsp") {
+    auto o = sparse;
+    o.compensate = name == "scsp";
+    return std::make_unique<sparse_push>(layout, o, 1.0);
+  }
+  throw std::invalid_argument("unknown gossip strategy '" + name +
+                              "' (known: gosgd, sgp, sparse-push, scsp)");
 }
 
 namespace {

@@ -2,12 +2,15 @@
 // Gossip arithmetic on model parameters, actor-free. A strategy decides what
 // a platform sends after a local step and how a received model is merged.
 
+#include "learning/compression.hpp"
 #include "messages/codec.hpp"
 
 #include <torch/types.h>
 
 #include <memory>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,19 @@ namespace eg::learning {
 struct send_order {
   size_t peer = 0;
   double weight = 0;
+};
+
+/// What one message carries: dense tensors (views of the parameters, which
+/// the platform lends while the message is on its way) or sparse parts
+/// (whose bytes `hold` keeps alive).
+struct gossip_payload {
+  std::vector<messages::tensor_view> tensors;
+  std::vector<messages::sparse_part> sparse;
+  std::shared_ptr<const void> hold;  ///< null: views of the parameters
+  uint64_t edge_seq = 0;             ///< sparse: the message's number on its edge
+  uint64_t generation = 0;           ///< sparse: the sender's generation
+  bool keyframe = false;             ///< sparse: restarts the edge's copies
+  double weight = 0;                 ///< > 0: the weight share sent (instead of the order's)
 };
 
 class gossip_strategy {
@@ -50,14 +66,23 @@ public:
   /// messages per epoch: otherwise the slow ones, stepping less, hoard
   /// gossip weight, and their lagging models dominate every merge.
   virtual void scale_exchange(double factor) = 0;
-  /// What the message of `order` to peer `to` carries: views of the
-  /// tensors to send, named as in `names`. Dense strategies send every
-  /// parameter as it is (the default); a sparse one may send a different
-  /// part to each peer.
-  virtual std::vector<messages::tensor_view> payload(const send_order& order,
-                                                     const std::string& to,
-                                                     const std::vector<std::string>& names,
-                                                     const std::vector<torch::Tensor>& params);
+  /// What the message of `order` to peer `to` carries. Dense strategies
+  /// send every parameter as it is, named as in `names` (the default); a
+  /// sparse one sends the parts its last after_step() made.
+  virtual gossip_payload payload(const send_order& order, const std::string& to,
+                                 const std::vector<std::string>& names,
+                                 const std::vector<torch::Tensor>& params);
+  /// Merges a received sparse message from platform `from`. The default
+  /// refuses it (std::invalid_argument): a dense strategy takes whole models.
+  virtual void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
+                            const messages::weights& message);
+  /// Called after a checkpoint's model was loaded into the parameters.
+  virtual void restored(const std::vector<torch::Tensor>& /*params*/) {}
+  /// The peers that are live now (after every change).
+  virtual void peers_changed(const std::vector<std::string>& /*live*/) {}
+  /// Called once the parameters are the ones training starts from (the
+  /// initial model, or a restored checkpoint's) and the weight is set.
+  virtual void start(const std::vector<torch::Tensor>& /*params*/) {}
 };
 
 /// GoSGD (Blot et al.): sum-weight gossip. Start weight 1/M; merge
@@ -117,11 +142,107 @@ private:
   double weight_;
 };
 
+/// Sparse-Push's settings (config: strategy.density, consensus_step,
+/// sparse_values, drift_memory).
+struct sparse_push_options {
+  double density = 0.01;
+  double consensus_step = 1;
+  messages::value_type values = messages::value_type::float16;
+  /// SCSP (skew compensation on) and its moving average's decay.
+  bool compensate = false;
+  double drift_memory = 0.99;
+};
+
+/// Sparse-Push (Aketi, Singh, Rabaey 2021) as push-sum whose messages carry
+/// top-k parts of the model (docs/ALGORITHMS.md, "Sparse-Push"). Each edge
+/// i -> j has a public copy z^ of z_i that both ends hold (edge_copies);
+/// every message moves it by q = top-k(z_i - z^) and carries the push-sum
+/// share s exactly: gamma w_i / (d + 1), or less when the copy lags (see
+/// share_bound). The numerator s z^ moves from
+/// sender to receiver: the receiver merges the copy as push-sum merges a
+/// model, z_j <- (w_j z_j + s z^) / (w_j + s), and the sender keeps the
+/// rest, z_i <- (w_i z_i - s z^) / (w_i - s), so the sum of w z over the
+/// platforms and the messages in flight changes only by the local steps.
+/// What a message leaves out stays in z_i - z^ for the next one on that
+/// edge; the sender's step away from z^ scales that residual by
+/// w / (w - s), so s is bounded by what the message captured of it.
+/// Edge sequence numbers and the sender's generation keep both ends'
+/// copies equal: a message out of step (one lost on the way, or a peer
+/// restarted) merges its weight only, until the sender, seeing the peer
+/// come back, restarts the edge with a keyframe (the whole model).
+/// With `compensate` (SCSP), each platform also tracks the average step of
+/// the cluster: m, a moving average of its own steps, and c, a de-biased
+/// tracker gossiped like z through a second sparse part, which follows m's
+/// changes (c += (m' - m) / w), so that c estimates the mean of the m's;
+/// each step is corrected by c - m: a platform's systematic drift under
+/// label skew is replaced by the neighbourhood's (SCAFFOLD's control
+/// variates, estimated by gossip).
+class sparse_push : public gossip_strategy {
+public:
+  sparse_push(flat_layout layout, sparse_push_options options, double initial_weight = 1);
+  std::string name() const override { return options_.compensate ? "scsp" : "sparse-push"; }
+  double weight() const override { return weight_; }
+  void set_weight(double w) override;
+  /// Refuses a dense model: Sparse-Push merges sparse parts only.
+  void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+             double received_weight, double own_rate = 1, double received_rate = 1) override;
+  void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
+                    const messages::weights& message) override;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+                                     std::mt19937_64& rng) override;
+  void scale_exchange(double) override {}
+  gossip_payload payload(const send_order& order, const std::string& to,
+                         const std::vector<std::string>& names,
+                         const std::vector<torch::Tensor>& params) override;
+  /// Every edge's copies start at `params`: call it with the initial model,
+  /// the same on every platform (before a checkpoint is restored).
+  void start(const std::vector<torch::Tensor>& params) override;
+  /// The restored model is where the next step starts from.
+  void restored(const std::vector<torch::Tensor>& params) override;
+  /// A peer that comes back after it was gone gets a keyframe next.
+  void peers_changed(const std::vector<std::string>& live) override;
+  /// Messages merged by weight only because they arrived out of step.
+  uint64_t out_of_step() const { return out_of_step_; }
+
+  /// The largest share of weight w a message may take when it carried
+  /// `captured` (|q|^2 / |z - z^|^2) of what the edge's copy lacked: the
+  /// residual after the message, |z - z^|^2 (1 - captured), grows by
+  /// (w / (w - s))^2 when the sender keeps the rest; at half the share that
+  /// keeps it from growing, it shrinks from message to message.
+  static double share_bound(double w, double captured);
+
+private:
+  struct out_edge {
+    uint64_t seq = 0;
+    bool keyframe = false;
+  };
+  struct in_edge {
+    uint64_t generation = 0;
+    uint64_t expected = 1;
+    bool valid = false;
+  };
+  sparse_push_options options_;
+  double weight_;
+  uint64_t generation_;
+  edge_copies model_copies_, tracker_copies_;
+  std::map<std::string, out_edge> out_;
+  std::map<std::string, in_edge> in_;
+  std::set<std::string> live_;
+  uint64_t out_of_step_ = 0;
+  torch::Tensor z_;  // the model as sent and merged, flat
+  // SCSP: the moving average of own steps and the de-biased tracker.
+  torch::Tensor own_steps_, tracker_;
+  torch::Tensor scratch_;
+};
+
 /// Builds the strategy named in the config: "gosgd" (GoSGD, start weight
-/// 1 / platforms) or "sgp" (push-sum, start weight 1); throws
-/// std::invalid_argument for an unknown name.
+/// 1 / platforms), "sgp" (push-sum, start weight 1), "sparse-push" or
+/// "scsp" (over `layout`, with `sparse`); throws std::invalid_argument for
+/// an unknown name.
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
-                                               double exchange_probability);
+                                               double exchange_probability,
+                                               const flat_layout& layout = {},
+                                               const sparse_push_options& sparse = {});
 
 /// Views of the tensors (names from `names`), contiguous, for encoding. The
 /// tensors must stay alive and unchanged while the views are used.

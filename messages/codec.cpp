@@ -203,6 +203,9 @@ struct body_writer {
     out.setRate(w.rate);
     out.setEpoch(w.epoch);
     out.setIteration(w.iteration);
+    out.setEdgeSeq(w.edge_seq);
+    out.setGeneration(w.generation);
+    out.setKeyframe(w.keyframe);
     auto tensors = out.initTensors(static_cast<unsigned>(w.tensors.size()));
     for (unsigned i = 0; i < tensors.size(); ++i) write_tensor(tensors[i], w.tensors[i], orphanage);
     if (!w.sparse.empty()) {
@@ -305,6 +308,9 @@ struct body_reader {
     w.rate = in.getRate();
     w.epoch = in.getEpoch();
     w.iteration = in.getIteration();
+    w.edge_seq = in.getEdgeSeq();
+    w.generation = in.getGeneration();
+    w.keyframe = in.getKeyframe();
     auto tensors = in.getTensors();
     w.tensors.reserve(tensors.size());
     for (auto t : tensors) {

@@ -51,6 +51,12 @@ struct Weights {
   tensors @3 :List(Tensor);
   rate @4 :Float64;  # share of its data the sender trains per epoch (r_i); 0: not given
   sparse @5 :List(SparsePart);  # instead of (or beside) dense tensors
+  # Sparse-Push: the sender's run of messages on this edge (1, 2, ...), the
+  # sender's generation (new at each start), and whether the receiver's copy
+  # of the edge restarts from zero with this message (the whole model).
+  edgeSeq @6 :UInt64;
+  generation @7 :UInt64;
+  keyframe @8 :Bool;
 }
 
 struct Component {

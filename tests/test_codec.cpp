@@ -288,6 +288,9 @@ BOOST_AUTO_TEST_CASE(weights_round_trip_is_bit_exact) {
   w.rate = 0.375;
   w.epoch = 4;
   w.iteration = 987654321;
+  w.edge_seq = 12345;
+  w.generation = 0xfedcba9876543210ull;
+  w.keyframe = true;
   for (auto& t : owned) w.tensors.push_back(t.view);
 
   weights r = round_trip(w);
@@ -295,6 +298,9 @@ BOOST_AUTO_TEST_CASE(weights_round_trip_is_bit_exact) {
   BOOST_TEST(r.rate == w.rate);
   BOOST_TEST(r.epoch == w.epoch);
   BOOST_TEST(r.iteration == w.iteration);
+  BOOST_TEST(r.edge_seq == w.edge_seq);
+  BOOST_TEST(r.generation == w.generation);
+  BOOST_TEST(r.keyframe);
   BOOST_REQUIRE(r.tensors.size() == w.tensors.size());
   for (size_t i = 0; i < w.tensors.size(); ++i) {
     const tensor_view& a = w.tensors[i];
