@@ -692,7 +692,7 @@ int traffic(const options& opt, const traffic_options& t) {
     cfg.seed = first_seed;
     cfg.train.epochs = process_epochs;
     config::apply_override(cfg, "data.partition=iid");
-    cfg.id = "bench-traffic-nodes";
+    // The same cluster id as in one process: it is in every message's header.
     cfg = as_node_processes(cfg);
     auto dir = root / "processes";
     fs::create_directories(dir);
