@@ -64,6 +64,7 @@ struct platform_state {
   uint64_t planned = 0;
   uint64_t iterations = 0;
   uint64_t refused = 0;
+  uint64_t out_of_step_said = 0;  // strategy->out_of_step() when last logged
   // Observations for the predictor: wall time (idle included) and points,
   // every second of training and at the end of each epoch.
   clock::time_point last_step_end;
@@ -278,6 +279,13 @@ void finish_epoch(self_ptr self) {
                    r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
                    r.test_accuracy, r.messages_received);
       st.last_report = r;
+      if (auto n = st.strategy->out_of_step(); n > st.out_of_step_said) {
+        spdlog::warn("[{}] {} sparse messages arrived out of step with their edge in epoch {} "
+                     "(lost on the way or a peer restarted): merged by their weight alone until "
+                     "the edge's keyframe",
+                     st.args.platform.name, n - st.out_of_step_said, r.epoch + 1);
+        st.out_of_step_said = n;
+      }
       self->send(st.args.store, metrics_atom::value, st.args.platform.name,
                  static_cast<uint64_t>(r.epoch), r);
       self->send(st.args.node, report_atom::value, r);

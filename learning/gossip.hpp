@@ -80,6 +80,9 @@ public:
   virtual void restored(const std::vector<torch::Tensor>& /*params*/) {}
   /// The peers that are live now (after every change).
   virtual void peers_changed(const std::vector<std::string>& /*live*/) {}
+  /// Messages merged by their weight alone because they arrived out of step
+  /// with their edge (sparse strategies), since the start.
+  virtual uint64_t out_of_step() const { return 0; }
   /// Called once the parameters are the ones training starts from (the
   /// initial model, or a restored checkpoint's) and the weight is set.
   virtual void start(const std::vector<torch::Tensor>& /*params*/) {}
@@ -201,8 +204,7 @@ public:
   void restored(const std::vector<torch::Tensor>& params) override;
   /// A peer that comes back after it was gone gets a keyframe next.
   void peers_changed(const std::vector<std::string>& live) override;
-  /// Messages merged by weight only because they arrived out of step.
-  uint64_t out_of_step() const { return out_of_step_; }
+  uint64_t out_of_step() const override { return out_of_step_; }
 
   /// The largest share of weight w a message may take when it carried
   /// `captured` (|q|^2 / |z - z^|^2) of what the edge's copy lacked: the
