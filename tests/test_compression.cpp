@@ -276,6 +276,37 @@ BOOST_AUTO_TEST_CASE(sparse_push_reaches_consensus_over_the_exponential_graph) {
     BOOST_TEST(torch::allclose(flat_of(z[i]), mean, 0, 0.01), "platform " << i << " far from the mean");
 }
 
+BOOST_AUTO_TEST_CASE(a_message_that_carries_little_of_a_lagging_copy_moves_little_weight) {
+  BOOST_TEST(sparse_push::share_bound(1.0, 1.0) == 0.5);
+  BOOST_TEST(sparse_push::share_bound(1.0, 0.0) == 0.0);
+  BOOST_TEST(std::abs(sparse_push::share_bound(2.0, 0.75) - 0.5) < 1e-12);
+  // One entry of tensor 0 out of ten moved far: the copy lacks it, and a
+  // message of 1 entry a tensor carries it whole: the full share.
+  auto l = layout();
+  std::mt19937_64 rng(4);
+  sparse_push a(l, sparse(0.05, 1.0));
+  auto z = model(0.0f);
+  a.start(z);
+  z[0][0][0] = 5.0f;
+  auto o = a.after_step(z, 1, rng);
+  auto first = a.payload(o.at(0), "b", names(), z);
+  BOOST_TEST(first.weight == o.at(0).weight);
+  // Every entry moved alike: one entry of ten carries a tenth of what the
+  // copy lacks, and the share is cut to what keeps the rest from growing.
+  z = model(0.0f);
+  sparse_push b(l, sparse(0.05, 1.0));
+  b.start(z);
+  z[0].add_(1.0f);
+  z[1].add_(1.0f);
+  const double w = b.weight();
+  o = b.after_step(z, 1, rng);
+  auto second = b.payload(o.at(0), "c", names(), z);
+  BOOST_TEST(second.weight < o.at(0).weight);
+  // 2 of the 13 entries (one a tensor) carried: 2/13 of the lack.
+  BOOST_TEST(std::abs(second.weight - sparse_push::share_bound(w, 2.0 / 13)) < 1e-9);
+  BOOST_TEST(std::abs(b.weight() - (w - second.weight)) < 1e-12);
+}
+
 BOOST_AUTO_TEST_CASE(weights_are_conserved_through_any_order_of_messages) {
   // Four platforms, 0 to 3 targets a step, messages merged in any order
   // (within an edge in order, as TCP and CAF deliver them) and some held
