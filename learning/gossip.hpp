@@ -153,7 +153,7 @@ struct sparse_push_options {
   messages::value_type values = messages::value_type::float16;
   /// SCSP (skew compensation on) and its moving average's decay.
   bool compensate = false;
-  double drift_memory = 0.99;
+  double drift_memory = 0.9;
 };
 
 /// Sparse-Push (Aketi, Singh, Rabaey 2021) as push-sum whose messages carry
