@@ -59,7 +59,7 @@ struct traffic_options {
   /// 0.02 below dense SGP's final non-IID accuracy).
   std::vector<double> target;
   int repeat = 1;              ///< seeds cluster.seed .. cluster.seed + repeat - 1
-  uint32_t epochs = 6;         ///< the same for every strategy
+  uint32_t epochs = 12;        ///< the same for every strategy
   bool processes = true;       ///< also sgp and one sparse-push density as node processes
   std::vector<std::string> overrides;  ///< --set key=value, for every run
 };
