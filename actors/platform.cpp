@@ -237,7 +237,8 @@ void send_gossip(self_ptr self) {
     auto payload = st.strategy->payload(order, to, st.names, st.params);
     // Sparse parts hold their own bytes; dense views borrow the parameters.
     auto hold = payload.hold ? payload.hold : st.trainer->loans().lend(st.params);
-    const double weight = payload.weight > 0 ? payload.weight : order.weight;
+    // A sparse strategy may send less weight than ordered (0 included).
+    const double weight = payload.hold ? payload.weight : order.weight;
     self->send(st.args.mixer, send_atom::value, to,
                st.weights_message(weight, std::move(payload), std::move(hold)));
   }

@@ -195,9 +195,11 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
                                 std::to_string(message.sparse.size()));
   if (!message.tensors.empty())
     throw std::invalid_argument(name() + ": a message with whole tensors beside sparse parts");
+  // A share may be 0: a message that carried almost nothing of a lagging
+  // copy moves no weight, but its part must still reach the copy.
   const double s = message.gossip_weight;
-  if (!(s > 0) || !std::isfinite(s))
-    throw std::invalid_argument(name() + ": received weight must be positive");
+  if (!(s >= 0) || !std::isfinite(s))
+    throw std::invalid_argument(name() + ": received weight must be a non-negative number");
   // Everything checked before anything changes: a bad message changes nothing.
   auto model_part = decode(message.sparse[0], model_copies_.layout());
   sparse_entries tracker_part;
@@ -292,7 +294,7 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   double tracker_captured = 1;
   if (options_.compensate)
     parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &tracker_captured));
-  s = std::min(s, share_bound(weight_, std::min(captured, tracker_captured)));
+  s = std::max(0.0, std::min(s, share_bound(weight_, std::min(captured, tracker_captured))));
   p.weight = s;
   // The share leaves as s times the edge's copy (what the receiver merges),
   // so the numerators' sum is exact: w z <- w z - s z^, w <- w - s. What the

@@ -34,7 +34,7 @@ struct gossip_payload {
   uint64_t edge_seq = 0;             ///< sparse: the message's number on its edge
   uint64_t generation = 0;           ///< sparse: the sender's generation
   bool keyframe = false;             ///< sparse: restarts the edge's copies
-  double weight = 0;                 ///< > 0: the weight share sent (instead of the order's)
+  double weight = 0;                 ///< sparse (hold set): the weight share sent, maybe less than the order's
 };
 
 class gossip_strategy {

@@ -109,7 +109,12 @@ BOOST_FIXTURE_TEST_CASE(mixer_sends_a_copy_to_a_peer_in_this_process_and_counts_
   BOOST_TEST(got);
   auto s = stats_of(self, sched, m);
   BOOST_TEST(s.messages_sent == 1u);
-  BOOST_TEST(s.bytes_sent == original.wire_bytes);
+  // Counted as on the wire: the tensors' bytes, the weight, and the envelope.
+  BOOST_TEST(s.sent.values == original.wire_bytes);
+  BOOST_TEST(s.sent.weights == 8u);
+  BOOST_TEST(s.sent.indices == 0u);
+  BOOST_TEST(s.sent.headers > 0u);
+  BOOST_TEST(s.bytes_sent == s.sent.total());
   // Counters restart after each stats request.
   BOOST_TEST(stats_of(self, sched, m).messages_sent == 0u);
 }

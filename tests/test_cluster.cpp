@@ -110,11 +110,14 @@ BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
 
 BOOST_AUTO_TEST_CASE(gossip_goes_through_the_middleman_when_configured) {
   temp_dir dir;
-  // 80 iterations: every platform sends about 24 messages, so each one hears
-  // from both others even when the last pair of nodes peers late.
-  auto config = three_node_config(dir, 1, 80, "middleman");
+  // 160 iterations: every platform sends about 48 messages, so each one
+  // hears from both others even when the last pair of nodes peers late (80
+  // were once not enough on a busy machine).
+  auto config = three_node_config(dir, 1, 160, "middleman");
   auto logs = run_three_nodes(dir, config);
-  check_everyone_heard_everyone(only_run_dir(dir / "runs"));
+  BOOST_TEST_CONTEXT("node a:\n" << logs[0] << "\nnode b:\n" << logs[1] << "\nnode c:\n" << logs[2]) {
+    check_everyone_heard_everyone(only_run_dir(dir / "runs"));
+  }
   for (auto& log : logs) {
     BOOST_TEST_INFO(log);
     BOOST_TEST(log.find("weights lane") == std::string::npos);

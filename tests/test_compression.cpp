@@ -168,7 +168,7 @@ namespace {
 /// One message between strategies, as the platform builds it.
 msg::weights message_of(double weight, const gossip_payload& p) {
   msg::weights w;
-  w.gossip_weight = p.weight > 0 ? p.weight : weight;  // as the platform sends it
+  w.gossip_weight = p.hold ? p.weight : weight;  // as the platform sends it
   w.sparse = p.sparse;
   w.edge_seq = p.edge_seq;
   w.generation = p.generation;
@@ -444,11 +444,20 @@ BOOST_AUTO_TEST_CASE(sparse_push_refuses_what_it_cannot_merge) {
   auto two = m;
   two.sparse = {good.view(), good.view()};
   BOOST_CHECK_THROW(s.merge_sparse(z, "a", two), std::invalid_argument);
-  auto weightless = m;
-  weightless.gossip_weight = 0;
-  BOOST_CHECK_THROW(s.merge_sparse(z, "a", weightless), std::invalid_argument);
+  auto negative = m;
+  negative.gossip_weight = -0.5;
+  BOOST_CHECK_THROW(s.merge_sparse(z, "a", negative), std::invalid_argument);
+  negative.gossip_weight = std::nan("");
+  BOOST_CHECK_THROW(s.merge_sparse(z, "a", negative), std::invalid_argument);
   BOOST_CHECK_NO_THROW(s.merge_sparse(z, "a", m));
   BOOST_TEST(s.weight() == before + 0.5);
+  // A share of 0 still moves the edge's copy: the next message is in step.
+  auto zero = m;
+  zero.gossip_weight = 0;
+  zero.edge_seq = 2;
+  BOOST_CHECK_NO_THROW(s.merge_sparse(z, "a", zero));
+  BOOST_TEST(s.weight() == before + 0.5);
+  BOOST_TEST(s.out_of_step() == 0u);
   push_sum dense;
   BOOST_CHECK_THROW(dense.merge_sparse(z, "a", m), std::invalid_argument);
   BOOST_CHECK_THROW(sparse_push(l, sparse(0.0, 0.5)), std::invalid_argument);
