@@ -91,9 +91,13 @@ BOOST_AUTO_TEST_CASE(a_killed_node_restarts_from_its_last_good_checkpoint) {
   auto reference = start_cluster(dir, reference_cfg, "reference");
   auto faulty = start_cluster(dir, faulty_cfg, "faulty");
 
-  // Kill -9 node b once its platform has finished two epochs.
+  // Kill -9 node b once its platform has finished two epochs and its store
+  // has written the checkpoint (asynchronously: on a busy machine it was not
+  // yet there when the kill came right after the epoch's log line; the next
+  // epoch takes about 6 s).
   BOOST_REQUIRE_MESSAGE(faulty["b"]->wait_for_output("[b0] epoch 2 done", std::chrono::seconds(120)),
                         faulty["b"]->output());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   faulty["b"]->signal(SIGKILL);
   BOOST_REQUIRE_EQUAL(faulty["b"]->wait(std::chrono::seconds(10)), 128 + SIGKILL);
   // The survivors see it go at once and carry on.
@@ -106,7 +110,8 @@ BOOST_AUTO_TEST_CASE(a_killed_node_restarts_from_its_last_good_checkpoint) {
     auto db = eg::storage::store::open((std::filesystem::path(dir / "faulty-data") / "b").string());
     auto key = eg::storage::key("b0", 2);
     auto value = db->get(eg::storage::family::checkpoints, key);
-    BOOST_REQUIRE(value.has_value());
+    BOOST_REQUIRE_MESSAGE(value.has_value(), "no checkpoint after epoch 2 in b's store:\n"
+                                               << faulty["b"]->output());
     (*value)[value->size() / 2] ^= 0x40;
     db->put(eg::storage::family::checkpoints, key, *value);
   }
