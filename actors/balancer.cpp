@@ -203,7 +203,7 @@ void finish(self_ptr self) {
   save_run_state(self);
   for (auto& name : st.epochs.live())
     self->send(st.handles[name].platform, done_atom::value, st.run);
-  self->send(st.args.node, done_atom::value, std::string{"balancer"}, st.run);
+  self->send(st.args.node, done_atom::value, messages::role::balancer, std::string{}, st.run);
 }
 
 void start(self_ptr self) {

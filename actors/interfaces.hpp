@@ -65,6 +65,7 @@ using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
+using overlap_atom = caf::atom_constant<caf::atom("overlap")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -111,6 +112,8 @@ using platform_actor = caf::typed_actor<
   caf::reacts_to<plan_atom, plan>,
   // To itself: one training iteration.
   caf::reacts_to<step_atom>,
+  // To itself: the tau-overlap wait before step k + 1 (argument k) ran out.
+  caf::reacts_to<overlap_atom, uint64_t>,
   // From its mixer: weights received from a peer, to merge.
   caf::reacts_to<merge_atom, held_weights>,
   // From its mixer: the peer platforms reachable now (the topology picks
@@ -172,9 +175,9 @@ using node_actor = caf::typed_actor<
                                                                     std::vector<caf::actor>>,
   // To itself: dial the peer node of that name (retried until it answers).
   caf::reacts_to<dial_atom, std::string>,
-  // From a local platform or the balancer: it finished the run (platform
-  // or "balancer", run name).
-  caf::reacts_to<done_atom, std::string, std::string>,
+  // From a local platform or the balancer: it finished the run (its role,
+  // the platform's name (empty for the balancer), run name).
+  caf::reacts_to<done_atom, messages::role, std::string, std::string>,
   // From a local platform: its epoch report, for the node's metrics file.
   caf::reacts_to<report_atom, epoch_report>,
   // From the launcher: answers with the run name once every local platform

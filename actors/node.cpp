@@ -214,15 +214,18 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       return answer_hello(self, their, handles);
     },
     [self](dial_atom, const std::string& name) { dial(self, name); },
-    [self](done_atom, const std::string& who, const std::string& run) {
+    [self](done_atom, messages::role who, const std::string& name, const std::string& run) {
       auto& st = self->state;
       if (!from_cluster(self))
         return;
       st.run = run;
-      st.done.insert(who);
-      if (st.done.size() >= st.expected_done())
+      if (who == messages::role::balancer)
+        st.balancer_done = true;
+      else if (who == messages::role::platform)
+        st.done.insert(name);
+      if (st.all_done())
         finish(self);
-      else if (who == "balancer" && !st.over_armed) {
+      else if (who == messages::role::balancer && !st.over_armed) {
         // The run is over: local platforms that do not say so within 30 s
         // (a done message lost on the way) do not keep the node up.
         st.over_armed = true;

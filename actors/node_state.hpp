@@ -37,7 +37,8 @@ struct node_state {
   std::map<std::string, int> dial_failures;
   std::set<caf::node_id> peer_ids;         // CAF node ids of peered nodes
   std::set<std::string> lost;             // nodes that were peered and went down
-  std::set<std::string> done;             // local platforms (and "balancer") done
+  std::set<std::string> done;             // local platforms done
+  bool balancer_done = false;             // the balancer (if here) ended the run
   std::string run;
   bool finished = false;
   bool released = false;  // the launcher may end the process
@@ -93,8 +94,9 @@ struct node_state {
                                                              : "presented a wrong cluster secret"));
   }
 
-  size_t expected_done() const {
-    return platforms.size() + (balancer ? 1 : 0);
+  /// Every local platform, and the balancer if it runs here, is done.
+  bool all_done() const {
+    return done.size() >= platforms.size() && (balancer_done || !balancer);
   }
 };
 

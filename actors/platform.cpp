@@ -35,6 +35,9 @@ struct platform_state {
   std::unique_ptr<learning::local_trainer> trainer;
   std::unique_ptr<learning::gossip_strategy> strategy;
   std::unique_ptr<learning::topology> topology;
+  learning::overlap_gate gate{0};  // push-sum's tau-overlap wait (tau 0: off)
+  bool waiting = false;            // a step waits for an in-neighbour's message
+  uint64_t gave_up = 0;            // waits that ran out this epoch
   std::vector<std::string> live;      // peer platforms reachable now (from the mixer)
   std::vector<std::string> names;     // parameter names, wire order
   std::vector<torch::Tensor> params;  // the model's parameters (shared storage)
@@ -216,8 +219,33 @@ void begin_epoch(self_ptr self) {
   st.compute_seconds = st.loss_sum = 0;
   st.samples = st.iterations = st.refused = 0;
   st.running = true;
+  st.waiting = false;
+  st.gave_up = 0;
+  st.gate.new_epoch();
   spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.epoch + 1,
                 st.trainer->remaining());
+  st.step_queued = true;
+  self->send(self, step_atom::value);
+}
+
+/// The in-neighbours whose message step total_iterations + 1 still waits
+/// for (tau-overlap SGP; none when the wait is off or the topology does not
+/// say who sends).
+std::vector<std::string> awaited(platform_state& st) {
+  auto need = st.gate.needed_iteration(st.total_iterations);
+  if (!need)
+    return {};
+  auto sources = st.topology->sources(*need, st.args.platform.name, st.live);
+  if (!sources)
+    return {};
+  return st.gate.missing(*need, *sources);
+}
+
+/// Queues the next step unless one is on its way.
+void queue_step(self_ptr self) {
+  auto& st = self->state;
+  if (st.step_queued)
+    return;
   st.step_queued = true;
   self->send(self, step_atom::value);
 }
@@ -287,6 +315,11 @@ void finish_epoch(self_ptr self) {
                      st.args.platform.name, n - st.out_of_step_said, r.epoch + 1);
         st.out_of_step_said = n;
       }
+      if (st.gave_up > 0)
+        spdlog::info("[{}] epoch {}: {} overlap wait(s) ran out (a peer silent for {} ms: gone, "
+                     "paused or with fewer iterations)",
+                     st.args.platform.name, r.epoch + 1, st.gave_up,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(defaults::overlap_wait).count());
       self->send(st.args.store, metrics_atom::value, st.args.platform.name,
                  static_cast<uint64_t>(r.epoch), r);
       self->send(st.args.node, report_atom::value, r);
@@ -359,6 +392,8 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   }
   st.topology = learning::make_topology(config::to_string(args.strategy.topology), args.members,
                                         static_cast<size_t>(args.strategy.out_peers));
+  st.gate = learning::overlap_gate(
+    args.strategy.push_sum() ? static_cast<uint64_t>(args.strategy.overlap) : 0);
   if (args.aggregated) {
     auto labels = args.aggregated->labels.contiguous();
     st.subset_classes.assign(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
@@ -415,6 +450,16 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.step_queued = false;
       if (!st.running || st.paused)
         return;
+      if (!awaited(st).empty()) {
+        // A merge that brings the last awaited message queues the step.
+        if (!st.waiting) {
+          st.waiting = true;
+          self->delayed_send(self, defaults::overlap_wait, overlap_atom::value,
+                             st.total_iterations);
+        }
+        return;
+      }
+      st.waiting = false;
       auto r = st.trainer->step();
       st.compute_seconds += r.compute_seconds;
       st.loss_sum += r.loss;
@@ -454,6 +499,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     },
     [self](merge_atom, const held_weights& message) {
       auto& st = self->state;
+      st.gate.heard(message.sender, message.value.iteration);
+      if (st.waiting && st.running && !st.paused && awaited(st).empty())
+        queue_step(self);
       try {
         const auto& w = message.value;
         if (!w.sparse.empty()) {
@@ -472,6 +520,19 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         ++st.refused;
         spdlog::warn("[{}] refused weights: {}", st.args.platform.name, e.what());
       }
+    },
+    [self](overlap_atom, uint64_t k) {
+      auto& st = self->state;
+      if (!st.waiting || st.total_iterations != k)
+        return;  // the message came in time
+      auto late = awaited(st);
+      st.gate.give_up(late);
+      st.gave_up += late.size();
+      spdlog::debug("[{}] step {}: no message from {} peer(s) within the overlap wait; not "
+                    "waited for again this epoch",
+                    st.args.platform.name, k + 1, late.size());
+      if (st.running && !st.paused)
+        queue_step(self);
     },
     [self](cut_atom, uint32_t epoch) {
       auto& st = self->state;
@@ -514,7 +575,8 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       // The node flushes the store once every platform is done: the final
       // checkpoint is in the store by then.
       checkpoint(self, [self, run](bool) {
-        self->send(self->state.args.node, done_atom::value, self->state.args.platform.name, run);
+        self->send(self->state.args.node, done_atom::value, messages::role::platform,
+                   self->state.args.platform.name, run);
       });
     },
     [self](control_atom, const control& c) -> caf::result<bool> {

@@ -96,6 +96,7 @@ void announce_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<messages::prediction>("eg::prediction");
   cfg.add_message_type<messages::epoch_report>("eg::epoch_report");
   cfg.add_message_type<messages::hello>("eg::hello");
+  cfg.add_message_type<messages::role>("eg::role");
   cfg.add_message_type<messages::control>("eg::control");
   cfg.add_message_type<messages::held_weights>("eg::weights");
   cfg.add_error_category(caf::atom("eg"), [](uint8_t code, caf::atom_value,

@@ -55,7 +55,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
     ->expected(1, 2);
   auto* epochs = bench->add_option("--epochs", st->tta_opt.epochs,
                                    "tta: epochs of every strategy (default 12); traffic: "
-                                   "the same (default 6); scale: epochs of every run (default 5)");
+                                   "the same (default 12); scale: epochs of every run (default 5)");
   auto* strategies = bench->add_option("--strategies", st->tta_opt.strategies,
                                        "tta: strategies to compare; traffic: gosgd, sgp, "
                                        "sparse-push:DENSITY, scsp:DENSITY (default gosgd sgp "

@@ -9,7 +9,7 @@
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
-//               consensus_step, sparse_values, drift_memory
+//               consensus_step, sparse_values, drift_memory, overlap
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [storage]   dir
@@ -167,6 +167,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.consensus_step", c.strategy.consensus_step, probability);
   visit("strategy.sparse_values", c.strategy.sparse_values, text_rule{{"float16", "float32"}, false});
   visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
+  visit("strategy.overlap", c.strategy.overlap, non_negative_int);
   visit("edgegossip.aggregator", c.edgegossip.aggregator,
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
   visit("edgegossip.aggregation_ratio", c.edgegossip.aggregation_ratio, positive_int);

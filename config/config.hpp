@@ -153,6 +153,11 @@ struct strategy_config {
   /// SCSP: how much of the previous steps the drift estimate keeps (the
   /// decay of the moving average of each platform's own steps).
   double drift_memory = 0.9;
+  /// Push-sum family: tau of tau-overlap SGP. Before its step k + 1 a
+  /// platform waits for the messages its in-neighbours sent at iteration
+  /// k + 1 - tau (at most `defaults::overlap_wait` for a silent one); 0
+  /// waits for nobody (fully asynchronous push-sum).
+  int64_t overlap = 1;
 
   /// True when platforms run without an epoch barrier.
   bool asynchronous() const {

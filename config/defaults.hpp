@@ -53,6 +53,10 @@ inline constexpr std::chrono::milliseconds console_forward_timeout = 3s;
 inline constexpr std::chrono::milliseconds checkpoint_timeout = 60s;
 /// A platform's progress report to the balancer, at most this often.
 inline constexpr std::chrono::milliseconds progress_report_interval = 1s;
+/// Push-sum's tau-overlap wait for an in-neighbour's message (learning/
+/// topology.hpp, overlap_gate): a source silent this long is not waited for
+/// again this epoch.
+inline constexpr std::chrono::milliseconds overlap_wait = 1s;
 /// The predictor samples the machine's contention this often.
 inline constexpr std::chrono::milliseconds contention_sampling = 500ms;
 

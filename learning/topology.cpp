@@ -50,6 +50,16 @@ std::vector<std::string> fully_connected::targets(uint64_t, const std::string&,
 
 bool fully_connected::directed() const { return false; }
 
+std::optional<std::vector<std::string>> fully_connected::sources(
+  uint64_t, const std::string&, const std::vector<std::string>& live) const {
+  return live;
+}
+
+std::optional<std::vector<std::string>> topology::sources(uint64_t, const std::string&,
+                                                          const std::vector<std::string>&) const {
+  return std::nullopt;
+}
+
 // --- member_graph ------------------------------------------------------------
 
 member_graph::member_graph(std::vector<std::string> members) : members_(std::move(members)) {
@@ -59,9 +69,8 @@ member_graph::member_graph(std::vector<std::string> members) : members_(std::mov
       throw std::invalid_argument("topology: platform '" + m + "' is a member twice");
 }
 
-std::vector<std::string> member_graph::targets(uint64_t k, const std::string& self,
-                                               const std::vector<std::string>& live,
-                                               std::mt19937_64&) const {
+std::pair<std::vector<const std::string*>, std::optional<size_t>>
+member_graph::up(const std::string& self, const std::vector<std::string>& live) const {
   // The graph over the live members: self and the live peers, in member order.
   std::vector<const std::string*> up;
   std::optional<size_t> i;
@@ -72,9 +81,28 @@ std::vector<std::string> member_graph::targets(uint64_t k, const std::string& se
       continue;
     up.push_back(&m);
   }
+  return {std::move(up), i};
+}
+
+std::vector<std::string> member_graph::targets(uint64_t k, const std::string& self,
+                                               const std::vector<std::string>& live,
+                                               std::mt19937_64&) const {
+  auto [up, i] = this->up(self, live);
   if (!i || up.size() < 2)
     return {};
   return {*up[target_index(k, *i, up.size())]};
+}
+
+std::optional<std::vector<std::string>> member_graph::sources(
+  uint64_t k, const std::string& self, const std::vector<std::string>& live) const {
+  auto [up, i] = this->up(self, live);
+  std::vector<std::string> from;
+  if (!i || up.size() < 2)
+    return from;
+  for (size_t j = 0; j < up.size(); ++j)
+    if (j != *i && target_index(k, j, up.size()) == *i)
+      from.push_back(*up[j]);
+  return from;
 }
 
 bool member_graph::directed() const { return true; }
@@ -100,6 +128,36 @@ size_t exponential::target_index(uint64_t k, size_t i, size_t n) const {
 std::string ring::name() const { return "ring"; }
 
 size_t ring::target_index(uint64_t, size_t i, size_t n) const { return (i + 1) % n; }
+
+// --- overlap_gate ------------------------------------------------------------
+
+void overlap_gate::heard(const std::string& from, uint64_t iteration) {
+  auto& n = newest_[from];
+  n = std::max(n, iteration);
+}
+
+std::optional<uint64_t> overlap_gate::needed_iteration(uint64_t k) const {
+  if (tau_ == 0 || k + 1 <= tau_)
+    return std::nullopt;
+  return k + 1 - tau_;
+}
+
+std::vector<std::string> overlap_gate::missing(uint64_t iteration,
+                                               const std::vector<std::string>& sources) const {
+  std::vector<std::string> out;
+  for (const auto& s : sources) {
+    if (given_up_.count(s))
+      continue;
+    auto n = newest_.find(s);
+    if (n == newest_.end() || n->second < iteration)
+      out.push_back(s);
+  }
+  return out;
+}
+
+void overlap_gate::give_up(const std::vector<std::string>& sources) {
+  given_up_.insert(sources.begin(), sources.end());
+}
 
 // --- factory -----------------------------------------------------------------
 

@@ -36,7 +36,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <optional>
 #include <random>
 #include <string>
@@ -58,6 +60,11 @@ public:
   /// Whether the graph is directed and time-varying (push-sum needs
   /// column-stochastic mixing, not symmetric).
   virtual bool directed() const = 0;
+  /// The peers that send to `self` at iteration k, among `live`, as every
+  /// platform with the same view of `live` computes its targets; nullopt
+  /// when the graph does not say (randomized topologies).
+  virtual std::optional<std::vector<std::string>> sources(uint64_t k, const std::string& self,
+                                                          const std::vector<std::string>& live) const;
 };
 
 /// `out_peers` distinct peers uniformly at random among `live` (all of them
@@ -88,6 +95,8 @@ public:
                                    const std::vector<std::string>& live,
                                    std::mt19937_64& rng) const override;
   bool directed() const override;
+  std::optional<std::vector<std::string>> sources(uint64_t k, const std::string& self,
+                                                  const std::vector<std::string>& live) const override;
 };
 
 /// A directed graph over a fixed member list in which every member has one
@@ -102,6 +111,8 @@ public:
                                    const std::vector<std::string>& live,
                                    std::mt19937_64& rng) const override;
   bool directed() const override;
+  std::optional<std::vector<std::string>> sources(uint64_t k, const std::string& self,
+                                                  const std::vector<std::string>& live) const override;
   const std::vector<std::string>& members() const { return members_; }
 
 protected:
@@ -110,6 +121,11 @@ protected:
   virtual size_t target_index(uint64_t k, size_t i, size_t n) const = 0;
 
 private:
+  /// The live members (self and `live`) in member order, and self's index
+  /// among them (nullopt when self is not a member).
+  std::pair<std::vector<const std::string*>, std::optional<size_t>>
+  up(const std::string& self, const std::vector<std::string>& live) const;
+
   std::vector<std::string> members_;
 };
 
@@ -138,6 +154,43 @@ public:
 
 protected:
   size_t target_index(uint64_t k, size_t i, size_t n) const override;
+};
+
+/// The wait of tau-overlap SGP (Assran et al., ICML 2019, Algorithm 2):
+/// before its step k + 1 a platform waits until it has the message each of
+/// its in-neighbours sent at iteration k + 1 - tau, so no platform runs more
+/// than tau iterations ahead of those that feed it and every push-sum weight
+/// comes back within a bounded number of iterations. Without it, platforms
+/// of unequal speed (8 threads on 2 cores are enough) split their weight
+/// every iteration while the slow ones send rarely: most of the mass ends up
+/// on a few platforms, and the others' steps are washed out at the next
+/// merge (8 platforms, 12 epochs: SGP 0.80-0.85 against 0.87 without
+/// mixing at all; bench/README.md, "traffic").
+///
+/// A source that stays silent for the wait's time limit (gone, paused, or
+/// with fewer iterations this epoch) is not waited for again until the
+/// next epoch; the topology drops a peer that goes down.
+class overlap_gate {
+public:
+  /// tau >= 1 (0 turns the wait off: `needed` is then always empty).
+  explicit overlap_gate(uint64_t tau) : tau_(tau) {}
+  uint64_t tau() const { return tau_; }
+  /// A message `from` that the sender sent at its iteration `iteration`.
+  void heard(const std::string& from, uint64_t iteration);
+  /// The iteration whose messages step k + 1 needs (nullopt: none, k + 1
+  /// <= tau, or the wait is off).
+  std::optional<uint64_t> needed_iteration(uint64_t k) const;
+  /// Of `sources`, those whose message of iteration `iteration` has not
+  /// arrived and that are still waited for.
+  std::vector<std::string> missing(uint64_t iteration, const std::vector<std::string>& sources) const;
+  /// Stops waiting for these until `new_epoch`.
+  void give_up(const std::vector<std::string>& sources);
+  void new_epoch() { given_up_.clear(); }
+
+private:
+  uint64_t tau_;
+  std::map<std::string, uint64_t> newest_;  // sender -> newest iteration heard
+  std::set<std::string> given_up_;
 };
 
 /// "uniform" (with `out_peers`), "exponential", "ring" or "full" over

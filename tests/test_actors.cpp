@@ -237,6 +237,7 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
   return {
     [=](plan_atom, const plan& p) { seen->push_back(p); },
     [](step_atom) {},
+    [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&) {},
     [](rescale_atom, double) {},
@@ -350,8 +351,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   self->send(b, report_atom::value, report(cfg.id, "p0", 2));
   sched.run();
   std::string run;
-  self->receive([&](done_atom, const std::string& who, const std::string& r) {
-    BOOST_TEST(who == "balancer");
+  self->receive([&](done_atom, messages::role who, const std::string&, const std::string& r) {
+    BOOST_TEST((who == messages::role::balancer));
     run = r;
   });
   BOOST_TEST(!run.empty());
@@ -428,7 +429,7 @@ BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixtu
   self->send(b, report_atom::value, report(cfg.id, "p1", 0, 100));
   sched.run();
   std::string run;
-  self->receive([&](done_atom, const std::string&, const std::string& r) { run = r; });
+  self->receive([&](done_atom, messages::role, const std::string&, const std::string& r) { run = r; });
   auto path = dir / ("runs/" + run + "/model.pt");
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -564,7 +565,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
   bool done = false;
   self->receive_while([&] { return !done; })(
     [&](run_atom, const std::string&) {},
-    [&](done_atom, const std::string&, const std::string& r) {
+    [&](done_atom, messages::role, const std::string&, const std::string& r) {
       done = true;
       run = r;
     },
@@ -579,7 +580,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
       std::string problem;
       last = storage::parse_run_state(bytes, problem).value();
     },
-    [&](done_atom, const std::string&, const std::string& r) {
+    [&](done_atom, messages::role, const std::string&, const std::string& r) {
       done = true;
       run = r;
     });

@@ -248,6 +248,7 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
   return {
     [](plan_atom, const plan&) {},
     [](step_atom) {},
+    [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&) {},
     [](rescale_atom, double) {},

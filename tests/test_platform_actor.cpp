@@ -9,6 +9,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/platform.hpp"
 #include "actors/predictor.hpp"
+#include "config/defaults.hpp"
 #include "learning/dataset.hpp"
 #include "learning/gossip.hpp"
 #include "learning/model.hpp"
@@ -145,8 +146,9 @@ node_actor::behavior_type fake_node(node_actor::pointer, rec_ptr rec) {
       return make_error(ec::refused, "a stand-in node");
     },
     [](dial_atom, const std::string&) {},
-    [rec](done_atom, const std::string& who, const std::string& run) {
-      rec->node_done.emplace_back(who, run);
+    [rec](done_atom, messages::role who, const std::string& name, const std::string& run) {
+      if (who == messages::role::platform)
+        rec->node_done.emplace_back(name, run);
     },
     [rec](report_atom, const epoch_report& r) { rec->node_reports.push_back(r); },
     [](wait_atom) { return std::string{"run"}; },
@@ -218,6 +220,7 @@ struct rig_options {
   config::merge_rule merge = config::merge_rule::gossip;
   config::strategy_name strategy = config::strategy_name::gosgd;
   config::topology_name topology = config::topology_name::uniform;
+  int64_t overlap = 0;      // push-sum's tau (0: no waiting)
 };
 
 /// Ends the actors it is given when it goes (a failed BOOST_REQUIRE
@@ -273,6 +276,7 @@ struct rig {
     a.strategy.exchange_probability = o.exchange;
     a.strategy.name = o.strategy;
     a.strategy.topology = o.topology;
+    a.strategy.overlap = o.overlap;
     a.edgegossip.merge = o.merge;
     a.cluster_platforms = o.platforms;
     a.members = {"p0", "p1", "p2", "p3"};
@@ -711,6 +715,47 @@ BOOST_FIXTURE_TEST_CASE(with_no_peer_to_send_to_no_weight_leaves, fixture) {
   BOOST_TEST(r.rec->sends.empty());
   BOOST_TEST(r.rec->reports[0].gossip_weight == 0.25);
   BOOST_TEST(weights_of(self, sched, r.platform).value.gossip_weight == 0.25);
+}
+
+BOOST_FIXTURE_TEST_CASE(push_sum_with_overlap_1_waits_for_its_in_neighbours_message, fixture) {
+  // tau = 1 on the exponential graph over p0..p3: before step k + 1, p0
+  // waits for the message its in-neighbour sent at iteration k (k = 1: p2,
+  // k = 2: p3, k = 3: p2). A silent one is waited for for
+  // defaults::overlap_wait, then not again this epoch.
+  rig_options o;
+  o.shard = 64;  // 4 iterations
+  o.platforms = 4;
+  o.strategy = config::strategy_name::sgp;
+  o.topology = config::topology_name::exponential;
+  o.overlap = 1;
+  rig r{sys, self, sched, o};
+  self->send(r.platform, peers_atom::value, std::vector<std::string>{"p1", "p2", "p3"});
+  send_plan(self, r, plan_of(0, 1.0, 0));
+  sched.run();
+  auto& rec = *r.rec;
+  BOOST_TEST(rec.sends.size() == 1u);  // step 1 needs no one; step 2 waits for p2
+  auto from = [](const std::string& sender, uint64_t iteration) {
+    auto m = model_weights("logreg", 2, 0.5);
+    m.sender = sender;
+    m.value.iteration = iteration;
+    return m;
+  };
+  self->send(r.platform, merge_atom::value, from("p3", 1));  // not the one it waits for
+  sched.run();
+  BOOST_TEST(rec.sends.size() == 1u);
+  self->send(r.platform, merge_atom::value, from("p2", 1));
+  sched.run();
+  BOOST_TEST(rec.sends.size() == 2u);  // step 2 ran; step 3 waits for p3's iteration 2
+  BOOST_TEST(rec.reports.empty());
+  sched.advance_time(defaults::overlap_wait);
+  sched.run();
+  // p3 given up: step 3 ran; step 4 waits for p2's iteration 3, then gives up.
+  BOOST_TEST(rec.sends.size() == 3u);
+  sched.advance_time(defaults::overlap_wait);
+  sched.run();
+  BOOST_TEST(rec.sends.size() == 4u);
+  BOOST_REQUIRE_EQUAL(rec.reports.size(), 1u);
+  BOOST_TEST(rec.reports[0].iterations == 4u);
 }
 
 BOOST_FIXTURE_TEST_CASE(push_sum_on_the_exponential_graph_sends_half_to_each_hop, fixture) {

@@ -386,3 +386,82 @@ BOOST_AUTO_TEST_CASE(duplicate_members_are_rejected) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(sources_are_the_inverse_of_targets_for_every_directed_graph) {
+  // With any set of live members, j is among i's sources at k exactly when
+  // i is j's target at k (the same view of who is live).
+  auto members = platforms(7);
+  std::mt19937_64 rng(1);
+  for (const char* name : {"exponential", "ring", "full"}) {
+    auto t = make_topology(name, members);
+    for (std::vector<std::string> down : {std::vector<std::string>{}, {"p3"}, {"p0", "p5"}}) {
+      std::vector<std::string> up;
+      for (auto& m : members)
+        if (std::find(down.begin(), down.end(), m) == down.end())
+          up.push_back(m);
+      for (uint64_t k = 0; k < 9; ++k)
+        for (auto& i : up) {
+          auto src = t->sources(k, i, others(up, i));
+          BOOST_REQUIRE(src.has_value());
+          for (auto& j : up) {
+            if (j == i)
+              continue;
+            auto tj = t->targets(k, j, others(up, j), rng);
+            bool sends = std::find(tj.begin(), tj.end(), i) != tj.end();
+            bool listed = std::find(src->begin(), src->end(), j) != src->end();
+            BOOST_TEST(sends == listed, name << " k=" << k << " " << j << "->" << i);
+          }
+        }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(exponential_node0_of_8_hears_from_7_6_4) {
+  auto members = platforms(8);
+  auto t = make_topology("exponential", members);
+  std::vector<std::string> expected = {"p7", "p6", "p4", "p7"};
+  for (uint64_t k = 0; k < 4; ++k) {
+    auto src = t->sources(k, "p0", others(members, "p0"));
+    BOOST_REQUIRE(src.has_value());
+    BOOST_REQUIRE_EQUAL(src->size(), 1u);
+    BOOST_TEST(src->front() == expected[k]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(uniform_does_not_say_who_sends) {
+  auto t = make_topology("uniform", platforms(4));
+  BOOST_TEST(!t->sources(3, "p0", {"p1", "p2", "p3"}).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(overlap_gate_waits_for_the_message_of_iteration_k_plus_1_minus_tau) {
+  overlap_gate gate(1);
+  // Step 1 (k = 0) needs nothing: no one has sent yet.
+  BOOST_TEST(!gate.needed_iteration(0).has_value());
+  BOOST_REQUIRE(gate.needed_iteration(5).has_value());
+  BOOST_TEST(*gate.needed_iteration(5) == 5u);
+  BOOST_TEST(gate.missing(5, {"a", "b"}) == (std::vector<std::string>{"a", "b"}));
+  gate.heard("a", 4);  // too old
+  gate.heard("b", 6);  // newer counts too
+  BOOST_TEST(gate.missing(5, {"a", "b"}) == (std::vector<std::string>{"a"}));
+  gate.heard("a", 5);
+  BOOST_TEST(gate.missing(5, {"a", "b"}).empty());
+  gate.heard("a", 2);  // an older message does not move it back
+  BOOST_TEST(gate.missing(5, {"a"}).empty());
+
+  overlap_gate two(2);
+  BOOST_TEST(!two.needed_iteration(1).has_value());
+  BOOST_TEST(*two.needed_iteration(4) == 3u);
+
+  overlap_gate off(0);
+  BOOST_TEST(!off.needed_iteration(100).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(overlap_gate_stops_waiting_for_a_silent_source_until_the_next_epoch) {
+  overlap_gate gate(1);
+  gate.give_up({"c"});
+  BOOST_TEST(gate.missing(10, {"c", "d"}) == (std::vector<std::string>{"d"}));
+  gate.heard("c", 3);  // heard again, but behind: still not waited for this epoch
+  BOOST_TEST(gate.missing(10, {"c"}).empty());
+  gate.new_epoch();
+  BOOST_TEST(gate.missing(10, {"c"}) == (std::vector<std::string>{"c"}));
+}
