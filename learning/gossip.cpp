@@ -267,9 +267,14 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
   return orders;
 }
 
-double sparse_push::share_bound(double w, double captured) {
+double sparse_push::share_bound(double w, double captured, size_t edges) {
   // (w / (w - s))^2 (1 - captured) <= 1  <=>  s <= w (1 - sqrt(1 - captured)).
-  return 0.5 * w * (1 - std::sqrt(std::max(0.0, 1 - captured)));
+  // With E out-edges, the residual r of this edge moves each other edge's by
+  // up to s / (w - s) r, and the sum over the edges changes by at most
+  // r ((1 + e) sqrt(1 - c) - 1 + (E - 1) e), e = s / (w - s): s <= w (1 -
+  // sqrt(1 - c)) / (2 E) keeps that negative.
+  return 0.5 * w * (1 - std::sqrt(std::max(0.0, 1 - captured))) /
+         static_cast<double>(std::max<size_t>(edges, 1));
 }
 
 gossip_payload sparse_push::payload(const send_order& order, const std::string& to,
@@ -294,7 +299,8 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   double tracker_captured = 1;
   if (options_.compensate)
     parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &tracker_captured));
-  s = std::max(0.0, std::min(s, share_bound(weight_, std::min(captured, tracker_captured))));
+  s = std::max(0.0, std::min(s, share_bound(weight_, std::min(captured, tracker_captured),
+                                            out_.size())));
   p.weight = s;
   // The share leaves as s times the edge's copy (what the receiver merges),
   // so the numerators' sum is exact: w z <- w z - s z^, w <- w - s. What the

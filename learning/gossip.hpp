@@ -207,11 +207,14 @@ public:
   uint64_t out_of_step() const override { return out_of_step_; }
 
   /// The largest share of weight w a message may take when it carried
-  /// `captured` (|q|^2 / |z - z^|^2) of what the edge's copy lacked: the
-  /// residual after the message, |z - z^|^2 (1 - captured), grows by
-  /// (w / (w - s))^2 when the sender keeps the rest; at half the share that
-  /// keeps it from growing, it shrinks from message to message.
-  static double share_bound(double w, double captured);
+  /// `captured` (|q|^2 / |z - z^|^2) of what the edge's copy lacked and the
+  /// sender has `edges` out-edges: the residual after the message,
+  /// |z - z^|^2 (1 - captured), grows by (w / (w - s))^2 when the sender
+  /// keeps the rest; at half the share that keeps it from growing, it
+  /// shrinks from message to message. Keeping the rest also moves z away
+  /// from the copies of the other edges, by s / (w - s) of this edge's
+  /// residual: dividing by the edges keeps the residuals' sum shrinking.
+  static double share_bound(double w, double captured, size_t edges = 1);
 
 private:
   struct out_edge {

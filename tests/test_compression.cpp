@@ -280,6 +280,7 @@ BOOST_AUTO_TEST_CASE(a_message_that_carries_little_of_a_lagging_copy_moves_littl
   BOOST_TEST(sparse_push::share_bound(1.0, 1.0) == 0.5);
   BOOST_TEST(sparse_push::share_bound(1.0, 0.0) == 0.0);
   BOOST_TEST(std::abs(sparse_push::share_bound(2.0, 0.75) - 0.5) < 1e-12);
+  BOOST_TEST(std::abs(sparse_push::share_bound(2.0, 0.75, 4) - 0.125) < 1e-12);  // 4 out-edges
   // One entry of tensor 0 out of ten moved far: the copy lacks it, and a
   // message of 1 entry a tensor carries it whole: the full share.
   auto l = layout();
