@@ -13,6 +13,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,13 @@ using clock = std::chrono::steady_clock;
 struct platform_handles {
   platform_actor platform;
   predictor_actor predictor;
+};
+
+/// A gather in progress (see gather): told when a platform it waits for is
+/// down, so it stops waiting for that one.
+struct pending_gather {
+  virtual ~pending_gather() = default;
+  virtual void lost(const std::string& name) = 0;
 };
 
 struct balancer_state {
@@ -54,6 +62,8 @@ struct balancer_state {
   double started_unix = 0;
   /// What the inspection console sees beyond the epochs.
   inspection::console_state console;
+  /// Gathers still waiting for answers.
+  std::vector<std::weak_ptr<pending_gather>> gathers;
 
   uint32_t last_epoch() const { return epochs.last_epoch(); }
 };
@@ -84,35 +94,59 @@ void console_send(self_ptr self, const std::string& name, const platform_actor& 
 }
 
 /// Asks every target for one answer (of type Answer), all at once, and
-/// calls `done` with the answers once each target has answered or failed
-/// (failures are logged and left out), so a dead peer never holds the
-/// balancer up.
+/// calls `done` with the answers once each target has answered, failed or
+/// been seen to go down (failures are logged and left out), so neither a
+/// dead peer nor a frozen one holds the balancer up longer than its
+/// monitor takes to notice.
 template <class Answer, class Handle, class Atom>
 void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
             std::chrono::milliseconds timeout, Atom atom, const char* what,
             std::function<void(std::vector<Answer>&)> done) {
-  struct state {
-    size_t pending;
+  struct state : pending_gather {
+    std::set<std::string> waiting;
     std::vector<Answer> answers;
     std::function<void(std::vector<Answer>&)> done;
+    const char* what = "";
+    /// `name` is answered (or given up): true if it was still awaited.
+    void settle(const std::string& name) {
+      if (waiting.erase(name) && waiting.empty() && done) {
+        auto d = std::move(done);
+        done = nullptr;
+        d(answers);
+      }
+    }
+    void lost(const std::string& name) override {
+      if (waiting.count(name))
+        spdlog::warn("balancer: no {} from {}: it is down", what, name);
+      settle(name);
+    }
   };
-  auto g = std::make_shared<state>(state{targets.size(), {}, std::move(done)});
-  if (targets.empty())
+  auto g = std::make_shared<state>();
+  g->done = std::move(done);
+  g->what = what;
+  for (auto& [name, handle] : targets)
+    g->waiting.insert(name);
+  if (g->waiting.empty())
     return g->done(g->answers);
-  auto answered = [g] {
-    if (--g->pending == 0)
-      g->done(g->answers);
-  };
+  auto& registry = self->state.gathers;
+  registry.erase(std::remove_if(registry.begin(), registry.end(),
+                                [](auto& w) { return w.expired(); }),
+                 registry.end());
+  registry.push_back(g);
   for (auto& [name, handle] : targets)
     self->request(handle, timeout, atom)
       .then(
-        [g, answered](Answer& answer) {
+        [g, name = name](Answer& answer) {
+          if (!g->waiting.count(name))
+            return;  // given up on already (it went down)
           g->answers.push_back(std::move(answer));
-          answered();
+          g->settle(name);
         },
-        [answered, what, name = name](caf::error& err) {
+        [g, what, name = name](caf::error& err) {
+          if (!g->waiting.count(name))
+            return;
           spdlog::warn("balancer: no {} from {}: {}", what, name, caf::to_string(err));
-          answered();
+          g->settle(name);
         });
 }
 
@@ -467,6 +501,10 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         if (!st.finished)
           spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,
                        node, caf::to_string(dm.reason), st.epochs.up());
+        // Whatever is asked of it is not waited for any longer.
+        for (auto& w : std::vector<std::weak_ptr<pending_gather>>(st.gathers))
+          if (auto g = w.lock())
+            g->lost(name);
       }
     if (!st.finished)
       check_epochs(self);

@@ -66,6 +66,7 @@ using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
 using overlap_atom = caf::atom_constant<caf::atom("overlap")>;
+using where_atom = caf::atom_constant<caf::atom("where")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -191,6 +192,9 @@ using node_actor = caf::typed_actor<
   // To itself: host the balancer if no live node before this one in the
   // succession (cluster.balancer first, then file order) does.
   caf::reacts_to<elect_atom>,
+  // From a peer node about to host the balancer: the node hosting the
+  // balancer this node follows ("" if none; "" to strangers as well).
+  caf::replies_to<where_atom>::with<std::string>,
   // From this process's store: it cannot write any more (disk full,
   // read-only, removed); the text says why and what is at risk. Reported
   // once; the node goes on or stops as cluster.on_store_failure says.

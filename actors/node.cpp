@@ -109,6 +109,55 @@ void start_balancer(self_ptr self, bool continuing) {
     self->send(*st.balancer, start_atom::value);
 }
 
+/// The succession says this node hosts the balancer now; first every peer
+/// is asked which balancer it follows. A node that was itself stopped (a
+/// SIGSTOP, a machine suspended, a long swap) wakes up having timed out
+/// every peer while they carried on without it: it may see none of the
+/// others yet, but a peer that still follows the balancer says so, and this
+/// node waits for that balancer's node to reach it again instead of
+/// starting a second one that would pull the peers' platforms back to an
+/// older epoch.
+void confirm_election(self_ptr self) {
+  auto& st = self->state;
+  struct poll {
+    size_t pending = 0;
+    std::string follows;  ///< "PEER follows the balancer on NODE" ("" if none does)
+  };
+  auto p = std::make_shared<poll>();
+  p->pending = st.peers.size();
+  auto conclude = [self, p] {
+    if (p->pending > 0 && --p->pending > 0)
+      return;
+    auto& st = self->state;
+    if (st.finished || st.stopping || st.balancer || !st.directory.balancer_home().empty())
+      return;
+    if (!p->follows.empty()) {
+      if (st.deferred_election != p->follows)
+        spdlog::info("[{}] {}, which this node cannot reach yet: waiting for it rather than "
+                     "starting a balancer here",
+                     st.args.name, p->follows);
+      st.deferred_election = p->follows;
+      self->delayed_send(self, defaults::election_retry, elect_atom::value);
+      return;
+    }
+    st.deferred_election.clear();
+    spdlog::warn("[{}] no balancer in the cluster: starting one here", st.args.name);
+    start_balancer(self, true);
+    rehello(self);
+  };
+  if (st.peers.empty())
+    return conclude();
+  for (auto& [name, peer] : st.peers)
+    self->request(peer, defaults::handshake_timeout, where_atom::value)
+      .then(
+        [self, p, conclude, name = name](const std::string& home) {
+          if (!home.empty() && home != self->state.args.name && p->follows.empty())
+            p->follows = "node " + name + " follows the balancer on node " + home;
+          conclude();
+        },
+        [conclude](caf::error&) { conclude(); });
+}
+
 void finish(self_ptr self) {
   auto& st = self->state;
   if (st.finished)
@@ -326,13 +375,16 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
           self->delayed_send(self, defaults::election_retry, elect_atom::value);
           return;
         case succession::verdict::elect:
-          spdlog::warn("[{}] no balancer in the cluster: starting one here", st.args.name);
-          start_balancer(self, true);
-          rehello(self);
+          confirm_election(self);
           return;
         case succession::verdict::wait:
           return;
       }
+    },
+    [self](where_atom) -> std::string {
+      if (!from_cluster(self))
+        return {};
+      return self->state.directory.balancer_home();
     },
     [self](failed_atom, const std::string& why) {
       auto& st = self->state;

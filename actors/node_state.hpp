@@ -43,7 +43,9 @@ struct node_state {
   bool finished = false;
   bool released = false;  // the launcher may end the process
   bool stopping = false;
-  bool over_armed = false;  // the run is known to be over: over_atom is on its way
+  bool over_armed = false;
+  /// Why the last election here was put off ("" if it was not).
+  std::string deferred_election;  // the run is known to be over: over_atom is on its way
   std::vector<messages::epoch_report> reports;
   std::vector<caf::response_promise> waiting;
   /// The weights lane (none in a single-node cluster, with

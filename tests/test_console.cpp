@@ -434,13 +434,20 @@ BOOST_AUTO_TEST_CASE(interactive_console_in_a_terminal) {
   BOOST_TEST(line_of(s, "pb ").find("down") != std::string::npos, s);
 
   t.type("quit");
-  auto until = std::chrono::steady_clock::now() + 20s;
-  while (!std::filesystem::exists(exit_file) && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(100ms);
-  std::ifstream ef(exit_file);
+  // The shell creates the file before it writes the line: wait for the line.
+  auto quit_at = std::chrono::steady_clock::now();
   std::string code;
-  std::getline(ef, code);
-  BOOST_TEST(code == "exit=0");
+  while (code.empty() && std::chrono::steady_clock::now() < quit_at + 20s) {
+    std::this_thread::sleep_for(100ms);
+    std::ifstream ef(exit_file);
+    std::getline(ef, code);
+  }
+  BOOST_TEST(code == "exit=0", "the console did not leave within 20 s of quit; screen:\n"
+                                 << t.screen());
+  BOOST_TEST_MESSAGE("console left "
+                     << std::chrono::duration<double>(std::chrono::steady_clock::now() - quit_at)
+                          .count()
+                     << " s after quit");
   // Training went on through all of it.
   BOOST_TEST(a->wait(1s) == -1);
   auto after = snapshot_via(dir, f.a());

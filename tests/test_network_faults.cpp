@@ -156,11 +156,21 @@ BOOST_AUTO_TEST_CASE(a_frozen_node_is_released_from_the_barrier_and_rejoins) {
   BOOST_TEST(released < 10.0);
   // The others go on without it: epoch 3 ends, and the next.
   BOOST_REQUIRE_MESSAGE(a.wait_for_output("epoch 4/10", std::chrono::seconds(60)), a.output());
+  // The balancer gave up on b0's model for the averaged one when b0 was
+  // declared down, not after its request's timeout.
+  BOOST_TEST(!has(a, "no weights from b0: system_error(request_timeout)"), a.output());
+  // Frozen long enough that node a's redial of b hangs in a handshake the
+  // frozen b cannot answer: b wakes up seeing no peer and reaches c first.
+  std::this_thread::sleep_until(frozen_at + std::chrono::seconds(30));
   b.signal(SIGCONT);
   // It finds itself dropped and rejoins; its platform trains again.
   BOOST_REQUIRE_MESSAGE(a.wait_for_output("platform b0 is back from node b", std::chrono::seconds(60)),
                         a.output() << "\n--- b:\n" << b.output());
   require_clean_exit(c);
+  // b did not take itself for the balancer's successor (c still followed
+  // a's balancer), which would have pulled c back to an older epoch.
+  BOOST_TEST(!has(b, "starting one here"), b.output());
+  BOOST_TEST(!has(*c["c"], "hosts the balancer too"), c["c"]->output());
   auto run = only_run_dir(dir / "frozen-runs");
   auto rows = read_csv((run / "b-metrics.csv").string());
   BOOST_REQUIRE(!rows.empty());

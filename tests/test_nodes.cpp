@@ -481,4 +481,46 @@ BOOST_FIXTURE_TEST_CASE(the_next_node_in_the_succession_starts_a_balancer, fixtu
   BOOST_TEST(!log.has("hosts the balancer too"));
 }
 
+// A node that wakes from a freeze has timed out every peer while they went
+// on without it. b comes back to c before a's redial gets through: c still
+// follows a's balancer, so b waits for a instead of starting a second
+// balancer (which would pull c's platform back to an older epoch).
+BOOST_FIXTURE_TEST_CASE(a_node_back_from_a_freeze_does_not_elect_while_a_peer_follows_the_balancer,
+                        fixture) {
+  auto cfg = cluster("thaw", {{"a", {}}, {"b", {}}, {"c", {}}}, "a");
+  start(cfg, "a", true);
+  start(cfg, "b", false);
+  start(cfg, "c", false);
+  wire(cfg, "a", "b");
+  wire(cfg, "a", "c");
+  wire(cfg, "b", "c");
+  net.run();
+  BOOST_REQUIRE(log.has("[b] peered with node c"));
+  BOOST_REQUIRE(log.has("[b] peered with node a"));
+  net.advance(4s);  // past the first election
+
+  // b's connections fail at both ends; b sees a (the balancer's node) and c
+  // down, a and c see b down.
+  net.cut(*nodes.at("b").process);
+  net.run();
+  BOOST_REQUIRE(log.has("[b] node a is down"));
+  BOOST_REQUIRE(log.has("[c] node b is down"));
+  // b's redial of c gets through; a's of b does not yet.
+  wire(cfg, "b", "c");
+  net.advance(5s);
+  BOOST_TEST(log.count("[b] peered with node c") == 2u);
+  BOOST_TEST(log.has("[b] node c follows the balancer on node a"));
+  BOOST_TEST(!log.has("no balancer in the cluster"));
+  BOOST_TEST(!snapshot_via("b").cluster.balancer_reachable);
+
+  // a reaches b again: b follows a's balancer; still one balancer.
+  wire(cfg, "a", "b");
+  net.advance(2s);
+  BOOST_TEST(log.count("[a] peered with node b") == 2u);
+  BOOST_TEST(snapshot_via("b").cluster.balancer_reachable);
+  net.advance(5s);
+  BOOST_TEST(!log.has("no balancer in the cluster"));
+  BOOST_TEST(!log.has("hosts the balancer too"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
