@@ -9,7 +9,8 @@
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
-//               consensus_step, sparse_values, drift_memory, overlap
+//               consensus_step, sparse_values, drift_memory, overlap, server,
+//               commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [storage]   dir
@@ -49,7 +50,8 @@ namespace eg::config {
 
 const std::vector<const char*>& names_of(strategy_name) {
   static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip", "sgp",
-                                          "sparse-push", "scsp"};
+                                          "sparse-push", "scsp", "bsp", "ssp",
+                                          "async", "adacomm", "adsp"};
   return n;
 }
 const std::vector<const char*>& names_of(schedule) {
@@ -168,6 +170,12 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.sparse_values", c.strategy.sparse_values, text_rule{{"float16", "float32"}, false});
   visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
   visit("strategy.overlap", c.strategy.overlap, non_negative_int);
+  visit("strategy.server", c.strategy.server, any_text);
+  visit("strategy.commit_steps", c.strategy.commit_steps, positive_int);
+  visit("strategy.staleness", c.strategy.staleness, non_negative_int);
+  visit("strategy.check_period", c.strategy.check_period, positive);
+  visit("strategy.min_interval", c.strategy.min_interval, positive);
+  visit("strategy.target_loss", c.strategy.target_loss, positive);
   visit("edgegossip.aggregator", c.edgegossip.aggregator,
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
   visit("edgegossip.aggregation_ratio", c.edgegossip.aggregation_ratio, positive_int);
@@ -585,6 +593,10 @@ const node_config& cluster_config::node(const std::string& name) const {
   return find_node(nodes, name, id);
 }
 
+const node_config& cluster_config::server() const {
+  return strategy.server.empty() ? balancer() : node(strategy.server);
+}
+
 const node_config& cluster_config::balancer() const {
   if (!balancer_node.empty()) return node(balancer_node);
   if (nodes.empty()) throw config_error("cluster " + show(id) + " has no nodes");
@@ -738,6 +750,15 @@ void validate(const cluster_config& cfg) {
                    [&](const node_config& n) { return n.name == cfg.balancer_node; }))
     throw config_error("cluster.balancer names no node: " + show(cfg.balancer_node) +
                        " (nodes: " + names_of(cfg.nodes) + ")");
+  if (!cfg.strategy.server.empty()
+      && std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
+                      [&](const node_config& n) { return n.name == cfg.strategy.server; }))
+    throw config_error("strategy.server names no node: " + show(cfg.strategy.server) +
+                       " (nodes: " + names_of(cfg.nodes) + ")");
+  if (cfg.strategy.parameter_server() && cfg.strategy.min_interval > cfg.strategy.check_period)
+    throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
+                       + " s) is longer than strategy.check_period ("
+                       + std::to_string(cfg.strategy.check_period) + " s)");
 }
 
 std::string to_toml(const cluster_config& cfg) {
@@ -770,7 +791,10 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << to_string(cfg.strategy.topology) << '|' << cfg.strategy.out_peers << '|'
        << cfg.strategy.exchange_probability << '|' << cfg.strategy.density << '|'
        << cfg.strategy.consensus_step << '|' << cfg.strategy.sparse_values << '|'
-       << cfg.strategy.drift_memory << '|' << cfg.edgegossip.aggregator << '|'
+       << cfg.strategy.drift_memory << '|' << cfg.strategy.commit_steps << '|'
+       << cfg.strategy.staleness << '|' << cfg.strategy.check_period << '|'
+       << cfg.strategy.min_interval << '|' << cfg.strategy.target_loss << '|'
+       << cfg.edgegossip.aggregator << '|'
        << cfg.edgegossip.aggregation_ratio << '|' << to_string(cfg.edgegossip.selection) << '|'
        << to_string(cfg.edgegossip.merge);
   for (auto& p : cfg.platforms())

@@ -26,7 +26,20 @@ public:
 /// (GoSGD gossip plus the predictor, balancer and accuracy-aware trainer),
 /// "sgp" (push-sum SGD), "sparse-push" (push-sum with top-k messages) and
 /// "scsp" (Sparse-Push with skew compensation).
-enum class strategy_name : uint8_t { gosgd, gosgd_async, edgegossip, sgp, sparse_push, scsp };
+enum class strategy_name : uint8_t {
+  gosgd,
+  gosgd_async,
+  edgegossip,
+  sgp,
+  sparse_push,
+  scsp,
+  // A parameter server (docs/ALGORITHMS.md, "Parameter server and ADSP").
+  bsp,
+  ssp,
+  async,
+  adacomm,
+  adsp,
+};
 enum class schedule : uint8_t { sync, async };  ///< epoch barrier, or none
 /// How gossip travels between nodes: the weights lane, or CAF messages.
 enum class transport : uint8_t { lane, middleman };
@@ -158,10 +171,35 @@ struct strategy_config {
   /// k + 1 - tau (at most `defaults::overlap_wait` for a silent one); 0
   /// waits for nobody (fully asynchronous push-sum).
   int64_t overlap = 1;
+  /// Parameter server: the node that hosts it ("": the balancer's node).
+  std::string server;
+  /// Parameter server: local steps between two commits of bsp, ssp and
+  /// async; ADACOMM's tau_0; ADSP's before its first check (the ADSP
+  /// authors' 40).
+  int64_t commit_steps = 40;
+  /// SSP: how many commits a worker may run ahead of the slowest live one
+  /// (1 commit = commit_steps = 40 steps, the authors' SSP baseline's 40).
+  int64_t staleness = 1;
+  /// ADSP: the check period Gamma in seconds (the paper's 60 s suits
+  /// hour-long runs; runs here last minutes) and the least time between
+  /// two commits (the paper's 10 s, in the same 6:1 ratio).
+  double check_period = 6;
+  double min_interval = 1;
+  /// ADSP: the training loss the scheduler's reward is the time to (the
+  /// fitted loss curve's; the paper's 0.7 is CIFAR-10's).
+  double target_loss = 0.35;
 
-  /// True when platforms run without an epoch barrier.
+  /// True for the parameter-server strategies.
+  bool parameter_server() const {
+    return name == strategy_name::bsp || name == strategy_name::ssp
+           || name == strategy_name::async || name == strategy_name::adacomm
+           || name == strategy_name::adsp;
+  }
+  /// True when platforms run without an epoch barrier (every
+  /// parameter-server strategy but BSP: their workers do not wait).
   bool asynchronous() const {
-    return schedule == schedule::async || name == strategy_name::gosgd_async;
+    return schedule == schedule::async || name == strategy_name::gosgd_async
+           || (parameter_server() && name != strategy_name::bsp);
   }
   /// True when the predictor, balancer and accuracy-aware trainer are on.
   bool edgegossip() const { return name == strategy_name::edgegossip; }
@@ -250,6 +288,9 @@ struct cluster_config {
   const node_config& node(const std::string& name) const;
   /// The node hosting the balancer.
   const node_config& balancer() const;
+  /// The node hosting the parameter server (strategy.server, else the
+  /// balancer's).
+  const node_config& server() const;
   /// The nodes' names, in file order.
   std::vector<std::string> node_names() const;
   /// All platforms of the cluster, in node order.

@@ -1,10 +1,12 @@
 // links: eg_learning
 #include "learning/adsp.hpp"
+#include "learning/commit_schedule.hpp"
 #include "learning/parameter_server.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -237,6 +239,138 @@ BOOST_AUTO_TEST_CASE(server_refuses_a_commit_that_does_not_fit_and_changes_nothi
   BOOST_CHECK_THROW(global_model({torch::zeros({1})}, 0), std::invalid_argument);
   commit_base never_pulled;
   BOOST_CHECK_THROW(never_pulled.commit({torch::zeros({1})}), std::logic_error);
+}
+
+namespace {
+std::vector<std::string> who(const std::vector<release>& r) {
+  std::vector<std::string> out;
+  for (auto& x : r)
+    out.push_back(x.worker);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+using names = std::vector<std::string>;
+} // namespace
+
+BOOST_AUTO_TEST_CASE(bsp_answers_a_round_once_every_active_worker_committed) {
+  commit_settings s;
+  s.model = sync_model::bsp;
+  commit_schedule c(s, {"a", "b"});
+  BOOST_TEST(who(c.commit("a", 0, 1.0, 0, false)).empty());  // a waits
+  BOOST_TEST(c.workers().at("a").held);
+  BOOST_TEST((who(c.commit("b", 1, 1.0, 0, false)) == names{"a", "b"}));
+  BOOST_TEST(!c.workers().at("a").held);
+  // b ends its epoch (resting): answered at once, and a's round is a alone.
+  BOOST_TEST((who(c.commit("b", 2, 1.0, 0, true)) == names{"b"}));
+  BOOST_TEST((who(c.commit("a", 3, 1.0, 0, false)) == names{"a"}));
+  // b is back; a waits for it; b goes down: a goes on.
+  BOOST_TEST(who(c.commit("b", 4, 1.0, 0, false)).empty());
+  BOOST_TEST((who(c.commit("a", 5, 1.0, 0, false)) == names{"a", "b"}));
+  BOOST_TEST(who(c.commit("a", 6, 1.0, 0, false)).empty());
+  BOOST_TEST((who(c.leave("b")) == names{"a"}));
+  auto r = c.commit("a", 7, 1.0, 0, false);
+  BOOST_TEST(r.size() == 1u);
+  BOOST_TEST(r[0].next.steps == 40);
+}
+
+BOOST_AUTO_TEST_CASE(ssp_holds_a_worker_more_than_s_commits_ahead_until_the_slowest_commits) {
+  commit_settings s;
+  s.model = sync_model::ssp;
+  s.staleness = 1;
+  commit_schedule c(s, {"a", "b"});
+  BOOST_TEST((who(c.commit("a", 0, 1, 0, false)) == names{"a"}));
+  BOOST_TEST((who(c.commit("b", 0, 1, 0, false)) == names{"b"}));
+  BOOST_TEST((who(c.commit("a", 1, 1, 0, false)) == names{"a"}));  // 1 ahead: allowed
+  BOOST_TEST(c.workers().at("a").lead == 1u);
+  BOOST_TEST(who(c.commit("a", 2, 1, 0, false)).empty());  // 2 ahead: waits
+  BOOST_TEST(c.workers().at("a").held);
+  BOOST_TEST((who(c.commit("b", 3, 1, 0, false)) == names{"a", "b"}));
+  // The slow one goes down: nobody is held back by it.
+  BOOST_TEST(who(c.commit("a", 4, 1, 0, false)).empty());  // 4 against 2
+  BOOST_TEST((who(c.leave("b")) == names{"a"}));
+  BOOST_TEST((who(c.commit("a", 5, 1, 0, false)) == names{"a"}));
+}
+
+BOOST_AUTO_TEST_CASE(async_answers_at_once_and_adacomm_shortens_its_period_as_the_loss_falls) {
+  commit_settings s;
+  s.model = sync_model::async;
+  s.commit_steps = 25;
+  commit_schedule a(s, {"a"});
+  auto r = a.commit("a", 0, 1, 0, false);
+  BOOST_TEST(r.size() == 1u);
+  BOOST_TEST(r[0].next.steps == 25);
+
+  s.model = sync_model::adacomm;
+  s.commit_steps = 40;
+  s.check_period = 10;
+  commit_schedule d(s, {"a"});
+  d.commit("a", 0, 2.0, 0, false);
+  BOOST_TEST(d.tau() == 40);
+  d.commit("a", 5, 1.0, 0, false);
+  // After a check period, the period's mean loss 0.5 / 2 ... ceil(sqrt(0.25) 40) = 20.
+  r = d.commit("a", 10, 0.5, 0, false);
+  // mean of 2.0, 1.0, 0.5 = 7/6: sqrt(7/12) * 40 = 30.55 -> 31 < 40.
+  BOOST_TEST(d.tau() == 31);
+  BOOST_TEST(r[0].next.steps == 31);
+}
+
+BOOST_AUTO_TEST_CASE(adsp_commits_by_steps_until_its_first_check_then_climbs_c_target_by_reward) {
+  commit_settings s;
+  s.model = sync_model::adsp;
+  s.check_period = 10;
+  s.min_interval = 1;
+  s.target_loss = 0.5;
+  commit_schedule c(s, {"a"});
+  // Before the first check: every 40 steps.
+  BOOST_TEST(c.commit("a", 0, 2.0, 0.2, false)[0].next.steps == 40);
+  BOOST_TEST(c.commit("a", 5, 2.0, 0.2, false)[0].next.steps == 40);
+  // The first check: the trial of C = 1 begins; interval Gamma / 1 - O.
+  auto r = c.commit("a", 10, 2.0, 0.2, false);
+  BOOST_TEST(r[0].next.steps == 0);
+  BOOST_TEST(r[0].next.seconds == 9.8, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(c.c_target() == 1);
+  // A loss curve per trial, l(t) = 1 / (a2 t + 1) + 0.2: C = 1 slow
+  // (a2 = 0.05), C = 2 faster (0.2), C = 3 slower again (0.1).
+  auto trial = [&](double start, double a2) {
+    for (double t : {0.0, 3.0, 6.0, 9.0})
+      c.commit("a", start + t, 1.0 / (a2 * t + 1) + 0.2, 0.2, false);
+    return c.commit("a", start + 10, 1.0 / (a2 * 10 + 1) + 0.2, 0.2, false);
+  };
+  trial(10, 0.05);
+  BOOST_TEST(c.searching());
+  BOOST_TEST(c.c_target() == 2);  // C + 1 under trial
+  r = trial(20, 0.2);
+  BOOST_TEST(c.c_target() == 3);  // 2 beat 1: 3 is tried next
+  BOOST_TEST(r[0].next.seconds == 10.0 / 3 - 0.2, boost::test_tools::tolerance(1e-9));
+  trial(30, 0.1);
+  BOOST_TEST(!c.searching());  // 3 did not beat 2: settled
+  BOOST_TEST(c.c_target() == 2);
+  r = c.commit("a", 41, 0.3, 0.2, false);
+  BOOST_TEST(r[0].next.seconds == 4.8, boost::test_tools::tolerance(1e-9));
+  // The loss rises 30 % over its lowest: the search starts again from 2.
+  c.commit("a", 42, 0.41, 0.2, false);
+  BOOST_TEST(c.searching());
+  BOOST_TEST(c.c_target() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(a_workers_clock_counts_steps_or_seconds_and_measures_the_overhead) {
+  commit_clock k(3);
+  BOOST_TEST(!k.due(0));
+  k.stepped(1.0);
+  k.stepped(2.0);
+  BOOST_TEST(!k.due(100));
+  k.stepped(3.0);
+  BOOST_TEST(k.due(0));
+  BOOST_TEST(k.loss() == 2.0);
+  k.committed(10.0);
+  BOOST_TEST(!k.due(10.0));  // in flight
+  k.stepped(1.0);
+  BOOST_TEST(!k.due(50.0));
+  k.answered(10.5, {0, 2.0});
+  BOOST_TEST(k.overhead() == 0.5);
+  BOOST_TEST(!k.due(12.0));  // 1.5 s since the answer
+  BOOST_TEST(k.due(12.5));
+  BOOST_CHECK_THROW(commit_clock(0), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
