@@ -67,6 +67,8 @@ using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
 using overlap_atom = caf::atom_constant<caf::atom("overlap")>;
 using where_atom = caf::atom_constant<caf::atom("where")>;
+using commit_atom = caf::atom_constant<caf::atom("commit")>;
+using server_atom = caf::atom_constant<caf::atom("server")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -131,10 +133,30 @@ using platform_actor = caf::typed_actor<
   // factor (the de-biased model is unchanged), so that the live platforms'
   // weights sum to their number again after one was lost or came back.
   caf::reacts_to<rescale_atom, double>,
+  // From its node, parameter-server strategies: the server to commit to
+  // (a null handle: none is reachable now; commits wait for one).
+  caf::reacts_to<server_atom, caf::actor>,
   // Control: pause, resume, checkpoint, stop. Answers once done (checkpoint
   // and stop: once the store has the checkpoint); ec::bad_request for
   // another verb.
   caf::replies_to<control_atom, control>::with<bool>>;
+
+// -- parameter server: the global model of bsp, ssp, async, adacomm, adsp -----
+using server_actor = caf::typed_actor<
+  // From a worker (a platform): its update U = (its model) - (the model it
+  // last pulled), the mean training loss of its steps since its last
+  // commit, what its last commit cost it (seconds to the answer), and
+  // whether it ends its epoch with this commit. Answered with the global
+  // model and when to commit next (after this many steps, or seconds: one
+  // of them > 0), at once or when the synchronisation model lets the
+  // worker go on; ec::bad_request for an update that does not fit.
+  caf::replies_to<commit_atom, held_weights, double, double, bool>::with<held_weights, int64_t,
+                                                                         double>,
+  // From its node: the platforms live now; expected workers not among them
+  // hold no one back.
+  caf::reacts_to<peers_atom, std::vector<std::string>>,
+  // The global model, a copy (averaging, inspection).
+  caf::replies_to<weights_atom>::with<held_weights>>;
 
 // -- evaluator: the balancer's model averaging and test-set evaluation -----------
 using evaluator_actor = caf::typed_actor<

@@ -39,6 +39,18 @@ void publish_peers(self_ptr self) {
   }
   for (auto& p : st.platforms)
     self->send(p.mixer, peers_atom::value, names, handles, lanes);
+  // Parameter-server strategies: the platforms learn where the server is
+  // (null: nowhere reachable), and a server here which platforms are live.
+  auto servers = st.directory.of_role(messages::role::parameter_server);
+  caf::actor server = servers.empty() ? caf::actor{} : servers.front().handle;
+  for (auto& p : st.platforms)
+    self->send(p.platform, server_atom::value, server);
+  if (st.server) {
+    std::vector<std::string> live;
+    for (auto& e : st.directory.of_role(messages::role::platform))
+      live.push_back(e.what.name);
+    self->send(*st.server, peers_atom::value, live);
+  }
 }
 
 /// Tells the local balancer about platforms it has not seen yet.
@@ -226,6 +238,14 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     local(role::platform, p.name, caf::actor_cast<caf::actor>(p.platform));
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
+  }
+  if (st.args.server) {
+    const auto workers = st.args.server->workers.size();
+    st.server = spawn_server(self->system(), std::move(*st.args.server));
+    st.args.server.reset();
+    self->link_to(*st.server);
+    local(role::parameter_server, st.args.name, caf::actor_cast<caf::actor>(*st.server));
+    spdlog::info("[{}] parameter server started for {} workers", st.args.name, workers);
   }
   if (st.args.start_balancer)
     start_balancer(self, false);

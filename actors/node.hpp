@@ -10,6 +10,7 @@
 #include "actors/balancer.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/platform.hpp"
+#include "actors/server.hpp"
 #include "config/config.hpp"
 #include "messages/codec.hpp"
 
@@ -72,6 +73,9 @@ struct node_args {
   bool start_balancer = false;
   /// The run state in this node's store, read when a balancer starts here.
   std::function<std::optional<storage::run_state>()> load_run_state;
+  /// The parameter server to host here (parameter-server strategies, on
+  /// the node strategy.server names); none elsewhere.
+  std::optional<server_args> server;
   /// Epoch reports of the local platforms saved before a restart (resumed
   /// runs), so that the node's metrics file continues.
   std::vector<messages::epoch_report> reports;

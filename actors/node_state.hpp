@@ -29,6 +29,7 @@ struct node_state {
   node_args args;
   std::vector<local_platform> platforms;
   std::optional<balancer_actor> balancer;
+  std::optional<server_actor> server;  // the parameter server, if hosted here
   actors::directory directory;             // every component known, local and remote
   actors::succession succession;           // who hosts the balancer when its node is lost
   std::map<std::string, node_actor> peers;  // connected remote nodes by name

@@ -2,7 +2,9 @@
 
 #include "learning/dataset.hpp"
 #include "learning/aggregator.hpp"
+#include "learning/commit_schedule.hpp"
 #include "learning/gossip.hpp"
+#include "learning/parameter_server.hpp"
 #include "learning/topology.hpp"
 #include "learning/predictor.hpp"
 #include "learning/ranking.hpp"
@@ -68,6 +70,15 @@ struct platform_state {
   uint64_t iterations = 0;
   uint64_t refused = 0;
   uint64_t out_of_step_said = 0;  // strategy->out_of_step() when last logged
+  // Parameter-server strategies: the server (null: none reachable), the
+  // model last pulled, when the next commit is due.
+  caf::actor server;
+  std::optional<learning::commit_clock> commits;
+  learning::commit_base base;
+  uint64_t commit_generation = 0;  // a server change makes answers on their way stale
+  bool commit_ends_epoch = false;  // the commit in flight is the epoch's last
+  bool serverless_said = false;
+  clock::time_point created = clock::now();
   // Observations for the predictor: wall time (idle included) and points,
   // every second of training and at the end of each epoch.
   clock::time_point last_step_end;
@@ -272,6 +283,70 @@ void send_gossip(self_ptr self) {
   }
 }
 
+void finish_epoch(self_ptr self);
+
+/// Parameter-server strategies: commits U = params - base to the server
+/// and, once it answers, loads the global model and steps on (or, with the
+/// epoch's last commit, finishes the epoch). Without a server, the commit
+/// waits for one.
+void commit(self_ptr self, bool epoch_end) {
+  auto& st = self->state;
+  auto go_on = [self, epoch_end] {
+    auto& st = self->state;
+    if (epoch_end)
+      finish_epoch(self);
+    else if (st.running && !st.paused)
+      queue_step(self);
+  };
+  if (!st.server) {
+    // No server reachable (its node is down, or not peered yet): training
+    // goes on locally; the next step after one is found commits.
+    if (!st.serverless_said)
+      spdlog::warn("[{}] no parameter server reachable: training on locally until one is",
+                   st.args.platform.name);
+    st.serverless_said = true;
+    go_on();
+    return;
+  }
+  st.serverless_said = false;
+  st.commit_ends_epoch = epoch_end;
+  auto update = std::make_shared<std::vector<torch::Tensor>>(st.base.commit(st.params));
+  learning::gossip_payload payload;
+  payload.tensors = learning::to_views(st.names, *update);
+  auto message = st.weights_message(1.0, std::move(payload), update);
+  const double loss = st.commits->loss();
+  st.commits->committed(seconds_since(st.created));
+  const auto generation = ++st.commit_generation;
+  self
+    ->request(caf::actor_cast<server_actor>(st.server), defaults::commit_timeout, commit_atom::value,
+              std::move(message), loss, st.commits->overhead(), epoch_end)
+    .then(
+      [self, generation, go_on](held_weights& global, int64_t steps, double seconds) {
+        auto& st = self->state;
+        if (generation != st.commit_generation)
+          return;  // given up on (the server changed)
+        st.commits->answered(seconds_since(st.created), {steps, seconds});
+        try {
+          auto received = learning::from_views(global.value.tensors, st.names, st.params);
+          st.trainer->loans().before_write(st.params);
+          st.base.pulled(st.params, received);
+        } catch (const std::exception& e) {
+          ++st.refused;
+          spdlog::warn("[{}] refused the server's model: {}", st.args.platform.name, e.what());
+        }
+        go_on();
+      },
+      [self, generation, go_on](caf::error& err) {
+        auto& st = self->state;
+        if (generation != st.commit_generation)
+          return;
+        spdlog::warn("[{}] commit not answered ({}): training on with the local model",
+                     st.args.platform.name, self->system().render(err));
+        st.commits->answered(seconds_since(st.created), {});
+        go_on();
+      });
+}
+
 void finish_epoch(self_ptr self) {
   auto& st = self->state;
   st.running = false;
@@ -420,6 +495,10 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
     }
   }
+  if (args.strategy.parameter_server()) {
+    st.commits.emplace(args.strategy.commit_steps);
+    st.base.pulled(st.params, st.params);  // the initial (or restored) model
+  }
   st.args = std::move(args);
   return {
     [self](plan_atom, const plan& received) {
@@ -448,7 +527,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     [self](step_atom) {
       auto& st = self->state;
       st.step_queued = false;
-      if (!st.running || st.paused)
+      if (!st.running || st.paused || (st.commits && st.commits->in_flight()))
         return;
       if (!awaited(st).empty()) {
         // A merge that brings the last awaited message queues the step.
@@ -475,14 +554,24 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       // Messages reference the parameters (no copy) and hold a loan on
       // them until written: the next step or merge copies them only if one
       // is still on its way (learning/loans.hpp).
-      send_gossip(self);
+      if (!st.commits)
+        send_gossip(self);
+      else
+        st.commits->stepped(r.loss);
       if (st.balancer && clock::now() - st.last_progress >= defaults::progress_report_interval) {
         st.last_progress = clock::now();
         self->send(caf::actor_cast<balancer_actor>(st.balancer), progress_atom::value,
                    st.report());
       }
       if (st.trainer->epoch_done()) {
-        finish_epoch(self);
+        if (st.commits)
+          commit(self, true);  // the epoch ends on the global model
+        else
+          finish_epoch(self);
+        return;
+      }
+      if (st.commits && st.commits->due(seconds_since(st.created))) {
+        commit(self, false);  // the answer steps on
         return;
       }
       // Emulated slowdown: idle (without holding a thread) for the extra
@@ -546,6 +635,21 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       auto& st = self->state;
       st.strategy->peers_changed(live);
       st.live = std::move(live);
+    },
+    [self](server_atom, caf::actor server) {
+      auto& st = self->state;
+      if (!st.commits || server == st.server)
+        return;
+      st.server = std::move(server);
+      if (st.commits->in_flight()) {
+        // Its answer will not come from a server that is gone: on without it.
+        ++st.commit_generation;
+        st.commits->answered(seconds_since(st.created), {});
+        if (st.commit_ends_epoch)
+          finish_epoch(self);
+        else if (st.running && !st.paused)
+          queue_step(self);
+      }
     },
     [self](rescale_atom, double factor) {
       auto& st = self->state;

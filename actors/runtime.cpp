@@ -436,6 +436,15 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)), test, {},
                                  opts.interactive, fingerprint, std::nullopt};
   nargs.start_balancer = hosts_balancer && !unfinished;
+  if (cfg.strategy.parameter_server() && cfg.server().name == node_name) {
+    server_args sa;
+    sa.model = cfg.train.model;
+    sa.seed = cfg.seed;
+    for (auto& p : all)
+      sa.workers.push_back(p.name);
+    sa.schedule = commit_settings_of(cfg.strategy);
+    nargs.server = std::move(sa);
+  }
   nargs.load_run_state = [db] { return storage::load_run_state(*db); };
   if (unfinished)
     spdlog::info("node {}: continuing run {} ({} epochs evaluated; --fresh starts a new run)",

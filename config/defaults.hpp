@@ -51,6 +51,10 @@ inline constexpr std::chrono::milliseconds console_forward_timeout = 3s;
 // -- platforms and predictors ---------------------------------------------------
 /// A checkpoint saved by the store.
 inline constexpr std::chrono::milliseconds checkpoint_timeout = 60s;
+/// A worker's commit to the parameter server, answered when the
+/// synchronisation model lets it go on (BSP: the round's slowest worker);
+/// past this the worker trains on without the answer.
+inline constexpr std::chrono::milliseconds commit_timeout = 60s;
 /// A platform's progress report to the balancer, at most this often.
 inline constexpr std::chrono::milliseconds progress_report_interval = 1s;
 /// Push-sum's tau-overlap wait for an in-neighbour's message (learning/

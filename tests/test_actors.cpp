@@ -241,6 +241,7 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](merge_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&) {},
     [](rescale_atom, double) {},
+    [](server_atom, caf::actor) {},
     [=](weights_atom) { return messages::copy_weights(lenet_weights(name, 0.5, nullptr, seed)); },
     [=](done_atom, const std::string& run) { self->state.run = run; },
     [=](cut_atom, uint32_t epoch) {
