@@ -15,6 +15,7 @@
 #include "config/defaults.hpp"
 
 #include <caf/all.hpp>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -78,6 +79,7 @@ struct platform_state {
   uint64_t commit_generation = 0;  // a server change makes answers on their way stale
   bool commit_ends_epoch = false;  // the commit in flight is the epoch's last
   bool serverless_said = false;
+  uint64_t epoch_commits = 0;  // commits answered this epoch
   clock::time_point created = clock::now();
   // Observations for the predictor: wall time (idle included) and points,
   // every second of training and at the end of each epoch.
@@ -326,6 +328,7 @@ void commit(self_ptr self, bool epoch_end) {
         if (generation != st.commit_generation)
           return;  // given up on (the server changed)
         st.commits->answered(seconds_since(st.created), {steps, seconds});
+        ++st.epoch_commits;
         try {
           auto received = learning::from_views(global.value.tensors, st.names, st.params);
           st.trainer->loans().before_write(st.params);
@@ -378,10 +381,13 @@ void finish_epoch(self_ptr self) {
       r.messages_refused += s.messages_refused;
       r.received_from = std::move(s.received_from);
       spdlog::info("[{}] epoch {} done: {} samples in {:.2f} s ({:.0f}/s), loss {:.4f}, "
-                   "test accuracy {:.4f}, received {} messages",
+                   "test accuracy {:.4f}, {}",
                    st.args.platform.name, r.epoch + 1, r.samples, r.wall_seconds,
                    r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
-                   r.test_accuracy, r.messages_received);
+                   r.test_accuracy,
+                   st.commits ? fmt::format("{} commits to the server", st.epoch_commits)
+                              : fmt::format("received {} messages", r.messages_received));
+      st.epoch_commits = 0;
       st.last_report = r;
       if (auto n = st.strategy->out_of_step(); n > st.out_of_step_said) {
         spdlog::warn("[{}] {} sparse messages arrived out of step with their edge in epoch {} "

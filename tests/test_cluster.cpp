@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <map>
+#include <regex>
 #include <set>
 
 using namespace eg::test;
@@ -153,6 +154,35 @@ BOOST_AUTO_TEST_CASE(push_sum_over_the_exponential_graph_keeps_the_weights_sum) 
     BOOST_REQUIRE_EQUAL(rows.size(), 2u);
     for (auto& r : rows)
       BOOST_TEST(std::stoull(r["messages_sent"]) == 60u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_parameter_server_on_another_node_trains_three_node_processes) {
+  // BSP and ADSP with the server on node b: every platform commits to it
+  // (a and c from other processes) and the averaged model learns.
+  for (std::string strategy : {"bsp", "adsp"}) {
+    BOOST_TEST_CONTEXT("strategy " << strategy) {
+      temp_dir dir;
+      auto config = three_node_config(dir, 2, 100, "lane",
+                                      "name = \"" + strategy
+                                        + "\"\nserver = \"b\"\ncommit_steps = 20\n"
+                                          "check_period = 2\nmin_interval = 0.5");
+      auto logs = run_three_nodes(dir, config);
+      BOOST_TEST(logs[1].find("[b] parameter server started for 3 workers") != std::string::npos,
+                 logs[1]);
+      BOOST_TEST(logs[0].find("parameter server started") == std::string::npos);
+      const std::regex commits("\\[p([abc])\\] epoch 2 done: .* ([0-9]+) commits to the server");
+      std::set<std::string> committed;
+      for (auto& log : logs)
+        for (std::sregex_iterator m(log.begin(), log.end(), commits), end; m != end; ++m)
+          if (std::stoi((*m)[2]) >= 1)
+            committed.insert((*m)[1]);
+      BOOST_TEST(committed.size() == 3u);
+      auto run = only_run_dir(dir / "runs");
+      auto cluster = read_csv((run / "cluster.csv").string());
+      BOOST_REQUIRE(!cluster.empty());
+      BOOST_TEST(std::stod(cluster.back()["averaged_accuracy"]) > 0.5);
+    }
   }
 }
 
