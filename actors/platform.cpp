@@ -289,8 +289,8 @@ void finish_epoch(self_ptr self);
 
 /// Parameter-server strategies: commits U = params - base to the server
 /// and, once it answers, loads the global model and steps on (or, with the
-/// epoch's last commit, finishes the epoch). Without a server, the commit
-/// waits for one.
+/// epoch's last commit, finishes the epoch). Without a reachable server,
+/// training goes on locally and a later step commits.
 void commit(self_ptr self, bool epoch_end) {
   auto& st = self->state;
   auto go_on = [self, epoch_end] {
