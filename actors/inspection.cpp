@@ -55,6 +55,24 @@ std::vector<link> topology_of(const std::vector<messages::epoch_report>& reports
   return out;
 }
 
+void add_commits(platform_row& row, const std::vector<messages::epoch_report>& reports,
+                 const messages::epoch_report& current) {
+  double seconds = 0, stale = 0;
+  uint64_t commits = 0;
+  auto add = [&](const messages::epoch_report& r) {
+    commits += r.commits;
+    stale += r.staleness * static_cast<double>(r.commits);
+    seconds += r.wall_seconds;
+  };
+  for (auto& r : reports)
+    if (r.platform == row.name && r.epoch != current.epoch)
+      add(r);
+  add(current);
+  row.commits = commits;
+  row.commit_rate = seconds > 0 ? static_cast<double>(commits) / seconds : 0.0;
+  row.staleness = commits ? stale / static_cast<double>(commits) : 0.0;
+}
+
 void add_completed_epochs(platform_row& row, const std::vector<messages::epoch_report>& reports) {
   uint64_t iterations = 0;
   const messages::epoch_report* latest = nullptr;
@@ -164,6 +182,8 @@ cluster_layout cluster_layout::of(const config::cluster_config& cluster) {
   l.schedule = cluster.strategy.asynchronous() ? "async" : "sync";
   l.epochs = cluster.train.epochs;
   l.balancer = cluster.balancer().name;
+  if (cluster.strategy.parameter_server())
+    l.server = cluster.server().name;
   for (auto& n : cluster.nodes) {
     node row{n.name, n.host, n.port, {}};
     for (auto& p : n.platforms)
@@ -179,6 +199,7 @@ void cluster_layout::fill(cluster_header& h) const {
   h.schedule = schedule;
   h.epochs = epochs;
   h.balancer = balancer;
+  h.server = server;
 }
 
 snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barrier& epochs,
@@ -198,6 +219,8 @@ snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barr
     h.averaged_accuracy = epochs.evaluated().rbegin()->second.averaged_accuracy;
   }
   h.via = via;
+  if (!h.server.empty() && !console.server.empty())
+    h.server = console.server;
   const auto& reports = epochs.all_reports();
   for (auto& n : layout.nodes)
     for (auto& name : n.platforms) {
@@ -226,6 +249,8 @@ snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barr
       if (auto t = predictions.find(name); t != predictions.end())
         row.throughput = t->second.throughput;
       add_completed_epochs(row, reports);
+      add_commits(row, reports, p->progress);
+      h.server_version = std::max(h.server_version, p->progress.server_version);
       if (auto c = console.checkpoints.find(name); c != console.checkpoints.end()) {
         row.checkpoint_epochs = c->second.first;
         row.checkpoint_at = c->second.second;
@@ -335,6 +360,9 @@ json report_json(const messages::epoch_report& r) {
           {"messages_refused", r.messages_refused},
           {"received_from", from},
           {"predicted_seconds", r.predicted_seconds},
+          {"commits", r.commits},
+          {"staleness", r.staleness},
+          {"server_version", r.server_version},
           {"sent", traffic_json(r.sent)},
           {"received", traffic_json(r.received)}};
 }
@@ -364,6 +392,11 @@ messages::epoch_report report_from(const json& j) {
                                                      t.at("messages").get<uint64_t>(),
                                                      t.at("bytes").get<uint64_t>()});
   read(j, "predicted_seconds", r.predicted_seconds);
+  if (j.contains("commits")) {
+    read(j, "commits", r.commits);
+    read(j, "staleness", r.staleness);
+    read(j, "server_version", r.server_version);
+  }
   if (j.contains("sent"))
     r.sent = traffic_from(j.at("sent"));
   if (j.contains("received"))
@@ -399,6 +432,8 @@ std::string to_json(const snapshot& s) {
                   {"platforms_down", c.platforms_down},
                   {"balancer", c.balancer},
                   {"balancer_reachable", c.balancer_reachable},
+                  {"server", c.server},
+                  {"server_version", c.server_version},
                   {"via", c.via}};
   j["platforms"] = json::array();
   for (auto& p : s.platforms)
@@ -420,7 +455,10 @@ std::string to_json(const snapshot& s) {
                               {"messages_out", p.messages_out},
                               {"exchange_rate", p.exchange_rate},
                               {"checkpoint_epochs", p.checkpoint_epochs},
-                              {"checkpoint_at", p.checkpoint_at}});
+                              {"checkpoint_at", p.checkpoint_at},
+                              {"commits", p.commits},
+                              {"commit_rate", p.commit_rate},
+                              {"staleness", p.staleness}});
   j["nodes"] = json::array();
   for (auto& n : s.nodes)
     j["nodes"].push_back({{"name", n.name},
@@ -470,6 +508,10 @@ snapshot snapshot_from_json(const std::string& text) {
     read(c, "platforms_down", h.platforms_down);
     read(c, "balancer", h.balancer);
     read(c, "balancer_reachable", h.balancer_reachable);
+    if (c.contains("server")) {  // absent from a node that predates the server
+      read(c, "server", h.server);
+      read(c, "server_version", h.server_version);
+    }
     read(c, "via", h.via);
     for (auto& p : j.at("platforms")) {
       platform_row r;
@@ -492,6 +534,11 @@ snapshot snapshot_from_json(const std::string& text) {
       read(p, "exchange_rate", r.exchange_rate);
       read(p, "checkpoint_epochs", r.checkpoint_epochs);
       read(p, "checkpoint_at", r.checkpoint_at);
+      if (p.contains("commits")) {
+        read(p, "commits", r.commits);
+        read(p, "commit_rate", r.commit_rate);
+        read(p, "staleness", r.staleness);
+      }
       s.platforms.push_back(std::move(r));
     }
     for (auto& n : j.at("nodes")) {

@@ -66,6 +66,10 @@ struct cluster_header {
   std::string balancer;     ///< node hosting the balancer
   bool balancer_reachable = true;  ///< false: the answering node's own partial view
   std::string via;          ///< node that answered the console
+  /// Parameter-server strategies: the node hosting the server ("" for
+  /// other strategies), and the newest version of its model a worker pulled.
+  std::string server;
+  uint64_t server_version = 0;
 };
 
 struct platform_row {
@@ -88,6 +92,12 @@ struct platform_row {
   double exchange_rate = 0;  ///< messages sent per iteration, completed epochs
   int64_t checkpoint_epochs = -1;  ///< epochs done in its latest checkpoint (-1: none)
   double checkpoint_at = -1;       ///< elapsed seconds when it was taken (-1: none)
+  /// Parameter-server strategies: commits to the server (completed epochs
+  /// and the current one), per second of training, and their mean
+  /// staleness (other workers' commits between two pulls).
+  uint64_t commits = 0;
+  double commit_rate = 0;
+  double staleness = 0;
 };
 
 struct node_row {
@@ -112,7 +122,7 @@ struct link {
 
 struct event {
   double at = 0;            ///< elapsed seconds since the balancer started
-  std::string kind;         ///< "join", "down", "plan", "epoch", "checkpoint", "pause", "resume"
+  std::string kind;         ///< "join", "down", "plan", "epoch", "checkpoint", "pause", "resume", "server"
   std::string text;
 };
 
@@ -164,6 +174,9 @@ struct console_state {
   std::map<std::string, std::string> store_failures;  ///< node -> why its store cannot write
   /// Each platform's latest checkpoint: epochs done, and when (seconds since `born`).
   std::map<std::string, std::pair<int64_t, double>> checkpoints;
+  /// Where the parameter server runs now, when it is not on the node the
+  /// cluster file names (a successor), or "" before the node said.
+  std::string server;
 
   /// Seconds since `born`.
   double now() const;
@@ -212,6 +225,7 @@ struct cluster_layout {
   std::string schedule;     ///< "sync" or "async"
   uint32_t epochs = 0;
   std::string balancer;
+  std::string server;  ///< strategy.server's node ("" without a server)
   std::vector<node> nodes;
 
   static cluster_layout of(const config::cluster_config& cluster);

@@ -152,9 +152,9 @@ using server_actor = caf::typed_actor<
   // worker go on; ec::bad_request for an update that does not fit.
   caf::replies_to<commit_atom, held_weights, double, double, bool>::with<held_weights, int64_t,
                                                                          double>,
-  // From its node: the platforms live now; expected workers not among them
-  // hold no one back.
-  caf::reacts_to<peers_atom, std::vector<std::string>>,
+  // From its node: the platforms live now (expected workers not among them
+  // hold no one back), and every node's store (where it checkpoints).
+  caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<store_actor>>,
   // The global model, a copy (averaging, inspection).
   caf::replies_to<weights_atom>::with<held_weights>>;
 
@@ -174,6 +174,9 @@ using balancer_actor = caf::typed_actor<
   caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor>,
   // From a node: its store cannot write (node name, why), for the console.
   caf::reacts_to<failed_atom, std::string, std::string>,
+  // From its node: the node hosting the parameter server now ("": none
+  // reachable), for the console.
+  caf::reacts_to<server_atom, std::string>,
   // From a platform: its report at the end of an epoch.
   caf::reacts_to<report_atom, epoch_report>,
   // From a platform: its report of the epoch so far.

@@ -45,11 +45,17 @@ void publish_peers(self_ptr self) {
   caf::actor server = servers.empty() ? caf::actor{} : servers.front().handle;
   for (auto& p : st.platforms)
     self->send(p.platform, server_atom::value, server);
+  if (st.balancer && st.args.server)
+    self->send(*st.balancer, server_atom::value,
+               servers.empty() ? std::string{} : servers.front().what.node);
   if (st.server) {
     std::vector<std::string> live;
     for (auto& e : st.directory.of_role(messages::role::platform))
       live.push_back(e.what.name);
-    self->send(*st.server, peers_atom::value, live);
+    std::vector<store_actor> stores;
+    for (auto& e : st.directory.of_role(messages::role::store))
+      stores.push_back(caf::actor_cast<store_actor>(e.handle));
+    self->send(*st.server, peers_atom::value, live, stores);
   }
 }
 
@@ -83,6 +89,42 @@ void resolve_balancers(self_ptr self) {
       rehello(self);
       return;
     }
+}
+
+void resolve_servers(self_ptr self) {
+  auto& st = self->state;
+  if (!st.server)
+    return;
+  for (auto& e : st.directory.of_role(messages::role::parameter_server))
+    if (e.what.node != st.args.name && st.server_succession.gives_way(st.args.name, e.what.node)) {
+      spdlog::warn("[{}] node {} hosts the parameter server too: stopping ours", st.args.name,
+                   e.what.node);
+      self->unlink_from(*st.server);
+      self->send_exit(*st.server, caf::exit_reason::user_shutdown);
+      st.server.reset();
+      st.directory.remove(messages::role::parameter_server, st.args.name);
+      rehello(self);
+      return;
+    }
+}
+
+void start_server(self_ptr self, bool continuing) {
+  auto& st = self->state;
+  auto args = *st.args.server;
+  if (continuing) {
+    if (st.args.load_server_checkpoint)
+      args.restore = st.args.load_server_checkpoint();
+    if (!args.restore)
+      spdlog::warn("[{}] no checkpoint of the parameter server in this node's store: the "
+                   "server starts from the initial model",
+                   st.args.name);
+  }
+  const auto workers = args.workers.size();
+  st.server = spawn_server(self->system(), std::move(args));
+  self->link_to(*st.server);
+  st.directory.add({messages::role::parameter_server, st.args.name, st.args.name},
+                   caf::actor_cast<caf::actor>(*st.server));
+  spdlog::info("[{}] parameter server started for {} workers", st.args.name, workers);
 }
 
 /// Starts the balancer here: a new run, or (with a saved run state) the run
@@ -239,13 +281,12 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
   }
+  st.server_succession = succession(st.args.settings.node_names(), st.args.settings.server);
   if (st.args.server) {
-    const auto workers = st.args.server->workers.size();
-    st.server = spawn_server(self->system(), std::move(*st.args.server));
-    st.args.server.reset();
-    self->link_to(*st.server);
-    local(role::parameter_server, st.args.name, caf::actor_cast<caf::actor>(*st.server));
-    spdlog::info("[{}] parameter server started for {} workers", st.args.name, workers);
+    if (st.args.start_server)
+      start_server(self, false);
+    else
+      self->delayed_send(self, defaults::first_election, serve_atom::value);
   }
   if (st.args.start_balancer)
     start_balancer(self, false);
@@ -273,6 +314,10 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       publish_peers(self);
       if (had_balancer)
         self->delayed_send(self, defaults::succession_delay, elect_atom::value);
+      // The server's node, or one before this node in the server's
+      // succession: perhaps this node's turn now.
+      if (st.args.server && !st.server)
+        self->delayed_send(self, defaults::succession_delay, serve_atom::value);
       // It may come back: keep dialling.
       self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
       return;
@@ -401,7 +446,26 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
           return;
       }
     },
-    [self](where_atom) -> std::string {
+    [self](serve_atom) {
+      auto& st = self->state;
+      if (st.finished || st.stopping || st.server || !st.args.server
+          || !st.directory.of_role(messages::role::parameter_server).empty())
+        return;
+      switch (st.server_succession.when_none(st.args.name, !st.dialling.empty(), st.lost)) {
+        case succession::verdict::retry:
+          self->delayed_send(self, defaults::election_retry, serve_atom::value);
+          return;
+        case succession::verdict::elect:
+          spdlog::warn("[{}] no parameter server in the cluster: starting one here", st.args.name);
+          start_server(self, true);
+          rehello(self);
+          publish_peers(self);
+          return;
+        case succession::verdict::wait:
+          return;
+      }
+    },
+        [self](where_atom) -> std::string {
       if (!from_cluster(self))
         return {};
       return self->state.directory.balancer_home();
@@ -451,6 +515,8 @@ node_settings node_settings::of(const config::cluster_config& cluster) {
   s.output_dir = cluster.output_dir;
   s.nodes = cluster.nodes;
   s.balancer = cluster.balancer().name;
+  if (cluster.strategy.parameter_server())
+    s.server = cluster.server().name;
   s.layout = inspection::cluster_layout::of(cluster);
   return s;
 }

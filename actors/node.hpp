@@ -4,8 +4,9 @@
 // directory of components, checked against the cluster secret), monitors
 // every remote node it learns, tells the local mixers who their peers are and
 // the balancer which platforms joined, starts a successor balancer when the
-// balancer's node is lost, keeps the balancer's run state in every node's
-// store, and ends the process's run once every local platform is done.
+// balancer's node is lost (and a successor parameter server when the
+// server's is), keeps the balancer's run state in every node's store, and
+// ends the process's run once every local platform is done.
 
 #include "actors/balancer.hpp"
 #include "actors/interfaces.hpp"
@@ -48,6 +49,9 @@ struct node_settings {
   std::string output_dir;
   std::vector<config::node_config> nodes;
   std::string balancer;  ///< the node named to host the balancer
+  /// The node named to host the parameter server (strategy.server; "" for
+  /// strategies without one).
+  std::string server;
   inspection::cluster_layout layout;
 
   static node_settings of(const config::cluster_config& cluster);
@@ -73,9 +77,17 @@ struct node_args {
   bool start_balancer = false;
   /// The run state in this node's store, read when a balancer starts here.
   std::function<std::optional<storage::run_state>()> load_run_state;
-  /// The parameter server to host here (parameter-server strategies, on
-  /// the node strategy.server names); none elsewhere.
+  /// What a parameter server hosted here is started with (every node of a
+  /// parameter-server strategy: any may come to host it); none for other
+  /// strategies.
   std::optional<server_args> server;
+  /// Start the server at once (this node is strategy.server and the run is
+  /// new). Otherwise a server is started here only by its succession
+  /// (strategy.server first, then file order), from the newest server
+  /// checkpoint in this node's store.
+  bool start_server = false;
+  /// The newest server checkpoint in this node's store.
+  std::function<std::optional<storage::checkpoint>()> load_server_checkpoint;
   /// Epoch reports of the local platforms saved before a restart (resumed
   /// runs), so that the node's metrics file continues.
   std::vector<messages::epoch_report> reports;

@@ -105,6 +105,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
                  handles.size());
   }
   resolve_balancers(self);
+  resolve_servers(self);
   publish_peers(self);
   announce_platforms(self, h->node);
 }

@@ -32,6 +32,7 @@ struct node_state {
   std::optional<server_actor> server;  // the parameter server, if hosted here
   actors::directory directory;             // every component known, local and remote
   actors::succession succession;           // who hosts the balancer when its node is lost
+  actors::succession server_succession;    // who hosts the parameter server when its node is lost
   std::map<std::string, node_actor> peers;  // connected remote nodes by name
   std::set<std::string> dialling;
   std::set<std::string> tls_checked;  // peers whose certificate passed probe_tls just now
@@ -106,10 +107,13 @@ struct node_state {
 
 using over_atom = caf::atom_constant<caf::atom("over")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+/// Time to see whether this node is to start the parameter server.
+using serve_atom = caf::atom_constant<caf::atom("serve")>;
 /// The node's interface with its private messages: the run is over (the
-/// grace period for local platforms ended), and the store is flushed (the
-/// launcher may end the process).
-using node_impl = node_actor::extend<caf::reacts_to<over_atom>, caf::reacts_to<release_atom>>;
+/// grace period for local platforms ended), the store is flushed (the
+/// launcher may end the process), and the parameter server's election.
+using node_impl = node_actor::extend<caf::reacts_to<over_atom>, caf::reacts_to<release_atom>,
+                                     caf::reacts_to<serve_atom>>;
 using self_ptr = node_impl::stateful_pointer<node_state>;
 
 
@@ -126,6 +130,12 @@ void resolve_balancers(self_ptr self);
 /// Starts the balancer here: a new run, or (`continuing`) the run of the
 /// saved run state.
 void start_balancer(self_ptr self, bool continuing);
+/// Starts the parameter server here: a new run's, or (`continuing`) from
+/// the newest server checkpoint in this node's store.
+void start_server(self_ptr self, bool continuing);
+/// Two parameter servers: ours stops if the other's node is before ours in
+/// the server's succession.
+void resolve_servers(self_ptr self);
 /// Ends the node's run: metrics file, lane stats, store flush, release.
 void finish(self_ptr self);
 

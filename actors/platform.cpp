@@ -22,6 +22,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <utility>
 
 namespace eg::actors {
 namespace {
@@ -80,6 +81,11 @@ struct platform_state {
   bool commit_ends_epoch = false;  // the commit in flight is the epoch's last
   bool serverless_said = false;
   uint64_t epoch_commits = 0;  // commits answered this epoch
+  double epoch_staleness = 0;  // their staleness, summed
+  std::optional<uint64_t> pulled_version;  // of the global model pulled last
+  /// Emulated slowdown: idle seconds the last step still owes before the
+  /// next one (queue_step waits them out).
+  double idle_owed = 0;
   clock::time_point created = clock::now();
   // Observations for the predictor: wall time (idle included) and points,
   // every second of training and at the end of each epoch.
@@ -136,6 +142,9 @@ struct platform_state {
     r.gossip_weight = strategy->weight();
     r.messages_refused = refused;
     r.class_samples = trainer->class_samples();
+    r.commits = epoch_commits;
+    r.staleness = epoch_commits ? epoch_staleness / static_cast<double>(epoch_commits) : 0.0;
+    r.server_version = pulled_version.value_or(0);
     return r;
   }
 };
@@ -254,13 +263,19 @@ std::vector<std::string> awaited(platform_state& st) {
   return st.gate.missing(*need, *sources);
 }
 
-/// Queues the next step unless one is on its way.
+/// Queues the next step unless one is on its way; after the emulated
+/// slowdown's idle time still owed by the last step (`idle_owed`), if any.
 void queue_step(self_ptr self) {
   auto& st = self->state;
   if (st.step_queued)
     return;
   st.step_queued = true;
-  self->send(self, step_atom::value);
+  const auto idle = std::exchange(st.idle_owed, 0.0);
+  if (idle > 0)
+    self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(idle * 1e6)),
+                       step_atom::value);
+  else
+    self->send(self, step_atom::value);
 }
 
 /// The strategy's messages after a step, each to the topology's target at
@@ -329,6 +344,12 @@ void commit(self_ptr self, bool epoch_end) {
           return;  // given up on (the server changed)
         st.commits->answered(seconds_since(st.created), {steps, seconds});
         ++st.epoch_commits;
+        // Staleness: other workers' commits applied since the last pull
+        // (none counted across a server that started again from a checkpoint).
+        const uint64_t version = global.value.iteration;
+        if (st.pulled_version && version > *st.pulled_version)
+          st.epoch_staleness += static_cast<double>(version - *st.pulled_version - 1);
+        st.pulled_version = version;
         try {
           auto received = learning::from_views(global.value.tensors, st.names, st.params);
           st.trainer->loans().before_write(st.params);
@@ -359,6 +380,8 @@ void finish_epoch(self_ptr self) {
     self->send(st.args.predictor, observe_atom::value, o->seconds, o->samples);
   st.epochs_done = st.epoch + 1;
   auto r = st.report();
+  st.epoch_commits = 0;
+  st.epoch_staleness = 0;
   // Its own model on the test set: monitoring, every `evaluate_every`
   // epochs and after the last (-1: not evaluated this epoch).
   const auto every = st.args.train.evaluate_every;
@@ -385,9 +408,9 @@ void finish_epoch(self_ptr self) {
                    st.args.platform.name, r.epoch + 1, r.samples, r.wall_seconds,
                    r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, r.train_loss,
                    r.test_accuracy,
-                   st.commits ? fmt::format("{} commits to the server", st.epoch_commits)
+                   st.commits ? fmt::format("{} commits to the server (staleness {:.1f})",
+                                            r.commits, r.staleness)
                               : fmt::format("received {} messages", r.messages_received));
-      st.epoch_commits = 0;
       st.last_report = r;
       if (auto n = st.strategy->out_of_step(); n > st.out_of_step_said) {
         spdlog::warn("[{}] {} sparse messages arrived out of step with their edge in epoch {} "
@@ -576,21 +599,16 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
           finish_epoch(self);
         return;
       }
+      // Emulated slowdown: idle (without holding a thread) for the extra
+      // time a platform this many times slower would need, before the next
+      // step (after a commit's answer too, so that a slow worker commits
+      // at its slow pace).
+      st.idle_owed = r.compute_seconds * std::max(st.slowdown() - 1.0, 0.0);
       if (st.commits && st.commits->due(seconds_since(st.created))) {
         commit(self, false);  // the answer steps on
         return;
       }
-      // Emulated slowdown: idle (without holding a thread) for the extra
-      // time a platform this many times slower would need.
-      auto s = st.slowdown();
-      st.step_queued = true;
-      if (s > 1.0)
-        self->delayed_send(self,
-                           std::chrono::microseconds(
-                             static_cast<int64_t>(r.compute_seconds * (s - 1.0) * 1e6)),
-                           step_atom::value);
-      else
-        self->send(self, step_atom::value);
+      queue_step(self);
     },
     [self](merge_atom, const held_weights& message) {
       auto& st = self->state;

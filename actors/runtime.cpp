@@ -436,7 +436,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)), test, {},
                                  opts.interactive, fingerprint, std::nullopt};
   nargs.start_balancer = hosts_balancer && !unfinished;
-  if (cfg.strategy.parameter_server() && cfg.server().name == node_name) {
+  if (cfg.strategy.parameter_server()) {
     server_args sa;
     sa.model = cfg.train.model;
     sa.seed = cfg.seed;
@@ -444,6 +444,10 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
       sa.workers.push_back(p.name);
     sa.schedule = commit_settings_of(cfg.strategy);
     nargs.server = std::move(sa);
+    nargs.start_server = cfg.server().name == node_name && !unfinished;
+    nargs.load_server_checkpoint = [db] {
+      return storage::load_latest_checkpoint(*db, std::string{storage::server_checkpoint});
+    };
   }
   nargs.load_run_state = [db] { return storage::load_run_state(*db); };
   if (unfinished)

@@ -1,5 +1,6 @@
 #include "actors/server.hpp"
 
+#include "config/defaults.hpp"
 #include "learning/gossip.hpp"
 #include "learning/model.hpp"
 #include "learning/parameter_server.hpp"
@@ -13,11 +14,15 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <utility>
 
 namespace eg::actors {
 namespace {
 
 using clock = std::chrono::steady_clock;
+
+/// The server's private message: time for a checkpoint.
+using server_impl = server_actor::extend<caf::reacts_to<tick_atom>>;
 
 /// An answer the schedule holds back (BSP's round, SSP's bound).
 using answer_promise = caf::typed_response_promise<held_weights, int64_t, double>;
@@ -25,6 +30,7 @@ using answer_promise = caf::typed_response_promise<held_weights, int64_t, double
 struct server_state {
   static inline const char* name = "server";
   server_args args;
+  std::shared_ptr<learning::classifier> model;  // the checkpoints' serialiser
   std::vector<std::string> names;  // parameter names, wire order
   std::unique_ptr<learning::global_model> global;
   std::unique_ptr<learning::commit_schedule> schedule;
@@ -32,6 +38,10 @@ struct server_state {
   std::map<caf::actor_addr, std::string> monitored;  // worker handles seen
   clock::time_point start = clock::now();
   uint64_t refused = 0;
+  std::vector<store_actor> stores;  // every node's (from the node)
+  std::optional<uint64_t> saved_version;  // of the last checkpoint sent
+  bool store_error_said = false;
+  bool periods_said = false;
 
   double now() const { return std::chrono::duration<double>(clock::now() - start).count(); }
 
@@ -46,7 +56,39 @@ struct server_state {
   }
 };
 
-using self_ptr = server_actor::stateful_pointer<server_state>;
+using self_ptr = server_impl::stateful_pointer<server_state>;
+
+/// Checkpoints the global model to every node's store, unless it did not
+/// change since the last (the first is saved at once: a successor never
+/// takes a checkpoint of an earlier run for this one's).
+void save(self_ptr self) {
+  auto& st = self->state;
+  if (st.stores.empty() || st.saved_version == st.global->version())
+    return;
+  {
+    torch::NoGradGuard no_grad;
+    auto params = learning::parameters(*st.model);
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].copy_(st.global->params()[i]);
+  }
+  const auto bytes = learning::save_model(*st.model);
+  const auto version = st.global->version();
+  const auto unix_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count());
+  st.saved_version = version;
+  for (auto& store : st.stores)
+    self
+      ->request(store, defaults::checkpoint_timeout, checkpoint_atom::value,
+                std::string{storage::server_checkpoint}, unix_ms, version, 1.0, bytes,
+                std::string{})
+      .then([](bool) {},
+            [self](caf::error& err) {
+              if (!std::exchange(self->state.store_error_said, true))
+                spdlog::warn("server: a store did not take its checkpoint: {}",
+                             self->system().render(err));
+            });
+}
 
 /// Answers every released worker: its own request (`own`, if it is among
 /// them) or the promise it has been waiting on.
@@ -69,15 +111,33 @@ void answer(self_ptr self, const std::vector<learning::release>& released,
   }
 }
 
-server_actor::behavior_type server(self_ptr self, server_args args) {
+server_impl::behavior_type server(self_ptr self, server_args args) {
   auto& st = self->state;
-  auto model = learning::make_classifier(args.model, args.seed);
-  st.names = learning::parameter_names(*model);
+  st.model = learning::make_classifier(args.model, args.seed);
+  st.names = learning::parameter_names(*st.model);
+  uint64_t version = 0;
+  if (args.restore) {
+    try {
+      learning::load_model(*st.model, args.restore->model);
+      version = args.restore->iteration;
+      spdlog::info("server: continues from its checkpoint of version {}", version);
+    } catch (const std::exception& e) {
+      // The seed's model again: commits go on from there.
+      st.model = learning::make_classifier(args.model, args.seed);
+      spdlog::error("server: its checkpoint of version {} does not load ({}): starting from "
+                    "the initial model",
+                    args.restore->iteration, e.what());
+    }
+    args.restore.reset();
+  }
   std::vector<torch::Tensor> initial;
-  for (auto& p : learning::parameters(*model))
+  for (auto& p : learning::parameters(*st.model))
     initial.push_back(p.detach().clone());
   st.global = std::make_unique<learning::global_model>(
     initial, static_cast<int64_t>(std::max<size_t>(args.workers.size(), 1)));
+  if (version > 0)
+    st.global->restore(initial, version);
+  self->delayed_send(self, defaults::server_checkpoint_interval, tick_atom::value);
   st.schedule = std::make_unique<learning::commit_schedule>(args.schedule, args.workers);
   st.args = std::move(args);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -113,6 +173,13 @@ server_actor::behavior_type server(self_ptr self, server_args args) {
         }
       }
       auto released = st.schedule->commit(w, st.now(), loss, overhead, resting);
+      if (!st.periods_said && st.schedule->step_seconds() > 0) {
+        st.periods_said = true;
+        spdlog::info("server: check period {:.2f} s, least commit interval {:.2f} s (measured: "
+                     "the median worker's step takes {:.1f} ms)",
+                     st.schedule->check_period(), st.schedule->min_interval(),
+                     1e3 * st.schedule->step_seconds());
+      }
       auto rp = self->make_response_promise<held_weights, int64_t, double>();
       bool mine = false;
       for (auto& r : released)
@@ -122,8 +189,12 @@ server_actor::behavior_type server(self_ptr self, server_args args) {
       answer(self, released, w, &rp);
       return rp;
     },
-    [self](peers_atom, const std::vector<std::string>& live) {
+    [self](peers_atom, const std::vector<std::string>& live, std::vector<store_actor>& stores) {
       auto& st = self->state;
+      const bool first = st.stores.empty();
+      st.stores = std::move(stores);
+      if (first)
+        save(self);
       std::set<std::string> up(live.begin(), live.end());
       for (auto& w : st.args.workers) {
         auto v = st.schedule->workers().find(w);
@@ -135,6 +206,10 @@ server_actor::behavior_type server(self_ptr self, server_args args) {
       }
     },
     [self](weights_atom) -> held_weights { return self->state.model_message(); },
+    [self](tick_atom) {
+      save(self);
+      self->delayed_send(self, defaults::server_checkpoint_interval, tick_atom::value);
+    },
   };
 }
 
@@ -161,7 +236,7 @@ learning::commit_settings commit_settings_of(const config::strategy_config& s) {
 }
 
 server_actor spawn_server(caf::actor_system& sys, server_args args) {
-  return sys.spawn(server, std::move(args));
+  return caf::actor_cast<server_actor>(sys.spawn(server, std::move(args)));
 }
 
 } // namespace eg::actors

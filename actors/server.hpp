@@ -6,11 +6,19 @@
 // when the synchronisation model (learning/commit_schedule.hpp) lets the
 // worker go on. A thin actor over learning::global_model and
 // learning::commit_schedule.
+//
+// Every few seconds (defaults::server_checkpoint_interval), when the model
+// changed, it checkpoints the global model and its version to every node's
+// store (storage::server_checkpoint): when its node is lost, the next node
+// of the server's succession starts a server that continues from the
+// newest one.
 
 #include "actors/interfaces.hpp"
 #include "config/config.hpp"
 #include "learning/commit_schedule.hpp"
+#include "storage/store.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +29,9 @@ struct server_args {
   int64_t seed = 0;   ///< the cluster seed: the same initial model as every worker
   std::vector<std::string> workers;  ///< the cluster's platforms
   learning::commit_settings schedule;
+  /// A successor's start: the newest server checkpoint in its node's
+  /// store (none: the seed's initial model, version 0).
+  std::optional<storage::checkpoint> restore;
 };
 
 /// The schedule's settings from the cluster file's [strategy] (one of the

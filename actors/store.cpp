@@ -136,20 +136,35 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
     [self](checkpoint_atom, std::string& platform, uint64_t epoch, uint64_t iteration,
            double weight, std::string& model, std::string& optimizer) {
       auto& st = self->state;
-      st.newest_epoch = std::max(st.newest_epoch, epoch);
-      auto what = "checkpoint of " + platform + " (epoch " + std::to_string(epoch) + ")";
+      // The parameter server's checkpoints are keyed by time, not epoch.
+      const bool server = platform == storage::server_checkpoint;
+      if (!server)
+        st.newest_epoch = std::max(st.newest_epoch, epoch);
+      auto what = server ? "checkpoint of the parameter server (version "
+                             + std::to_string(iteration) + ")"
+                         : "checkpoint of " + platform + " (epoch " + std::to_string(epoch) + ")";
+      // A lost server checkpoint counts as a record, not a platform's epoch.
+      auto lost = [&](const std::string& error, const std::string& name) {
+        if (server)
+          st.write_failed(what, error, nullptr, std::nullopt);
+        else
+          st.write_failed(what, error, &name, epoch);
+      };
       if (st.failed()) {  // not even framed: it would not be written
-        st.write_failed(what, "", &platform, epoch);
+        lost("", platform);
         return false;
       }
       storage::checkpoint c{std::move(platform), epoch, iteration, weight, std::move(model),
                             std::move(optimizer)};
       try {
         storage::save_checkpoint(*st.db, c);
-        st.saved[c.platform] = epoch;
+        if (server)
+          storage::prune_checkpoints(*st.db, c.platform, 2);  // one every few seconds
+        else
+          st.saved[c.platform] = epoch;
         return true;
       } catch (const storage::storage_error& e) {
-        st.write_failed(what, e.what(), &c.platform, epoch);
+        lost(e.what(), c.platform);
         return false;
       }
     },

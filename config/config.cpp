@@ -173,8 +173,8 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.server", c.strategy.server, any_text);
   visit("strategy.commit_steps", c.strategy.commit_steps, positive_int);
   visit("strategy.staleness", c.strategy.staleness, non_negative_int);
-  visit("strategy.check_period", c.strategy.check_period, positive);
-  visit("strategy.min_interval", c.strategy.min_interval, positive);
+  visit("strategy.check_period", c.strategy.check_period, non_negative);
+  visit("strategy.min_interval", c.strategy.min_interval, non_negative);
   visit("strategy.target_loss", c.strategy.target_loss, positive);
   visit("edgegossip.aggregator", c.edgegossip.aggregator,
         text_rule{{"svd-kmeans", "isvd-lsh", "hash-kmeans"}, false});
@@ -709,6 +709,12 @@ void validate(const cluster_config& cfg) {
     for (size_t j = 0; j < n.platforms.size(); ++j) {
       const platform_config& p = n.platforms[j];
       const std::string platform_key = node_key + ".platforms[" + std::to_string(j) + "]";
+      // Store keys are "NAME/EPOCH"; "@..." names the parameter server's
+      // records.
+      if (p.name.empty() || p.name.find('/') != std::string::npos || p.name.front() == '@')
+        throw config_error(platform_key + ".name " + show(p.name) +
+                           " cannot be a platform's name: it must not be empty, contain '/' "
+                           "or start with '@'");
       if (auto [it, fresh] = platform_node.emplace(p.name, n.name); !fresh)
         throw config_error(platform_key + ".name " + show(p.name) +
                            " is already used on node " + show(it->second));
@@ -755,7 +761,8 @@ void validate(const cluster_config& cfg) {
                       [&](const node_config& n) { return n.name == cfg.strategy.server; }))
     throw config_error("strategy.server names no node: " + show(cfg.strategy.server) +
                        " (nodes: " + names_of(cfg.nodes) + ")");
-  if (cfg.strategy.parameter_server() && cfg.strategy.min_interval > cfg.strategy.check_period)
+  if (cfg.strategy.parameter_server() && cfg.strategy.check_period > 0
+      && cfg.strategy.min_interval > cfg.strategy.check_period)
     throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
                        + " s) is longer than strategy.check_period ("
                        + std::to_string(cfg.strategy.check_period) + " s)");

@@ -180,11 +180,14 @@ struct strategy_config {
   /// SSP: how many commits a worker may run ahead of the slowest live one
   /// (1 commit = commit_steps = 40 steps, the authors' SSP baseline's 40).
   int64_t staleness = 1;
-  /// ADSP: the check period Gamma in seconds (the paper's 60 s suits
-  /// hour-long runs; runs here last minutes) and the least time between
-  /// two commits (the paper's 10 s, in the same 6:1 ratio).
-  double check_period = 6;
-  double min_interval = 1;
+  /// ADSP: the check period Gamma in seconds (also ADACOMM's period of
+  /// checks) and the least time between two commits. 0: measured from the
+  /// workers' steps (Gamma 1.5 commit_steps steps of the median worker, the
+  /// least interval Gamma / 6: the paper's 60 s and 10 s for workers whose
+  /// step takes about a second); a min_interval of 0 with a check_period
+  /// set is check_period / 6.
+  double check_period = 0;
+  double min_interval = 0;
   /// ADSP: the training loss the scheduler's reward is the time to (the
   /// fitted loss curve's; the paper's 0.7 is CIFAR-10's).
   double target_loss = 0.35;

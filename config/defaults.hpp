@@ -55,6 +55,9 @@ inline constexpr std::chrono::milliseconds checkpoint_timeout = 60s;
 /// synchronisation model lets it go on (BSP: the round's slowest worker);
 /// past this the worker trains on without the answer.
 inline constexpr std::chrono::milliseconds commit_timeout = 60s;
+/// The parameter server checkpoints its model (when it changed) this often
+/// to every node's store: a successor loses at most this much of the run.
+inline constexpr std::chrono::milliseconds server_checkpoint_interval = 2s;
 /// A platform's progress report to the balancer, at most this often.
 inline constexpr std::chrono::milliseconds progress_report_interval = 1s;
 /// Push-sum's tau-overlap wait for an in-neighbour's message (learning/

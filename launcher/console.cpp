@@ -71,10 +71,39 @@ std::vector<std::string> header_lines(const in::snapshot& s, const std::string& 
                             c.balancer_reachable
                               ? std::string{}
                               : " | balancer on node " + c.balancer + " UNREACHABLE"));
+  if (!c.server.empty())
+    out.push_back(fmt::format("parameter server on node {} | model version {} (the newest a "
+                              "worker pulled)",
+                              c.server, c.server_version));
+  return out;
+}
+
+/// Parameter-server strategies: each worker's commits instead of gossip.
+std::vector<std::string> worker_lines(const in::snapshot& s) {
+  std::vector<std::string> out;
+  out.push_back(fmt::format("{:<10} {:<8} {:<10} {:>5} {:>5} {:>7} {:>5} {:>7} {:>8} {:>8} "
+                            "{:>9} {:>9} {:>12}",
+                            "WORKER", "NODE", "STATE", "EPOCH", "DONE", "ITER", "RATIO", "LOSS",
+                            "TEST ACC", "COMMITS", "COMMITS/S", "STALENESS", "CHECKPOINT"));
+  for (auto& p : s.platforms) {
+    auto state = p.state + (p.paused ? ",paused" : "");
+    std::string ckpt = p.checkpoint_epochs >= 0 ? fmt::format("after e{}", p.checkpoint_epochs)
+                                                : std::string{"-"};
+    bool joined = p.state != "waiting";
+    out.push_back(fmt::format(
+      "{:<10} {:<8} {:<10} {:>5} {:>5} {:>7} {:>5} {:>7} {:>8} {:>8} {:>9} {:>9} {:>12}", p.name,
+      p.node, state, joined ? fmt::format("{}/{}", p.epoch + 1, s.cluster.epochs) : "-",
+      joined ? fmt::format("{:.0f}%", 100 * p.progress) : "-", p.iterations, number(p.ratio, 2),
+      joined ? number(p.train_loss, 4) : "-",
+      p.test_accuracy >= 0 ? number(p.test_accuracy, 4) : "-", p.commits,
+      number(p.commit_rate, 2), number(p.staleness, 1), ckpt));
+  }
   return out;
 }
 
 std::vector<std::string> platform_lines(const in::snapshot& s) {
+  if (!s.cluster.server.empty())
+    return worker_lines(s);
   std::vector<std::string> out;
   out.push_back(fmt::format("{:<10} {:<8} {:<10} {:>5} {:>5} {:>7} {:>9} {:>5} {:>7} {:>8} "
                             "{:>10} {:>10} {:>7} {:>12}",
@@ -120,6 +149,10 @@ std::vector<std::string> node_lines(const in::snapshot& s) {
 std::vector<std::string> topology_lines(const in::snapshot& s) {
   std::vector<std::string> out;
   out.push_back("gossip received over the completed epochs (sender -> receiver)");
+  if (!s.cluster.server.empty()) {
+    out.push_back("(none: the workers commit to the parameter server)");
+    return out;
+  }
   out.push_back(fmt::format("{:<10}    {:<10} {:>9} {:>11}", "FROM", "TO", "MESSAGES", "BYTES"));
   for (auto& l : s.topology)
     out.push_back(

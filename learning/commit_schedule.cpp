@@ -8,14 +8,28 @@ namespace eg::learning {
 
 namespace {
 
+/// Placeholder while Gamma is measured: replaced once it is known.
 double search_period(const commit_settings& s) {
-  return s.search_again > 0 ? s.search_again : s.check_period * 1000.0 / 60.0;
+  return s.search_again > 0 ? s.search_again
+                            : std::max(s.check_period, 1.0) * 1000.0 / 60.0;
 }
+
+/// The authors' 60 s : 10 s.
+constexpr double period_to_interval = 6.0;
 
 } // namespace
 
 commit_schedule::commit_schedule(commit_settings s, const std::vector<std::string>& workers)
   : s_(s), bound_(s.staleness), tau_(s.commit_steps), trigger_(search_period(s), 0.3) {
+  if (s_.check_period > 0) {
+    gamma_ = s_.check_period;
+    min_ = s_.min_interval > 0 ? s_.min_interval : gamma_ / period_to_interval;
+  } else if (s_.min_interval > 0) {
+    min_ = s_.min_interval;
+    gamma_ = min_ * period_to_interval;
+  }
+  if (gamma_ > 0 && s_.search_again <= 0)
+    trigger_ = search_trigger(gamma_ * 1000.0 / 60.0, 0.3);
   for (auto& w : workers) {
     active_.insert(w);
     bound_.join(w);
@@ -23,9 +37,35 @@ commit_schedule::commit_schedule(commit_settings s, const std::vector<std::strin
   }
   if (s_.commit_steps < 1)
     throw std::invalid_argument("parameter server: commit_steps must be at least 1");
-  if (!(s_.check_period > 0) || !(s_.min_interval > 0) || s_.min_interval > s_.check_period)
+  if (!(s_.check_period >= 0) || !(s_.min_interval >= 0) || (gamma_ > 0 && min_ > gamma_))
     throw std::invalid_argument("parameter server: check period and minimum interval must be "
-                                "positive, the minimum no longer than the period");
+                                "positive (or 0: measured), the minimum no longer than the period");
+}
+
+adsp_periods measured_periods(double step_seconds, int64_t commit_steps) {
+  adsp_periods p;
+  p.check_period = 1.5 * static_cast<double>(commit_steps) * step_seconds;
+  p.min_interval = p.check_period / period_to_interval;
+  return p;
+}
+
+void commit_schedule::measure(const std::string& w, double since, double now) {
+  if (gamma_ > 0 || !(now > since) || step_samples_.count(w))
+    return;
+  step_samples_[w] = (now - since) / static_cast<double>(s_.commit_steps);
+  // The median worker's step, once half the workers expected gave one.
+  if (step_samples_.size() * 2 < workers_.size())
+    return;
+  std::vector<double> v;
+  for (auto& [_, x] : step_samples_)
+    v.push_back(x);
+  std::sort(v.begin(), v.end());
+  step_seconds_ = v[(v.size() - 1) / 2];
+  auto p = measured_periods(step_seconds_, s_.commit_steps);
+  gamma_ = p.check_period;
+  min_ = p.min_interval;
+  if (s_.search_again <= 0)
+    trigger_ = search_trigger(gamma_ * 1000.0 / 60.0, 0.3);
 }
 
 next_commit commit_schedule::next_for(const std::string& /*w*/, double overhead) const {
@@ -39,8 +79,7 @@ next_commit commit_schedule::next_for(const std::string& /*w*/, double overhead)
     case sync_model::adsp:
       if (!first_check_done_)
         return {s_.commit_steps, 0};
-      return {0, adsp_commit_interval(s_.check_period, search_.trial(), std::max(0.0, overhead),
-                                      s_.min_interval)};
+      return {0, adsp_commit_interval(gamma_, search_.trial(), std::max(0.0, overhead), min_)};
   }
   return {s_.commit_steps, 0};
 }
@@ -58,7 +97,7 @@ void commit_schedule::observe(double now, double loss) {
         initial_loss_ = loss;
       period_loss_sum_ += loss;
       ++period_losses_;
-      if (now - period_start_ >= s_.check_period) {
+      if (gamma_ > 0 && now - period_start_ >= gamma_) {
         const double mean = period_loss_sum_ / static_cast<double>(period_losses_);
         tau_ = adacomm_period(mean, *initial_loss_, s_.commit_steps, tau_);
         period_start_ = now;
@@ -71,7 +110,7 @@ void commit_schedule::observe(double now, double loss) {
       if (!first_check_done_) {
         // Before the first check every worker commits every commit_steps
         // steps; then the trials of C_target begin.
-        if (now - trial_start_ >= s_.check_period) {
+        if (gamma_ > 0 && now - trial_start_ >= gamma_) {
           first_check_done_ = true;
           trial_start_ = now;
           trial_points_.clear();
@@ -91,7 +130,7 @@ void commit_schedule::observe(double now, double loss) {
         break;
       }
       trial_points_.emplace_back(now - trial_start_, loss);
-      if (now - trial_start_ >= s_.check_period) {
+      if (now - trial_start_ >= gamma_) {
         auto curve = fit_loss_curve(trial_points_);
         search_.report(curve ? curve->reward(s_.target_loss) : 0.0);
         trial_start_ = now;
@@ -108,6 +147,10 @@ std::vector<release> commit_schedule::commit(const std::string& w, double now, d
                                              double overhead, bool resting) {
   const bool rejoins = !active_.count(w);
   auto& v = workers_[w];
+  // A full interval of commit_steps steps: after an answer to a commit
+  // that did not end an epoch, ending with one that does not either.
+  if (v.commits > 0 && !v.resting && !resting && v.next.steps == s_.commit_steps)
+    measure(w, v.last_at, now);
   if (v.commits == 0)
     v.first_at = now;
   ++v.commits;

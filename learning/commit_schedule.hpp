@@ -31,8 +31,11 @@ struct commit_settings {
   sync_model model = sync_model::adsp;
   int64_t commit_steps = 40;   ///< bsp, ssp, async; ADACOMM's tau_0; ADSP before its first check
   uint64_t staleness = 1;      ///< SSP, in commits
-  double check_period = 6;     ///< ADSP's Gamma and ADACOMM's period of checks, seconds
-  double min_interval = 1;     ///< ADSP's least commit interval, seconds
+  /// ADSP's Gamma and ADACOMM's period of checks, seconds; 0: measured,
+  /// 1.5 commit_steps steps of the median worker (see measured_periods).
+  double check_period = 0;
+  /// ADSP's least commit interval, seconds; 0: check_period / 6.
+  double min_interval = 0;
   double target_loss = 0.35;   ///< ADSP's reward: the fitted time to this training loss
   /// ADSP searches C_target again this long after it settled (0: the
   /// authors' 1000 s against their 60 s period, i.e. 50 / 3 check periods).
@@ -88,6 +91,12 @@ public:
   bool searching() const { return search_.searching(); }
   /// ADACOMM's tau in force.
   int64_t tau() const { return tau_; }
+  /// Gamma and the least interval in force (0 while still being measured).
+  double check_period() const { return gamma_; }
+  double min_interval() const { return min_; }
+  /// The median worker's seconds per step they were measured from (0: set
+  /// in the settings, or not measured yet).
+  double step_seconds() const { return step_seconds_; }
   const commit_settings& settings() const { return s_; }
 
 private:
@@ -96,8 +105,15 @@ private:
   /// active worker is held; SSP: those within the bound).
   void release_held(std::vector<release>& out);
   void observe(double now, double loss);
+  /// Worker `w` committed at `now` after a full interval of commit_steps
+  /// steps begun at `since`: a sample for measured periods.
+  void measure(const std::string& w, double since, double now);
 
   commit_settings s_;
+  double gamma_ = 0;
+  double min_ = 0;
+  double step_seconds_ = 0;
+  std::map<std::string, double> step_samples_;  ///< seconds per step, per worker
   std::map<std::string, worker_view> workers_;
   std::map<std::string, double> overhead_;
   std::set<std::string> held_;
@@ -118,6 +134,16 @@ private:
   bool settled_said_ = false;
   std::vector<std::pair<double, double>> trial_points_;
 };
+
+/// Measured periods: a worker's step takes `step_seconds` (the median
+/// worker's); Gamma = 1.5 * `commit_steps` steps and the least interval
+/// Gamma / 6 (= commit_steps / 4 steps), the ratios of the authors' 60 s,
+/// 10 s and 40 steps for workers whose step takes about a second.
+struct adsp_periods {
+  double check_period = 0;
+  double min_interval = 0;
+};
+adsp_periods measured_periods(double step_seconds, int64_t commit_steps);
 
 /// A worker's side: counts toward its next commit and measures the
 /// overhead of the last one.

@@ -271,6 +271,9 @@ struct body_writer {
     out.setMessagesReceived(r.messages_received);
     out.setMessagesRefused(r.messages_refused);
     out.setPredictedSeconds(r.predicted_seconds);
+    out.setCommits(r.commits);
+    out.setStaleness(r.staleness);
+    out.setServerVersion(r.server_version);
     auto classes = out.initClassSamples(static_cast<unsigned>(r.class_samples.size()));
     for (unsigned i = 0; i < classes.size(); ++i)
       classes.set(i, r.class_samples[i]);
@@ -414,6 +417,9 @@ struct body_reader {
     r.messages_received = in.getMessagesReceived();
     r.messages_refused = in.getMessagesRefused();
     r.predicted_seconds = in.getPredictedSeconds();
+    r.commits = in.getCommits();
+    r.staleness = in.getStaleness();
+    r.server_version = in.getServerVersion();
     for (auto n : in.getClassSamples())
       r.class_samples.push_back(n);
     for (auto p : in.getReceivedFrom())

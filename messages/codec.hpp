@@ -205,6 +205,13 @@ struct epoch_report {
   std::vector<uint64_t> class_samples;
   traffic sent;      ///< bytes_sent by category
   traffic received;  ///< bytes_received by category
+  /// Parameter-server strategies: commits the server answered in the
+  /// epoch, the mean staleness of the models pulled with them (commits of
+  /// other workers the server applied between this worker's two pulls),
+  /// and the version of the last one pulled.
+  uint64_t commits = 0;
+  double staleness = 0;
+  uint64_t server_version = 0;
 };
 
 /// What a control request asks. On the wire as its name (to_string).

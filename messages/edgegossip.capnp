@@ -133,6 +133,9 @@ struct EpochReport {
   classSamples @20 :List(UInt64);
   trafficSent @21 :Traffic;
   trafficReceived @22 :Traffic;
+  commits @23 :UInt64;
+  staleness @24 :Float64;
+  serverVersion @25 :UInt64;
 }
 
 struct Control {

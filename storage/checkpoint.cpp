@@ -92,4 +92,10 @@ std::optional<checkpoint> load_latest_checkpoint(const store& s, const std::stri
   return std::nullopt;
 }
 
+void prune_checkpoints(store& s, const std::string& platform, size_t keep) {
+  auto records = s.scan(family::checkpoints, platform + "/");
+  for (size_t i = 0; i + keep < records.size(); ++i)
+    s.erase(family::checkpoints, records[i].first);
+}
+
 } // namespace eg::storage

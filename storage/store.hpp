@@ -104,6 +104,15 @@ void save_checkpoint(store& s, const checkpoint& c);
 std::optional<checkpoint> load_latest_checkpoint(const store& s, const std::string& platform,
                                                  std::vector<std::string>* problems = nullptr);
 
+/// Erases every checkpoint of `platform` but the newest `keep`.
+void prune_checkpoints(store& s, const std::string& platform, size_t keep);
+
+/// The parameter server's checkpoints (strategy.server): its global model
+/// (`model`) and version (`iteration`), keyed by the time of saving in
+/// milliseconds (`epoch`), the newest two kept. Every node's store holds
+/// them, so that a successor server continues from the newest.
+inline constexpr std::string_view server_checkpoint = "@server";
+
 /// One epoch of the whole cluster, as the balancer saw it.
 struct cluster_epoch {
   uint32_t epoch = 0;

@@ -353,6 +353,48 @@ BOOST_AUTO_TEST_CASE(adsp_commits_by_steps_until_its_first_check_then_climbs_c_t
   BOOST_TEST(c.c_target() == 2);
 }
 
+BOOST_AUTO_TEST_CASE(adsp_measures_its_periods_from_the_median_workers_step) {
+  commit_settings s;
+  s.model = sync_model::adsp;
+  s.commit_steps = 40;
+  // The ratios: Gamma = 1.5 * 40 steps, the least interval a sixth of it.
+  auto p = measured_periods(0.01, 40);
+  BOOST_TEST(p.check_period == 0.6, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(p.min_interval == 0.1, boost::test_tools::tolerance(1e-12));
+  // Workers of 10, 20 and 50 ms per step (40 steps: 0.4, 0.8 and 2 s
+  // between commits) and one that has not committed twice yet.
+  commit_schedule c(s, {"a", "b", "c", "d"});
+  BOOST_TEST(c.check_period() == 0.0);
+  for (auto w : {"a", "b", "c", "d"})
+    BOOST_TEST(c.commit(w, 0, 2.0, 0, false)[0].next.steps == 40);
+  c.commit("a", 0.4, 2.0, 0, false);
+  BOOST_TEST(c.check_period() == 0.0);  // one of four: not yet the median
+  // An epoch's last commit (fewer steps) is no sample.
+  c.commit("c", 1.0, 2.0, 0, true);
+  BOOST_TEST(c.check_period() == 0.0);
+  c.commit("b", 0.8, 2.0, 0, false);
+  // a and b: the median of 10 and 20 ms is the lower, 10 ms.
+  BOOST_TEST(c.step_seconds() == 0.01, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(c.check_period() == 0.6, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(c.min_interval() == 0.1, boost::test_tools::tolerance(1e-12));
+  // The first check comes Gamma after the first commit: intervals in
+  // seconds from then on, at least the least interval.
+  auto r = c.commit("a", 0.8, 1.5, 0.05, false);
+  BOOST_TEST(r[0].next.steps == 0);
+  BOOST_TEST(r[0].next.seconds == 0.55, boost::test_tools::tolerance(1e-9));  // 0.6 / 1 - 0.05
+
+  // Set in seconds, they are not measured; a period alone gives its sixth.
+  s.check_period = 3;
+  commit_schedule fixed(s, {"a"});
+  BOOST_TEST(fixed.check_period() == 3.0);
+  BOOST_TEST(fixed.min_interval() == 0.5);
+  fixed.commit("a", 0, 2.0, 0, false);
+  fixed.commit("a", 0.4, 2.0, 0, false);
+  BOOST_TEST(fixed.step_seconds() == 0.0);
+  s.min_interval = 4;
+  BOOST_CHECK_THROW(commit_schedule(s, {"a"}), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(a_workers_clock_counts_steps_or_seconds_and_measures_the_overhead) {
   commit_clock k(3);
   BOOST_TEST(!k.due(0));

@@ -1,7 +1,8 @@
 // Faults with real `edgegossip node` processes on 127.0.0.1: a node killed
 // and restarted (and its newest checkpoint damaged meanwhile), the balancer's
-// node lost, a peer with the wrong cluster secret, a stranger on a node's
-// port sending garbage or well-formed messages without a handshake.
+// node lost, the parameter server's node lost, a peer with the wrong cluster
+// secret, a stranger on a node's port sending garbage or well-formed
+// messages without a handshake.
 #include "actors/interfaces.hpp"
 #include "messages/codec.hpp"
 #include "process.hpp"
@@ -14,6 +15,8 @@
 #include <netinet/in.h>
 #include <cmath>
 #include <random>
+#include <regex>
+#include <thread>
 #include <tuple>
 
 using namespace eg::test;
@@ -269,6 +272,70 @@ BOOST_AUTO_TEST_CASE(losing_the_balancers_node_hands_the_run_to_a_successor) {
   auto rows = read_csv((run / "cluster.csv").string());
   for (size_t e = 0; e < rows.size(); ++e)
     BOOST_TEST(std::stoul(rows[e]["epoch"]) == e);
+}
+
+BOOST_AUTO_TEST_CASE(losing_the_parameter_servers_node_hands_its_model_to_a_successor) {
+  // ADSP with the server on node b: b is killed mid-run; a, next in the
+  // server's succession (b, then file order), continues from the newest
+  // server checkpoint in its own store, and b, restarted, trains under it.
+  temp_dir dir;
+  const uint32_t epochs = 8;
+  auto cfg = cluster_file(dir, "run", epochs, "",
+                          "name = \"adsp\"\nserver = \"b\"\ncommit_steps = 20\n"
+                          "check_period = 2\nmin_interval = 0.5");
+  auto c = start_cluster(dir, cfg, "run");
+  auto& a = *c["a"];
+  BOOST_REQUIRE_MESSAGE(c["b"]->wait_for_output("[b] parameter server started for 3 workers",
+                                                std::chrono::seconds(60)),
+                        c["b"]->output());
+  BOOST_REQUIRE_MESSAGE(a.wait_for_output("epoch 2/8:", std::chrono::seconds(120)), a.output());
+  // The server checkpoints every 2 s; its version keeps growing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  c["b"]->signal(SIGKILL);
+  BOOST_REQUIRE_EQUAL(c["b"]->wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  BOOST_REQUIRE_MESSAGE(
+    a.wait_for_output("no parameter server in the cluster: starting one here",
+                      std::chrono::seconds(15)),
+    a.output());
+  BOOST_REQUIRE_MESSAGE(a.wait_for_output("server: continues from its checkpoint of version",
+                                          std::chrono::seconds(5)),
+                        a.output());
+  std::smatch m;
+  const auto a_log = a.output();
+  BOOST_REQUIRE(std::regex_search(a_log, m,
+                                  std::regex("continues from its checkpoint of version ([0-9]+)")));
+  BOOST_TEST(std::stoul(m[1]) >= 10u, "the checkpoint's version: " << m[1]);
+  {
+    // The console names the successor's node and shows each worker's commits.
+    const auto address = "127.0.0.1:" + std::to_string(port_of(cfg, "a"));
+    std::string out;
+    for (int i = 0; i < 20; ++i) {  // until the balancer heard of the successor
+      auto [code, text] =
+        run_binary({"console", address, "--once"}, dir / "console.log", std::chrono::seconds(60));
+      out = text;
+      if (code == 0 && out.find("parameter server on node a") != std::string::npos)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    BOOST_TEST(out.find("parameter server on node a | model version") != std::string::npos, out);
+    BOOST_TEST(out.find("COMMITS/S") != std::string::npos, out);
+    BOOST_TEST(out.find("STALENESS") != std::string::npos, out);
+  }
+  // b comes back and trains under a's server instead of starting its own.
+  c["b"] = start_node(dir, cfg, "b", "run-b-again.log");
+  require_clean_exit(c);
+  BOOST_TEST_INFO("node b after the restart:\n" << c["b"]->output());
+  BOOST_TEST(c["b"]->output().find("parameter server started") == std::string::npos);
+  BOOST_TEST(c["b"]->output().find("commits to the server") != std::string::npos);
+  BOOST_TEST(c["c"]->output().find("parameter server started") == std::string::npos);
+  // The model went on from the checkpoint, not from the initial one: no
+  // epoch after the kill fell back towards chance.
+  auto run = only_run_dir(dir / "run-runs");
+  auto rows = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE_EQUAL(rows.size(), epochs);
+  for (size_t e = 1; e < rows.size(); ++e)
+    BOOST_TEST(std::stod(rows[e]["averaged_accuracy"]) > 0.6, "epoch " << e + 1);
+  BOOST_TEST(std::stod(rows.back()["averaged_accuracy"]) > 0.75);
 }
 
 BOOST_AUTO_TEST_CASE(a_node_without_the_cluster_secret_is_refused) {

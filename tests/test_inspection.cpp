@@ -180,6 +180,7 @@ BOOST_AUTO_TEST_CASE(snapshot_json_round_trip) {
   BOOST_TEST(back.cluster.evaluated_epoch == 1);
   BOOST_TEST(back.cluster.averaged_accuracy == 0.8123);
   BOOST_TEST(back.cluster.via == "b");
+  BOOST_TEST(back.cluster.server.empty());
   BOOST_REQUIRE_EQUAL(back.platforms.size(), 1u);
   auto& q = back.platforms[0];
   BOOST_TEST(q.paused);

@@ -175,6 +175,7 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
     },
     [](join_atom, const std::string&, const std::string&, const caf::actor&, const caf::actor&) {},
     [](failed_atom, const std::string&, const std::string&) {},
+    [](server_atom, const std::string&) {},
     [rec](report_atom, const epoch_report& r) { rec->reports.push_back(r); },
     [rec](progress_atom, const epoch_report& r) { rec->progress.push_back(r); },
     [](tick_atom) {},
