@@ -465,7 +465,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
           return;
       }
     },
-        [self](where_atom) -> std::string {
+    [self](where_atom) -> std::string {
       if (!from_cluster(self))
         return {};
       return self->state.directory.balancer_home();
