@@ -513,13 +513,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     [self](failed_atom, const std::string& node, const std::string& why) {
       self->state.console.store_failed(node, why);
     },
-    [self](server_atom, const std::string& node) {
-      auto& console = self->state.console;
-      if (!node.empty() && node != console.server && !console.server.empty())
-        console.note("server", "the parameter server runs on node " + node);
-      if (!node.empty())
-        console.server = node;
-    },
+    [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
            caf::actor predictor) { joined(self, name, node, handle, predictor); },
     [self](report_atom, epoch_report& r) {

@@ -125,6 +125,14 @@ void console_state::checkpointed(const std::string& name) {
   checkpoints[name].second = now();
 }
 
+void console_state::server_at(const std::string& node) {
+  if (node.empty() || node == server)
+    return;
+  if (!server.empty())
+    note("server", "the parameter server runs on node " + node);
+  server = node;
+}
+
 bool console_state::store_failed(const std::string& node, const std::string& why) {
   if (!store_failures.emplace(node, why).second)
     return false;

@@ -192,6 +192,9 @@ struct console_state {
   void reported(const messages::epoch_report& r);
   /// A checkpoint the console asked of a platform was saved.
   void checkpointed(const std::string& name);
+  /// The parameter server runs on `node` now ("": none reachable, which
+  /// changes nothing); a move is noted.
+  void server_at(const std::string& node);
   /// A node's store cannot write; false when that was known.
   bool store_failed(const std::string& node, const std::string& why);
   /// The console sent `what` (pause, resume, checkpoint) to `platforms`,

@@ -72,40 +72,41 @@ void announce_platforms(self_ptr self, const std::string& node) {
   }
 }
 
-/// Two balancers (a successor, and the node that came back): the one on the
-/// node first in the succession stays; ours stops if it is the other one.
-void resolve_balancers(self_ptr self) {
+namespace {
+
+/// Two of a role hosted once per cluster (a successor, and the node that
+/// came back): the one on the node first in `order` stays; ours (`mine`)
+/// stops if it is the other one.
+template <class Handle>
+void give_way(self_ptr self, messages::role role, const succession& order,
+              std::optional<Handle>& mine, const char* what) {
   auto& st = self->state;
-  if (!st.balancer)
+  if (!mine)
     return;
-  for (auto& e : st.directory.of_role(messages::role::balancer))
-    if (e.what.node != st.args.name && st.succession.gives_way(st.args.name, e.what.node)) {
-      spdlog::warn("[{}] node {} hosts the balancer too: stopping ours", st.args.name,
-                   e.what.node);
-      self->unlink_from(*st.balancer);
-      self->send_exit(*st.balancer, caf::exit_reason::user_shutdown);
-      st.balancer.reset();
-      st.directory.remove(messages::role::balancer, st.args.name);
+  for (auto& e : st.directory.of_role(role))
+    if (e.what.node != st.args.name && order.gives_way(st.args.name, e.what.node)) {
+      spdlog::warn("[{}] node {} hosts the {} too: stopping ours", st.args.name, e.what.node,
+                   what);
+      self->unlink_from(*mine);
+      self->send_exit(*mine, caf::exit_reason::user_shutdown);
+      mine.reset();
+      st.directory.remove(role, st.args.name);
       rehello(self);
       return;
     }
 }
 
+} // namespace
+
+void resolve_balancers(self_ptr self) {
+  auto& st = self->state;
+  give_way(self, messages::role::balancer, st.succession, st.balancer, "balancer");
+}
+
 void resolve_servers(self_ptr self) {
   auto& st = self->state;
-  if (!st.server)
-    return;
-  for (auto& e : st.directory.of_role(messages::role::parameter_server))
-    if (e.what.node != st.args.name && st.server_succession.gives_way(st.args.name, e.what.node)) {
-      spdlog::warn("[{}] node {} hosts the parameter server too: stopping ours", st.args.name,
-                   e.what.node);
-      self->unlink_from(*st.server);
-      self->send_exit(*st.server, caf::exit_reason::user_shutdown);
-      st.server.reset();
-      st.directory.remove(messages::role::parameter_server, st.args.name);
-      rehello(self);
-      return;
-    }
+  give_way(self, messages::role::parameter_server, st.server_succession, st.server,
+           "parameter server");
 }
 
 void start_server(self_ptr self, bool continuing) {

@@ -78,6 +78,22 @@ std::vector<std::string> header_lines(const in::snapshot& s, const std::string& 
   return out;
 }
 
+/// The cells of a platform's row that both tables show.
+struct row_cells {
+  std::string state, epoch, done, loss, accuracy, checkpoint;
+};
+
+row_cells cells_of(const in::platform_row& p, uint32_t epochs) {
+  const bool joined = p.state != "waiting";
+  return {p.state + (p.paused ? ",paused" : ""),
+          joined ? fmt::format("{}/{}", p.epoch + 1, epochs) : "-",
+          joined ? fmt::format("{:.0f}%", 100 * p.progress) : "-",
+          joined ? number(p.train_loss, 4) : "-",
+          p.test_accuracy >= 0 ? number(p.test_accuracy, 4) : "-",
+          p.checkpoint_epochs >= 0 ? fmt::format("after e{}", p.checkpoint_epochs)
+                                   : std::string{"-"}};
+}
+
 /// Parameter-server strategies: each worker's commits instead of gossip.
 std::vector<std::string> worker_lines(const in::snapshot& s) {
   std::vector<std::string> out;
@@ -86,17 +102,11 @@ std::vector<std::string> worker_lines(const in::snapshot& s) {
                             "WORKER", "NODE", "STATE", "EPOCH", "DONE", "ITER", "RATIO", "LOSS",
                             "TEST ACC", "COMMITS", "COMMITS/S", "STALENESS", "CHECKPOINT"));
   for (auto& p : s.platforms) {
-    auto state = p.state + (p.paused ? ",paused" : "");
-    std::string ckpt = p.checkpoint_epochs >= 0 ? fmt::format("after e{}", p.checkpoint_epochs)
-                                                : std::string{"-"};
-    bool joined = p.state != "waiting";
+    const auto c = cells_of(p, s.cluster.epochs);
     out.push_back(fmt::format(
       "{:<10} {:<8} {:<10} {:>5} {:>5} {:>7} {:>5} {:>7} {:>8} {:>8} {:>9} {:>9} {:>12}", p.name,
-      p.node, state, joined ? fmt::format("{}/{}", p.epoch + 1, s.cluster.epochs) : "-",
-      joined ? fmt::format("{:.0f}%", 100 * p.progress) : "-", p.iterations, number(p.ratio, 2),
-      joined ? number(p.train_loss, 4) : "-",
-      p.test_accuracy >= 0 ? number(p.test_accuracy, 4) : "-", p.commits,
-      number(p.commit_rate, 2), number(p.staleness, 1), ckpt));
+      p.node, c.state, c.epoch, c.done, p.iterations, number(p.ratio, 2), c.loss, c.accuracy,
+      p.commits, number(p.commit_rate, 2), number(p.staleness, 1), c.checkpoint));
   }
   return out;
 }
@@ -111,18 +121,13 @@ std::vector<std::string> platform_lines(const in::snapshot& s) {
                             "RATIO", "LOSS", "TEST ACC", "GOSSIP IN", "GOSSIP OUT", "EXCH/IT",
                             "CHECKPOINT"));
   for (auto& p : s.platforms) {
-    auto state = p.state + (p.paused ? ",paused" : "");
-    std::string ckpt = p.checkpoint_epochs >= 0 ? fmt::format("after e{}", p.checkpoint_epochs)
-                                                : std::string{"-"};
-    bool joined = p.state != "waiting";
+    const auto c = cells_of(p, s.cluster.epochs);
     out.push_back(fmt::format(
       "{:<10} {:<8} {:<10} {:>5} {:>5} {:>7} {:>9} {:>5} {:>7} {:>8} {:>10} {:>10} {:>7} {:>12}",
-      p.name, p.node, state, joined ? fmt::format("{}/{}", p.epoch + 1, s.cluster.epochs) : "-",
-      joined ? fmt::format("{:.0f}%", 100 * p.progress) : "-", p.iterations,
-      p.throughput > 0 ? number(p.throughput, 0) : "-", number(p.ratio, 2),
-      joined ? number(p.train_loss, 4) : "-",
-      p.test_accuracy >= 0 ? number(p.test_accuracy, 4) : "-", human_bytes(p.bytes_in),
-      human_bytes(p.bytes_out), number(p.exchange_rate, 3), ckpt));
+      p.name, p.node, c.state, c.epoch, c.done, p.iterations,
+      p.throughput > 0 ? number(p.throughput, 0) : "-", number(p.ratio, 2), c.loss, c.accuracy,
+      human_bytes(p.bytes_in), human_bytes(p.bytes_out), number(p.exchange_rate, 3),
+      c.checkpoint));
   }
   return out;
 }

@@ -8,10 +8,11 @@ namespace eg::learning {
 
 namespace {
 
-/// Placeholder while Gamma is measured: replaced once it is known.
-double search_period(const commit_settings& s) {
-  return s.search_again > 0 ? s.search_again
-                            : std::max(s.check_period, 1.0) * 1000.0 / 60.0;
+/// ADSP searches C_target again after search_again, or the authors' 1000 s
+/// against their 60 s period: 50 / 3 check periods of `gamma` (before Gamma
+/// is known, of 1 s: replaced once it is).
+double search_period(const commit_settings& s, double gamma = 1.0) {
+  return s.search_again > 0 ? s.search_again : gamma * 1000.0 / 60.0;
 }
 
 /// The authors' 60 s : 10 s.
@@ -21,15 +22,11 @@ constexpr double period_to_interval = 6.0;
 
 commit_schedule::commit_schedule(commit_settings s, const std::vector<std::string>& workers)
   : s_(s), bound_(s.staleness), tau_(s.commit_steps), trigger_(search_period(s), 0.3) {
-  if (s_.check_period > 0) {
-    gamma_ = s_.check_period;
-    min_ = s_.min_interval > 0 ? s_.min_interval : gamma_ / period_to_interval;
-  } else if (s_.min_interval > 0) {
-    min_ = s_.min_interval;
-    gamma_ = min_ * period_to_interval;
-  }
-  if (gamma_ > 0 && s_.search_again <= 0)
-    trigger_ = search_trigger(gamma_ * 1000.0 / 60.0, 0.3);
+  if (s_.check_period > 0)
+    set_periods(s_.check_period,
+                s_.min_interval > 0 ? s_.min_interval : s_.check_period / period_to_interval);
+  else if (s_.min_interval > 0)
+    set_periods(s_.min_interval * period_to_interval, s_.min_interval);
   for (auto& w : workers) {
     active_.insert(w);
     bound_.join(w);
@@ -49,6 +46,13 @@ adsp_periods measured_periods(double step_seconds, int64_t commit_steps) {
   return p;
 }
 
+void commit_schedule::set_periods(double gamma, double min) {
+  gamma_ = gamma;
+  min_ = min;
+  if (s_.search_again <= 0)
+    trigger_ = search_trigger(search_period(s_, gamma_), 0.3);
+}
+
 void commit_schedule::measure(const std::string& w, double since, double now) {
   if (gamma_ > 0 || !(now > since) || step_samples_.count(w))
     return;
@@ -62,10 +66,7 @@ void commit_schedule::measure(const std::string& w, double since, double now) {
   std::sort(v.begin(), v.end());
   step_seconds_ = v[(v.size() - 1) / 2];
   auto p = measured_periods(step_seconds_, s_.commit_steps);
-  gamma_ = p.check_period;
-  min_ = p.min_interval;
-  if (s_.search_again <= 0)
-    trigger_ = search_trigger(gamma_ * 1000.0 / 60.0, 0.3);
+  set_periods(p.check_period, p.min_interval);
 }
 
 next_commit commit_schedule::next_for(const std::string& /*w*/, double overhead) const {

@@ -105,6 +105,9 @@ private:
   /// active worker is held; SSP: those within the bound).
   void release_held(std::vector<release>& out);
   void observe(double now, double loss);
+  /// Gamma and the least interval in force from now on (and the period
+  /// after which C_target is searched again, unless set).
+  void set_periods(double gamma, double min);
   /// Worker `w` committed at `now` after a full interval of commit_steps
   /// steps begun at `since`: a sample for measured periods.
   void measure(const std::string& w, double since, double now);
