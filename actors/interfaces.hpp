@@ -69,6 +69,7 @@ using overlap_atom = caf::atom_constant<caf::atom("overlap")>;
 using where_atom = caf::atom_constant<caf::atom("where")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using server_atom = caf::atom_constant<caf::atom("server")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -97,6 +98,14 @@ using mixer_actor = caf::typed_actor<
   // none or this process).
   caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>,
                  std::vector<std::string>>,
+  // From its platform, parameter-server strategies: its update (sender the
+  // platform, iteration the commit's number) for the server on the node of
+  // this weights lane endpoint (messages::to_string(lane_endpoint)); sent on
+  // the lane, counted as traffic.
+  caf::reacts_to<commit_atom, std::string, held_weights>,
+  // From the node's weights lane: the global model the server on that node
+  // sent (iteration: its version), to count and pass on to the platform.
+  caf::reacts_to<pull_atom, std::string, held_weights>,
   // Traffic since the last call (the counters of an epoch report).
   caf::replies_to<stats_atom>::with<epoch_report>>;
 
@@ -134,8 +143,16 @@ using platform_actor = caf::typed_actor<
   // weights sum to their number again after one was lost or came back.
   caf::reacts_to<rescale_atom, double>,
   // From its node, parameter-server strategies: the server to commit to
-  // (a null handle: none is reachable now; commits wait for one).
-  caf::reacts_to<server_atom, caf::actor>,
+  // (a null handle: none is reachable now; commits wait for one) and the
+  // weights lane endpoint of its node ("": the server is in this process or
+  // its node has no lane; the weights then go in the typed messages).
+  caf::reacts_to<server_atom, caf::actor, std::string>,
+  // From its mixer: the global model the server sent on the weights lane
+  // (from that node), the answer to a commit.
+  caf::reacts_to<pull_atom, std::string, held_weights>,
+  // To itself: the model answering the commit of this generation did not
+  // come on the weights lane in time.
+  caf::reacts_to<pull_atom, uint64_t>,
   // Control: pause, resume, checkpoint, stop. Answers once done (checkpoint
   // and stop: once the store has the checkpoint); ec::bad_request for
   // another verb.
@@ -152,9 +169,25 @@ using server_actor = caf::typed_actor<
   // worker go on; ec::bad_request for an update that does not fit.
   caf::replies_to<commit_atom, held_weights, double, double, bool>::with<held_weights, int64_t,
                                                                          double>,
+  // The same commit from a worker on another node, whose update travels on
+  // the weights lane (it arrives as the next message): the worker, the
+  // commit's number, loss, overhead, whether it ends the epoch. Answered
+  // with the global model's version and when to commit next; the model
+  // itself goes to the worker on the lane just before. ec::lost when the
+  // update did not arrive in time (nothing of it was applied: the worker
+  // commits it again with its next).
+  caf::replies_to<commit_atom, std::string, uint64_t, double, double, bool>::with<uint64_t, int64_t,
+                                                                                    double>,
+  // From its node's weights lane: a worker's update (sender: the worker,
+  // iteration: the commit's number), checked there to come from the
+  // worker's own node.
+  caf::reacts_to<commit_atom, held_weights>,
   // From its node: the platforms live now (expected workers not among them
-  // hold no one back), and every node's store (where it checkpoints).
-  caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<store_actor>>,
+  // hold no one back), the weights lane endpoint of each one's node
+  // (messages::to_string(lane_endpoint); "": in this process, or no lane),
+  // and every node's store (where it checkpoints).
+  caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<std::string>,
+                 std::vector<store_actor>>,
   // The global model, a copy (averaging, inspection).
   caf::replies_to<weights_atom>::with<held_weights>>;
 

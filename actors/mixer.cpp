@@ -1,5 +1,7 @@
 #include "actors/mixer.hpp"
 
+#include "actors/server.hpp"
+
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
 
@@ -55,6 +57,36 @@ void tell_platform(self_ptr self) {
   self->send(st.platform, peers_atom::value, std::move(live));
 }
 
+/// Sends `message` to `target` at the lane endpoint `to`, encoded once,
+/// the tensors written from where they lie (the message's hold keeps them),
+/// and counts it.
+void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::string& target,
+                  held_weights message) {
+  auto& st = self->state;
+  messages::envelope e;
+  e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+  e.payload = std::move(message.value);
+  auto pieces = std::make_shared<const messages::gathered>(
+    messages::encode_gathered(e, std::move(message.hold)));
+  const size_t size = pieces->size();
+  auto parts = messages::traffic_of(std::get<messages::weights>(e.payload), size);
+  if (!st.args.lane->send(to, target, std::move(pieces))) {
+    ++st.messages_dropped;  // the lane's queue is full
+    return;
+  }
+  st.sent += parts;
+  st.bytes_sent += size;
+  ++st.messages_sent;
+}
+
+/// Counts a message received (by its sender).
+void count_received(mixer_state& st, const held_weights& message) {
+  auto& t = st.received[message.sender];
+  ++t.messages;
+  t.bytes += message.wire_bytes;
+  st.received_parts += messages::traffic_of(message.value, message.wire_bytes);
+}
+
 bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
   self->state.args = std::move(args);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -81,29 +113,16 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         ++st.messages_dropped;  // went down since the platform heard of it
         return;
       }
-      messages::envelope e;
-      e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
-      size_t size = 0;
-      messages::traffic parts;
       if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
-        // Encoded once, the tensors written from the sender's parameters as
-        // they lie (the message's hold is a loan on them).
-        e.payload = std::move(message.value);
-        auto pieces = std::make_shared<const messages::gathered>(
-          messages::encode_gathered(e, std::move(message.hold)));
-        size = pieces->size();
-        parts = messages::traffic_of(std::get<messages::weights>(e.payload), size);
-        if (!st.args.lane->send(to->lane, to->name, std::move(pieces))) {
-          ++st.messages_dropped;  // the lane's queue is full
-          return;
-        }
-        st.sent += parts;
-        st.bytes_sent += size;
-        ++st.messages_sent;
+        send_on_lane(self, to->lane, to->name, std::move(message));
         return;
       }
       // What it would weigh on the wire (counted as such in this process
       // too, so that runs in one process and across nodes compare).
+      messages::envelope e;
+      e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+      size_t size = 0;
+      messages::traffic parts;
       e.payload = message.value;
       size = messages::wire_size(e);
       parts = messages::traffic_of(message.value, size);
@@ -123,12 +142,30 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
     },
     [self](gossip_atom, held_weights& message) {
       auto& st = self->state;
-      auto& t = st.received[message.sender];
-      ++t.messages;
-      t.bytes += message.wire_bytes;
-      st.received_parts += messages::traffic_of(message.value, message.wire_bytes);
+      count_received(st, message);
       if (st.platform)
         self->send(st.platform, merge_atom::value, std::move(message));
+    },
+    [self](commit_atom, const std::string& server_lane, held_weights& update) {
+      auto& st = self->state;
+      messages::lane_endpoint to;
+      try {
+        to = messages::parse_endpoint(server_lane);
+      } catch (const messages::lane_error& e) {
+        ++st.messages_dropped;  // the server's answer says ec::lost
+        spdlog::warn("[{}] no weights lane to the parameter server: {}", st.args.platform, e.what());
+        return;
+      }
+      if (st.args.lane)
+        send_on_lane(self, to, std::string{server_name}, std::move(update));
+      else
+        ++st.messages_dropped;
+    },
+    [self](pull_atom, const std::string& from, held_weights& model) {
+      auto& st = self->state;
+      count_received(st, model);
+      if (st.platform)
+        self->send(st.platform, pull_atom::value, from, std::move(model));
     },
     [self](peers_atom, const std::vector<std::string>& names,
            const std::vector<caf::actor>& handles, const std::vector<std::string>& lanes) {

@@ -5,6 +5,9 @@
 // counts traffic per peer, and passes received weights (checked at the door:
 // the lane, or the middleman: actors/wire.hpp) to its platform, which owns
 // the parameters and merges. It tells its platform which peers are live.
+// With a parameter server on another node, it sends its platform's
+// commits' updates on the lane and passes the server's models back, counted
+// as traffic like gossip.
 
 #include "actors/interfaces.hpp"
 

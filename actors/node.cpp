@@ -24,6 +24,15 @@ bool from_cluster(self_ptr self) {
   return sender->node() == self->node() || self->state.peer_ids.count(sender->node()) > 0;
 }
 
+/// The weights lane endpoint of another node's lane, as text ("": this
+/// node, or one without a lane, or this node has none: reached through CAF).
+std::string lane_of(const node_state& st, const std::string& node) {
+  if (!st.lane || node == st.args.name)
+    return {};
+  auto l = st.lanes.find(node);
+  return l != st.lanes.end() && l->second.port != 0 ? messages::to_string(l->second) : std::string{};
+}
+
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self) {
   auto& st = self->state;
@@ -32,10 +41,7 @@ void publish_peers(self_ptr self) {
   for (auto& e : st.directory.of_role(messages::role::mixer)) {
     names.push_back(e.what.name);
     handles.push_back(e.handle);
-    auto l = st.lanes.find(e.what.node);
-    lanes.push_back(e.what.node != st.args.name && l != st.lanes.end() && l->second.port != 0
-                      ? messages::to_string(l->second)
-                      : std::string{});
+    lanes.push_back(lane_of(st, e.what.node));
   }
   for (auto& p : st.platforms)
     self->send(p.mixer, peers_atom::value, names, handles, lanes);
@@ -43,19 +49,22 @@ void publish_peers(self_ptr self) {
   // (null: nowhere reachable), and a server here which platforms are live.
   auto servers = st.directory.of_role(messages::role::parameter_server);
   caf::actor server = servers.empty() ? caf::actor{} : servers.front().handle;
+  const auto server_lane = servers.empty() ? std::string{} : lane_of(st, servers.front().what.node);
   for (auto& p : st.platforms)
-    self->send(p.platform, server_atom::value, server);
+    self->send(p.platform, server_atom::value, server, server_lane);
   if (st.balancer && st.args.server)
     self->send(*st.balancer, server_atom::value,
                servers.empty() ? std::string{} : servers.front().what.node);
   if (st.server) {
-    std::vector<std::string> live;
-    for (auto& e : st.directory.of_role(messages::role::platform))
+    std::vector<std::string> live, worker_lanes;
+    for (auto& e : st.directory.of_role(messages::role::platform)) {
       live.push_back(e.what.name);
+      worker_lanes.push_back(lane_of(st, e.what.node));
+    }
     std::vector<store_actor> stores;
     for (auto& e : st.directory.of_role(messages::role::store))
       stores.push_back(caf::actor_cast<store_actor>(e.handle));
-    self->send(*st.server, peers_atom::value, live, stores);
+    self->send(*st.server, peers_atom::value, live, worker_lanes, stores);
   }
 }
 
@@ -121,7 +130,10 @@ void start_server(self_ptr self, bool continuing) {
                    st.args.name);
   }
   const auto workers = args.workers.size();
+  args.lane = st.lane;
+  args.cluster_id = st.args.settings.cluster_id;
   st.server = spawn_server(self->system(), std::move(args));
+  st.routes->set_server(caf::actor_cast<caf::actor_addr>(*st.server));
   self->link_to(*st.server);
   st.directory.add({messages::role::parameter_server, st.args.name, st.args.name},
                    caf::actor_cast<caf::actor>(*st.server));

@@ -1,6 +1,7 @@
 #include "actors/node_state.hpp"
 
 #include "actors/network.hpp"
+#include "actors/server.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -45,22 +46,35 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   }
 }
 
-/// The door for gossip: decodes each frame of the lane once (on the lane's
-/// thread), checked against the cluster id, and hands the weights to the
-/// local mixer of the platform it is for.
+/// The door of the weights lane: decodes each frame once (on the lane's
+/// thread), checked against the cluster id, and hands its weights on:
+/// gossip and the parameter server's models (sender server_name) to the
+/// local mixer of the platform they are for; workers' updates (target
+/// server_name), when they come from the worker's own node, to the
+/// parameter server hosted here.
 void start_lane(node_state& st) {
   std::map<std::string, caf::actor_addr> mixers;
   for (auto& p : st.platforms)
     mixers[p.name] = caf::actor_cast<caf::actor_addr>(p.mixer);
-  st.lane->start([mixers = std::move(mixers), me = st.args.name, cluster = st.args.settings.cluster_id](
+  std::map<std::string, std::string> node_of;  // every platform's node
+  for (auto& n : st.args.settings.nodes)
+    for (auto& p : n.platforms)
+      node_of[p.name] = n.name;
+  st.lane->start([mixers = std::move(mixers), node_of = std::move(node_of), routes = st.routes,
+                  me = st.args.name, cluster = st.args.settings.cluster_id](
                    const std::string& from, const std::string& target,
                    messages::shared_buffer message) {
-    auto i = mixers.find(target);
-    auto mixer = i == mixers.end() ? caf::actor{} : caf::actor_cast<caf::actor>(i->second);
-    if (!mixer) {
-      spdlog::warn("[{}] weights lane: a message from node '{}' for platform '{}', which this "
-                   "node does not host (any more), dropped",
-                   me, from, target);
+    const bool for_server = target == server_name;
+    caf::actor to;
+    if (for_server) {
+      to = caf::actor_cast<caf::actor>(routes->server());
+    } else if (auto i = mixers.find(target); i != mixers.end()) {
+      to = caf::actor_cast<caf::actor>(i->second);
+    }
+    if (!to) {
+      spdlog::warn("[{}] weights lane: a message from node '{}' for {}, which this node does not "
+                   "host (any more), dropped",
+                   me, from, for_server ? "the parameter server" : "platform '" + target + "'");
       return;
     }
     held_weights w;
@@ -70,13 +84,24 @@ void start_lane(node_state& st) {
       auto env = messages::decode(message->data(), message->size(), cluster);
       auto* weights = std::get_if<messages::weights>(&env.payload);
       if (!weights)
-        throw messages::codec_error("a gossip frame that does not hold weights");
+        throw messages::codec_error("a frame that does not hold weights");
+      if (for_server) {
+        auto n = node_of.find(env.hdr.sender);
+        if (n == node_of.end() || n->second != from)
+          throw messages::codec_error("an update for the parameter server from '"
+                                      + env.hdr.sender + "', which is no platform of that node");
+      }
       w = held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
     } catch (const messages::codec_error& e) {
       spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
       return;
     }
-    caf::anon_send(caf::actor_cast<mixer_actor>(mixer), gossip_atom::value, std::move(w));
+    if (for_server)
+      caf::anon_send(caf::actor_cast<server_actor>(to), commit_atom::value, std::move(w));
+    else if (w.sender == server_name)
+      caf::anon_send(caf::actor_cast<mixer_actor>(to), pull_atom::value, from, std::move(w));
+    else
+      caf::anon_send(caf::actor_cast<mixer_actor>(to), gossip_atom::value, std::move(w));
   });
 }
 

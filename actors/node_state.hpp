@@ -16,12 +16,32 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace eg::actors::node_detail {
+
+/// What the weights lane's door hands on besides gossip: workers' updates
+/// for the parameter server hosted here now (set on the node's thread, read
+/// on the lane's).
+class lane_routes {
+public:
+  void set_server(caf::actor_addr server) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    server_ = std::move(server);
+  }
+  caf::actor_addr server() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return server_;
+  }
+
+private:
+  mutable std::mutex mutex_;
+  caf::actor_addr server_;
+};
 
 /// What a node knows and holds.
 struct node_state {
@@ -54,6 +74,7 @@ struct node_state {
   /// cluster.transport = "middleman", or when it could not listen).
   std::shared_ptr<messages::lane> lane;
   std::map<std::string, messages::lane_endpoint> lanes;  // of peered nodes
+  std::shared_ptr<lane_routes> routes = std::make_shared<lane_routes>();
   /// Nonces handed out to dialling nodes and consoles (challenge_atom).
   messages::challenges challenges;
   /// Why this node's store cannot write ("" while it can).
@@ -120,6 +141,9 @@ using self_ptr = node_impl::stateful_pointer<node_state>;
 /// Whether the message being handled comes from this process or a peered
 /// node (not from a stranger who connected to our port without a handshake).
 bool from_cluster(self_ptr self);
+/// The weights lane endpoint of another node's lane, as text ("": this
+/// node, or one without a lane, or this node has none: reached through CAF).
+std::string lane_of(const node_state& st, const std::string& node);
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self);
 /// Tells the local balancer about the platforms of `node`.

@@ -10,6 +10,7 @@
 #include "learning/ranking.hpp"
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
+#include "messages/lane.hpp"
 #include "storage/store.hpp"
 
 #include "config/defaults.hpp"
@@ -80,6 +81,23 @@ struct platform_state {
   uint64_t commit_generation = 0;  // a server change makes answers on their way stale
   bool commit_ends_epoch = false;  // the commit in flight is the epoch's last
   bool serverless_said = false;
+  /// The weights lane endpoint of the server's node ("": updates and models
+  /// go in the typed messages).
+  std::string server_lane;
+  uint64_t commit_number = 0;  // of lane commits: pairs their two halves at the server
+  bool lane_commits_said = false;
+  /// The update in flight (what goes again with the next commit if the
+  /// server says none of it arrived).
+  std::shared_ptr<std::vector<torch::Tensor>> in_flight_update;
+  /// A lane commit's answer, waiting for its model on the lane; and the
+  /// newest model from the lane, waiting for its answer.
+  struct pending_answer {
+    uint64_t version = 0;
+    learning::next_commit next;
+  };
+  std::optional<pending_answer> lane_answer;
+  std::string server_node;  // of server_lane
+  std::optional<held_weights> lane_model;
   uint64_t epoch_commits = 0;  // commits answered this epoch
   double epoch_staleness = 0;  // their staleness, summed
   std::optional<uint64_t> pulled_version;  // of the global model pulled last
@@ -302,19 +320,71 @@ void send_gossip(self_ptr self) {
 
 void finish_epoch(self_ptr self);
 
+/// After a commit: the epoch ends (its last commit) or training steps on.
+void after_commit(self_ptr self) {
+  auto& st = self->state;
+  if (st.commit_ends_epoch)
+    finish_epoch(self);
+  else if (st.running && !st.paused)
+    queue_step(self);
+}
+
+/// The server's answer is complete: the global model (none: it did not
+/// come; training goes on with the local model) and when to commit next.
+void pulled(self_ptr self, const held_weights* global, learning::next_commit next) {
+  auto& st = self->state;
+  st.commits->answered(seconds_since(st.created), next);
+  st.lane_answer.reset();
+  st.lane_model.reset();
+  st.in_flight_update.reset();
+  ++st.epoch_commits;
+  if (global) {
+    // Staleness: other workers' commits applied since the last pull (none
+    // counted across a server that started again from a checkpoint).
+    const uint64_t version = global->value.iteration;
+    if (st.pulled_version && version > *st.pulled_version)
+      st.epoch_staleness += static_cast<double>(version - *st.pulled_version - 1);
+    st.pulled_version = version;
+    try {
+      auto received = learning::from_views(global->value.tensors, st.names, st.params);
+      st.trainer->loans().before_write(st.params);
+      st.base.pulled(st.params, received);
+    } catch (const std::exception& e) {
+      ++st.refused;
+      spdlog::warn("[{}] refused the server's model: {}", st.args.platform.name, e.what());
+    }
+  }
+  after_commit(self);
+}
+
+/// A commit got no answer (`err`): training goes on with the local model.
+/// When the server says nothing of it was applied (ec::lost), the update
+/// goes again with the next commit.
+void unanswered(self_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  std::string why;
+  if (is(err, ec::lost, &why) && st.in_flight_update) {
+    st.base.returned(*st.in_flight_update);
+    spdlog::warn("[{}] {}: it goes with the next commit", st.args.platform.name, why);
+  } else {
+    spdlog::warn("[{}] commit not answered ({}): training on with the local model",
+                 st.args.platform.name, self->system().render(err));
+  }
+  st.commits->answered(seconds_since(st.created), {});
+  st.lane_answer.reset();
+  st.lane_model.reset();
+  st.in_flight_update.reset();
+  after_commit(self);
+}
+
 /// Parameter-server strategies: commits U = params - base to the server
 /// and, once it answers, loads the global model and steps on (or, with the
-/// epoch's last commit, finishes the epoch). Without a reachable server,
-/// training goes on locally and a later step commits.
+/// epoch's last commit, finishes the epoch). A server on another node gets
+/// the update on the weights lane and sends the model back there; one in
+/// this process (or without a lane) in the typed messages. Without a
+/// reachable server, training goes on locally and a later step commits.
 void commit(self_ptr self, bool epoch_end) {
   auto& st = self->state;
-  auto go_on = [self, epoch_end] {
-    auto& st = self->state;
-    if (epoch_end)
-      finish_epoch(self);
-    else if (st.running && !st.paused)
-      queue_step(self);
-  };
   if (!st.server) {
     // No server reachable (its node is down, or not peered yet): training
     // goes on locally; the next step after one is found commits.
@@ -322,52 +392,63 @@ void commit(self_ptr self, bool epoch_end) {
       spdlog::warn("[{}] no parameter server reachable: training on locally until one is",
                    st.args.platform.name);
     st.serverless_said = true;
-    go_on();
+    st.commit_ends_epoch = epoch_end;
+    after_commit(self);
     return;
   }
   st.serverless_said = false;
   st.commit_ends_epoch = epoch_end;
   auto update = std::make_shared<std::vector<torch::Tensor>>(st.base.commit(st.params));
+  st.in_flight_update = update;
   learning::gossip_payload payload;
   payload.tensors = learning::to_views(st.names, *update);
   auto message = st.weights_message(1.0, std::move(payload), update);
   const double loss = st.commits->loss();
   st.commits->committed(seconds_since(st.created));
   const auto generation = ++st.commit_generation;
+  auto server = caf::actor_cast<server_actor>(st.server);
+  if (st.server_lane.empty()) {
+    self
+      ->request(server, defaults::commit_timeout, commit_atom::value, std::move(message), loss,
+                st.commits->overhead(), epoch_end)
+      .then(
+        [self, generation](held_weights& global, int64_t steps, double seconds) {
+          if (generation == self->state.commit_generation)
+            pulled(self, &global, {steps, seconds});
+        },
+        [self, generation](caf::error& err) {
+          if (generation == self->state.commit_generation)
+            unanswered(self, err);
+        });
+    return;
+  }
+  // The update on the lane (its number in `iteration`), the rest typed.
+  const uint64_t number = ++st.commit_number;
+  message.value.iteration = number;
+  self->send(st.args.mixer, commit_atom::value, st.server_lane, std::move(message));
+  if (!std::exchange(st.lane_commits_said, true))
+    spdlog::info("[{}] commits to the parameter server on the weights lane ({})",
+                 st.args.platform.name, st.server_lane);
   self
-    ->request(caf::actor_cast<server_actor>(st.server), defaults::commit_timeout, commit_atom::value,
-              std::move(message), loss, st.commits->overhead(), epoch_end)
+    ->request(server, defaults::commit_timeout, commit_atom::value, st.args.platform.name, number,
+              loss, st.commits->overhead(), epoch_end)
     .then(
-      [self, generation, go_on](held_weights& global, int64_t steps, double seconds) {
-        auto& st = self->state;
-        if (generation != st.commit_generation)
-          return;  // given up on (the server changed)
-        st.commits->answered(seconds_since(st.created), {steps, seconds});
-        ++st.epoch_commits;
-        // Staleness: other workers' commits applied since the last pull
-        // (none counted across a server that started again from a checkpoint).
-        const uint64_t version = global.value.iteration;
-        if (st.pulled_version && version > *st.pulled_version)
-          st.epoch_staleness += static_cast<double>(version - *st.pulled_version - 1);
-        st.pulled_version = version;
-        try {
-          auto received = learning::from_views(global.value.tensors, st.names, st.params);
-          st.trainer->loans().before_write(st.params);
-          st.base.pulled(st.params, received);
-        } catch (const std::exception& e) {
-          ++st.refused;
-          spdlog::warn("[{}] refused the server's model: {}", st.args.platform.name, e.what());
-        }
-        go_on();
-      },
-      [self, generation, go_on](caf::error& err) {
+      [self, generation](uint64_t version, int64_t steps, double seconds) {
         auto& st = self->state;
         if (generation != st.commit_generation)
           return;
-        spdlog::warn("[{}] commit not answered ({}): training on with the local model",
-                     st.args.platform.name, self->system().render(err));
-        st.commits->answered(seconds_since(st.created), {});
-        go_on();
+        if (st.lane_model && st.lane_model->value.iteration == version) {
+          auto global = std::move(*st.lane_model);
+          pulled(self, &global, {steps, seconds});
+          return;
+        }
+        // The model is on its way on the lane.
+        st.lane_answer = platform_state::pending_answer{version, {steps, seconds}};
+        self->delayed_send(self, defaults::lane_commit_wait, pull_atom::value, generation);
+      },
+      [self, generation](caf::error& err) {
+        if (generation == self->state.commit_generation)
+          unanswered(self, err);
       });
 }
 
@@ -660,20 +741,61 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.strategy->peers_changed(live);
       st.live = std::move(live);
     },
-    [self](server_atom, caf::actor server) {
+    [self](server_atom, caf::actor server, std::string& lane) {
       auto& st = self->state;
-      if (!st.commits || server == st.server)
+      if (!st.commits || (server == st.server && lane == st.server_lane))
         return;
+      const bool moved = server != st.server;
       st.server = std::move(server);
-      if (st.commits->in_flight()) {
+      st.server_lane = std::move(lane);
+      st.server_node.clear();
+      if (!st.server_lane.empty()) {
+        try {
+          st.server_node = messages::parse_endpoint(st.server_lane).node;
+        } catch (const messages::lane_error& e) {
+          spdlog::warn("[{}] commits go in the typed messages: {}", st.args.platform.name,
+                       e.what());
+          st.server_lane.clear();
+        }
+      }
+      if (moved && st.commits->in_flight()) {
         // Its answer will not come from a server that is gone: on without it.
         ++st.commit_generation;
         st.commits->answered(seconds_since(st.created), {});
-        if (st.commit_ends_epoch)
-          finish_epoch(self);
-        else if (st.running && !st.paused)
-          queue_step(self);
+        st.lane_answer.reset();
+        st.lane_model.reset();
+        st.in_flight_update.reset();
+        after_commit(self);
       }
+    },
+    [self](pull_atom, const std::string& from, held_weights& model) {
+      auto& st = self->state;
+      if (!st.commits || !st.commits->in_flight())
+        return;  // an answer given up on
+      if (st.server_node.empty() || st.server_node != from) {
+        ++st.refused;
+        spdlog::warn("[{}] refused a model from node '{}', which does not host the parameter "
+                     "server",
+                     st.args.platform.name, from);
+        return;
+      }
+      if (st.lane_answer && st.lane_answer->version == model.value.iteration) {
+        const auto next = st.lane_answer->next;
+        pulled(self, &model, next);
+        return;
+      }
+      st.lane_model = std::move(model);  // its answer is on its way
+    },
+    [self](pull_atom, uint64_t generation) {
+      auto& st = self->state;
+      if (generation != st.commit_generation || !st.lane_answer)
+        return;
+      spdlog::warn("[{}] the server's model of version {} did not come on the weights lane in "
+                   "time: training on with the local model",
+                   st.args.platform.name, st.lane_answer->version);
+      // The update was applied: the base stays where the commit left it.
+      const auto next = st.lane_answer->next;
+      pulled(self, nullptr, next);
     },
     [self](rescale_atom, double factor) {
       auto& st = self->state;

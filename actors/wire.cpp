@@ -74,6 +74,7 @@ const char* to_string(ec x) {
     case ec::unknown_platform: return "unknown_platform";
     case ec::run_over: return "run_over";
     case ec::unreachable: return "unreachable";
+    case ec::lost: return "lost";
   }
   return "unknown";
 }

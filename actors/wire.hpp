@@ -27,6 +27,7 @@ enum class ec : uint8_t {
   unknown_platform,  ///< no platform of that name
   run_over,          ///< the run is over: nothing to control
   unreachable,       ///< the node that must answer cannot be reached
+  lost,              ///< part of a message never arrived: nothing of it was applied
 };
 const char* to_string(ec x);
 /// The error `x` with `why` as its text (what the other side shows).

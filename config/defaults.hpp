@@ -58,6 +58,13 @@ inline constexpr std::chrono::milliseconds commit_timeout = 60s;
 /// The parameter server checkpoints its model (when it changed) this often
 /// to every node's store: a successor loses at most this much of the run.
 inline constexpr std::chrono::milliseconds server_checkpoint_interval = 2s;
+/// A parameter-server commit from another node travels in two halves (the
+/// typed message, the update on the weights lane); each waits this long for
+/// the other, and the worker this long for the model on the lane after the
+/// answer. A frame waits at most cluster.gossip_max_wait (2 s by default)
+/// in a lane queue before it is skipped, so this is the lane's worst case
+/// and some slack.
+inline constexpr std::chrono::milliseconds lane_commit_wait = 5s;
 /// A platform's progress report to the balancer, at most this often.
 inline constexpr std::chrono::milliseconds progress_report_interval = 1s;
 /// Push-sum's tau-overlap wait for an in-neighbour's message (learning/

@@ -83,4 +83,13 @@ std::vector<torch::Tensor> commit_base::commit(const std::vector<torch::Tensor>&
   return update;
 }
 
+void commit_base::returned(const std::vector<torch::Tensor>& update) {
+  if (base_.empty())
+    throw std::logic_error("worker: an update returned before the first pull");
+  check_like("worker: returned update", base_, update);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < base_.size(); ++i)
+    base_[i].sub_(update[i]);
+}
+
 } // namespace eg::learning

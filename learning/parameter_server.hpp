@@ -47,6 +47,9 @@ public:
   /// U = params - base; the base is then params (so that what it commits
   /// next is what it trained after this commit, should no pull come back).
   std::vector<torch::Tensor> commit(const std::vector<torch::Tensor>& params);
+  /// The server applied none of `update` (a commit's answer says it was
+  /// lost): the base goes back by it, so that the next commit carries it.
+  void returned(const std::vector<torch::Tensor>& update);
   bool ready() const { return !base_.empty(); }
 
 private:

@@ -4,12 +4,15 @@
 #include "actors/balancer.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/mixer.hpp"
+#include "actors/server.hpp"
+#include "config/defaults.hpp"
 #include "actors/store.hpp"
 #include "learning/dataset.hpp"
 #include "learning/gossip.hpp"
 #include "learning/model.hpp"
 #include "learning/serialize.hpp"
 #include "messages/codec.hpp"
+#include "messages/lane.hpp"
 #include "storage/store.hpp"
 #include "actor_testing.hpp"
 #include "process.hpp"
@@ -22,6 +25,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -241,7 +246,9 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](merge_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&) {},
     [](rescale_atom, double) {},
-    [](server_atom, caf::actor) {},
+    [](server_atom, caf::actor, const std::string&) {},
+    [](pull_atom, const std::string&, const held_weights&) {},
+    [](pull_atom, uint64_t) {},
     [=](weights_atom) { return messages::copy_weights(lenet_weights(name, 0.5, nullptr, seed)); },
     [=](done_atom, const std::string& run) { self->state.run = run; },
     [=](cut_atom, uint32_t epoch) {
@@ -670,6 +677,148 @@ BOOST_AUTO_TEST_CASE(store_keeps_typed_reports_and_checkpoints) {
   BOOST_TEST(c->epoch == 3u);
   BOOST_TEST(c->gossip_weight == 0.25);
   me->send_exit(st, caf::exit_reason::user_shutdown);
+}
+
+
+namespace {
+
+/// What a worker's commit on the lane got back: the model's version, or an
+/// error.
+struct lane_commit_result {
+  std::optional<uint64_t> version;
+  std::optional<caf::error> error;
+};
+
+/// A stand-in worker: sends the typed half of commit `number` of `worker`.
+caf::behavior lane_committer(caf::event_based_actor* self, server_actor server,
+                             std::string worker, uint64_t number,
+                             std::shared_ptr<lane_commit_result> out) {
+  self->request(server, caf::infinite, commit_atom::value, worker, number, 0.5, 0.0, false)
+    .then([out](uint64_t version, int64_t, double) { out->version = version; },
+          [out](caf::error& err) { out->error = err; });
+  return {};
+}
+
+/// A zero update of LeNet-5 from `worker`, numbered `number`.
+held_weights zero_update(const std::string& worker, uint64_t number) {
+  auto m = learning::make_classifier("lenet5", 1);
+  auto zeros = std::make_shared<std::vector<torch::Tensor>>();
+  for (auto& p : learning::parameters(*m))
+    zeros->push_back(torch::zeros_like(p));
+  held_weights h;
+  h.sender = worker;
+  h.value.gossip_weight = 1;
+  h.value.iteration = number;
+  h.value.tensors = learning::to_views(learning::parameter_names(*m), *zeros);
+  h.hold = zeros;
+  return h;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(server_pairs_a_lane_commits_halves_and_answers_the_model_on_the_lane,
+                        fixture) {
+  // The server's node's lane, and the lane of the worker's node (which
+  // records the frames it gets).
+  messages::lane_options so;
+  so.cluster_id = "ps";
+  so.node = "s";
+  auto server_lane = std::make_shared<messages::lane>(so);
+  server_lane->start([](const std::string&, const std::string&, messages::shared_buffer) {});
+  struct frame {
+    std::string from, target;
+    messages::envelope env;
+  };
+  auto frames = std::make_shared<std::vector<frame>>();
+  auto mutex = std::make_shared<std::mutex>();
+  messages::lane_options wo = so;
+  wo.node = "w";
+  messages::lane worker_lane(wo);
+  worker_lane.start([frames, mutex](const std::string& from, const std::string& target,
+                                    messages::shared_buffer m) {
+    std::lock_guard<std::mutex> lock(*mutex);
+    frames->push_back({from, target, messages::decode(m->data(), m->size(), "ps")});
+  });
+  server_args args;
+  args.model = "lenet5";
+  args.seed = 1;
+  args.workers = {"p0"};
+  args.schedule.model = learning::sync_model::async;
+  args.schedule.commit_steps = 5;
+  args.lane = server_lane;
+  args.cluster_id = "ps";
+  auto server = spawn_server(sys, args);
+  const messages::lane_endpoint worker_at{"w", "127.0.0.1", worker_lane.port()};
+  self->send(server, peers_atom::value, std::vector<std::string>{"p0"},
+             std::vector<std::string>{messages::to_string(worker_at)}, std::vector<store_actor>{});
+  sched.run();
+
+  // The update first, then the typed half: paired, applied, answered.
+  self->send(server, commit_atom::value, zero_update("p0", 1));
+  sched.run();
+  auto first = std::make_shared<lane_commit_result>();
+  sys.spawn(lane_committer, server, std::string{"p0"}, uint64_t{1}, first);
+  sched.run();
+  BOOST_REQUIRE(first->version.has_value());
+  BOOST_TEST(*first->version == 1u);
+  // The typed half first, then the update.
+  auto second = std::make_shared<lane_commit_result>();
+  sys.spawn(lane_committer, server, std::string{"p0"}, uint64_t{2}, second);
+  sched.run();
+  BOOST_TEST(!second->version.has_value());  // waits for its update
+  self->send(server, commit_atom::value, zero_update("p0", 2));
+  sched.run();
+  BOOST_REQUIRE(second->version.has_value());
+  BOOST_TEST(*second->version == 2u);
+  // Both models came on the lane, from the server, for p0, with their versions.
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(*mutex);
+      if (frames->size() >= 2)
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(*mutex);
+    BOOST_REQUIRE_EQUAL(frames->size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      auto& f = (*frames)[i];
+      BOOST_TEST(f.from == "s");
+      BOOST_TEST(f.target == "p0");
+      BOOST_TEST(f.env.hdr.sender == std::string{server_name});
+      auto& w = std::get<messages::weights>(f.env.payload);
+      BOOST_TEST(w.iteration == i + 1);
+      BOOST_TEST(w.tensors.size() == 10u);
+    }
+  }
+
+  // A typed half whose update never comes is answered `lost` once it
+  // waited defaults::lane_commit_wait (at the next checkpoint tick).
+  auto third = std::make_shared<lane_commit_result>();
+  sys.spawn(lane_committer, server, std::string{"p0"}, uint64_t{3}, third);
+  sched.run();
+  BOOST_TEST(!third->version.has_value());
+  BOOST_TEST(!third->error.has_value());
+  for (int i = 0; i < 5 && !third->error; ++i) {
+    std::this_thread::sleep_for(defaults::server_checkpoint_interval);  // the server's clock is real
+    sched.advance_time(defaults::server_checkpoint_interval);
+    sched.run();
+  }
+  BOOST_REQUIRE(third->error.has_value());
+  BOOST_TEST(is(*third->error, ec::lost));
+  BOOST_TEST(!third->version.has_value());
+  // An update of a platform the server does not know is refused.
+  auto stranger = std::make_shared<lane_commit_result>();
+  self->send(server, commit_atom::value, zero_update("nobody", 1));
+  sys.spawn(lane_committer, server, std::string{"nobody"}, uint64_t{1}, stranger);
+  sched.run();
+  BOOST_REQUIRE(stranger->error.has_value());
+  BOOST_TEST(is(*stranger->error, ec::bad_request));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  sched.run();
+  server_lane->stop();
+  worker_lane.stop();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -222,6 +222,26 @@ BOOST_AUTO_TEST_CASE(server_adds_each_commit_over_n_and_counts_versions) {
   BOOST_TEST(torch::allclose(u[1], torch::zeros({3})));
 }
 
+BOOST_AUTO_TEST_CASE(an_update_the_server_never_got_goes_again_with_the_next_commit) {
+  std::vector<torch::Tensor> x0{torch::zeros({2, 2}), torch::ones({3})};
+  global_model server(x0, 1);
+  commit_base a;
+  auto pa = std::vector<torch::Tensor>{torch::empty({2, 2}), torch::empty({3})};
+  a.pulled(pa, server.params());
+  pa[0].add_(3.0);
+  auto lost = a.commit(pa);  // never arrives
+  a.returned(lost);
+  pa[1].add_(-1.0);  // trained on meanwhile
+  auto u = a.commit(pa);
+  BOOST_TEST(torch::allclose(u[0], torch::full({2, 2}, 3.0)));
+  BOOST_TEST(torch::allclose(u[1], torch::full({3}, -1.0)));
+  server.apply(u);
+  // Nothing lost, nothing counted twice: the server holds the worker's model.
+  BOOST_TEST(torch::allclose(server.params()[0], pa[0]));
+  BOOST_TEST(torch::allclose(server.params()[1], pa[1]));
+  BOOST_CHECK_THROW(a.returned({torch::zeros({1})}), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(server_refuses_a_commit_that_does_not_fit_and_changes_nothing) {
   global_model server({torch::zeros({2}), torch::zeros({3})}, 1);
   BOOST_CHECK_THROW(server.apply({torch::ones({2})}), std::invalid_argument);

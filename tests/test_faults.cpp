@@ -328,6 +328,21 @@ BOOST_AUTO_TEST_CASE(losing_the_parameter_servers_node_hands_its_model_to_a_succ
   BOOST_TEST(c["b"]->output().find("parameter server started") == std::string::npos);
   BOOST_TEST(c["b"]->output().find("commits to the server") != std::string::npos);
   BOOST_TEST(c["c"]->output().find("parameter server started") == std::string::npos);
+  // Workers on another node than the server's commit on the weights lane,
+  // first to b's server, then to a's; nothing there was refused (frames to
+  // b when it was killed may be lost).
+  BOOST_TEST(c["c"]->output().find("[c0] commits to the parameter server on the weights lane (b@")
+               != std::string::npos,
+             c["c"]->output());
+  BOOST_TEST(c["b"]->output().find("[b0] commits to the parameter server on the weights lane (a@")
+               != std::string::npos);
+  for (auto& name : {"a", "c"}) {
+    const auto log = c[name]->output();
+    BOOST_TEST(std::regex_search(log, std::regex("weights lane: [1-9][0-9]* messages sent, "
+                                                 "[1-9][0-9]* received;.* 0 refused")),
+               log);
+    BOOST_TEST(log.find("did not arrive") == std::string::npos, log);
+  }
   // The model went on from the checkpoint, not from the initial one: no
   // epoch after the kill fell back towards chance.
   auto run = only_run_dir(dir / "run-runs");

@@ -122,6 +122,8 @@ mixer_actor::behavior_type fake_mixer(mixer_actor::pointer, rec_ptr rec) {
     [](gossip_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&, const std::vector<caf::actor>&,
        const std::vector<std::string>&) {},
+    [](commit_atom, const std::string&, const held_weights&) {},
+    [](pull_atom, const std::string&, const held_weights&) {},
     [rec](stats_atom) {
       ++rec->stats_requests;
       return rec->traffic;

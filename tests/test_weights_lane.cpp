@@ -4,6 +4,7 @@
 #include "messages/buffer.hpp"
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
+#include "messages/rendezvous.hpp"
 #include "messages/secret.hpp"
 #include "messages/socket.hpp"
 
@@ -1043,6 +1044,64 @@ BOOST_AUTO_TEST_CASE(tls_files_that_cannot_be_used_are_named) {
   t = good;
   t.ca.clear();
   named(t, "CA");
+}
+
+// -- rendezvous: a commit's typed half and its update on the lane ---------------
+
+BOOST_AUTO_TEST_CASE(rendezvous_pairs_halves_in_either_order_and_expires_the_unpaired) {
+  using key = std::pair<std::string, uint64_t>;
+  eg::messages::rendezvous<key, std::string, int> r(5.0, 3);
+  // The typed half first, then the update; and the other way round.
+  BOOST_TEST(!r.first({"a", 1}, "control a1", 0.0));
+  auto both = r.second({"a", 1}, 11, 0.5);
+  BOOST_REQUIRE(both);
+  BOOST_TEST(both->first == "control a1");
+  BOOST_TEST(both->second == 11);
+  BOOST_TEST(!r.second({"b", 1}, 21, 1.0));
+  both = r.first({"b", 1}, "control b1", 1.0);
+  BOOST_REQUIRE(both);
+  BOOST_TEST(both->second == 21);
+  // Another commit's number, or another worker's, does not pair.
+  BOOST_TEST(!r.first({"a", 2}, "control a2", 2.0));
+  BOOST_TEST(!r.second({"a", 3}, 13, 2.0));
+  BOOST_TEST(!r.second({"b", 2}, 22, 2.0));
+  BOOST_TEST(r.waiting_firsts() == 1u);
+  BOOST_TEST(r.waiting_seconds() == 2u);
+  // Not yet expired at 5 s of waiting; expired after.
+  auto gone = r.expire(7.0);
+  BOOST_TEST(gone.firsts.empty());
+  BOOST_TEST(gone.seconds == 0u);
+  gone = r.expire(7.5);
+  BOOST_REQUIRE_EQUAL(gone.firsts.size(), 1u);
+  BOOST_TEST(gone.firsts[0].first.first == "a");
+  BOOST_TEST(gone.firsts[0].first.second == 2u);
+  BOOST_TEST(gone.firsts[0].second == "control a2");
+  BOOST_TEST(gone.seconds == 2u);
+  BOOST_TEST(r.waiting_firsts() == 0u);
+  BOOST_TEST(r.waiting_seconds() == 0u);
+  // A half that arrives after its pair expired waits alone again.
+  BOOST_TEST(!r.second({"a", 2}, 12, 8.0));
+}
+
+BOOST_AUTO_TEST_CASE(rendezvous_holds_at_most_its_capacity_pushing_out_the_oldest) {
+  using key = std::pair<std::string, uint64_t>;
+  eg::messages::rendezvous<key, std::string, int> r(100.0, 2);
+  // A flood of updates nobody commits: only the newest two wait.
+  for (uint64_t i = 0; i < 10; ++i)
+    BOOST_TEST(!r.second({"x", i}, static_cast<int>(i), static_cast<double>(i)));
+  BOOST_TEST(r.waiting_seconds() == 2u);
+  BOOST_TEST(r.first({"x", 9}, "c9", 10.0).has_value());
+  BOOST_TEST(!r.first({"x", 0}, "c0", 10.0));  // pushed out long ago
+  // Typed halves pushed out are handed back to be answered, not forgotten.
+  BOOST_TEST(!r.first({"y", 1}, "y1", 11.0));
+  BOOST_TEST(!r.first({"y", 2}, "y2", 12.0));
+  auto gone = r.expire(12.0);
+  BOOST_REQUIRE_EQUAL(gone.firsts.size(), 1u);
+  BOOST_TEST(gone.firsts[0].second == "c0");
+  BOOST_TEST(gone.seconds == 8u);  // x0 .. x7, pushed out
+  BOOST_TEST(r.waiting_seconds() == 1u);  // x8, within its wait
+  BOOST_TEST(r.cancel({"y", 1}).value_or("") == "y1");
+  BOOST_TEST(!r.cancel({"y", 1}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
