@@ -124,4 +124,26 @@ struct scale_options {
 /// the platforms' models over time.
 int scale(const options& opt, const scale_options& s);
 
+struct split_options {
+  std::string model = "conv8";  ///< a splittable model (learning/split.hpp)
+  uint32_t epochs = 3;
+  int64_t batch = 64;
+  double lr = 0.01;
+  double momentum = 0.9;
+  int64_t in_flight = 4;  ///< synthetic mode: batches in the pipeline at once
+  int64_t sg_hidden = 0;  ///< synthetic-gradient modules' hidden width (0: their default)
+  int repeat = 1;         ///< seeds seed .. seed + repeat - 1
+  uint64_t seed = 1;
+  double target = 0.85;   ///< time to this test accuracy
+  std::vector<int64_t> cuts2{4};     ///< 2 stages: cut after these layers
+  std::vector<int64_t> cuts3{2, 4};  ///< 3 stages
+  std::vector<double> unequal2{1, 4};     ///< 2 unequal stages' slowdowns
+  std::vector<double> unequal3{1, 2, 4};  ///< 3 unequal stages' slowdowns
+};
+/// One model trained whole, split with backpropagation, and split with
+/// synthetic gradients, on 2 and 3 stages of equal and unequal speed: test
+/// accuracy after the same epochs, training time, time to a target, bytes
+/// between stages, idle shares; a plot of accuracy against time.
+int split(const options& opt, const split_options& s);
+
 } // namespace eg::bench

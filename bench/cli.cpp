@@ -19,6 +19,7 @@ struct cli_state {
   aggregation_options aggregation_opt;
   predictor_options predictor_opt;
   scale_options scale_opt;
+  split_options split_opt;
   std::string name;
 };
 
@@ -31,10 +32,12 @@ std::function<int()> add_subcommand(CLI::App& app) {
                                             "processes against a raw socket), aggregation (input data "
                                             "aggregator costs and accuracy), predictor (prediction "
                                             "error under co-runners), scale (platforms per "
-                                            "process, node processes)");
+                                            "process, node processes), split (one model across "
+                                            "stages: whole, backprop, synthetic gradients)");
   bench->add_option("name", st->name, "benchmark to run")
     ->required()
-    ->check(CLI::IsMember({"tta", "traffic", "framework", "transport", "aggregation", "predictor", "scale"}));
+    ->check(CLI::IsMember({"tta", "traffic", "framework", "transport", "aggregation", "predictor",
+                           "scale", "split"}));
   bench->add_option("-c,--config", st->tta_opt.config_file,
                     "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
   bench->add_option("--profile", st->tta_opt.profile,
@@ -88,7 +91,21 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--nodes", st->scale_opt.nodes,
                     "scale: node processes on 127.0.0.1 (default 8; 0 skips)");
   bench->add_option("--scale-platforms", st->scale_opt.child_platforms)->group("");
-  bench->add_option("--samples", st->opt.samples, "samples per measurement");
+  bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8; default conv8)")
+    ->check(CLI::IsMember({"lenet5", "conv8"}));
+  bench->add_option("--in-flight", st->split_opt.in_flight,
+                    "split: batches in the pipeline at once with synthetic gradients (default 4)")
+    ->check(CLI::Range(1, 64));
+  bench->add_option("--sg-hidden", st->split_opt.sg_hidden,
+                    "split: hidden width of the synthetic-gradient modules (default: theirs, 256)")
+    ->check(CLI::Range(1, 4096));
+  bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
+  bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
+  bench->add_option("--unequal2", st->split_opt.unequal2,
+                    "split: slowdowns of 2 unequal stages (default 1 4)");
+  bench->add_option("--unequal3", st->split_opt.unequal3,
+                    "split: slowdowns of 3 unequal stages (default 1 2 4)");
+  bench->add_option("--samples", st->opt.samples, "samples per measurement (split: training images)");
   bench->add_option("--threads", st->opt.threads, "cores to use (default: all)");
   bench->add_option("--data", st->opt.data_dir, "Fashion-MNIST directory");
   bench->add_option("--out", st->opt.out_dir, "directory for results and plots");
@@ -126,6 +143,16 @@ std::function<int()> add_subcommand(CLI::App& app) {
     }
     if (st->name == "predictor")
       return predictor(st->opt, st->predictor_opt);
+    if (st->name == "split") {
+      auto& s = st->split_opt;
+      if (epochs->count() > 0)
+        s.epochs = st->tta_opt.epochs;
+      if (repeat->count() > 0)
+        s.repeat = st->tta_opt.repeat;
+      if (!st->target.empty())
+        s.target = st->target.front();
+      return split(st->opt, s);
+    }
     if (st->name == "transport")
       return transport(st->opt, st->transport_opt);
     return framework(st->opt);

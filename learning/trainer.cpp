@@ -108,28 +108,32 @@ step_result local_trainer::step() {
   return r;
 }
 
-evaluation evaluate(classifier& model, const dataset& data, int64_t batch) {
+evaluation evaluate_logits(const std::function<torch::Tensor(const torch::Tensor&)>& logits_of,
+                           const dataset& data, int64_t batch) {
   if (batch <= 0)
     throw std::invalid_argument("evaluate: batch size must be positive");
   const int64_t n = data.size();
   if (n == 0)
     return {};
-
-  evaluation_scope scope(model);
-
+  torch::NoGradGuard no_grad;
   double loss = 0;
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += batch) {
     const int64_t len = std::min(batch, n - begin);
     auto x = data.images.narrow(0, begin, len);
     auto y = data.labels.narrow(0, begin, len);
-    auto logits = model.forward(x);
+    auto logits = logits_of(x);
     loss += torch::nn::functional::cross_entropy(
                 logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                 .item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();
   }
   return {loss / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
+}
+
+evaluation evaluate(classifier& model, const dataset& data, int64_t batch) {
+  evaluation_scope scope(model);
+  return evaluate_logits([&](const torch::Tensor& x) { return model.forward(x); }, data, batch);
 }
 
 } // namespace eg::learning

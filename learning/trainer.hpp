@@ -9,6 +9,7 @@
 #include <torch/optim/sgd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -87,5 +88,11 @@ private:
 /// Loss and accuracy of `model` on `data` (no gradients, eval mode, restores
 /// train mode afterwards).
 evaluation evaluate(classifier& model, const dataset& data, int64_t batch = 1000);
+
+/// The same for any map from images to logits (`logits_of`, called without
+/// gradients on batches of at most `batch` images in order): e.g. the stages
+/// of a split model chained.
+evaluation evaluate_logits(const std::function<torch::Tensor(const torch::Tensor&)>& logits_of,
+                           const dataset& data, int64_t batch = 1000);
 
 } // namespace eg::learning

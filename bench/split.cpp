@@ -1,0 +1,261 @@
+// bench split: one model trained whole, split with backpropagation between
+// the stages, and split with synthetic gradients, on 2 and 3 stages of
+// equal and unequal speed (emulated slowdowns), each stage an actor in one
+// process (docs/SPLIT.md).
+
+#include "bench/bench.hpp"
+#include "bench/common.hpp"
+
+#include "actors/stage.hpp"
+#include "actors/wire.hpp"
+#include "learning/dataset.hpp"
+#include "learning/split.hpp"
+
+#include <ATen/Parallel.h>
+#include <caf/all.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace eg::bench {
+namespace {
+
+struct setup {
+  std::string name;                 ///< e.g. "2 stages, unequal"
+  std::vector<int64_t> cuts;        ///< empty: whole
+  std::vector<double> slowdowns;    ///< one per stage
+};
+
+struct outcome {
+  std::vector<actors::split_epoch> epochs;
+  std::vector<actors::stage_stats> stages;
+  double seconds() const { return epochs.empty() ? 0.0 : epochs.back().seconds; }
+  double accuracy() const { return epochs.empty() ? 0.0 : epochs.back().test_accuracy; }
+  /// Training seconds to reach `target` test accuracy (< 0: not reached).
+  double time_to(double target) const {
+    for (auto& e : epochs)
+      if (e.test_accuracy >= target)
+        return e.seconds;
+    return -1;
+  }
+  uint64_t bytes() const {
+    uint64_t b = 0;
+    for (auto& s : stages)
+      b += s.bytes_up + s.bytes_down;
+    return b;
+  }
+};
+
+outcome run_one(const split_options& s, const setup& su, learning::stage_mode mode, uint64_t seed,
+                std::shared_ptr<const learning::dataset> train,
+                std::shared_ptr<const learning::dataset> test) {
+  caf::actor_system_config cfg;
+  actors::announce_types(cfg);
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  cfg.set("scheduler.max-threads", static_cast<size_t>(su.slowdowns.size() + 1));
+  caf::actor_system sys{cfg};
+  learning::stage_options o;
+  o.sgd.lr = s.lr;
+  o.sgd.momentum = s.momentum;
+  o.mode = mode;
+  o.max_in_flight = std::max<int64_t>(s.in_flight, 1) + 2;
+  if (s.sg_hidden > 0)
+    o.synthetic.hidden = s.sg_hidden;
+  auto trainers = learning::make_pipeline(s.model, su.cuts, seed, o);
+  std::vector<actors::stage_actor> stages;
+  for (size_t k = 0; k < trainers.size(); ++k) {
+    actors::stage_args a;
+    a.trainer = trainers[k];
+    a.slowdown = su.slowdowns.at(k);
+    if (k == 0) {
+      a.train_set = train;
+      a.test_set = test;
+      a.batch = s.batch;
+      a.in_flight = s.in_flight;
+      a.seed = seed;
+    }
+    stages.push_back(actors::spawn_stage(sys, std::move(a)));
+  }
+  actors::link_stages(stages);
+  outcome out;
+  caf::scoped_actor self{sys};
+  self->request(stages.front(), caf::infinite, actors::run_atom::value, s.epochs)
+    .receive([&](std::vector<actors::split_epoch>& e) { out.epochs = std::move(e); },
+             [&](caf::error& err) {
+               throw std::runtime_error("bench split: the run failed: " + sys.render(err));
+             });
+  for (auto& st : stages)
+    self->request(st, caf::infinite, actors::stats_atom::value)
+      .receive([&](actors::stage_stats& x) { out.stages.push_back(x); },
+               [&](caf::error&) { out.stages.emplace_back(); });
+  for (auto& st : stages)
+    self->send_exit(st, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+std::string join(const std::vector<double>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i)
+    os << (i ? " " : "") << v[i];
+  return os.str();
+}
+
+} // namespace
+
+int split(const options& opt, const split_options& s) {
+  at::set_num_threads(1);
+  auto train = std::make_shared<learning::dataset>(
+    learning::load_fashion_mnist(opt.data_dir, learning::split::train, opt.samples));
+  auto test = std::make_shared<learning::dataset>(
+    learning::load_fashion_mnist(opt.data_dir, learning::split::test));
+  std::vector<setup> setups{{"whole", {}, {1.0}}};
+  auto add = [&](const std::vector<int64_t>& cuts, const std::vector<double>& unequal) {
+    const auto n = cuts.size() + 1;
+    setups.push_back({std::to_string(n) + " stages, equal", cuts, std::vector<double>(n, 1.0)});
+    setups.push_back({std::to_string(n) + " stages, unequal", cuts, unequal});
+  };
+  add(s.cuts2, s.unequal2);
+  add(s.cuts3, s.unequal3);
+  for (auto& su : setups)
+    if (su.slowdowns.size() != su.cuts.size() + 1)
+      throw std::invalid_argument("bench split: " + su.name + ": one slowdown per stage");
+  learning::synthetic_gradient_options sg;
+  if (s.sg_hidden > 0)
+    sg.hidden = s.sg_hidden;
+  std::printf("bench split: %s on Fashion-MNIST (%lld training, %lld test images), %u epochs, "
+              "batch %lld, SGD lr %g momentum %g, %lld batches in flight (synthetic), "
+              "synthetic-gradient modules %s with %lld hidden units, %d seed(s); one thread per "
+              "stage, stages as actors in one process, slower stages emulated\n",
+              s.model.c_str(), static_cast<long long>(train->size()),
+              static_cast<long long>(test->size()), s.epochs, static_cast<long long>(s.batch),
+              s.lr, s.momentum, static_cast<long long>(s.in_flight),
+              sg.conditioned ? "conditioned on the label (cDNI)" : "unconditioned",
+              static_cast<long long>(sg.hidden), s.repeat);
+  std::printf("cuts after layers: 2 stages %s, 3 stages %s (layers: ",
+              join(std::vector<double>(s.cuts2.begin(), s.cuts2.end())).c_str(),
+              join(std::vector<double>(s.cuts3.begin(), s.cuts3.end())).c_str());
+  auto names = learning::layer_names(s.model);
+  for (size_t i = 0; i < names.size(); ++i)
+    std::printf("%s%zu %s", i ? ", " : "", i, names[i].c_str());
+  std::printf(")\n\n");
+
+  namespace fs = std::filesystem;
+  fs::create_directories(opt.out_dir);
+  const auto csv_path = fs::path(opt.out_dir) / "split.csv";
+  std::ofstream csv(csv_path);
+  csv << "setup,mode,seed,epoch,seconds,train_loss,test_accuracy\n";
+  struct row {
+    std::string setup, mode;
+    spread seconds, accuracy, to_target, megabytes, idle;
+    std::vector<double> curve_seconds, curve_accuracy;  // seed 1's
+  };
+  std::vector<row> rows;
+  const std::vector<std::pair<std::string, learning::stage_mode>> modes{
+    {"backprop", learning::stage_mode::backprop}, {"synthetic", learning::stage_mode::synthetic}};
+  for (auto& su : setups) {
+    for (auto& [mode_name, mode] : modes) {
+      if (su.cuts.empty() && mode == learning::stage_mode::synthetic)
+        continue;  // one stage: nothing to decouple
+      row r;
+      r.setup = su.name;
+      r.mode = su.cuts.empty() ? "-" : mode_name;
+      for (int k = 0; k < s.repeat; ++k) {
+        const uint64_t seed = s.seed + static_cast<uint64_t>(k);
+        auto o = run_one(s, su, mode, seed, train, test);
+        r.seconds.add(o.seconds());
+        r.accuracy.add(o.accuracy());
+        const auto t = o.time_to(s.target);
+        r.to_target.add(t, t >= 0);
+        r.megabytes.add(static_cast<double>(o.bytes()) / 1e6);
+        double idle = 0;
+        for (auto& st : o.stages)
+          idle = std::max(idle, st.idle_share());
+        r.idle.add(su.cuts.empty() ? 0.0 : idle);
+        for (auto& e : o.epochs) {
+          csv << '"' << su.name << "\"," << r.mode << ',' << seed << ',' << e.epoch + 1 << ','
+              << e.seconds << ',' << e.train_loss << ',' << e.test_accuracy << '\n';
+          if (k == 0) {
+            r.curve_seconds.push_back(e.seconds);
+            r.curve_accuracy.push_back(e.test_accuracy);
+          }
+        }
+        std::string idle_each;
+        for (auto& st : o.stages)
+          idle_each += (idle_each.empty() ? "" : " ") + fixed(100 * st.idle_share(), 0) + "%";
+        std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s\n",
+                    su.name.c_str(), r.mode.c_str(), static_cast<unsigned long long>(seed),
+                    o.seconds(), o.accuracy(), idle_each.c_str());
+        std::fflush(stdout);
+      }
+      rows.push_back(std::move(r));
+    }
+  }
+  std::printf("\n| setup | mode | training time | test accuracy | time to %.2f | MB between "
+              "stages | most idle stage |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+              s.target);
+  for (auto& r : rows)
+    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.setup.c_str(), r.mode.c_str(),
+                r.seconds.show("%.1f", " s").c_str(), r.accuracy.show("%.4f").c_str(),
+                r.to_target.show("%.1f", " s").c_str(), r.megabytes.show("%.1f").c_str(),
+                r.idle.show("%.2f").c_str());
+
+  // Accuracy against time, seed 1.
+  const auto script = fs::path(opt.out_dir) / "split.gp";
+  {
+    std::ofstream gp(script);
+    gp << "set terminal pngcairo size 900,600\nset output '"
+       << (fs::path(opt.out_dir) / "split.png").string() << "'\n"
+       << "set xlabel 'training time (s)'\nset ylabel 'test accuracy'\nset key bottom right\n"
+       << "set title '" << s.model << ": whole, split with backprop, split with synthetic "
+       << "gradients'\nplot";
+    bool first = true;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      auto file = fs::path(opt.out_dir) / ("split-" + std::to_string(i) + ".dat");
+      std::ofstream part(file);
+      for (size_t j = 0; j < rows[i].curve_seconds.size(); ++j)
+        part << rows[i].curve_seconds[j] << ' ' << rows[i].curve_accuracy[j] << '\n';
+      gp << (first ? " " : ", ") << "'" << file.string() << "' using 1:2 with linespoints title '"
+         << rows[i].setup << (rows[i].mode == "-" ? "" : ", " + rows[i].mode) << "'";
+      first = false;
+    }
+    gp << "\n";
+  }
+  if (std::system(("gnuplot '" + script.string() + "' 2>/dev/null").c_str()) != 0)
+    std::printf("(gnuplot failed: no plot)\n");
+  std::printf("\nper epoch: %s; plot: %s\n", csv_path.string().c_str(),
+              (fs::path(opt.out_dir) / "split.png").string().c_str());
+
+  // Summary: synthetic against backprop on the same stages (median over the
+  // split setups of the per-setup medians), and the unequal 2-stage case.
+  std::vector<double> speedups, points;
+  double unequal_speedup = NAN, unequal_points = NAN;
+  for (size_t i = 0; i + 1 < rows.size(); ++i) {
+    if (rows[i].mode != "backprop" || rows[i + 1].mode != "synthetic")
+      continue;
+    const double sp = rows[i].seconds.median() / rows[i + 1].seconds.median();
+    const double pts = 100 * (rows[i + 1].accuracy.median() - rows[i].accuracy.median());
+    speedups.push_back(sp);
+    points.push_back(pts);
+    if (rows[i].setup == "2 stages, unequal") {
+      unequal_speedup = sp;
+      unequal_points = pts;
+    }
+  }
+  spread sp, pt;
+  for (auto v : speedups)
+    sp.add(v);
+  for (auto v : points)
+    pt.add(v);
+  std::printf("summary: synthetic %.2fx faster than backprop, %+.2f pts; 2 stages unequal %.2fx, "
+              "%+.2f pts (median over %zu split setups, %s, %u epochs)\n",
+              sp.median(), pt.median(), unequal_speedup, unequal_points, speedups.size(),
+              s.model.c_str(), s.epochs);
+  return 0;
+}
+
+} // namespace eg::bench
