@@ -84,7 +84,9 @@ struct platform_state {
   /// The weights lane endpoint of the server's node ("": updates and models
   /// go in the typed messages).
   std::string server_lane;
-  uint64_t commit_number = 0;  // of lane commits: pairs their two halves at the server
+  // Of lane commits: pairs their two halves at the server. Counted from the
+  // clock, so that a restarted worker's numbers are new to the server.
+  uint64_t commit_number = static_cast<uint64_t>(clock::now().time_since_epoch().count());
   bool lane_commits_said = false;
   /// The update in flight (what goes again with the next commit if the
   /// server says none of it arrived).
