@@ -112,6 +112,16 @@ struct platform_state {
   clock::time_point last_step_end;
   learning::observation_meter observed;
 
+  /// The commit in flight is over (answered, or given up on): the commit
+  /// clock learns when the next is due; its update and what waited for its
+  /// answer on the lane go.
+  void commit_over(learning::next_commit next) {
+    commits->answered(seconds_since(created), next);
+    lane_answer.reset();
+    lane_model.reset();
+    in_flight_update.reset();
+  }
+
   /// A gossip message with this weight and payload (views of the
   /// parameters, or sparse parts); `hold` keeps what they point into.
   held_weights weights_message(double weight, learning::gossip_payload payload,
@@ -335,10 +345,7 @@ void after_commit(self_ptr self) {
 /// come; training goes on with the local model) and when to commit next.
 void pulled(self_ptr self, const held_weights* global, learning::next_commit next) {
   auto& st = self->state;
-  st.commits->answered(seconds_since(st.created), next);
-  st.lane_answer.reset();
-  st.lane_model.reset();
-  st.in_flight_update.reset();
+  st.commit_over(next);
   ++st.epoch_commits;
   if (global) {
     // Staleness: other workers' commits applied since the last pull (none
@@ -372,10 +379,7 @@ void unanswered(self_ptr self, const caf::error& err) {
     spdlog::warn("[{}] commit not answered ({}): training on with the local model",
                  st.args.platform.name, self->system().render(err));
   }
-  st.commits->answered(seconds_since(st.created), {});
-  st.lane_answer.reset();
-  st.lane_model.reset();
-  st.in_flight_update.reset();
+  st.commit_over({});
   after_commit(self);
 }
 
@@ -763,10 +767,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       if (moved && st.commits->in_flight()) {
         // Its answer will not come from a server that is gone: on without it.
         ++st.commit_generation;
-        st.commits->answered(seconds_since(st.created), {});
-        st.lane_answer.reset();
-        st.lane_model.reset();
-        st.in_flight_update.reset();
+        st.commit_over({});
         after_commit(self);
       }
     },
