@@ -18,7 +18,7 @@
 //   [[nodes]]   name, host, port, cpu_limit,
 //               cpu_schedule = [{at = 30.0, cores = 0.25}, ...]
 //   [[nodes.platforms]]
-//               name, threads, share, slowdown,
+//               name, threads, share, slowdown, device,
 //               interference = [{at = 10.0, slowdown = 3.0}, ...]
 //   [[nodes.corunners]]
 //               kind, workers, at, until
@@ -95,7 +95,9 @@ struct real_rule {
 };
 
 struct text_rule {
-  std::vector<const char*> choices;  // empty: any text
+  // Empty: any text. A choice ending in ':' takes any non-empty text after
+  // it ("torchscript:" takes "torchscript:model.pt").
+  std::vector<const char*> choices;
   bool may_be_empty;
 };
 
@@ -153,7 +155,9 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("data.alpha", c.data.alpha, positive);
   visit("data.train_samples", c.data.train_samples, non_negative_int);
   visit("data.test_samples", c.data.test_samples, non_negative_int);
-  visit("train.model", c.train.model, text_rule{{"lenet5", "logreg"}, false});
+  visit("train.model", c.train.model,
+        text_rule{{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", "torchscript:"},
+                   false});
   visit("train.lr", c.train.lr, positive);
   visit("train.momentum", c.train.momentum, momentum);
   visit("train.batch", c.train.batch, positive_int);
@@ -211,6 +215,7 @@ void keys_of(P& p, Visit&& visit) {
   visit("share", p.share, fraction);
   visit("slowdown", p.slowdown, slowdown);
   visit("interference", p.interference, table_list{});
+  visit("device", p.device, text_rule{{"cpu", "cuda", "cuda:"}, false});
 }
 
 template <class R, class Visit, if_is<R, corunner_config> = 0>
@@ -274,11 +279,19 @@ std::string complaint(const std::string& key, double v, const real_rule& r) {
 
 std::string complaint(const std::string& key, const std::string& v, const text_rule& r) {
   if (v.empty() && !r.may_be_empty) return key + " must not be empty";
-  if (r.choices.empty() || std::find(r.choices.begin(), r.choices.end(), v) != r.choices.end())
-    return {};
+  auto matches = [&](const char* choice) {
+    const std::string c = choice;
+    if (!c.empty() && c.back() == ':')
+      return v.size() > c.size() && v.compare(0, c.size(), c) == 0;
+    return v == c;
+  };
+  if (r.choices.empty() || std::any_of(r.choices.begin(), r.choices.end(), matches)) return {};
   std::string options;
-  for (size_t i = 0; i < r.choices.size(); ++i)
-    options += (i == 0 ? "" : i + 1 == r.choices.size() ? " or " : ", ") + show(r.choices[i]);
+  for (size_t i = 0; i < r.choices.size(); ++i) {
+    std::string c = r.choices[i];
+    if (c.back() == ':') c += "PATH";
+    options += (i == 0 ? "" : i + 1 == r.choices.size() ? " or " : ", ") + show(c);
+  }
   return key + " must be " + options + ", got " + show(v);
 }
 

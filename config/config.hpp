@@ -84,6 +84,9 @@ struct platform_config {
   double share = 0;        ///< fraction of the training set; 0 = equal split of what is left
   double slowdown = 1;     ///< works this many times slower (idles in proportion to compute)
   std::vector<interference_step> interference;  ///< slowdown changes over time
+  /// "cpu", or "cuda" / "cuda:N" for a GPU (needs a build against a CUDA
+  /// LibTorch; the node refuses to start otherwise).
+  std::string device = "cpu";
 };
 
 /// A real co-running load on the node's machine: stress-ng workers started
@@ -128,7 +131,9 @@ struct data_config {
 };
 
 struct train_config {
-  std::string model = "lenet5";    ///< "lenet5" or "logreg"
+  /// "lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", or
+  /// "torchscript:PATH" (a model scripted in Python).
+  std::string model = "lenet5";
   double lr = 0.01;
   double momentum = 0.9;
   int64_t batch = 64;
