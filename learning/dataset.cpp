@@ -19,8 +19,6 @@ namespace {
 constexpr uint32_t images_magic = 2051;
 constexpr uint32_t labels_magic = 2049;
 constexpr int64_t side = 28;
-constexpr double mean = 0.2860;
-constexpr double stddev = 0.3530;
 
 // An open IDX file, gzip'd or raw (gzread passes raw files through).
 class idx_file {
@@ -140,8 +138,8 @@ dataset load_fashion_mnist(const std::string& dir, split s, int64_t limit) {
   d.images = pixels.narrow(0, 0, n * side * side)
                  .to(torch::kFloat32)
                  .div_(255)
-                 .sub_(mean)
-                 .div_(stddev)
+                 .sub_(pixel_mean)
+                 .div_(pixel_std)
                  .view({n, 1, side, side});
   d.labels = raw_labels.narrow(0, 0, n).to(torch::kInt64);
   return d;

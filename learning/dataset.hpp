@@ -17,7 +17,7 @@ public:
 };
 
 struct dataset {
-  torch::Tensor images;  ///< [N, 1, 28, 28] float32, normalised (mean 0.2860, std 0.3530)
+  torch::Tensor images;  ///< [N, 1, 28, 28] float32, normalised (pixel_mean, pixel_std)
   torch::Tensor labels;  ///< [N] int64, 0..9
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
@@ -30,5 +30,11 @@ dataset load_fashion_mnist(const std::string& dir, split s, int64_t limit = 0);
 
 /// Number of classes of Fashion-MNIST.
 inline constexpr int64_t num_classes = 10;
+
+/// The normalisation of the images: pixels (bytes) / 255, less the mean,
+/// over the standard deviation, in float32. The exported model builds it in
+/// (learning/export.hpp).
+inline constexpr double pixel_mean = 0.2860;
+inline constexpr double pixel_std = 0.3530;
 
 } // namespace eg::learning

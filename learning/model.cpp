@@ -2,9 +2,11 @@
 
 #include "learning/conv.hpp"
 #include "learning/pooling.hpp"
+#include "learning/zoo.hpp"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 
@@ -39,6 +41,16 @@ public:
     return fc3->forward(x);
   }
 
+  std::string script() const override {
+    return "def logits(self, x):\n"
+           "    x = " + zoo::max_pool_2x2("torch.relu(" + zoo::conv("x", "conv1", conv1) + ")") + "\n"
+           "    x = " + zoo::max_pool_2x2("torch.relu(" + zoo::conv("x", "conv2", conv2) + ")") + "\n"
+           "    x = x.flatten(1)\n"
+           "    x = torch.relu(" + zoo::linear("x", "fc1", fc1) + ")\n"
+           "    x = torch.relu(" + zoo::linear("x", "fc2", fc2) + ")\n"
+           "    return " + zoo::linear("x", "fc3", fc3) + "\n";
+  }
+
 private:
   torch::nn::Conv2d conv1;
   torch::nn::Conv2d conv2;
@@ -54,23 +66,51 @@ public:
 
   torch::Tensor forward(torch::Tensor x) override { return fc->forward(x.flatten(1)); }
 
+  std::string script() const override {
+    return "def logits(self, x):\n    return " + zoo::linear("x.flatten(1)", "fc", fc) + "\n";
+  }
+
 private:
   torch::nn::Linear fc;
 };
 
 } // namespace
 
+const std::vector<std::string>& zoo_models() {
+  static const std::vector<std::string> names{"lenet5", "logreg", "alexnet", "squeezenet",
+                                              "mobilenetv2"};
+  return names;
+}
+
 std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed) {
-  if (name != "lenet5" && name != "logreg")
-    throw std::invalid_argument("unknown model '" + name + "' (use lenet5 or logreg)");
-  // Initialisation draws from torch's global generator: seeding it and
-  // building must not interleave with another thread doing the same.
-  static std::mutex init_mutex;
-  std::lock_guard<std::mutex> lock(init_mutex);
-  torch::manual_seed(seed);
-  if (name == "lenet5")
-    return std::make_shared<lenet5>();
-  return std::make_shared<logreg>();
+  static const std::string scripted_prefix = "torchscript:";
+  std::shared_ptr<classifier> model;
+  if (name.compare(0, scripted_prefix.size(), scripted_prefix) == 0) {
+    model = zoo::scripted(name.substr(scripted_prefix.size()));
+  } else {
+    const auto& zoo = zoo_models();
+    if (std::find(zoo.begin(), zoo.end(), name) == zoo.end())
+      throw std::invalid_argument("unknown model '" + name +
+                                  "' (use lenet5, logreg, alexnet, squeezenet, mobilenetv2 or "
+                                  "torchscript:PATH)");
+    // Initialisation draws from torch's global generator: seeding it and
+    // building must not interleave with another thread doing the same.
+    static std::mutex init_mutex;
+    std::lock_guard<std::mutex> lock(init_mutex);
+    torch::manual_seed(seed);
+    if (name == "lenet5")
+      model = std::make_shared<lenet5>();
+    else if (name == "logreg")
+      model = std::make_shared<logreg>();
+    else if (name == "alexnet")
+      model = zoo::alexnet();
+    else if (name == "squeezenet")
+      model = zoo::squeezenet();
+    else
+      model = zoo::mobilenetv2();
+  }
+  model->name_ = name;
+  return model;
 }
 
 int64_t parameter_count(const torch::nn::Module& m) {

@@ -1,6 +1,9 @@
 #pragma once
 // The models: a classifier interface and LeNet-5 (about 60k parameters) in
-// the pytorch/examples style, plus logistic regression for scale tests.
+// the pytorch/examples style, logistic regression for scale tests, the zoo
+// (AlexNet, SqueezeNet, MobileNetV2 adapted to 28 x 28; learning/zoo.cpp) and
+// models scripted in Python ("torchscript:PATH"; learning/scripted.cpp).
+// docs/MODELS.md describes them.
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -8,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace eg::learning {
 
@@ -15,10 +19,30 @@ namespace eg::learning {
 class classifier : public torch::nn::Module {
 public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  /// The model's forward pass as TorchScript source: one method
+  /// `def logits(self, x):` over the parameters by their names
+  /// (self.conv1.weight for "conv1.weight"), giving what forward() gives in
+  /// eval mode. Empty where the model is exported otherwise (a model scripted
+  /// in Python). learning/export.hpp builds the exported module from it.
+  virtual std::string script() const { return {}; }
+
+  /// The name make_classifier built it by ("lenet5", "torchscript:PATH", ...).
+  const std::string& model_name() const { return name_; }
+
+private:
+  friend std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed);
+  std::string name_;
 };
 
-/// Builds "lenet5" or "logreg"; throws std::invalid_argument otherwise.
-/// Parameters are initialised from `seed`, so equal seeds give equal models.
+/// The models of the zoo: lenet5, logreg, alexnet, squeezenet, mobilenetv2.
+const std::vector<std::string>& zoo_models();
+
+/// Builds a model of zoo_models(), or "torchscript:PATH" (a model scripted in
+/// Python, its forward mapping [B, 1, 28, 28] to [B, 10]); throws
+/// std::invalid_argument naming the problem otherwise. Zoo models'
+/// parameters are initialised from `seed`, so equal seeds give equal models;
+/// a scripted model starts from the weights in its file.
 std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed);
 
 /// An evaluation scope: no gradients and eval mode until it ends; then the

@@ -1,10 +1,12 @@
 #include "learning/trainer.hpp"
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace eg::learning {
@@ -46,16 +48,53 @@ T required(T p, const char* what) {
   return p;
 }
 
+/// The model that steps on `device`: `model` itself on the CPU, else a
+/// model of the same name moved there (its weights are copied in before
+/// each step).
+std::shared_ptr<classifier> replica_on(const std::shared_ptr<classifier>& model,
+                                       torch::Device device) {
+  if (device.is_cpu())
+    return model;
+  auto replica = make_classifier(model->model_name(), 0);
+  replica->to(device);
+  return replica;
+}
+
 } // namespace
+
+torch::Device training_device(const std::string& name) {
+  std::optional<torch::Device> device;
+  try {
+    device.emplace(name);
+  } catch (const c10::Error&) {
+  }
+  if (!device || !(device->is_cpu() || device->is_cuda()) || (device->is_cpu() && name != "cpu"))
+    throw std::invalid_argument("device '" + name + "' is not cpu, cuda or cuda:N");
+  if (device->is_cpu())
+    return *device;
+  if (!at::hasCUDA())
+    throw std::invalid_argument("device '" + name + "': this edgegossip was built without CUDA "
+                                "(its LibTorch has no CUDA support; build against a CUDA "
+                                "LibTorch with -DEDGEGOSSIP_CUDA=ON, see docs/MODELS.md)");
+  if (!torch::cuda::is_available())
+    throw std::invalid_argument("device '" + name + "': no CUDA device is visible");
+  const auto count = static_cast<int64_t>(torch::cuda::device_count());
+  if (device->has_index() && device->index() >= count)
+    throw std::invalid_argument("device '" + name + "': there are only " + std::to_string(count) +
+                                " CUDA devices");
+  return *device;
+}
 
 local_trainer::local_trainer(std::shared_ptr<classifier> model,
                              std::shared_ptr<const dataset> train, std::vector<int64_t> shard,
-                             sgd_options opt)
+                             sgd_options opt, torch::Device device)
     : model_(required(std::move(model), "model")),
       train_(required(std::move(train), "training set")),
       shard_(std::move(shard)),
       opt_(opt),
-      optimizer_(model_->parameters(),
+      device_(device),
+      replica_(replica_on(model_, device)),
+      optimizer_(replica_->parameters(),
                  torch::optim::SGDOptions(opt.lr).momentum(opt.momentum)),
       params_(model_->parameters()) {
   const int64_t n = train_->size();
@@ -63,7 +102,10 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
     if (i < 0 || i >= n)
       throw std::invalid_argument("local_trainer: sample " + std::to_string(i) +
                                   " is not in the training set of " + std::to_string(n));
+  if (replica_ != model_)
+    replica_params_ = replica_->parameters();
   model_->train();
+  replica_->train();
 }
 
 void local_trainer::begin_epoch(epoch_plan plan) {
@@ -94,11 +136,25 @@ step_result local_trainer::step() {
         ++class_samples_[static_cast<size_t>(label[k])];
   }
 
+  if (!replica_params_.empty()) {
+    // The weights to the GPU (gossip may have changed them since the last
+    // step), the batch with them.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i)
+      replica_params_[i].copy_(params_[i], /*non_blocking=*/false);
+    x = x.to(device_);
+    y = y.to(device_);
+  }
   optimizer_.zero_grad();
-  auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+  auto loss = torch::nn::functional::cross_entropy(replica_->forward(x), y);
   loss.backward();
   loans_.before_write(params_);
   optimizer_.step();
+  if (!replica_params_.empty()) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].copy_(replica_params_[i]);
+  }
 
   step_result r;
   r.loss = loss.item<double>();

@@ -45,10 +45,22 @@ struct evaluation {
   double accuracy = 0;
 };
 
+/// The device a platform trains on: "cpu", "cuda" or "cuda:N". Throws
+/// std::invalid_argument for another name, and where CUDA is asked for but
+/// this build's LibTorch has none ("built without CUDA") or the GPU is not
+/// there.
+torch::Device training_device(const std::string& name);
+
 class local_trainer {
 public:
+  /// On a GPU (`device` not the CPU) the steps run on a replica of the model
+  /// there: its weights come from model() before each step and go back to
+  /// it after (one copy each way), so gossip, checkpoints and evaluation see
+  /// the model on the CPU as everywhere else. On the CPU model() trains
+  /// itself.
   local_trainer(std::shared_ptr<classifier> model, std::shared_ptr<const dataset> train,
-                std::vector<int64_t> shard, sgd_options opt);
+                std::vector<int64_t> shard, sgd_options opt,
+                torch::Device device = torch::kCPU);
 
   /// Starts an epoch that runs `plan`'s batches in order.
   void begin_epoch(epoch_plan plan);
@@ -71,14 +83,18 @@ public:
   parameter_loans& loans() { return loans_; }
   const std::vector<int64_t>& shard() const { return shard_; }
   const sgd_options& options() const { return opt_; }
+  torch::Device device() const { return device_; }
 
 private:
   std::shared_ptr<classifier> model_;
   std::shared_ptr<const dataset> train_;
   std::vector<int64_t> shard_;
   sgd_options opt_;
+  torch::Device device_;
+  std::shared_ptr<classifier> replica_;  ///< what steps: model_ itself on the CPU
   torch::optim::SGD optimizer_;
   std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> replica_params_;  ///< empty on the CPU
   parameter_loans loans_;
   epoch_plan plan_;
   size_t next_ = 0;

@@ -1,0 +1,37 @@
+#pragma once
+// The model zoo's builders and the TorchScript text of LibTorch's layers
+// (learning/zoo.cpp; make_classifier calls them). Included by learning/*.cpp
+// only.
+
+#include "learning/model.hpp"
+
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <memory>
+#include <string>
+
+namespace eg::learning::zoo {
+
+/// CIFAR-style AlexNet, SqueezeNet 1.1 and MobileNetV2 adapted to 28 x 28
+/// grey images (docs/MODELS.md). Called with torch's generator seeded.
+std::shared_ptr<classifier> alexnet();
+std::shared_ptr<classifier> squeezenet();
+std::shared_ptr<classifier> mobilenetv2();
+
+/// A model scripted in Python (learning/scripted.cpp): throws
+/// std::invalid_argument naming the file and the problem.
+std::shared_ptr<classifier> scripted(const std::string& path);
+
+/// TorchScript expressions computing what the module at `path` (e.g.
+/// "conv1", "b3.expand") computes on the expression `x`.
+std::string conv(const std::string& x, const std::string& path, const torch::nn::Conv2d& m);
+std::string linear(const std::string& x, const std::string& path, const torch::nn::Linear& m);
+std::string group_norm(const std::string& x, const std::string& path,
+                       const torch::nn::GroupNorm& m);
+/// 2 x 2 max pooling with stride 2 (torch.max_pool2d; learning/pooling.hpp
+/// gives the same values).
+std::string max_pool_2x2(const std::string& x);
+
+} // namespace eg::learning::zoo

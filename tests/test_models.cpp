@@ -1,0 +1,475 @@
+// links: eg_learning
+// The model zoo, models scripted in Python, the TorchScript export (read
+// back in C++, and in Python where its torch is installed), and the LeNet-5
+// kernels' fall-back for other models' shapes.
+#include "learning/conv.hpp"
+#include "learning/dataset.hpp"
+#include "learning/export.hpp"
+#include "learning/model.hpp"
+#include "learning/pooling.hpp"
+#include "learning/serialize.hpp"
+#include "learning/trainer.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <torch/cuda.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using namespace eg::learning;
+
+namespace {
+
+const std::string data_dir = "/usr/share/datasets/fashion-mnist";
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string pattern = (fs::temp_directory_path() / "eg-models-XXXXXX").string();
+    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+const std::vector<std::string> zoo{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2"};
+
+bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i]))
+      return false;
+  return true;
+}
+
+/// The first `n` test images and labels (normalised, as training sees them).
+std::shared_ptr<const dataset> test_images(int64_t n) {
+  static std::map<int64_t, std::shared_ptr<const dataset>> cache;
+  auto& d = cache[n];
+  if (!d)
+    d = std::make_shared<const dataset>(load_fashion_mnist(data_dir, split::test, n));
+  return d;
+}
+
+/// The images back as bytes [N, 28, 28], as torchvision's FashionMNIST holds them.
+torch::Tensor as_bytes(const torch::Tensor& normalised) {
+  return normalised.mul(pixel_std).add(pixel_mean).mul(255).round().to(torch::kUInt8).squeeze(1);
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), int64_t{0});
+  return v;
+}
+
+/// Mean cross-entropy of `m` on `d` in eval mode.
+double loss_on(classifier& m, const dataset& d) { return evaluate(m, d).loss; }
+
+/// A Python with torch ("python3", else Debian's /usr/bin/python3); empty
+/// where there is none.
+std::string python_with_torch() {
+  for (const std::string py : {"python3", "/usr/bin/python3"})
+    if (std::system((py + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
+      return py;
+  return {};
+}
+
+/// Runs `script` with `python`; returns its standard output.
+std::string run_python(const std::string& python, const std::string& script,
+                       const temp_dir& dir) {
+  const auto file = dir.file("check.py");
+  std::ofstream(file) << script;
+  const auto out = dir.file("check.out");
+  const int rc = std::system((python + " " + file + " > " + out + " 2>&1").c_str());
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  BOOST_TEST_MESSAGE("python: " << text.str());
+  BOOST_REQUIRE_MESSAGE(rc == 0, "python failed: " + text.str());
+  return text.str();
+}
+
+/// A TorchScript classifier built in C++: fc1 (784 -> 32), ReLU, fc2
+/// (32 -> `outputs`), saved to `path`.
+void write_mlp(const std::string& path, int64_t outputs, bool with_buffer = false) {
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  torch::jit::Module root(c10::QualifiedName("__torch__.mlp"), cu, true);
+  root.register_attribute("training", c10::BoolType::get(), true);
+  torch::manual_seed(3);
+  for (auto [name, in, out] : {std::tuple<const char*, int64_t, int64_t>{"fc1", 784, 32},
+                               std::tuple<const char*, int64_t, int64_t>{"fc2", 32, outputs}}) {
+    torch::jit::Module layer(c10::QualifiedName(std::string("__torch__.mlp.") + name), cu, true);
+    layer.register_attribute("training", c10::BoolType::get(), true);
+    layer.register_parameter("weight", torch::randn({out, in}) * 0.05, false);
+    layer.register_parameter("bias", torch::zeros({out}), false);
+    root.register_module(name, layer);
+  }
+  if (with_buffer)
+    root.register_buffer("running_mean", torch::zeros({32}));
+  root.define(R"(
+def forward(self, x):
+    h = torch.relu(torch.linear(x.flatten(1), self.fc1.weight, self.fc1.bias))
+    return torch.linear(h, self.fc2.weight, self.fc2.bias)
+)");
+  root.save(path);
+}
+
+/// make_classifier's error message for `name` (empty: it did not throw).
+std::string refusal(const std::string& name) {
+  try {
+    make_classifier(name, 1);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(models)
+
+BOOST_AUTO_TEST_CASE(zoo_models_map_images_to_class_scores) {
+  torch::set_num_threads(1);
+  // The counts README and docs/MODELS.md give.
+  const std::map<std::string, int64_t> counts{{"lenet5", 61706},
+                                              {"logreg", 7850},
+                                              {"alexnet", 896874},
+                                              {"squeezenet", 185258},
+                                              {"mobilenetv2", 590122}};
+  BOOST_TEST(zoo_models() == zoo);
+  for (const auto& name : zoo) {
+    BOOST_TEST_CONTEXT(name) {
+      auto m = make_classifier(name, 1);
+      BOOST_TEST(m->model_name() == name);
+      BOOST_TEST_MESSAGE(name << ": " << parameter_count(*m) << " parameters");
+      BOOST_TEST(parameter_count(*m) == counts.at(name));
+      BOOST_TEST(m->forward(torch::randn({3, 1, 28, 28})).sizes().vec() ==
+                 (std::vector<int64_t>{3, 10}));
+      evaluation_scope scope(*m);
+      BOOST_TEST(m->forward(torch::randn({1, 1, 28, 28})).sizes().vec() ==
+                 (std::vector<int64_t>{1, 10}));
+      // No buffers (gossip averages parameters only), and the output layer
+      // last with a row per class (the evaluator's average by class).
+      BOOST_TEST(m->buffers().empty());
+      auto params = parameters(*m);
+      BOOST_TEST(params.back().size(0) == 10);
+      BOOST_TEST(params[params.size() - 2].size(0) == 10);
+    }
+  }
+  BOOST_TEST(contains(refusal("resnet"), "unknown model 'resnet'"));
+}
+
+BOOST_AUTO_TEST_CASE(equal_seeds_give_equal_zoo_models_and_training) {
+  torch::set_num_threads(1);
+  auto data = test_images(64);
+  for (const std::string name : {"alexnet", "squeezenet", "mobilenetv2"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto a = make_classifier(name, 42), b = make_classifier(name, 42);
+      auto c = make_classifier(name, 43);
+      BOOST_TEST(all_equal(parameters(*a), parameters(*b)));
+      BOOST_TEST(!all_equal(parameters(*a), parameters(*c)));
+      // Dropout draws from the model's own generator: the same steps give
+      // the same weights even when other models draw in between.
+      local_trainer ta(a, data, iota(64), {0.01, 0.9, 32});
+      local_trainer tb(b, data, iota(64), {0.01, 0.9, 32});
+      epoch_plan plan{{iota(32), iota(32)}};
+      ta.begin_epoch(plan);
+      tb.begin_epoch(plan);
+      ta.step();
+      torch::rand({1000});  // the global generator moves on
+      make_classifier("alexnet", 7);
+      tb.step();
+      ta.step();
+      tb.step();
+      BOOST_TEST(all_equal(parameters(*a), parameters(*b)));
+      BOOST_TEST(!all_equal(parameters(*a), parameters(*make_classifier(name, 42))));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(zoo_models_lower_the_loss_on_a_small_batch) {
+  torch::set_num_threads(1);
+  auto data = test_images(64);
+  for (const std::string name : {"alexnet", "squeezenet", "mobilenetv2"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto m = make_classifier(name, 1);
+      const double before = loss_on(*m, *data);
+      local_trainer t(m, data, iota(64), {0.01, 0.9, 64});
+      for (int k = 0; k < 15; ++k) {
+        t.begin_epoch(epoch_plan{{iota(64)}});
+        t.step();
+      }
+      const double after = loss_on(*m, *data);
+      BOOST_TEST_MESSAGE(name << ": loss on the batch " << before << " -> " << after);
+      BOOST_TEST(after < 0.8 * before);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(lenet_kernels_fall_back_for_other_shapes) {
+  torch::set_num_threads(1);
+  torch::manual_seed(5);
+  torch::NoGradGuard no_grad;  // where the convolution kernels would run
+  // AlexNet's 3 x 3 convolutions and MobileNetV2's strided and depthwise
+  // ones: torch's own results, to the bit.
+  for (auto options : {torch::nn::Conv2dOptions(32, 96, 3).padding(1),
+                       torch::nn::Conv2dOptions(1, 32, 3).stride(2).padding(1),
+                       torch::nn::Conv2dOptions(1, 6, 5).stride(2).padding(2),
+                       torch::nn::Conv2dOptions(48, 48, 3).padding(1).groups(48)}) {
+    torch::nn::Conv2d conv(options);
+    auto x = torch::randn({4, options.in_channels(), 14, 14});
+    auto want = torch::relu(conv->forward(x));
+    BOOST_TEST(torch::equal(conv2d_relu(conv, x), want));
+    for (int width : conv_vector_widths())
+      BOOST_TEST(torch::equal(conv2d_relu(conv, x, width), want));
+  }
+  // Pooling of odd planes (AlexNet's 7 x 7 and 3 x 3, SqueezeNet's 7 x 7).
+  for (auto x : {torch::randn({4, 96, 7, 7}), torch::randn({4, 128, 3, 3})})
+    BOOST_TEST(torch::equal(max_pool_2x2(x), torch::max_pool2d(x, 2)));
+  // LeNet-5's own shapes still take the kernels where this processor has
+  // them, with torch's values up to rounding.
+  torch::nn::Conv2d lenet_conv(torch::nn::Conv2dOptions(6, 16, 5));
+  auto x = torch::randn({8, 6, 14, 14});
+  BOOST_TEST(torch::allclose(conv2d_relu(lenet_conv, x), torch::relu(lenet_conv->forward(x)),
+                             1e-5, 1e-5));
+}
+
+BOOST_AUTO_TEST_CASE(exported_models_give_the_models_scores) {
+  torch::set_num_threads(1);
+  temp_dir dir;
+  auto data = test_images(16);
+  const auto bytes = as_bytes(data->images);
+  for (const auto& name : zoo) {
+    BOOST_TEST_CONTEXT(name) {
+      auto m = make_classifier(name, 3);
+      // A few steps first, so the export carries trained weights.
+      local_trainer t(m, data, iota(16), {0.01, 0.9, 16});
+      t.begin_epoch(epoch_plan{{iota(16)}});
+      t.step();
+      const auto file = dir.file(name + ".pt");
+      write_torchscript(*m, file);
+      BOOST_TEST(m->is_training());  // the export leaves the model's mode alone
+      auto loaded = torch::jit::load(file);
+      torch::Tensor want;
+      {
+        evaluation_scope scope(*m);
+        want = m->forward(data->images);
+      }
+      auto from_bytes = loaded.forward({bytes}).toTensor();
+      auto from_floats =
+        loaded.forward({bytes.unsqueeze(1).to(torch::kFloat32).div(255)}).toTensor();
+      BOOST_TEST(torch::allclose(from_bytes, want, 1e-4, 1e-4));
+      BOOST_TEST(torch::equal(from_bytes, from_floats));
+      // Same parameter names as the state dict.
+      std::vector<std::string> names;
+      for (const auto& p : loaded.named_parameters())
+        names.push_back(p.name);
+      BOOST_TEST(names == parameter_names(*m));
+      BOOST_CHECK_THROW(loaded.forward({torch::zeros({2, 3, 28, 28})}), std::exception);
+    }
+  }
+  BOOST_CHECK_EXCEPTION(write_torchscript(*make_classifier("logreg", 1), "/nonexistent/dir/m.pt"),
+                        std::runtime_error, [](const std::runtime_error& e) {
+                          return contains(e.what(), "/nonexistent/dir/m.pt");
+                        });
+}
+
+BOOST_AUTO_TEST_CASE(torchscript_models_train_and_export) {
+  torch::set_num_threads(1);
+  temp_dir dir;
+  const auto file = dir.file("mlp.pt");
+  write_mlp(file, 10);
+  auto m = make_classifier("torchscript:" + file, 1);
+  BOOST_TEST(m->model_name() == "torchscript:" + file);
+  BOOST_TEST(parameter_names(*m) ==
+             (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  BOOST_TEST(parameter_count(*m) == 784 * 32 + 32 + 32 * 10 + 10);
+  // Every platform starts from the file's weights, whatever its seed.
+  BOOST_TEST(all_equal(parameters(*m), parameters(*make_classifier("torchscript:" + file, 2))));
+
+  auto data = test_images(64);
+  const double before = loss_on(*m, *data);
+  local_trainer t(m, data, iota(64), {0.05, 0.9, 64});
+  for (int k = 0; k < 10; ++k) {
+    t.begin_epoch(epoch_plan{{iota(64)}});
+    t.step();
+  }
+  const double after = loss_on(*m, *data);
+  BOOST_TEST_MESSAGE("scripted MLP: loss " << before << " -> " << after);
+  BOOST_TEST(after < 0.7 * before);
+
+  // The checkpoint, state dict and export carry the trained weights.
+  auto again = make_classifier("torchscript:" + file, 1);
+  load_model(*again, save_model(*m));
+  BOOST_TEST(all_equal(parameters(*again), parameters(*m)));
+  write_torchscript(*m, dir.file("export.pt"));
+  auto exported = torch::jit::load(dir.file("export.pt"));
+  torch::Tensor want;
+  {
+    evaluation_scope scope(*m);
+    want = m->forward(data->images);
+  }
+  BOOST_TEST(torch::allclose(exported.forward({as_bytes(data->images)}).toTensor(), want, 1e-5,
+                             1e-5));
+}
+
+BOOST_AUTO_TEST_CASE(torchscript_models_that_are_no_classifiers_are_refused) {
+  temp_dir dir;
+  write_mlp(dir.file("five.pt"), 5);
+  auto five = refusal("torchscript:" + dir.file("five.pt"));
+  BOOST_TEST_MESSAGE(five);
+  BOOST_TEST(contains(five, dir.file("five.pt")));
+  BOOST_TEST(contains(five, "[2, 5]"));
+  BOOST_TEST(contains(five, "not to class scores [2, 10]"));
+
+  write_mlp(dir.file("buffer.pt"), 10, /*with_buffer=*/true);
+  BOOST_TEST(contains(refusal("torchscript:" + dir.file("buffer.pt")), "buffers (running_mean)"));
+
+  auto missing = refusal("torchscript:" + dir.file("missing.pt"));
+  BOOST_TEST(contains(missing, dir.file("missing.pt")));
+  BOOST_TEST(contains(missing, "cannot load it"));
+  std::ofstream(dir.file("text.pt")) << "not a model";
+  BOOST_TEST(contains(refusal("torchscript:" + dir.file("text.pt")), "cannot load it"));
+  BOOST_TEST(contains(refusal("torchscript:"), "no file"));
+
+  // A forward that needs another input (colour images), and one that
+  // returns a tuple.
+  for (const auto& [name, inputs, body, expect] :
+       {std::tuple<std::string, int64_t, std::string, std::string>{
+          "rgb", 3 * 28 * 28, "    return torch.linear(x.flatten(1), self.w, None)\n",
+          "its forward fails on a batch of images [2, 1, 28, 28]"},
+        std::tuple<std::string, int64_t, std::string, std::string>{
+          "tuple", 28 * 28, "    y = torch.linear(x.flatten(1), self.w, None)\n    return y, y\n",
+          "its forward returns Tuple"}}) {
+    torch::jit::Module m(c10::QualifiedName("__torch__." + name));
+    m.register_attribute("training", c10::BoolType::get(), true);
+    m.register_parameter("w", torch::zeros({10, inputs}), false);
+    m.define("def forward(self, x):\n" + body);
+    m.save(dir.file(name + ".pt"));
+    auto why = refusal("torchscript:" + dir.file(name + ".pt"));
+    BOOST_TEST_MESSAGE(why);
+    BOOST_TEST(contains(why, expect));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(python_reads_the_export_with_the_accuracy_cpp_computes) {
+  const auto python = python_with_torch();
+  if (python.empty()) {
+    BOOST_TEST_MESSAGE("skipped: no python3 with torch (Debian's python3-torch; setup.sh "
+                       "installs it)");
+    return;
+  }
+  torch::set_num_threads(1);
+  temp_dir dir;
+  // LeNet-5 trained on 2,000 images, then its accuracy on 1,000 test images
+  // as the run reports it (evaluate()).
+  auto train = std::make_shared<const dataset>(load_fashion_mnist(data_dir, split::train, 2000));
+  auto test = test_images(1000);
+  auto m = make_classifier("lenet5", 1);
+  local_trainer t(m, train, iota(train->size()), {0.05, 0.9, 64});
+  std::mt19937_64 rng(1);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    t.begin_epoch(shuffled_plan(t.shard(), 64, 1, rng));
+    while (!t.epoch_done())
+      t.step();
+  }
+  const auto e = evaluate(*m, *test);
+  write_torchscript(*m, dir.file("model_scripted.pt"));
+  // The test images as torchvision holds them (bytes), and their labels.
+  c10::Dict<std::string, torch::Tensor> images;
+  images.insert("images", as_bytes(test->images));
+  images.insert("labels", test->labels);
+  const auto pickled = torch::pickle_save(images);
+  std::ofstream(dir.file("test.pt"), std::ios::binary)
+    .write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
+
+  // README's three lines, then the accuracy.
+  const auto out = run_python(python,
+                              "import torch\n"
+                              "model = torch.jit.load('" + dir.file("model_scripted.pt") + "')\n"
+                              "test = torch.load('" + dir.file("test.pt") + "')\n"
+                              "scores = model(test['images'])\n"
+                              "correct = (scores.argmax(1) == test['labels']).sum().item()\n"
+                              "print('correct', correct)\n",
+                              dir);
+  int correct = -1;
+  std::sscanf(out.substr(out.find("correct")).c_str(), "correct %d", &correct);
+  BOOST_TEST_MESSAGE("C++ accuracy " << e.accuracy << ", Python " << correct / 1000.0);
+  BOOST_TEST(e.accuracy > 0.5);
+  BOOST_TEST(correct == static_cast<int>(std::lround(e.accuracy * 1000)));
+}
+
+BOOST_AUTO_TEST_CASE(a_model_scripted_in_python_trains) {
+  const auto python = python_with_torch();
+  if (python.empty()) {
+    BOOST_TEST_MESSAGE("skipped: no python3 with torch");
+    return;
+  }
+  torch::set_num_threads(1);
+  temp_dir dir;
+  // A small CNN with GroupNorm in nn.Sequential (names "net.0.weight", ...).
+  run_python(python,
+             "import torch\n"
+             "from torch import nn\n"
+             "torch.manual_seed(0)\n"
+             "class Net(nn.Module):\n"
+             "    def __init__(self):\n"
+             "        super().__init__()\n"
+             "        self.net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.GroupNorm(2, 8),\n"
+             "                                 nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),\n"
+             "                                 nn.Linear(8 * 14 * 14, 10))\n"
+             "    def forward(self, x):\n"
+             "        return self.net(x)\n"
+             "torch.jit.script(Net()).save('" + dir.file("net.pt") + "')\n",
+             dir);
+  auto m = make_classifier("torchscript:" + dir.file("net.pt"), 1);
+  BOOST_TEST(parameter_names(*m).front() == "net.0.weight");
+  auto data = test_images(64);
+  const double before = loss_on(*m, *data);
+  local_trainer t(m, data, iota(64), {0.01, 0.9, 64});
+  for (int k = 0; k < 10; ++k) {
+    t.begin_epoch(epoch_plan{{iota(64)}});
+    t.step();
+  }
+  const double after = loss_on(*m, *data);
+  BOOST_TEST_MESSAGE("Python-scripted CNN: loss " << before << " -> " << after);
+  BOOST_TEST(after < 0.7 * before);
+}
+
+BOOST_AUTO_TEST_CASE(devices) {
+  BOOST_TEST(training_device("cpu").is_cpu());
+  BOOST_CHECK_THROW(training_device("tpu"), std::invalid_argument);
+  BOOST_CHECK_THROW(training_device("cpu:1"), std::invalid_argument);
+  if (!torch::cuda::is_available()) {
+    try {
+      training_device("cuda");
+      BOOST_ERROR("cuda accepted without a GPU");
+    } catch (const std::invalid_argument& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      BOOST_TEST((contains(e.what(), "built without CUDA") ||
+                  contains(e.what(), "no CUDA device")));
+    }
+    BOOST_CHECK_THROW(training_device("cuda:0"), std::invalid_argument);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
