@@ -29,6 +29,10 @@ packages=(
   # TLS (cluster.tls): scripts/make-test-ca.sh makes a test CA and node
   # certificates with the openssl program.
   openssl
+  # The models test loads the exported TorchScript model (model_scripted.pt)
+  # in Python's torch and checks it gives the accuracy the run computed; it
+  # is skipped where Python has no torch.
+  python3-torch
   # The slow-link test runs three nodes in a network namespace whose loopback
   # goes through a token bucket (ip netns, tc); skipped where not allowed.
   iproute2
