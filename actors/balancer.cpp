@@ -70,13 +70,6 @@ struct balancer_state {
 
 using self_ptr = balancer_actor::stateful_pointer<balancer_state>;
 
-std::string run_name(const std::string& cluster) {
-  auto t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return cluster + "-" + buf;
-}
-
 /// A control command to one platform; a checkpoint is noted once the store
 /// has it.
 void console_send(self_ptr self, const std::string& name, const platform_actor& handle,
@@ -260,7 +253,7 @@ void start(self_ptr self) {
     spdlog::info("balancer: continuing run {} at epoch {}/{} with {} of {} platforms", st.run,
                  next + 1, st.last_epoch() + 1, st.epochs.up(), expected);
   } else {
-    st.run = run_name(st.args.settings.cluster_id);
+    st.run = new_run_name(st.args.settings.cluster_id);
     st.started_unix = storage::unix_now();
     if (resume)  // a successor with no saved state (the run's first epoch was not over)
       spdlog::info("balancer: starting run {} with {} of {} platforms", st.run, st.epochs.up(),

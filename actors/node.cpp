@@ -45,6 +45,21 @@ void publish_peers(self_ptr self) {
   }
   for (auto& p : st.platforms)
     self->send(p.mixer, peers_atom::value, names, handles, lanes);
+  // A split run: every local stage learns where all the stages are.
+  if (!st.stages.empty()) {
+    const auto n = st.args.settings.stage_nodes.size();
+    std::vector<caf::actor> all(n);
+    std::vector<std::string> all_lanes(n);
+    for (size_t k = 0; k < n; ++k) {
+      auto e = st.directory.find(messages::role::stage, stage_name(k));
+      if (!e)
+        continue;
+      all[k] = e;
+      all_lanes[k] = lane_of(st, st.args.settings.stage_nodes[k]);
+    }
+    for (auto& [k, stage] : st.stages)
+      self->send(stage, stages_atom::value, all, all_lanes);
+  }
   // Parameter-server strategies: the platforms learn where the server is
   // (null: nowhere reachable), and a server here which platforms are live.
   auto servers = st.directory.of_role(messages::role::parameter_server);
@@ -280,6 +295,19 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     st.platforms.push_back(local_platform{name, platform, pa.mixer, pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
+  for (auto& sa : st.args.stages) {
+    sa.lane = st.lane;
+    sa.cluster_id = st.args.settings.cluster_id;
+    sa.store = st.args.store;
+    sa.output_dir = st.args.settings.output_dir;
+    if (sa.index == 0)
+      sa.node = caf::actor_cast<caf::actor>(self);
+    const auto index = sa.index;
+    auto stage = spawn_stage(sys, std::move(sa));
+    self->link_to(stage);
+    st.stages.emplace(index, stage);
+  }
+  st.args.stages.clear();
   if (st.lane)
     start_lane(st);
   st.reports = std::move(st.args.reports);
@@ -289,8 +317,9 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   };
   local(role::node, st.args.name, caf::actor_cast<caf::actor>(self));
   local(role::store, st.args.name, caf::actor_cast<caf::actor>(st.args.store));
+  for (auto& [k, stage] : st.stages)
+    local(role::stage, stage_name(k), caf::actor_cast<caf::actor>(stage));
   for (auto& p : st.platforms) {
-    local(role::platform, p.name, caf::actor_cast<caf::actor>(p.platform));
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
   }
@@ -301,7 +330,10 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     else
       self->delayed_send(self, defaults::first_election, serve_atom::value);
   }
-  if (st.args.start_balancer)
+  // A split run has no balancer: its first stage drives it.
+  if (st.split())
+    ;
+  else if (st.args.start_balancer)
     start_balancer(self, false);
   else
     self->delayed_send(self, defaults::first_election, elect_atom::value);
@@ -325,7 +357,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
         return;
       spdlog::warn("[{}] node {} is down ({})", st.args.name, name, caf::to_string(dm.reason));
       publish_peers(self);
-      if (had_balancer)
+      if (had_balancer && !st.split())
         self->delayed_send(self, defaults::succession_delay, elect_atom::value);
       // The server's node, or one before this node in the server's
       // succession: perhaps this node's turn now.
@@ -346,6 +378,16 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       if (!from_cluster(self))
         return;
       st.run = run;
+      if (who == messages::role::stage) {
+        // The first stage ended the split run: every node is told (by the
+        // first stage's node), then ends.
+        if (st.split_over)
+          return;
+        st.split_over = true;
+        if (self->current_sender()->node() == self->node())
+          for (auto& [peer, handle] : st.peers)
+            self->send(handle, done_atom::value, who, name, run);
+      }
       if (who == messages::role::balancer)
         st.balancer_done = true;
       else if (who == messages::role::platform)
@@ -446,7 +488,8 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     },
     [self](elect_atom) {
       auto& st = self->state;
-      if (st.finished || st.stopping || st.balancer || !st.directory.balancer_home().empty())
+      if (st.finished || st.stopping || st.balancer || !st.directory.balancer_home().empty()
+          || st.split())
         return;
       switch (st.succession.when_none(st.args.name, !st.dialling.empty(), st.lost)) {
         case succession::verdict::retry:  // still finding out who is there
@@ -528,8 +571,11 @@ node_settings node_settings::of(const config::cluster_config& cluster) {
   s.output_dir = cluster.output_dir;
   s.nodes = cluster.nodes;
   s.balancer = cluster.balancer().name;
-  if (cluster.strategy.parameter_server())
+  if (cluster.strategy.parameter_server() && !cluster.split.enabled())
     s.server = cluster.server().name;
+  if (cluster.split.enabled())
+    for (auto& stage : cluster.stages)
+      s.stage_nodes.push_back(stage.node);
   s.layout = inspection::cluster_layout::of(cluster);
   return s;
 }

@@ -12,6 +12,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/platform.hpp"
 #include "actors/server.hpp"
+#include "actors/stage.hpp"
 #include "config/config.hpp"
 #include "messages/codec.hpp"
 
@@ -52,6 +53,8 @@ struct node_settings {
   /// The node named to host the parameter server (strategy.server; "" for
   /// strategies without one).
   std::string server;
+  /// A split run: the node of each stage, first to last (empty otherwise).
+  std::vector<std::string> stage_nodes;
   inspection::cluster_layout layout;
 
   static node_settings of(const config::cluster_config& cluster);
@@ -91,6 +94,10 @@ struct node_args {
   /// Epoch reports of the local platforms saved before a restart (resumed
   /// runs), so that the node's metrics file continues.
   std::vector<messages::epoch_report> reports;
+  /// A split run: the stages this node hosts (settings.stage_nodes says
+  /// where the others are). No balancer then: the first stage drives the
+  /// run and tells every node when it is over.
+  std::vector<stage_args> stages;
 };
 
 /// Spawns the node, which spawns its platforms, their mixers and the

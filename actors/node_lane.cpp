@@ -7,6 +7,53 @@
 
 namespace eg::actors::node_detail {
 
+namespace {
+
+/// A frame for a stage hosted here: its activations or gradient, from the
+/// stage below or above it, on the node the cluster file places that stage.
+void deliver_to_stage(const std::string& me, const std::string& from, const std::string& target,
+                      const caf::actor_addr& stage, const std::map<std::string, std::string>& stage_node,
+                      const std::string& cluster, messages::shared_buffer message) {
+  held_weights w;
+  stage_message kind = stage_message::unknown;
+  try {
+    if (!message)
+      throw messages::codec_error("empty message");
+    auto env = messages::decode(message->data(), message->size(), cluster);
+    auto* weights = std::get_if<messages::weights>(&env.payload);
+    if (!weights)
+      throw messages::codec_error("a frame that does not hold tensors");
+    auto n = stage_node.find(env.hdr.sender);
+    if (n == stage_node.end() || n->second != from)
+      throw messages::codec_error("a message for stage " + target + " from '" + env.hdr.sender
+                                  + "', which is no stage of that node");
+    kind = stage_message_kind(*weights);
+    if (kind == stage_message::unknown)
+      throw messages::codec_error("a message for stage " + target
+                                  + " that is neither activations nor a gradient");
+    w = held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
+  } catch (const messages::codec_error& e) {
+    spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
+    return;
+  }
+  auto to = caf::actor_cast<stage_actor>(stage);
+  if (!to)
+    return;
+  switch (kind) {
+    case stage_message::forward:
+      caf::anon_send(to, forward_atom::value, std::move(w));
+      break;
+    case stage_message::backward:
+      caf::anon_send(to, backward_atom::value, std::move(w));
+      break;
+    default:
+      caf::anon_send(to, infer_atom::value, std::move(w));
+      break;
+  }
+}
+
+} // namespace
+
 /// The weights lane of a node in a cluster of several, listening on the
 /// node's host (any free port, announced in the hello); none when it cannot
 /// listen (gossip then goes through the middleman) or is configured off.
@@ -60,10 +107,22 @@ void start_lane(node_state& st) {
   for (auto& n : st.args.settings.nodes)
     for (auto& p : n.platforms)
       node_of[p.name] = n.name;
+  // A split run: the local stages, and every stage's node.
+  std::map<std::string, caf::actor_addr> stages;
+  for (auto& [k, stage] : st.stages)
+    stages[stage_name(k)] = caf::actor_cast<caf::actor_addr>(stage);
+  std::map<std::string, std::string> stage_node;
+  for (size_t k = 0; k < st.args.settings.stage_nodes.size(); ++k)
+    stage_node[stage_name(k)] = st.args.settings.stage_nodes[k];
   st.lane->start([mixers = std::move(mixers), node_of = std::move(node_of), routes = st.routes,
+                  stages = std::move(stages), stage_node = std::move(stage_node),
                   me = st.args.name, cluster = st.args.settings.cluster_id](
                    const std::string& from, const std::string& target,
                    messages::shared_buffer message) {
+    if (auto s = stages.find(target); s != stages.end()) {
+      deliver_to_stage(me, from, target, s->second, stage_node, cluster, std::move(message));
+      return;
+    }
     const bool for_server = target == server_name;
     caf::actor to;
     if (for_server) {

@@ -50,6 +50,8 @@ struct node_state {
   std::vector<local_platform> platforms;
   std::optional<balancer_actor> balancer;
   std::optional<server_actor> server;  // the parameter server, if hosted here
+  std::map<size_t, stage_actor> stages;  // a split run's stages hosted here, by index
+  bool split_over = false;               // a split run: its first stage ended it
   actors::directory directory;             // every component known, local and remote
   actors::succession succession;           // who hosts the balancer when its node is lost
   actors::succession server_succession;    // who hosts the parameter server when its node is lost
@@ -119,8 +121,13 @@ struct node_state {
                                                              : "presented a wrong cluster secret"));
   }
 
-  /// Every local platform, and the balancer if it runs here, is done.
+  /// A split run (stages, no platforms).
+  bool split() const { return !args.settings.stage_nodes.empty(); }
+  /// Every local platform, and the balancer if it runs here, is done; in a
+  /// split run, the first stage ended it.
   bool all_done() const {
+    if (split())
+      return split_over;
     return done.size() >= platforms.size() && (balancer_done || !balancer);
   }
 };

@@ -1,5 +1,6 @@
 #include "actors/report_files.hpp"
 
+#include <ctime>
 #include <fstream>
 #include <stdexcept>
 
@@ -59,6 +60,23 @@ void write_cluster_csv(const std::string& path, const std::vector<cluster_epoch>
         << e.platforms_up << ',' << e.training_seconds << ',' << e.prediction_error << ','
         << e.wall_seconds << ',' << e.network_seconds << ',' << e.evaluation_seconds << '\n';
   }
+}
+
+void write_split_csv(const std::string& path, const std::vector<learning::split_epoch>& epochs) {
+  auto out = open_for_writing(path);
+  out << "epoch,seconds,train_loss,train_accuracy,test_accuracy\n";
+  for (auto& e : epochs)
+    out << e.epoch + 1 << ',' << e.seconds << ',' << e.train_loss << ',' << e.train_accuracy << ','
+        << e.test_accuracy << '\n';
+  if (!out.flush())
+    throw std::runtime_error("cannot write '" + path + "'");
+}
+
+std::string new_run_name(const std::string& cluster) {
+  auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return cluster + "-" + buf;
 }
 
 } // namespace eg::actors

@@ -2,6 +2,7 @@
 // Run-directory files: per-platform metrics and per-epoch cluster metrics as
 // CSV. Plain functions, no CAF.
 
+#include "learning/split_driver.hpp"
 #include "messages/codec.hpp"
 #include "storage/store.hpp"
 
@@ -22,5 +23,12 @@ void write_platform_csv(const std::string& path,
 
 /// Writes one row per epoch of the cluster.
 void write_cluster_csv(const std::string& path, const std::vector<cluster_epoch>& epochs);
+
+/// Writes one row per epoch of a split run (epoch, training seconds,
+/// training loss and accuracy, test accuracy).
+void write_split_csv(const std::string& path, const std::vector<learning::split_epoch>& epochs);
+
+/// A new run's name: the cluster's id and the local time.
+std::string new_run_name(const std::string& cluster);
 
 } // namespace eg::actors

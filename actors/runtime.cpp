@@ -8,11 +8,16 @@
 #include "actors/network.hpp"
 #include "actors/node.hpp"
 #include "actors/platform.hpp"
+#include "actors/report_files.hpp"
+#include "actors/stage.hpp"
 #include "actors/store.hpp"
 #include "learning/aggregator.hpp"
 #include "messages/codec.hpp"
 #include "learning/dataset.hpp"
+#include "learning/model.hpp"
+#include "learning/trainer.hpp"
 #include "learning/partition.hpp"
+#include "learning/split.hpp"
 #include "storage/store.hpp"
 
 #include <ATen/Parallel.h>
@@ -62,6 +67,8 @@ config::cluster_config as_one_process(const config::cluster_config& cfg) {
   }
   one.nodes = {local};
   one.balancer_node = "local";
+  for (auto& stage : one.stages)
+    stage.node = "local";
   return one;
 }
 
@@ -231,6 +238,93 @@ void restore_platform(const storage::store& db, const storage::run_state& run,
   pa.restore = std::make_shared<const storage::checkpoint>(std::move(*c));
 }
 
+/// The newest usable checkpoint of stage `index` in this node's store for
+/// the run of `fingerprint`; damaged ones are reported and skipped.
+std::optional<stage_checkpoint> latest_stage_checkpoint(const storage::store& db, size_t index,
+                                                        const std::string& fingerprint) {
+  auto saved = db.scan(storage::family::checkpoints, stage_name(index) + "/");
+  for (auto i = saved.rbegin(); i != saved.rend(); ++i) {
+    try {
+      auto c = decode_stage_checkpoint(i->second);
+      if (c.fingerprint != fingerprint)
+        return std::nullopt;  // the newest is of other settings: a new run
+      return c;
+    } catch (const std::exception& e) {
+      spdlog::warn("stage {}: checkpoint {} unusable ({}); trying an older one", stage_name(index),
+                   i->first, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+/// A split run: the stages this node hosts, each with its layers, its
+/// trainer and, resuming, its newest checkpoint; the first stage with the
+/// data and the run.
+std::vector<stage_args> local_stages(const config::cluster_config& cfg, const std::string& node_name,
+                                     const storage::store& db, bool fresh) {
+  const auto& model = cfg.split.model;
+  const int64_t layers = learning::layer_count(model);
+  int64_t given = 0;
+  for (auto& stage : cfg.stages)
+    given += stage.layers;
+  if (given != layers)
+    throw config::config_error("stages: the stages take " + std::to_string(given) + " layers, but "
+                               + model + " has " + std::to_string(layers) + " (" +
+                               [&] {
+                                 std::string names;
+                                 for (auto& n : learning::layer_names(model))
+                                   names += (names.empty() ? "" : ", ") + n;
+                                 return names;
+                               }() + ")");
+  learning::stage_options o;
+  o.sgd.lr = cfg.train.lr;
+  o.sgd.momentum = cfg.train.momentum;
+  o.mode = learning::parse_stage_mode(cfg.split.mode);
+  o.max_in_flight = cfg.split.in_flight + 2;
+  o.synthetic.hidden = cfg.split.sg_hidden;
+  o.synthetic.lr = cfg.split.sg_lr;
+  o.synthetic.conditioned = cfg.split.sg_conditioned;
+  const auto fingerprint = config::run_fingerprint(cfg);
+  std::vector<stage_args> out;
+  int64_t first = 0;
+  for (size_t k = 0; k < cfg.stages.size(); ++k) {
+    const auto& sc = cfg.stages[k];
+    const int64_t last = first + sc.layers - 1;
+    if (sc.node == node_name) {
+      stage_args a;
+      a.index = k;
+      a.trainer = std::make_shared<learning::stage_trainer>(
+        learning::make_stage(model, first, last, cfg.seed), o, cfg.seed + 1 + k);
+      a.slowdown = sc.slowdown;
+      a.fingerprint = fingerprint;
+      a.resend_after = cfg.split.resend_after;
+      if (!fresh)
+        a.restore = latest_stage_checkpoint(db, k, fingerprint);
+      if (k == 0) {
+        a.train_set = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
+          cfg.data.dir, learning::split::train, cfg.data.train_samples));
+        a.test_set = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
+          cfg.data.dir, learning::split::test, cfg.data.test_samples));
+        a.batch = cfg.train.batch;
+        a.in_flight = cfg.split.in_flight;
+        a.seed = cfg.seed;
+        // Test batches small enough for the lane: an early cut's activations
+        // are large.
+        a.test_batch = 250;
+        a.epochs = cfg.train.epochs;
+        if (a.restore && a.restore->epochs_done >= a.epochs)
+          a.restore.reset();  // that run is over: a new one
+        a.run = a.restore ? a.restore->run : new_run_name(cfg.id);
+      }
+      spdlog::info("node {}: stage {} holds layers {}..{} of {} ({})", node_name, k, first + 1,
+                   last + 1, model, cfg.split.mode);
+      out.push_back(std::move(a));
+    }
+    first = last + 1;
+  }
+  return out;
+}
+
 /// The node, for the store actor's report that the store cannot write: the
 /// store starts before the node, so a report made before the node exists
 /// waits for it. Called from the store actor's thread.
@@ -329,35 +423,50 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
                    node_name, me.cpu_schedule.size(), cpu->limit().mechanism());
   }
 
-  // Data: every node derives the same partition from the seed and keeps the
-  // shards of its own platforms.
-  auto train = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
-    cfg.data.dir, learning::split::train, cfg.data.train_samples));
-  auto test = std::make_shared<learning::dataset>(
-    learning::load_fashion_mnist(cfg.data.dir, learning::split::test, cfg.data.test_samples));
-  auto labels_t = train->labels.contiguous();
-  std::vector<int64_t> labels(labels_t.data_ptr<int64_t>(),
-                              labels_t.data_ptr<int64_t>() + labels_t.numel());
-  auto shares = resolved_shares(cfg);
-  auto shards = cfg.data.partition == "dirichlet"
-                  ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
-                                                  learning::num_classes, cfg.seed)
-                  : learning::partition_iid(labels, shares, cfg.seed);
-  auto all = cfg.platforms();
-
   auto db_dir = (std::filesystem::path(cfg.storage_dir) / node_name).string();
   std::filesystem::create_directories(cfg.storage_dir);
   std::shared_ptr<storage::store> db = storage::store::open(db_dir);
 
-  std::vector<std::string> local_names;
-  for (auto& p : me.platforms)
-    local_names.push_back(p.name);
+  // A split run: this node's stages (the first stage loads the data).
+  const bool split = cfg.split.enabled();
+  std::vector<stage_args> stages;
+  if (split)
+    stages = local_stages(cfg, node_name, *db, opts.fresh);
+
+  // Data: every node derives the same partition from the seed and keeps the
+  // shards of its own platforms.
+  std::shared_ptr<learning::dataset> train, test;
+  learning::shards shards;
+  auto all = cfg.platforms();
   std::map<std::string, std::shared_ptr<const learning::aggregated_points>> aggregated;
-  if (cfg.strategy.edgegossip())
-    aggregated = aggregate_local(cfg, all, shards, *train, local_names, *db);
   auto all_shards = std::make_shared<std::map<std::string, std::vector<int64_t>>>();
-  for (size_t i = 0; i < all.size(); ++i)
-    (*all_shards)[all[i].name] = shards[i];
+  if (!split) {
+    // The model and this node's devices, before anything starts: a
+    // torchscript file that is not a classifier, or a GPU this build cannot
+    // use, is an error naming the problem.
+    learning::make_classifier(cfg.train.model, cfg.seed);
+    for (const auto& p : me.platforms)
+      learning::training_device(p.device);
+    train = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
+      cfg.data.dir, learning::split::train, cfg.data.train_samples));
+    test = std::make_shared<learning::dataset>(
+      learning::load_fashion_mnist(cfg.data.dir, learning::split::test, cfg.data.test_samples));
+    auto labels_t = train->labels.contiguous();
+    std::vector<int64_t> labels(labels_t.data_ptr<int64_t>(),
+                                labels_t.data_ptr<int64_t>() + labels_t.numel());
+    auto shares = resolved_shares(cfg);
+    shards = cfg.data.partition == "dirichlet"
+               ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
+                                               learning::num_classes, cfg.seed)
+               : learning::partition_iid(labels, shares, cfg.seed);
+    std::vector<std::string> local_names;
+    for (auto& p : me.platforms)
+      local_names.push_back(p.name);
+    if (cfg.strategy.edgegossip())
+      aggregated = aggregate_local(cfg, all, shards, *train, local_names, *db);
+    for (size_t i = 0; i < all.size(); ++i)
+      (*all_shards)[all[i].name] = shards[i];
+  }
 
   shutdown_watchdog watchdog;  // destroyed after the actor system below
   caf::actor_system_config sys_cfg;
@@ -380,7 +489,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   // here) from the run state.
   auto fingerprint = config::run_fingerprint(cfg);
   std::optional<storage::run_state> unfinished;
-  if (!opts.fresh) {
+  if (!opts.fresh && !split) {
     std::string problem;
     unfinished = storage::load_run_state(*db, &problem);
     if (!problem.empty())
@@ -435,8 +544,9 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     sizes[all[i].name] = shards[i].size();
   nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)), test, {},
                                  opts.interactive, fingerprint, std::nullopt};
-  nargs.start_balancer = hosts_balancer && !unfinished;
-  if (cfg.strategy.parameter_server()) {
+  nargs.start_balancer = hosts_balancer && !unfinished && !split;
+  nargs.stages = std::move(stages);
+  if (cfg.strategy.parameter_server() && !split) {
     server_args sa;
     sa.model = cfg.train.model;
     sa.seed = cfg.seed;

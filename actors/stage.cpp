@@ -1,24 +1,30 @@
 #include "actors/stage.hpp"
 
+#include "actors/node.hpp"
+#include "actors/report_files.hpp"
 #include "learning/dataset.hpp"
 #include "learning/split.hpp"
 #include "learning/trainer.hpp"
+#include "messages/lane.hpp"
+#include "storage/store.hpp"
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <chrono>
 #include <deque>
-#include <map>
-#include <random>
-#include <set>
+#include <filesystem>
+#include <sstream>
 
 namespace eg::actors {
 namespace {
 
 using clock = std::chrono::steady_clock;
 using work_atom = caf::atom_constant<caf::atom("work")>;
-using stage_impl = stage_actor::extend<caf::reacts_to<work_atom>>;
+using stage_impl = stage_actor::extend<caf::reacts_to<work_atom>, caf::reacts_to<tick_atom>>;
 
 double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -72,23 +78,31 @@ torch::Tensor tensor_of(const held_weights& m, const std::string& name, torch::S
 
 enum class work_kind { forward, backward, infer };
 
+/// The tensors' names of each kind of message: the lane's door tells the
+/// kinds apart by them (stage_message_kind).
+const char* input_name(work_kind k) { return k == work_kind::infer ? "test_input" : "input"; }
+const char* labels_name(work_kind k) { return k == work_kind::infer ? "test_labels" : "labels"; }
+
 struct work {
   work_kind kind;
   held_weights message;
 };
 
-/// A training batch of the first stage: finished by the last stage, and
-/// (backprop mode) its gradient back at the first.
-struct batch_state {
-  bool finished = false;
-  bool returned = false;
+/// Another stage: its handle and, on another node with a lane, the lane.
+struct neighbour {
+  caf::actor handle;
+  std::optional<messages::lane_endpoint> lane;
+  explicit operator bool() const { return static_cast<bool>(handle); }
 };
 
 struct stage_state {
   static inline const char* name = "stage";
   stage_args args;
-  stage_actor below, above;
-  stage_actor first;
+  std::string me;  // "@stageK"
+  neighbour below, above;
+  caf::actor first;
+  std::vector<caf::actor> all;  // every stage, first to last (null: missing)
+  bool complete = false;        // every stage is known
   std::deque<work> queue;
   bool working = false;  // a work message is on its way (or idling)
   // Statistics.
@@ -96,30 +110,18 @@ struct stage_state {
   std::optional<clock::time_point> idle_since;
   stage_stats stats;
   // The first stage: the run.
+  std::optional<learning::split_driver> driver;
   std::optional<caf::typed_response_promise<std::vector<split_epoch>>> run;
+  bool running = false;
   std::vector<split_epoch> epochs;
-  uint32_t epoch = 0;
-  uint32_t epoch_count = 0;
-  learning::epoch_plan plan;
-  size_t next_batch = 0;
-  uint64_t batch_ids = 0;
-  std::map<uint64_t, batch_state> in_flight;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  int64_t samples = 0;
-  // Evaluation after an epoch.
-  bool evaluating = false;
-  size_t test_batches_left = 0;
-  int64_t test_correct = 0;
-  int64_t test_samples = 0;
   double training_seconds = 0;
-  clock::time_point epoch_start;
-  std::mt19937_64 rng;
+  std::optional<clock::time_point> training_since;
+  clock::time_point last_progress = clock::now();
+  bool watching = false;  // the resend check is armed
 
   bool is_first() const { return args.trainer->is_first(); }
   bool is_last() const { return args.trainer->is_last(); }
   bool synthetic() const { return args.trainer->mode() == learning::stage_mode::synthetic; }
-  int64_t window() const { return synthetic() ? std::max<int64_t>(args.in_flight, 1) : 1; }
 };
 
 using self_ptr = stage_impl::stateful_pointer<stage_state>;
@@ -141,16 +143,47 @@ void enqueue(self_ptr self, work_kind kind, held_weights m) {
   }
 }
 
+/// Sends tensors to another stage: on the weights lane to a stage on
+/// another node, as a typed message else. Returns the bytes sent.
+size_t send_to(self_ptr self, const neighbour& to, work_kind kind, held_weights m) {
+  auto& st = self->state;
+  const size_t bytes = m.wire_bytes;
+  if (to.lane && st.args.lane) {
+    messages::envelope e;
+    e.hdr = {st.args.cluster_id, messages::protocol_version, st.me};
+    e.payload = std::move(m.value);
+    auto pieces = std::make_shared<const messages::gathered>(
+      messages::encode_gathered(e, std::move(m.hold)));
+    const size_t size = pieces->size();
+    const auto target = stage_name(kind == work_kind::backward ? st.args.index - 1 : st.args.index + 1);
+    if (!st.args.lane->send(*to.lane, target, std::move(pieces)))
+      spdlog::warn("stage {}: the weights lane dropped a message for {} (sent again later)",
+                   st.me, target);
+    return size;
+  }
+  switch (kind) {
+    case work_kind::forward:
+      self->send(caf::actor_cast<stage_actor>(to.handle), forward_atom::value, std::move(m));
+      break;
+    case work_kind::backward:
+      self->send(caf::actor_cast<stage_actor>(to.handle), backward_atom::value, std::move(m));
+      break;
+    case work_kind::infer:
+      self->send(caf::actor_cast<stage_actor>(to.handle), infer_atom::value, std::move(m));
+      break;
+  }
+  return bytes;
+}
+
 void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor& output,
              const torch::Tensor& labels) {
   auto& st = self->state;
-  auto m = tensor_message(batch, {"input", "labels"}, {output, labels});
+  if (!st.above)
+    return;  // its node is down: the first stage sends the batch again
+  auto m = tensor_message(batch, {input_name(kind), labels_name(kind)}, {output, labels});
+  auto bytes = send_to(self, st.above, kind, std::move(m));
   if (kind == work_kind::forward)
-    st.stats.bytes_up += m.wire_bytes;
-  if (kind == work_kind::infer)
-    self->send(st.above, infer_atom::value, std::move(m));
-  else
-    self->send(st.above, forward_atom::value, std::move(m));
+    st.stats.bytes_up += bytes;
 }
 
 void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient) {
@@ -158,8 +191,7 @@ void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient) {
   if (!st.below || !gradient.defined())
     return;
   auto m = tensor_message(batch, {"gradient"}, {gradient});
-  st.stats.bytes_down += m.wire_bytes;
-  self->send(st.below, backward_atom::value, std::move(m));
+  st.stats.bytes_down += send_to(self, st.below, work_kind::backward, std::move(m));
 }
 
 /// The last stage tells the first what a batch gave.
@@ -168,8 +200,9 @@ void report(self_ptr self, uint64_t batch, bool test, double loss_sum, int64_t c
   auto& st = self->state;
   if (st.is_first())
     self->send(self, finished_atom::value, batch, test, loss_sum, correct, samples);
-  else
-    self->send(st.first, finished_atom::value, batch, test, loss_sum, correct, samples);
+  else if (st.first)
+    self->send(caf::actor_cast<stage_actor>(st.first), finished_atom::value, batch, test,
+               loss_sum, correct, samples);
 }
 
 /// Serves one message of the queue.
@@ -197,16 +230,15 @@ void serve(self_ptr self, work w) {
     case work_kind::backward: {
       auto r = t.backward(batch, tensor_of(w.message, "gradient", torch::kFloat));
       send_down(self, batch, r.input_gradient);  // backprop mode
-      if (st.is_first() && !st.synthetic()) {
-        auto i = st.in_flight.find(batch);
-        if (i != st.in_flight.end())
-          i->second.returned = true;
+      if (st.is_first() && st.driver) {
+        st.last_progress = clock::now();
+        st.driver->returned(batch);
       }
       break;
     }
     case work_kind::infer: {
-      auto input = tensor_of(w.message, "input", torch::kFloat);
-      auto labels = tensor_of(w.message, "labels", torch::kLong);
+      auto input = tensor_of(w.message, "test_input", torch::kFloat);
+      auto labels = tensor_of(w.message, "test_labels", torch::kLong);
       auto out = t.infer(input);
       if (st.is_last()) {
         auto correct = out.argmax(1).eq(labels).sum().item<int64_t>();
@@ -219,62 +251,203 @@ void serve(self_ptr self, work w) {
   }
 }
 
-/// The first stage: the next epoch's batches into the pipeline, as far as
-/// its window lets; the epoch's end once every batch is done.
-void pump(self_ptr self) {
+/// Tells every other stage something (the first stage's control).
+template <class... Ts>
+void tell_all(self_ptr self, Ts&&... xs) {
+  for (auto& s : self->state.all)
+    if (s && s != caf::actor_cast<caf::actor>(self))
+      self->send(caf::actor_cast<stage_actor>(s), xs...);
+}
+
+void save(self_ptr self, const std::string& run, uint32_t epochs) {
   auto& st = self->state;
-  if (!st.run || st.evaluating)
+  if (!st.args.store)
     return;
-  auto done = [&](const batch_state& b) { return b.finished && (st.synthetic() || st.is_last() || b.returned); };
-  for (auto i = st.in_flight.begin(); i != st.in_flight.end();)
-    i = done(i->second) ? st.in_flight.erase(i) : std::next(i);
-  auto& data = *st.args.train_set;
-  while (static_cast<int64_t>(st.in_flight.size()) < st.window()
-         && st.next_batch < st.plan.batches.size()) {
-    const auto& idx = st.plan.batches[st.next_batch++];
-    auto index = torch::tensor(idx, torch::kLong);
-    const auto id = st.batch_ids++;
-    st.in_flight[id] = {};
-    auto m = tensor_message(id, {"input", "labels"},
-                            {data.images.index_select(0, index), data.labels.index_select(0, index)});
-    enqueue(self, work_kind::forward, std::move(m));
+  stage_checkpoint c;
+  c.fingerprint = st.args.fingerprint;
+  c.run = run;
+  c.epochs_done = epochs;
+  if (st.is_first())
+    c.history = st.epochs;
+  try {
+    c.trainer = st.args.trainer->save();
+  } catch (const std::exception& e) {
+    spdlog::error("stage {}: cannot save its checkpoint: {}", st.me, e.what());
+    return;
   }
-  if (!st.in_flight.empty() || st.next_batch < st.plan.batches.size())
-    return;
-  // The epoch is trained: evaluate the chained stages on the test set.
-  st.training_seconds += seconds(clock::now() - st.epoch_start);
-  st.evaluating = true;
-  const auto& test = *st.args.test_set;
-  const int64_t n = test.size(), b = 1000;
-  st.test_batches_left = static_cast<size_t>((n + b - 1) / b);
-  st.test_correct = st.test_samples = 0;
-  for (int64_t from = 0; from < n; from += b) {
-    auto m = tensor_message(st.batch_ids++, {"input", "labels"},
-                            {test.images.slice(0, from, std::min(n, from + b)),
-                             test.labels.slice(0, from, std::min(n, from + b))});
-    enqueue(self, work_kind::infer, std::move(m));
+  self->send(*st.args.store, store_atom::value,
+             std::string{storage::name(storage::family::checkpoints)},
+             stage_checkpoint_key(st.args.index, epochs), encode_stage_checkpoint(c));
+}
+
+void training_clock(stage_state& st) {
+  const bool training = st.driver && st.driver->training();
+  if (training && !st.training_since)
+    st.training_since = clock::now();
+  if (!training && st.training_since) {
+    st.training_seconds += seconds(clock::now() - *st.training_since);
+    st.training_since.reset();
   }
 }
 
-void begin_epoch(self_ptr self) {
+/// The run is over: the metrics file and the node (a run on a node), or the
+/// caller's answer.
+void end_run(self_ptr self) {
   auto& st = self->state;
-  std::vector<int64_t> all(static_cast<size_t>(st.args.train_set->size()));
-  for (size_t i = 0; i < all.size(); ++i)
-    all[i] = static_cast<int64_t>(i);
-  st.plan = learning::shuffled_plan(all, st.args.batch, 1.0, st.rng);
-  st.next_batch = 0;
-  st.loss_sum = 0;
-  st.correct = st.samples = 0;
-  st.epoch_start = clock::now();
+  st.running = false;
+  if (st.run) {
+    st.run->deliver(st.epochs);
+    st.run.reset();
+  }
+  if (!st.args.output_dir.empty() && !st.args.run.empty()) {
+    namespace fs = std::filesystem;
+    try {
+      auto dir = fs::path(st.args.output_dir) / st.args.run;
+      fs::create_directories(dir);
+      write_split_csv((dir / "split-metrics.csv").string(), st.epochs);
+    } catch (const std::exception& e) {
+      spdlog::error("stage {}: cannot write the run's metrics: {}", st.me, e.what());
+    }
+  }
+  if (st.args.node)
+    self->send(caf::actor_cast<node_actor>(st.args.node), done_atom::value, messages::role::stage,
+               st.me, st.args.run);
+}
+
+/// The first stage: what the driver says to send, sent; an epoch evaluated,
+/// recorded and checkpointed.
+void pump(self_ptr self) {
+  auto& st = self->state;
+  if (!st.driver || !st.running)
+    return;
+  if (auto e = st.driver->take_epoch()) {
+    training_clock(st);
+    e->seconds = st.training_seconds;
+    st.epochs.push_back(*e);
+    spdlog::info("split run {}: epoch {} done, training loss {:.4f}, test accuracy {:.4f}, "
+                 "{:.1f} s",
+                 st.args.run, e->epoch + 1, e->train_loss, e->test_accuracy, e->seconds);
+    const auto done = st.driver->epochs_done();
+    save(self, st.args.run, done);
+    tell_all(self, checkpoint_atom::value, st.args.run, done);
+  }
+  if (st.driver->over()) {
+    training_clock(st);
+    end_run(self);
+    return;
+  }
+  training_clock(st);
+  auto orders = st.driver->next();
+  if (!orders.empty())
+    st.last_progress = clock::now();
+  for (auto& o : orders) {
+    const auto& data = o.test ? *st.args.test_set : *st.args.train_set;
+    auto index = torch::tensor(o.rows, torch::kLong);
+    const auto kind = o.test ? work_kind::infer : work_kind::forward;
+    auto m = tensor_message(o.id, {input_name(kind), labels_name(kind)},
+                            {data.images.index_select(0, index), data.labels.index_select(0, index)});
+    enqueue(self, kind, std::move(m));
+  }
+}
+
+/// Every stage is there again (or for the first time): the batches that
+/// were in the pipeline go again, and the stages forget them.
+void resume(self_ptr self) {
+  auto& st = self->state;
+  if (!st.driver || !st.running)
+    return;
+  st.driver->resume();
+  tell_all(self, forget_atom::value, st.driver->first_live_id());
+  st.args.trainer->forget_before(st.driver->first_live_id());
+  st.last_progress = clock::now();
   pump(self);
+}
+
+/// The first stage's watch: batches with no progress for resend_after
+/// seconds are taken as lost.
+void watch(self_ptr self) {
+  auto& st = self->state;
+  if (st.watching || !st.running)
+    return;
+  st.watching = true;
+  self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(st.args.resend_after * 250)),
+                     tick_atom::value);
+}
+
+void start_run(self_ptr self, uint32_t epochs, uint32_t first, uint64_t first_id) {
+  auto& st = self->state;
+  learning::split_driver_options o;
+  o.batch = st.args.batch;
+  o.window = st.synthetic() ? std::max<int64_t>(st.args.in_flight, 1) : 1;
+  o.wait_for_gradient = !st.synthetic() && !st.is_last();
+  o.test_batch = st.args.test_batch;
+  o.seed = st.args.seed;
+  st.driver.emplace(st.args.train_set->size(), st.args.test_set->size(), o);
+  st.driver->start(epochs, first, first_id);
+  st.running = true;
+  st.training_since.reset();
+  if (!st.complete)
+    st.driver->pause();
+  st.last_progress = clock::now();
+  watch(self);
+  pump(self);
+}
+
+/// Sets the neighbours from the cluster's stages; pauses or resumes the run.
+void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes) {
+  auto& st = self->state;
+  const size_t k = st.args.index;
+  auto at = [&](size_t i) {
+    neighbour n;
+    if (i < all.size() && all[i]) {
+      n.handle = all[i];
+      if (i < lanes.size() && !lanes[i].empty()) {
+        try {
+          n.lane = messages::parse_endpoint(lanes[i]);
+        } catch (const std::exception& e) {
+          spdlog::warn("stage {}: {}", st.me, e.what());
+        }
+      }
+    }
+    return n;
+  };
+  st.below = k > 0 ? at(k - 1) : neighbour{};
+  st.above = at(k + 1);
+  st.first = all.empty() ? caf::actor{} : all.front();
+  const bool moved = st.all != all;
+  st.all = all;
+  const bool was = st.complete;
+  st.complete = !all.empty() && std::all_of(all.begin(), all.end(), [](auto& a) { return bool(a); });
+  if (!st.is_first() || !st.driver || !st.running)
+    return;
+  if (was && !st.complete) {
+    spdlog::warn("split run {}: a stage is gone; the pipeline waits for it", st.args.run);
+    training_clock(st);
+    st.driver->pause();
+    training_clock(st);
+  } else if (!was && st.complete) {
+    if (st.driver->paused())
+      spdlog::info("split run {}: every stage is there; the pipeline goes on", st.args.run);
+    resume(self);
+  } else if (st.complete && moved) {
+    // A stage came back in the meantime (another handle at its place): what
+    // it held is gone.
+    resume(self);
+  }
 }
 
 stage_impl::behavior_type stage(self_ptr self, stage_args args) {
   auto& st = self->state;
-  st.rng.seed(args.seed);
   st.args = std::move(args);
+  st.me = stage_name(st.args.index);
+  if (st.args.restore) {
+    st.args.trainer->load(st.args.restore->trainer);
+    st.epochs = st.args.restore->history;
+    spdlog::info("stage {}: resumed from its checkpoint after epoch {} of run {}", st.me,
+                 st.args.restore->epochs_done, st.args.restore->run);
+  }
   auto refuse = [self](const char* what, const std::exception& e) {
-    spdlog::warn("stage: refused a {} message: {}", what, e.what());
+    spdlog::warn("stage {}: refused a {} message: {}", self->state.me, what, e.what());
   };
   return {
     [self](forward_atom, held_weights& m) { enqueue(self, work_kind::forward, std::move(m)); },
@@ -282,10 +455,44 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     [self](infer_atom, held_weights& m) { enqueue(self, work_kind::infer, std::move(m)); },
     [self](link_atom, caf::actor& below, caf::actor& above, caf::actor& first) {
       auto& st = self->state;
-      st.below = caf::actor_cast<stage_actor>(below);
-      st.above = caf::actor_cast<stage_actor>(above);
-      st.first = caf::actor_cast<stage_actor>(first);
+      st.below = {below, std::nullopt};
+      st.above = {above, std::nullopt};
+      st.first = first;
+      st.complete = true;
     },
+    [self](stages_atom, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes) {
+      place(self, all, lanes);
+      auto& st = self->state;
+      // A first stage on a node starts its run once every stage is there.
+      if (st.is_first() && st.complete && !st.driver && st.args.epochs > 0 && st.args.train_set) {
+        uint32_t first = 0;
+        uint64_t first_id = 0;
+        if (st.args.restore) {
+          first = st.args.restore->epochs_done;
+          // Ids after a restart must not meet those the other stages hold.
+          first_id = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::now().time_since_epoch()).count());
+        }
+        spdlog::info("split run {}: {} stages, {} mode, epochs {}..{}", st.args.run, st.all.size(),
+                     learning::to_string(st.args.trainer->mode()), first + 1, st.args.epochs);
+        start_run(self, st.args.epochs, first, first_id);
+        tell_all(self, forget_atom::value, first_id);
+      }
+    },
+    [self](forget_atom, uint64_t below_id) {
+      auto& st = self->state;
+      const auto n = st.args.trainer->forget_before(below_id);
+      if (n > 0)
+        spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
+      // Queued messages of those batches are stale too.
+      std::deque<work> keep;
+      for (auto& w : st.queue)
+        if (w.message.value.iteration >= below_id)
+          keep.push_back(std::move(w));
+      st.queue = std::move(keep);
+    },
+    [self](checkpoint_atom, const std::string& run, uint32_t epochs) { save(self, run, epochs); },
     [self, refuse](work_atom) {
       auto& st = self->state;
       if (st.queue.empty()) {
@@ -301,8 +508,6 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
                                                          : "evaluation";
       try {
         serve(self, std::move(w));
-      } catch (const learning::stage_error& e) {
-        refuse(what, e);
       } catch (const std::exception& e) {
         refuse(what, e);
       }
@@ -320,49 +525,36 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     [self](finished_atom, uint64_t batch, bool test, double loss_sum, int64_t correct,
            int64_t samples) {
       auto& st = self->state;
-      if (!st.run)
+      if (!st.driver || !st.running)
         return;
-      if (test) {
-        st.test_correct += correct;
-        st.test_samples += samples;
-        if (st.test_batches_left > 0 && --st.test_batches_left == 0) {
-          split_epoch e;
-          e.epoch = st.epoch;
-          e.train_loss = st.samples ? st.loss_sum / static_cast<double>(st.samples) : 0.0;
-          e.train_accuracy = st.samples ? static_cast<double>(st.correct) / st.samples : 0.0;
-          e.test_accuracy = st.test_samples ? static_cast<double>(st.test_correct) / st.test_samples : 0.0;
-          e.seconds = st.training_seconds;
-          st.epochs.push_back(e);
-          st.evaluating = false;
-          if (++st.epoch >= st.epoch_count) {
-            st.run->deliver(st.epochs);
-            st.run.reset();
-            return;
-          }
-          begin_epoch(self);
-        }
-        return;
-      }
-      st.loss_sum += loss_sum;
-      st.correct += correct;
-      st.samples += samples;
-      auto i = st.in_flight.find(batch);
-      if (i != st.in_flight.end())
-        i->second.finished = true;
+      st.last_progress = clock::now();
+      st.driver->finished(batch, test, loss_sum, correct, samples);
       pump(self);
+    },
+    [self](tick_atom) {
+      auto& st = self->state;
+      st.watching = false;
+      if (!st.running)
+        return;
+      if (st.driver && !st.driver->paused() && st.driver->outstanding() > 0
+          && seconds(clock::now() - st.last_progress) > st.args.resend_after) {
+        spdlog::warn("split run {}: no progress for {:.0f} s; sending the {} batches in the "
+                     "pipeline again",
+                     st.args.run, st.args.resend_after, st.driver->outstanding());
+        resume(self);
+      }
+      watch(self);
     },
     [self](run_atom, uint32_t epochs) -> caf::result<std::vector<split_epoch>> {
       auto& st = self->state;
       if (!st.is_first() || !st.args.train_set || !st.args.test_set)
         return make_error(ec::bad_request, "stage: only the first stage, with the data, runs");
-      if (st.run)
+      if (st.running)
         return make_error(ec::bad_request, "stage: a run is in progress");
       st.run = self->make_response_promise<std::vector<split_epoch>>();
       st.epochs.clear();
-      st.epoch = 0;
-      st.epoch_count = epochs;
       st.training_seconds = 0;
-      begin_epoch(self);
+      start_run(self, epochs, 0, st.driver ? st.driver->next_id() : 0);
       return *st.run;
     },
     [self](stats_atom) -> stage_stats {
@@ -377,7 +569,89 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
   };
 }
 
+uint32_t crc_of(const std::string& bytes) {
+  return static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
+                                     static_cast<uInt>(bytes.size())));
+}
+
 } // namespace
+
+std::string stage_name(size_t index) { return "@stage" + std::to_string(index); }
+
+std::string stage_checkpoint_key(size_t index, uint32_t epochs) {
+  return storage::key(stage_name(index), epochs);
+}
+
+stage_message stage_message_kind(const messages::weights& w) {
+  for (auto& t : w.tensors) {
+    if (t.name == "gradient")
+      return stage_message::backward;
+    if (t.name == "test_input")
+      return stage_message::infer;
+    if (t.name == "input")
+      return stage_message::forward;
+  }
+  return stage_message::unknown;
+}
+
+// A stage checkpoint: a text header of "key value" lines, an empty line,
+// then the trainer's bytes; the header's last line is the CRC-32 of all
+// that follows it.
+std::string encode_stage_checkpoint(const stage_checkpoint& c) {
+  std::ostringstream body;
+  body << "fingerprint " << c.fingerprint << '\n'
+       << "run " << c.run << '\n'
+       << "epochs " << c.epochs_done << '\n';
+  body.precision(17);
+  for (auto& e : c.history)
+    body << "epoch " << e.epoch << ' ' << e.train_loss << ' ' << e.train_accuracy << ' '
+         << e.test_accuracy << ' ' << e.seconds << '\n';
+  body << '\n' << c.trainer;
+  const auto b = body.str();
+  return "edgegossip-stage 1 " + std::to_string(crc_of(b)) + '\n' + b;
+}
+
+stage_checkpoint decode_stage_checkpoint(const std::string& bytes) {
+  const auto nl = bytes.find('\n');
+  std::istringstream first(bytes.substr(0, nl == std::string::npos ? 0 : nl));
+  std::string magic;
+  int version = 0;
+  uint32_t crc = 0;
+  if (nl == std::string::npos || !(first >> magic >> version >> crc) || magic != "edgegossip-stage")
+    throw learning::stage_error("not a stage checkpoint");
+  if (version != 1)
+    throw learning::stage_error("a stage checkpoint of version " + std::to_string(version)
+                                + " (this build reads version 1)");
+  const auto body = bytes.substr(nl + 1);
+  if (crc_of(body) != crc)
+    throw learning::stage_error("the stage checkpoint is corrupt or truncated (checksum mismatch)");
+  const auto end = body.find("\n\n");
+  if (end == std::string::npos)
+    throw learning::stage_error("the stage checkpoint has no end of header");
+  stage_checkpoint c;
+  std::istringstream header(body.substr(0, end + 1));
+  std::string line;
+  while (std::getline(header, line)) {
+    std::istringstream in(line);
+    std::string key;
+    in >> key;
+    if (key == "fingerprint")
+      std::getline(in >> std::ws, c.fingerprint);
+    else if (key == "run")
+      std::getline(in >> std::ws, c.run);
+    else if (key == "epochs" || key == "epoch") {
+      split_epoch e;
+      if (key == "epochs")
+        in >> c.epochs_done;
+      else if (in >> e.epoch >> e.train_loss >> e.train_accuracy >> e.test_accuracy >> e.seconds)
+        c.history.push_back(e);
+      if (in.fail())
+        throw learning::stage_error("the stage checkpoint's line '" + line + "' is malformed");
+    }
+  }
+  c.trainer = body.substr(end + 2);
+  return c;
+}
 
 stage_actor spawn_stage(caf::actor_system& sys, stage_args args) {
   return caf::actor_cast<stage_actor>(sys.spawn(stage, std::move(args)));

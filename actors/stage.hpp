@@ -9,11 +9,23 @@
 // gradient when it comes; the first stage keeps up to `in_flight` batches in
 // the pipeline.
 //
-// The first stage drives the run: it holds the training and test sets,
-// sends the batches of each epoch, counts the batches the last stage
-// finished, evaluates the chained stages on the test set after every epoch
-// (test batches up the pipeline, without training) and answers the run's
-// epochs when the last is done.
+// The first stage drives the run with a learning::split_driver: it holds
+// the training and test sets, sends the batches of each epoch, counts the
+// batches the last stage finished, evaluates the chained stages on the test
+// set after every epoch (test batches up the pipeline, without training),
+// has every stage checkpoint to its node's store after each epoch, and ends
+// the run.
+//
+// Stages find each other in two ways: link_stages() for a pipeline in one
+// process, or the node, which tells each of its stages every stage of the
+// cluster it knows (stages_atom): handles, and the weights lane of each
+// one's node. Tensors go to a stage on another node on the weights lane
+// (target "@stageK"), when there is one; control (finished, forget, save)
+// goes through CAF. While a stage is missing (its node down) the first
+// stage sends nothing; when all are back it sends the batches that were in
+// the pipeline again, and every stage forgets what it held of them. A batch
+// that never comes back (a message lost) is sent again after
+// `resend_after` seconds without progress.
 //
 // Each stage serves its messages one at a time from a queue of its own, so
 // that an emulated slowdown (a stage on a slower machine) idles between two
@@ -21,10 +33,12 @@
 // the bytes it sent up and down.
 
 #include "actors/interfaces.hpp"
+#include "learning/split_driver.hpp"
 
 #include <caf/fwd.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,17 +46,13 @@ namespace eg::learning {
 struct dataset;
 class stage_trainer;
 }
+namespace eg::messages {
+class lane;
+}
 
 namespace eg::actors {
 
-/// One epoch of a split run, as the first stage saw it.
-struct split_epoch {
-  uint32_t epoch = 0;
-  double train_loss = 0;      ///< mean over the epoch's batches (at the last stage)
-  double train_accuracy = 0;  ///< of the batches as trained
-  double test_accuracy = 0;   ///< the chained stages on the test set after the epoch
-  double seconds = 0;         ///< training time since the run began (evaluations excluded)
-};
+using learning::split_epoch;
 
 /// What a stage did so far.
 struct stage_stats {
@@ -71,6 +81,8 @@ using backward_atom = caf::atom_constant<caf::atom("backward")>;
 using infer_atom = caf::atom_constant<caf::atom("infer")>;
 using link_atom = caf::atom_constant<caf::atom("link")>;
 using finished_atom = caf::atom_constant<caf::atom("finished")>;
+using forget_atom = caf::atom_constant<caf::atom("forget")>;
+using stages_atom = caf::atom_constant<caf::atom("stages")>;
 
 using stage_actor = caf::typed_actor<
   // From the stage below: a batch's input and labels (tensors "input",
@@ -84,16 +96,48 @@ using stage_actor = caf::typed_actor<
   // From whoever builds the pipeline: the stages below and above (null:
   // none) and the first stage, to whom the last reports each batch.
   caf::reacts_to<link_atom, caf::actor, caf::actor, caf::actor>,
+  // From the node: every stage of the cluster, first to last (null: not
+  // known now), and the weights lane of each one's node ("": this process,
+  // or none: through CAF).
+  caf::reacts_to<stages_atom, std::vector<caf::actor>, std::vector<std::string>>,
   // From the last stage to the first: batch id, whether it was a test
   // batch, its loss (summed over its samples), correct answers, samples.
   caf::reacts_to<finished_atom, uint64_t, bool, double, int64_t, int64_t>,
+  // From the first stage: batches below this id will not come back; drop
+  // what is held of them.
+  caf::reacts_to<forget_atom, uint64_t>,
+  // From the first stage: checkpoint to the node's store (run, epochs done).
+  caf::reacts_to<checkpoint_atom, std::string, uint32_t>,
   // To the first stage: train this many epochs; answered with every epoch.
   caf::replies_to<run_atom, uint32_t>::with<std::vector<split_epoch>>,
   // What the stage did so far.
   caf::replies_to<stats_atom>::with<stage_stats>>;
 
+/// A stage's saved state: what the first stage knew of the run besides its
+/// layers, and the trainer's bytes (learning::stage_trainer::save).
+struct stage_checkpoint {
+  std::string fingerprint;  ///< of the run's settings (config::run_fingerprint)
+  std::string run;
+  uint32_t epochs_done = 0;
+  std::vector<split_epoch> history;  ///< the first stage: every epoch so far
+  std::string trainer;
+};
+/// Encodes `c` with a checksum; decode_stage_checkpoint throws
+/// learning::stage_error naming what is wrong (not a checkpoint, corrupt,
+/// truncated).
+std::string encode_stage_checkpoint(const stage_checkpoint& c);
+stage_checkpoint decode_stage_checkpoint(const std::string& bytes);
+/// The store key of stage `index`'s checkpoint after `epochs` epochs.
+std::string stage_checkpoint_key(size_t index, uint32_t epochs);
+/// "@stageK": the stage's name in the directory, on the lane and in the store.
+std::string stage_name(size_t index);
+/// What a stage message on the weights lane is, told by its tensors' names.
+enum class stage_message { forward, backward, infer, unknown };
+stage_message stage_message_kind(const messages::weights& w);
+
 struct stage_args {
   std::shared_ptr<learning::stage_trainer> trainer;
+  size_t index = 0;  ///< its place in the pipeline (0: the first)
   /// Works this many times slower: idles (compute seconds x (slowdown - 1))
   /// after each message, as an emulated slower machine.
   double slowdown = 1;
@@ -104,6 +148,22 @@ struct stage_args {
   /// Batches in the pipeline at once (synthetic mode; backprop: 1).
   int64_t in_flight = 4;
   uint64_t seed = 1;  ///< the epochs' shuffles
+  /// Test batches' size (evaluation after each epoch).
+  int64_t test_batch = 1000;
+  /// Batches not done after this many seconds without progress are sent again.
+  double resend_after = 30;
+  // On a node (all optional for a pipeline in one process):
+  std::string cluster_id;
+  std::shared_ptr<messages::lane> lane;  ///< to stages on other nodes
+  std::optional<store_actor> store;      ///< its node's store (checkpoints)
+  std::string fingerprint;               ///< of the run's settings, saved with checkpoints
+  /// The first stage on a node: run this many epochs once every stage is
+  /// there, then write the metrics under output_dir/RUN and tell `node`.
+  uint32_t epochs = 0;
+  std::string run;          ///< the run's name (a resumed run's, or a new one)
+  std::string output_dir;
+  caf::actor node;
+  std::optional<stage_checkpoint> restore;  ///< loaded into the trainer at start
 };
 
 stage_actor spawn_stage(caf::actor_system& sys, stage_args args);

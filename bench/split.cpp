@@ -71,6 +71,7 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   for (size_t k = 0; k < trainers.size(); ++k) {
     actors::stage_args a;
     a.trainer = trainers[k];
+    a.index = k;
     a.slowdown = su.slowdowns.at(k);
     if (k == 0) {
       a.train_set = train;

@@ -13,6 +13,7 @@
 //               commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
+//   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, resend_after
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port, cpu_limit,
@@ -22,6 +23,7 @@
 //               interference = [{at = 10.0, slowdown = 3.0}, ...]
 //   [[nodes.corunners]]
 //               kind, workers, at, until
+//   [[stages]]  node, layers, slowdown   (a split model's stages, first to last)
 //
 // configs/local.toml explains every key. Unknown keys and wrong types are
 // errors naming the key (and the line); validate() checks values.
@@ -95,8 +97,9 @@ struct real_rule {
 };
 
 struct text_rule {
-  // Empty: any text. A choice ending in ':' takes any non-empty text after
-  // it ("torchscript:" takes "torchscript:model.pt").
+  // Empty: any text. A choice ending in ':' and a capitalised placeholder
+  // takes any non-empty text in its place ("torchscript:PATH" takes
+  // "torchscript:model.pt").
   std::vector<const char*> choices;
   bool may_be_empty;
 };
@@ -106,6 +109,10 @@ struct table_list {};
 
 // One of an enumeration's names (names_of).
 struct enum_rule {};
+
+// true or false.
+struct bool_rule {};
+const bool_rule any_bool{};
 
 const int_rule non_negative_int{0, INT64_MAX, "a non-negative integer"};
 const int_rule positive_int{1, INT64_MAX, "a positive integer"};
@@ -156,7 +163,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("data.train_samples", c.data.train_samples, non_negative_int);
   visit("data.test_samples", c.data.test_samples, non_negative_int);
   visit("train.model", c.train.model,
-        text_rule{{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", "torchscript:"},
+        text_rule{{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", "torchscript:PATH"},
                    false});
   visit("train.lr", c.train.lr, positive);
   visit("train.momentum", c.train.momentum, momentum);
@@ -188,6 +195,13 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.p_threshold", c.edgegossip.p_threshold, non_negative);
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
+  visit("split.mode", c.split.mode, text_rule{{"off", "backprop", "synthetic"}, false});
+  visit("split.model", c.split.model, text_rule{{"lenet5", "conv8"}, false});
+  visit("split.in_flight", c.split.in_flight, positive_int);
+  visit("split.sg_hidden", c.split.sg_hidden, positive_int);
+  visit("split.sg_lr", c.split.sg_lr, positive);
+  visit("split.sg_conditioned", c.split.sg_conditioned, any_bool);
+  visit("split.resend_after", c.split.resend_after, positive);
   visit("storage.dir", c.storage_dir, non_empty);
   visit("output.dir", c.output_dir, non_empty);
 }
@@ -215,7 +229,7 @@ void keys_of(P& p, Visit&& visit) {
   visit("share", p.share, fraction);
   visit("slowdown", p.slowdown, slowdown);
   visit("interference", p.interference, table_list{});
-  visit("device", p.device, text_rule{{"cpu", "cuda", "cuda:"}, false});
+  visit("device", p.device, text_rule{{"cpu", "cuda", "cuda:N"}, false});
 }
 
 template <class R, class Visit, if_is<R, corunner_config> = 0>
@@ -224,6 +238,13 @@ void keys_of(R& r, Visit&& visit) {
   visit("workers", r.workers, positive_int32);
   visit("at", r.at_seconds, non_negative);
   visit("until", r.until_seconds, non_negative);
+}
+
+template <class S, class Visit, if_is<S, stage_config> = 0>
+void keys_of(S& s, Visit&& visit) {
+  visit("node", s.node, non_empty);
+  visit("layers", s.layers, positive_int);
+  visit("slowdown", s.slowdown, slowdown);
 }
 
 template <class N, class Visit, if_is<N, node_config> = 0>
@@ -281,19 +302,22 @@ std::string complaint(const std::string& key, const std::string& v, const text_r
   if (v.empty() && !r.may_be_empty) return key + " must not be empty";
   auto matches = [&](const char* choice) {
     const std::string c = choice;
-    if (!c.empty() && c.back() == ':')
-      return v.size() > c.size() && v.compare(0, c.size(), c) == 0;
+    const auto colon = c.find(':');
+    const bool placeholder =
+      colon != std::string::npos && colon + 1 < c.size() &&
+      std::all_of(c.begin() + colon + 1, c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
+    if (placeholder)
+      return v.size() > colon + 1 && v.compare(0, colon + 1, c, 0, colon + 1) == 0;
     return v == c;
   };
   if (r.choices.empty() || std::any_of(r.choices.begin(), r.choices.end(), matches)) return {};
   std::string options;
-  for (size_t i = 0; i < r.choices.size(); ++i) {
-    std::string c = r.choices[i];
-    if (c.back() == ':') c += "PATH";
-    options += (i == 0 ? "" : i + 1 == r.choices.size() ? " or " : ", ") + show(c);
-  }
+  for (size_t i = 0; i < r.choices.size(); ++i)
+    options += (i == 0 ? "" : i + 1 == r.choices.size() ? " or " : ", ") + show(r.choices[i]);
   return key + " must be " + options + ", got " + show(v);
 }
+
+std::string complaint(const std::string&, bool, bool_rule) { return {}; }
 
 template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
 std::string complaint(const std::string&, E, enum_rule) {
@@ -374,6 +398,13 @@ void read_value(const toml::node& n, const std::string& key, const source& src, 
   auto v = n.as_string();
   if (!v) src.fail(n, key + " must be a string, got " + describe(n));
   if (auto c = complaint(key, v->get(), rule); !c.empty()) src.fail(n, c);
+  out = v->get();
+}
+
+void read_value(const toml::node& n, const std::string& key, const source& src, bool& out,
+                bool_rule) {
+  auto v = n.as_boolean();
+  if (!v) src.fail(n, key + " must be true or false, got " + describe(n));
   out = v->get();
 }
 
@@ -471,6 +502,8 @@ void read_document(cluster_config& cfg, const toml::table& root, const source& s
     const std::string name(k.str());
     if (name == "nodes") {
       read_value(n, "nodes", src, cfg.nodes, table_list{});
+    } else if (name == "stages") {
+      read_value(n, "stages", src, cfg.stages, table_list{});
     } else if (sections.count(name)) {
       auto table = n.as_table();
       if (!table) src.fail(n, name + " must be a table, got " + describe(n));
@@ -486,6 +519,7 @@ void read_document(cluster_config& cfg, const toml::table& root, const source& s
     } else {
       std::vector<std::string> known(sections.begin(), sections.end());
       known.push_back("nodes");
+      known.push_back("stages");
       src.fail(n, unknown_key(name, known));
     }
   }
@@ -517,6 +551,8 @@ std::string toml_value(const std::string& v) {
   os << toml::toml_formatter{toml::value<std::string>(v), toml::format_flags::none};
   return os.str();
 }
+
+std::string toml_value(bool v) { return v ? "true" : "false"; }
 
 template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
 std::string toml_value(I v) {
@@ -693,6 +729,20 @@ void validate(const cluster_config& cfg) {
   if (cfg.nodes.empty()) throw config_error("nodes: the cluster needs at least one node");
   check("nodes", cfg.nodes, table_list{});
 
+  check("stages", cfg.stages, table_list{});
+  if (cfg.split.enabled() && cfg.stages.empty())
+    throw config_error("stages: split.mode = " + show(cfg.split.mode) +
+                       " needs the model's stages, first to last: [[stages]] with node and "
+                       "layers");
+  if (!cfg.split.enabled() && !cfg.stages.empty())
+    throw config_error("stages: [[stages]] are given but split.mode is \"off\"; set "
+                       "split.mode = \"backprop\" or \"synthetic\" to split the model");
+  for (size_t k = 0; k < cfg.stages.size(); ++k) {
+    const auto& name = cfg.stages[k].node;
+    if (std::none_of(cfg.nodes.begin(), cfg.nodes.end(), [&](auto& n) { return n.name == name; }))
+      throw config_error("stages[" + std::to_string(k) + "].node " + show(name) +
+                         " is no node of the cluster (nodes: " + names_of(cfg.nodes) + ")");
+  }
   std::map<std::string, std::string> platform_node;  // platform name -> its node
   double shares = 0;
   const platform_config* equal_part = nullptr;  // a platform taking a part of what is left
@@ -710,9 +760,14 @@ void validate(const cluster_config& cfg) {
                            show(n.name) + " both listen on " + n.host + ":" +
                            std::to_string(n.port));
     }
-    if (n.platforms.empty())
+    if (n.platforms.empty() && !cfg.split.enabled())
       throw config_error(node_key + ".platforms: node " + show(n.name) +
                          " needs at least one platform");
+    if (!n.platforms.empty() && cfg.split.enabled())
+      throw config_error(node_key + ".platforms: a split run (split.mode = " +
+                         show(cfg.split.mode) + ") trains one model across [[stages]], and "
+                         "node " + show(n.name) + "'s platforms would not train in it: remove "
+                         "them, or set split.mode = \"off\"");
     for (size_t k = 1; k < n.cpu_schedule.size(); ++k)
       if (!(n.cpu_schedule[k].at_seconds > n.cpu_schedule[k - 1].at_seconds))
         throw config_error(node_key + ".cpu_schedule[" + std::to_string(k) +
@@ -797,6 +852,10 @@ std::string to_toml(const cluster_config& cfg) {
     os << "\n[[nodes]]\n";
     write_table(os, n, "nodes");
   }
+  for (const stage_config& s : cfg.stages) {
+    os << "\n[[stages]]\n";
+    write_table(os, s, "stages");
+  }
   return os.str();
 }
 
@@ -819,6 +878,12 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << to_string(cfg.edgegossip.merge);
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
+  if (cfg.split.enabled()) {
+    text << "|split|" << cfg.split.mode << '|' << cfg.split.model << '|' << cfg.split.in_flight
+         << '|' << cfg.split.sg_hidden << '|' << cfg.split.sg_lr << '|' << cfg.split.sg_conditioned;
+    for (auto& st : cfg.stages)
+      text << '|' << st.node << '=' << st.layers;
+  }
   // FNV-1a, 64 bits: stable across builds and machines.
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text.str()) {

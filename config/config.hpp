@@ -251,6 +251,31 @@ struct tls_config {
   bool enabled() const { return !certificate.empty(); }
 };
 
+/// One model split across machines (docs/SPLIT.md): its layers cut into
+/// contiguous stages, each on a node.
+struct split_config {
+  /// "off" (gossip training of platforms), "backprop" (the true gradient
+  /// flows down; every stage waits) or "synthetic" (every stage but the last
+  /// updates at once from its synthetic-gradient module).
+  std::string mode = "off";
+  std::string model = "conv8";  ///< "lenet5" or "conv8"
+  int64_t in_flight = 4;        ///< synthetic mode: batches in the pipeline at once
+  int64_t sg_hidden = 64;       ///< hidden units of the synthetic-gradient modules
+  double sg_lr = 3e-4;          ///< their Adam learning rate
+  bool sg_conditioned = true;   ///< cDNI: the modules see the labels
+  /// Batches not done after this many seconds without progress (a message
+  /// lost on the way) are sent again.
+  double resend_after = 30;
+  bool enabled() const { return mode != "off"; }
+};
+
+/// A stage of a split model: the next `layers` layers of the model, on `node`.
+struct stage_config {
+  std::string node;
+  int64_t layers = 1;
+  double slowdown = 1;  ///< works this many times slower, as a platform's slowdown
+};
+
 struct cluster_config {
   std::string id = "edgegossip";   ///< messages from another cluster id are refused
   uint64_t seed = 1;
@@ -288,7 +313,10 @@ struct cluster_config {
   train_config train;
   strategy_config strategy;
   edgegossip_config edgegossip;
+  split_config split;
   std::vector<node_config> nodes;
+  /// The stages of a split model, first to last (split.mode not "off").
+  std::vector<stage_config> stages;
 
 
 

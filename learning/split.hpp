@@ -247,6 +247,10 @@ public:
   torch::optim::SGD& optimizer() { return *optimizer_; }
   /// Batches forwarded whose gradient has not come yet.
   size_t in_flight() const { return pending_.size(); }
+  /// Drops the batches in flight whose id is below `batch`: their gradient
+  /// will not come (the pipeline lost them and sends them again as new
+  /// batches). Returns how many were dropped.
+  size_t forget_before(uint64_t batch);
   /// Optimizer steps so far.
   uint64_t steps() const { return steps_; }
 

@@ -256,6 +256,13 @@ T read_value(torch::serialize::InputArchive& a, const char* key) {
 
 } // namespace
 
+size_t stage_trainer::forget_before(uint64_t batch) {
+  size_t dropped = 0;
+  for (auto it = pending_.begin(); it != pending_.end() && it->first < batch; ++dropped)
+    it = pending_.erase(it);
+  return dropped;
+}
+
 std::string stage_trainer::save() {
   torch::serialize::OutputArchive root;
   root.write("kind", c10::IValue(std::string(checkpoint_kind)));

@@ -523,4 +523,81 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
+  cluster_config c = load(EG_SOURCE_DIR "/configs/split.toml");
+  BOOST_CHECK_NO_THROW(validate(c));
+  BOOST_TEST(c.split.mode == "synthetic");
+  BOOST_TEST(c.split.model == "conv8");
+  BOOST_TEST(c.split.sg_conditioned);
+  BOOST_REQUIRE(c.stages.size() == 3u);
+  BOOST_TEST(c.stages[1].node == "b");
+  BOOST_TEST(c.stages[1].layers == 2);
+  BOOST_TEST(c.stages[1].slowdown == 2.0);
+  BOOST_TEST(c.platforms().empty());
+  // Written and read back.
+  auto back = parse(to_toml(c), "written.toml");
+  BOOST_REQUIRE(back.stages.size() == 3u);
+  BOOST_TEST(back.stages[2].layers == 4);
+  BOOST_TEST(back.split.sg_lr == c.split.sg_lr);
+  BOOST_TEST(to_toml(back) == to_toml(c));
+  // The split settings are part of the run's fingerprint.
+  auto other = c;
+  other.split.mode = "backprop";
+  BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
+  other = c;
+  other.stages[0].layers = 3;
+  BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
+
+  auto e = error_of([&] {
+    auto d = c;
+    d.stages[1].node = "z";
+    validate(d);
+  });
+  BOOST_TEST(contains(e, "stages[1].node 'z' is no node"), e);
+  e = error_of([&] {
+    auto d = c;
+    d.stages.clear();
+    validate(d);
+  });
+  BOOST_TEST(contains(e, "needs the model's stages"), e);
+  e = error_of([&] {
+    auto d = c;
+    d.split.mode = "off";
+    validate(d);
+  });
+  BOOST_TEST(contains(e, "split.mode is \"off\""), e);
+  e = error_of([&] {
+    auto d = default_config();
+    d.split.mode = "backprop";
+    d.stages.push_back({"local", 5, 1.0});
+    validate(d);
+  });
+  BOOST_TEST(contains(e, "platforms would not train"), e);
+  e = error_of([] { parse("[split]\nmode = \"fast\"\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.mode must be 'off', 'backprop' or 'synthetic'"), e);
+  e = error_of([] { parse("[split]\nsg_conditioned = 1\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.sg_conditioned must be true or false"), e);
+  e = error_of([] { parse("[[stages]]\nnode = \"a\"\nlayers = 0\n", "x.toml"); });
+  BOOST_TEST(contains(e, "stages[0].layers must be a positive integer"), e);
+  e = error_of([] { parse("[[stages]]\nnode = \"a\"\ncores = 2\n", "x.toml"); });
+  BOOST_TEST(contains(e, "cores"), e);
+}
+
+BOOST_AUTO_TEST_CASE(models_and_devices_are_checked) {
+  auto c = default_config();
+  apply_override(c, "train.model=torchscript:/models/net.pt");
+  BOOST_TEST(c.train.model == "torchscript:/models/net.pt");
+  auto e = error_of([&] { apply_override(c, "train.model=torchscript:"); });
+  BOOST_TEST(contains(e, "'torchscript:PATH'"), e);
+  e = error_of([&] { apply_override(c, "train.model=resnet"); });
+  BOOST_TEST(contains(e, "'mobilenetv2'"), e);
+  auto d = parse("[[nodes]]\nname = \"a\"\n[[nodes.platforms]]\nname = \"g\"\ndevice = \"cuda:1\"\n",
+                 "x.toml");
+  BOOST_TEST(d.nodes[0].platforms[0].device == "cuda:1");
+  e = error_of([] {
+    parse("[[nodes]]\nname = \"a\"\n[[nodes.platforms]]\nname = \"g\"\ndevice = \"tpu\"\n", "x.toml");
+  });
+  BOOST_TEST(contains(e, "device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"), e);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

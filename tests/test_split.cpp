@@ -3,12 +3,15 @@
 #include "learning/model.hpp"
 #include "learning/serialize.hpp"
 #include "learning/split.hpp"
+#include "learning/split_driver.hpp"
 #include "learning/trainer.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -584,6 +587,161 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_refusals) {
                         message_with<stage_error>({"conv8"}));
   BOOST_TEST(all_equal(kept, snapshot(b[0]->parameters())));
   BOOST_TEST(all_equal(kept_sg, snapshot(b[0]->synthetic()->module().parameters())));
+}
+
+// --- the first stage's driver ---------------------------------------------------
+
+namespace {
+
+/// Every order of the driver's next(), and the driver's view of them.
+std::vector<split_driver::order> drain(split_driver& d) { return d.next(); }
+
+/// Finishes every training order (as the last stage would), returns their ids.
+void finish_all(split_driver& d, const std::vector<split_driver::order>& orders, bool and_return) {
+  for (auto& o : orders) {
+    d.finished(o.id, o.test, o.test ? 0.0 : 2.0 * static_cast<double>(o.rows.size()),
+               static_cast<int64_t>(o.rows.size()) / 2, static_cast<int64_t>(o.rows.size()));
+    if (and_return && !o.test)
+      d.returned(o.id);
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(driver_keeps_its_window_and_waits_for_gradients_in_backprop) {
+  split_driver_options o;
+  o.batch = 10;
+  o.window = 1;
+  o.wait_for_gradient = true;
+  o.test_batch = 25;
+  split_driver d(35, 50, o);
+  d.start(1);
+  auto first = d.next();
+  BOOST_REQUIRE_EQUAL(first.size(), 1u);
+  BOOST_TEST(d.next().empty());  // the window is full
+  d.finished(first[0].id, false, 1.0, 5, 10);
+  BOOST_TEST(d.next().empty());  // finished, but its gradient is not back
+  d.returned(first[0].id);
+  auto second = d.next();
+  BOOST_REQUIRE_EQUAL(second.size(), 1u);
+  BOOST_TEST(second[0].id > first[0].id);
+  // Every training row exactly once over the epoch (35 rows: 10, 10, 10, 5).
+  std::vector<int64_t> rows = first[0].rows;
+  for (auto batch = second; !batch.empty() && !batch[0].test; batch = d.next()) {
+    rows.insert(rows.end(), batch[0].rows.begin(), batch[0].rows.end());
+    finish_all(d, batch, true);
+  }
+  std::sort(rows.begin(), rows.end());
+  std::vector<int64_t> all(35);
+  std::iota(all.begin(), all.end(), 0);
+  BOOST_TEST(rows == all);
+  BOOST_TEST(d.evaluating());
+}
+
+BOOST_AUTO_TEST_CASE(driver_evaluates_after_each_epoch_and_ends) {
+  split_driver_options o;
+  o.batch = 8;
+  o.window = 3;
+  o.wait_for_gradient = false;
+  o.test_batch = 30;
+  split_driver d(20, 70, o);
+  d.start(2);
+  for (uint32_t epoch = 0; epoch < 2; ++epoch) {
+    auto train = d.next();
+    BOOST_REQUIRE_EQUAL(train.size(), 3u);  // 8, 8, 4 rows: all fit the window
+    BOOST_TEST(!d.take_epoch());
+    finish_all(d, train, false);
+    BOOST_TEST(d.evaluating());
+    auto test = d.next();
+    BOOST_REQUIRE_EQUAL(test.size(), 3u);  // 30, 30, 10 test rows
+    BOOST_TEST(test[0].test);
+    BOOST_TEST(test[2].rows.size() == 10u);
+    for (auto& t : test)
+      d.finished(t.id, true, 0.0, static_cast<int64_t>(t.rows.size()) - 1,
+                 static_cast<int64_t>(t.rows.size()));
+    auto e = d.take_epoch();
+    BOOST_REQUIRE(e);
+    BOOST_TEST(e->epoch == epoch);
+    BOOST_TEST(e->train_loss == 2.0, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(e->train_accuracy == 10.0 / 20.0, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(e->test_accuracy == 67.0 / 70.0, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(!d.take_epoch());
+  }
+  BOOST_TEST(d.over());
+  BOOST_TEST(d.next().empty());
+}
+
+BOOST_AUTO_TEST_CASE(driver_sends_lost_batches_again_under_new_ids_and_counts_them_once) {
+  split_driver_options o;
+  o.batch = 10;
+  o.window = 2;
+  o.wait_for_gradient = true;
+  split_driver d(40, 10, o);
+  d.start(1);
+  auto sent = d.next();
+  BOOST_REQUIRE_EQUAL(sent.size(), 2u);
+  // Batch 0 finished at the last stage, its gradient lost; batch 1 lost.
+  d.finished(sent[0].id, false, 3.0, 4, 10);
+  d.pause();
+  BOOST_TEST(d.next().empty());
+  BOOST_TEST(!d.training());
+  d.resume();
+  BOOST_TEST(d.first_live_id() > sent[1].id);
+  auto again = d.next();
+  BOOST_REQUIRE_EQUAL(again.size(), 2u);
+  BOOST_TEST(again[0].rows == sent[0].rows);
+  BOOST_TEST(again[1].rows == sent[1].rows);
+  BOOST_TEST(again[0].id >= d.first_live_id());
+  // Reports of the lost ids change nothing.
+  d.finished(sent[1].id, false, 100.0, 10, 10);
+  d.returned(sent[0].id);
+  BOOST_TEST(d.outstanding() == 2u);
+  finish_all(d, again, true);
+  auto batch = d.next();
+  for (; !batch.empty() && !batch[0].test; batch = d.next())
+    finish_all(d, batch, true);
+  BOOST_REQUIRE(!batch.empty());  // the evaluation
+  finish_all(d, batch, false);
+  auto e = d.take_epoch();
+  BOOST_REQUIRE(e);
+  // Batch 0 counted once (3.0 over 10 samples), the others 2.0 per sample.
+  BOOST_TEST(e->train_loss == (3.0 + 2.0 * 30) / 40.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(e->train_accuracy == (4.0 + 15.0) / 40.0, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(driver_epoch_plans_depend_on_seed_and_epoch_only) {
+  split_driver_options o;
+  o.batch = 100;
+  o.window = 1;
+  o.wait_for_gradient = false;
+  o.seed = 7;
+  auto first_rows = [&](uint32_t epoch, uint64_t first_id) {
+    split_driver d(1000, 10, o);
+    d.start(epoch + 1, epoch, first_id);
+    return d.next().at(0).rows;
+  };
+  BOOST_TEST(first_rows(0, 0) == first_rows(0, 12345));  // a restart sees the same batches
+  BOOST_TEST(first_rows(0, 0) != first_rows(1, 0));
+  BOOST_CHECK_THROW(split_driver(0, 10, o), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(stage_forgets_batches_the_pipeline_lost) {
+  stage_options o;
+  o.mode = stage_mode::backprop;
+  auto stages = make_pipeline("lenet5", {1}, 3, o);
+  auto x = torch::randn({4, 1, 28, 28});
+  auto y = torch::tensor({1, 2, 3, 4}, torch::kLong);
+  stages[0]->forward(5, x, y);
+  stages[0]->forward(6, x, y);
+  stages[0]->forward(9, x, y);
+  BOOST_TEST(stages[0]->forget_before(7) == 2u);
+  BOOST_TEST(stages[0]->in_flight() == 1u);
+  auto shape = activation_shape("lenet5", 1);
+  shape.insert(shape.begin(), 4);
+  BOOST_CHECK_THROW(stages[0]->backward(5, torch::zeros(shape)), stage_error);
+  stages[0]->backward(9, torch::zeros(shape));  // a batch still in flight
+  stages[0]->forward(5, x, y);  // the id may come again: nothing of it is held
+  BOOST_TEST(stages[0]->in_flight() == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,12 +4,18 @@
 #include "actors/wire.hpp"
 #include "learning/dataset.hpp"
 #include "learning/split.hpp"
+#include "process.hpp"
+#include "storage/store.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
 #include <torch/torch.h>
 
 #include <memory>
+#include <sstream>
+#include <fstream>
+#include <thread>
+#include <regex>
 #include <vector>
 
 using namespace eg;
@@ -52,6 +58,7 @@ struct pipeline {
     for (size_t k = 0; k < trainers.size(); ++k) {
       stage_args a;
       a.trainer = trainers[k];
+      a.index = k;
       a.slowdown = k < slowdowns.size() ? slowdowns[k] : 1.0;
       if (k == 0) {
         a.train_set = fashion().train;
@@ -172,6 +179,143 @@ BOOST_AUTO_TEST_CASE(a_stage_refuses_messages_whose_shapes_disagree_and_goes_on)
   BOOST_REQUIRE_EQUAL(s.size(), 1u);
   BOOST_TEST(split.stats(0).batches == 64u);
   BOOST_TEST(s.back().test_accuracy > 0.3);
+}
+
+BOOST_AUTO_TEST_CASE(stage_checkpoints_round_trip_and_refuse_damage) {
+  stage_checkpoint c;
+  c.fingerprint = "00ff";
+  c.run = "split-20261125-010203";
+  c.epochs_done = 2;
+  c.history = {{0, 1.25, 0.5, 0.625, 3.5}, {1, 0.75, 0.71875, 0.8, 7.25}};
+  c.trainer = std::string("\0\n\nbytes\n\n", 11);
+  auto bytes = encode_stage_checkpoint(c);
+  auto back = decode_stage_checkpoint(bytes);
+  BOOST_TEST(back.fingerprint == c.fingerprint);
+  BOOST_TEST(back.run == c.run);
+  BOOST_TEST(back.epochs_done == 2u);
+  BOOST_REQUIRE_EQUAL(back.history.size(), 2u);
+  BOOST_TEST(back.history[1].test_accuracy == 0.8);
+  BOOST_TEST(back.history[1].seconds == 7.25);
+  BOOST_TEST(back.trainer == c.trainer);
+  auto flipped = bytes;
+  flipped[flipped.size() - 3] ^= 0x20;
+  BOOST_CHECK_EXCEPTION(decode_stage_checkpoint(flipped), learning::stage_error,
+                        [](auto& e) { return std::string(e.what()).find("corrupt") != std::string::npos; });
+  BOOST_CHECK_THROW(decode_stage_checkpoint(bytes.substr(0, bytes.size() / 2)), learning::stage_error);
+  BOOST_CHECK_EXCEPTION(decode_stage_checkpoint("PK\x03\x04 a zip file"), learning::stage_error,
+                        [](auto& e) { return std::string(e.what()) == "not a stage checkpoint"; });
+  BOOST_TEST(stage_checkpoint_key(1, 3) == eg::storage::key("@stage1", 3));
+}
+
+namespace {
+
+/// Two nodes of a split LeNet-5 (stage 0: conv1, conv2 on a; stage 1: the
+/// fully connected layers on b, ten times slower, so that an epoch lasts a
+/// second or two) on free local ports.
+std::string split_cluster(const test::temp_dir& dir, const std::string& mode, uint32_t epochs) {
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"split-test\"\nseed = 3\n"
+       << "[data]\ntrain_samples = 3000\ntest_samples = 500\n"
+       << "[train]\nepochs = " << epochs << "\n"
+       << "[split]\nmode = \"" << mode << "\"\nmodel = \"lenet5\"\nin_flight = 4\n"
+       << "resend_after = 5.0\n"
+       << "[storage]\ndir = \"" << dir / "data" << "\"\n"
+       << "[output]\ndir = \"" << dir / "runs" << "\"\n";
+  for (auto node : {"a", "b"})
+    toml << "[[nodes]]\nname = \"" << node << "\"\nport = " << test::free_port() << "\n";
+  toml << "[[stages]]\nnode = \"a\"\nlayers = 2\n"
+       << "[[stages]]\nnode = \"b\"\nlayers = 3\nslowdown = 10.0\n";
+  auto path = dir / "split.toml";
+  test::write_file(path, toml.str());
+  return path;
+}
+
+std::unique_ptr<test::process> start(const test::temp_dir& dir, const std::string& config,
+                                     const std::string& node, const std::string& log) {
+  return std::make_unique<test::process>(
+    std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", node}, dir / log);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(stages_on_two_node_processes_pause_for_a_lost_node_and_resume) {
+  test::temp_dir dir;
+  const uint32_t epochs = 6;
+  auto cfg = split_cluster(dir, "synthetic", epochs);
+  auto a = start(dir, cfg, "a", "a.log");
+  auto b = start(dir, cfg, "b", "b.log");
+  // Kill -9 node b in its third epoch: its checkpoints after the first (and
+  // perhaps the second) epoch are in its store.
+  BOOST_REQUIRE_MESSAGE(a->wait_for_output("epoch 2 done", std::chrono::seconds(180)),
+                        a->output() << "\n--- b:\n" << b->output());
+  b->signal(SIGKILL);
+  BOOST_REQUIRE_EQUAL(b->wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  BOOST_REQUIRE_MESSAGE(a->wait_for_output("a stage is gone; the pipeline waits",
+                                           std::chrono::seconds(20)),
+                        a->output());
+  // Nothing moves while b is away.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  BOOST_TEST(a->output().find("epoch 4 done") == std::string::npos);
+  BOOST_TEST(a->running());
+
+  auto b2 = start(dir, cfg, "b", "b2.log");
+  BOOST_REQUIRE_MESSAGE(b2->wait_for_output("resumed from its checkpoint after epoch",
+                                            std::chrono::seconds(60)),
+                        b2->output());
+  BOOST_REQUIRE_MESSAGE(a->wait_for_output("every stage is there; the pipeline goes on",
+                                           std::chrono::seconds(60)),
+                        a->output());
+  BOOST_REQUIRE_EQUAL(a->wait(std::chrono::seconds(300)), 0);
+  BOOST_TEST_INFO("a:\n" << a->output() << "\n--- b (restarted):\n" << b2->output());
+  BOOST_REQUIRE_EQUAL(b2->wait(std::chrono::seconds(60)), 0);
+
+  // Every epoch once in the run's metrics, and the model learnt.
+  auto run = test::only_run_dir(dir / "runs");
+  auto rows = test::read_csv((run / "split-metrics.csv").string());
+  BOOST_REQUIRE_EQUAL(rows.size(), epochs);
+  for (uint32_t e = 0; e < epochs; ++e)
+    BOOST_TEST(std::stoul(rows[e]["epoch"]) == e + 1);
+  BOOST_TEST(std::stod(rows.back()["test_accuracy"]) > 0.5, rows.back()["test_accuracy"]);
+  // The tensors went on the weights lane, and none was refused.
+  auto out = a->output();
+  std::smatch m;
+  BOOST_REQUIRE_MESSAGE(std::regex_search(out, m, std::regex("weights lane: (\\d+) messages sent, "
+                                                             "(\\d+) received; .* (\\d+) refused")),
+                        out);
+  BOOST_TEST(std::stoul(m[1]) > 100u);
+  BOOST_TEST(std::stoul(m[2]) > 100u);
+  BOOST_TEST(std::stoul(m[3]) == 0u);
+  // b's checkpoints are in its store.
+  auto db = storage::store::open((std::filesystem::path(dir / "data") / "b").string());
+  BOOST_TEST(db->get(storage::family::checkpoints, stage_checkpoint_key(1, epochs)).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_split_run_in_one_process_on_the_default_launcher_path) {
+  test::temp_dir dir;
+  auto cfg = split_cluster(dir, "backprop", 3);
+  auto [code, output] = test::run_binary({"run", "--config", cfg}, dir / "run.log",
+                                         std::chrono::seconds(300));
+  BOOST_TEST_INFO(output);
+  BOOST_REQUIRE_EQUAL(code, 0);
+  auto rows = test::read_csv((test::only_run_dir(dir / "runs") / "split-metrics.csv").string());
+  BOOST_REQUIRE_EQUAL(rows.size(), 3u);
+  BOOST_TEST(std::stod(rows[2]["test_accuracy"]) > 0.5, rows[2]["test_accuracy"]);
+  // A cluster file whose stages do not cover the model is refused by name.
+  auto bad = dir / "bad.toml";
+  std::string text;
+  {
+    std::ifstream in(cfg);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  text.replace(text.find("layers = 3"), 10, "layers = 4");
+  test::write_file(bad, text);
+  auto [bad_code, bad_output] = test::run_binary({"run", "--config", bad}, dir / "bad.log",
+                                                 std::chrono::seconds(60));
+  BOOST_TEST(bad_code != 0);
+  BOOST_TEST(bad_output.find("the stages take 6 layers, but lenet5 has 5") != std::string::npos,
+             bad_output);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
