@@ -103,6 +103,17 @@ struct stage_state {
   caf::actor first;
   std::vector<caf::actor> all;  // every stage, first to last (null: missing)
   bool complete = false;        // every stage is known
+  // Messages for a neighbour not known yet (its node not peered with ours
+  // yet): sent when it is, at most max_waiting of each.
+  std::deque<std::pair<work_kind, held_weights>> waiting_up, waiting_down;
+  struct report {
+    uint64_t batch;
+    bool test;
+    double loss_sum;
+    int64_t correct, samples;
+  };
+  std::deque<report> waiting_reports;
+  static constexpr size_t max_waiting = 64;
   std::deque<work> queue;
   bool working = false;  // a work message is on its way (or idling)
   // Statistics.
@@ -175,12 +186,23 @@ size_t send_to(self_ptr self, const neighbour& to, work_kind kind, held_weights 
   return bytes;
 }
 
+/// Holds a message for a neighbour not known yet; the oldest goes when
+/// too many wait (the first stage sends its batch again).
+template <class T>
+void hold(std::deque<T>& q, T x) {
+  q.push_back(std::move(x));
+  if (q.size() > stage_state::max_waiting)
+    q.pop_front();
+}
+
 void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor& output,
              const torch::Tensor& labels) {
   auto& st = self->state;
-  if (!st.above)
-    return;  // its node is down: the first stage sends the batch again
   auto m = tensor_message(batch, {input_name(kind), labels_name(kind)}, {output, labels});
+  if (!st.above) {
+    hold(st.waiting_up, {kind, std::move(m)});
+    return;
+  }
   auto bytes = send_to(self, st.above, kind, std::move(m));
   if (kind == work_kind::forward)
     st.stats.bytes_up += bytes;
@@ -188,9 +210,13 @@ void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor&
 
 void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient) {
   auto& st = self->state;
-  if (!st.below || !gradient.defined())
+  if (st.is_first() || !gradient.defined())
     return;
   auto m = tensor_message(batch, {"gradient"}, {gradient});
+  if (!st.below) {
+    hold(st.waiting_down, {work_kind::backward, std::move(m)});
+    return;
+  }
   st.stats.bytes_down += send_to(self, st.below, work_kind::backward, std::move(m));
 }
 
@@ -203,6 +229,29 @@ void report(self_ptr self, uint64_t batch, bool test, double loss_sum, int64_t c
   else if (st.first)
     self->send(caf::actor_cast<stage_actor>(st.first), finished_atom::value, batch, test,
                loss_sum, correct, samples);
+  else
+    hold(st.waiting_reports, {batch, test, loss_sum, correct, samples});
+}
+
+/// Sends what waited for neighbours that are known now.
+void flush_waiting(self_ptr self) {
+  auto& st = self->state;
+  if (st.above)
+    for (; !st.waiting_up.empty(); st.waiting_up.pop_front()) {
+      auto& [kind, m] = st.waiting_up.front();
+      auto bytes = send_to(self, st.above, kind, std::move(m));
+      if (kind == work_kind::forward)
+        st.stats.bytes_up += bytes;
+    }
+  if (st.below)
+    for (; !st.waiting_down.empty(); st.waiting_down.pop_front())
+      st.stats.bytes_down += send_to(self, st.below, work_kind::backward,
+                                     std::move(st.waiting_down.front().second));
+  if (st.first)
+    for (; !st.waiting_reports.empty(); st.waiting_reports.pop_front()) {
+      auto& r = st.waiting_reports.front();
+      report(self, r.batch, r.test, r.loss_sum, r.correct, r.samples);
+    }
 }
 
 /// Serves one message of the queue.
@@ -416,6 +465,7 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
   st.first = all.empty() ? caf::actor{} : all.front();
   const bool moved = st.all != all;
   st.all = all;
+  flush_waiting(self);
   const bool was = st.complete;
   st.complete = !all.empty() && std::all_of(all.begin(), all.end(), [](auto& a) { return bool(a); });
   if (!st.is_first() || !st.driver || !st.running)
