@@ -5,6 +5,7 @@
 #include "actors/inspection.hpp"
 #include "actors/report_files.hpp"
 #include "config/defaults.hpp"
+#include "learning/export.hpp"
 #include "learning/model.hpp"
 #include "learning/serialize.hpp"
 #include "messages/codec.hpp"
@@ -212,6 +213,13 @@ void write_outputs(self_ptr self) {
     if (!st.averaged_model->empty())
       learning::load_model(*model, *st.averaged_model);
     learning::write_state_dict(*model, (dir / "model.pt").string());
+    // The same model for Python with the normalisation built in:
+    // torch.jit.load(path)(images) gives the class scores (docs/MODELS.md).
+    try {
+      learning::write_torchscript(*model, (dir / "model_scripted.pt").string());
+    } catch (const std::exception& e) {
+      spdlog::error("cannot write the TorchScript model: {}", e.what());
+    }
     std::ofstream((dir / "config.toml").string()) << st.args.settings.cluster_file;
     spdlog::info("run directory: {}", dir.string());
   } catch (const std::exception& e) {

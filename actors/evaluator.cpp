@@ -19,11 +19,18 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
     std::shared_ptr<learning::classifier> model;
     std::vector<std::string> names;
     std::vector<torch::Tensor> like;
+    bool class_rows = true;
   };
   auto st = std::make_shared<state>();
   st->model = learning::make_classifier(args.model, args.seed);
   st->names = learning::parameter_names(*st->model);
   st->like = learning::parameters(*st->model);
+  // The average by class needs the output layer last, a row per class (every
+  // zoo model); a model scripted in Python may end otherwise.
+  st->class_rows = st->like.size() >= 2;
+  for (size_t i = st->like.size() >= 2 ? st->like.size() - 2 : 0; i < st->like.size(); ++i)
+    st->class_rows = st->class_rows && st->like[i].dim() > 0 &&
+                     st->like[i].size(0) == learning::num_classes;
   st->args = std::move(args);
   return sys.spawn([st]() -> evaluator_actor::behavior_type {
     return {
@@ -34,7 +41,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
         std::vector<std::vector<torch::Tensor>> models;
         std::vector<double> samples;
         std::vector<std::vector<double>> classes;
-        bool by_class = true;
+        bool by_class = st->class_rows;
         for (size_t i = 0; i < answers.size(); ++i) {
           try {
             models.push_back(learning::from_views(answers[i].value.tensors, st->names, st->like));

@@ -562,7 +562,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   st.rng.seed(args.seed * 7919 + std::hash<std::string>{}(args.platform.name));
   auto model = learning::make_classifier(args.train.model, args.seed);
   learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
-  st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
+  const auto device = learning::training_device(args.platform.device);
+  st.trainer =
+    std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt, device);
   // EdgeGossip gossips as GoSGD does; SGP, Sparse-Push and SCSP by push-sum.
   st.names = learning::parameter_names(*model);
   st.params = learning::parameters(*model);
@@ -608,7 +610,8 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
                     args.platform.name, e.what());
       auto fresh = learning::make_classifier(args.train.model, args.seed);
       learning::load_model(*model, learning::save_model(*fresh));
-      st.trainer = std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt);
+      st.trainer =
+        std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt, device);
     }
   }
   if (args.strategy.parameter_server()) {

@@ -21,11 +21,14 @@ struct options {
   int64_t samples = 0;  ///< 0: the benchmark's default
   int threads = 0;      ///< 0: every core
   std::string out_dir = "bench-results";
+  /// framework, aggregation: the models measured (default: lenet5, alexnet,
+  /// squeezenet, mobilenetv2).
+  std::vector<std::string> models{"lenet5", "alexnet", "squeezenet", "mobilenetv2"};
 };
 
 /// Training throughput inside the actor system (1, 2 and 4 platforms in one
 /// process, gossip on) against a bare LibTorch loop of the same model, batch
-/// and threads.
+/// and threads, for each model of options::models.
 int framework(const options& opt);
 
 struct tta_options {

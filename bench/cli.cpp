@@ -105,7 +105,13 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "split: slowdowns of 2 unequal stages (default 1 4)");
   bench->add_option("--unequal3", st->split_opt.unequal3,
                     "split: slowdowns of 3 unequal stages (default 1 2 4)");
-  bench->add_option("--samples", st->opt.samples, "samples per measurement (split: training images)");
+  bench->add_option("--models", st->opt.models,
+                    "framework, aggregation: models to measure (default lenet5 alexnet "
+                    "squeezenet mobilenetv2)")
+    ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2"}));
+  bench->add_option("--samples", st->opt.samples,
+                    "samples per measurement (split: training images; framework: default 60000 "
+                    "for lenet5, 6000 for the larger models)");
   bench->add_option("--threads", st->opt.threads, "cores to use (default: all)");
   bench->add_option("--data", st->opt.data_dir, "Fashion-MNIST directory");
   bench->add_option("--out", st->opt.out_dir, "directory for results and plots");
