@@ -186,9 +186,22 @@ void console_state::epoch_done(const actors::epoch_barrier& epochs, uint32_t epo
 cluster_layout cluster_layout::of(const config::cluster_config& cluster) {
   cluster_layout l;
   l.id = cluster.id;
+  l.epochs = cluster.train.epochs;
+  if (cluster.split.enabled()) {
+    // A split run: its stages take the platforms' rows; no balancer.
+    l.strategy = "split " + cluster.split.model;
+    l.schedule = cluster.split.mode + ", " + std::to_string(cluster.stages.size()) + " stages";
+    for (auto& n : cluster.nodes) {
+      node row{n.name, n.host, n.port, {}};
+      for (size_t k = 0; k < cluster.stages.size(); ++k)
+        if (cluster.stages[k].node == n.name)
+          row.platforms.push_back("@stage" + std::to_string(k));
+      l.nodes.push_back(std::move(row));
+    }
+    return l;
+  }
   l.strategy = config::to_string(cluster.strategy.name);
   l.schedule = cluster.strategy.asynchronous() ? "async" : "sync";
-  l.epochs = cluster.train.epochs;
   l.balancer = cluster.balancer().name;
   if (cluster.strategy.parameter_server())
     l.server = cluster.server().name;

@@ -72,6 +72,9 @@ struct cluster_header {
   uint64_t server_version = 0;
 };
 
+/// A split run's header (strategy "split MODEL"): its rows are the stages.
+inline bool is_split(const cluster_header& h) { return h.strategy.rfind("split ", 0) == 0; }
+
 struct platform_row {
   std::string name;
   std::string node;

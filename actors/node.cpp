@@ -300,8 +300,11 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     sa.cluster_id = st.args.settings.cluster_id;
     sa.store = st.args.store;
     sa.output_dir = st.args.settings.output_dir;
-    if (sa.index == 0)
+    if (sa.index == 0) {
       sa.node = caf::actor_cast<caf::actor>(self);
+      sa.node_name = st.args.name;
+      st.run = sa.run;
+    }
     const auto index = sa.index;
     auto stage = spawn_stage(sys, std::move(sa));
     self->link_to(stage);
@@ -320,6 +323,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   for (auto& [k, stage] : st.stages)
     local(role::stage, stage_name(k), caf::actor_cast<caf::actor>(stage));
   for (auto& p : st.platforms) {
+    local(role::platform, p.name, caf::actor_cast<caf::actor>(p.platform));
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
   }
@@ -402,8 +406,15 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       }
     },
     [self](report_atom, const epoch_report& r) {
-      if (from_cluster(self))
-        self->state.reports.push_back(r);
+      auto& st = self->state;
+      if (!from_cluster(self))
+        return;
+      st.reports.push_back(r);
+      // A split run's epochs, from the first stage here: every node keeps
+      // them (the console's view on any node).
+      if (st.split() && self->current_sender()->node() == self->node())
+        for (auto& [peer, handle] : st.peers)
+          self->send(handle, report_atom::value, r);
     },
     [self](wait_atom) -> caf::result<std::string> {
       if (self->state.released)

@@ -19,6 +19,7 @@ inspection::snapshot local_view(const node_state& st) {
   layout.fill(h);
   h.run = st.run;
   h.state = st.finished ? "finished" : "unknown";
+  const bool split = inspection::is_split(h);
   h.balancer_reachable = false;
   h.via = st.args.name;
   auto up = [&](const std::string& node) {
@@ -51,6 +52,22 @@ inspection::snapshot local_view(const node_state& st) {
     s.nodes.push_back(std::move(row));
   }
   s.topology = inspection::topology_of(st.reports);
+  if (split) {
+    // The first stage's epochs (reported as "@stage0") are the run's.
+    for (auto& r : st.reports)
+      if (r.platform == "@stage0" && static_cast<int64_t>(r.epoch) >= h.evaluated_epoch) {
+        h.evaluated_epoch = r.epoch;
+        h.averaged_accuracy = r.test_accuracy;
+        h.epoch = r.epoch + 1 < h.epochs ? r.epoch + 1 : r.epoch;
+      }
+    for (auto& row : s.platforms)
+      row.epoch = h.epoch;
+    if (!st.finished)
+      h.state = h.platforms_down > 0 ? "paused" : "training";
+    if (h.platforms_down > 0)
+      s.events.push_back({0, "down", "a stage's node is down: the pipeline waits for it"});
+    return s;
+  }
   s.events.push_back({0, "down", "the balancer on node " + h.balancer + " cannot be reached: "
                                    "node " + st.args.name + "'s own view"});
   return s;

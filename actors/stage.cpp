@@ -376,6 +376,19 @@ void pump(self_ptr self) {
     spdlog::info("split run {}: epoch {} done, training loss {:.4f}, test accuracy {:.4f}, "
                  "{:.1f} s",
                  st.args.run, e->epoch + 1, e->train_loss, e->test_accuracy, e->seconds);
+    if (st.args.node) {
+      // For the console and the node's metrics file.
+      messages::epoch_report r;
+      r.platform = st.me;
+      r.node = st.args.node_name;
+      r.epoch = e->epoch;
+      r.wall_seconds = e->seconds - (st.epochs.size() > 1 ? st.epochs[st.epochs.size() - 2].seconds : 0.0);
+      r.samples = static_cast<uint64_t>(st.args.train_set->size());
+      r.train_loss = e->train_loss;
+      r.test_accuracy = e->test_accuracy;
+      r.bytes_sent = st.stats.bytes_up;
+      self->send(caf::actor_cast<node_actor>(st.args.node), report_atom::value, r);
+    }
     const auto done = st.driver->epochs_done();
     save(self, st.args.run, done);
     tell_all(self, checkpoint_atom::value, st.args.run, done);

@@ -162,7 +162,8 @@ struct stage_args {
   uint32_t epochs = 0;
   std::string run;          ///< the run's name (a resumed run's, or a new one)
   std::string output_dir;
-  caf::actor node;
+  caf::actor node;          ///< its node: the run's end, each epoch's report
+  std::string node_name;
   std::optional<stage_checkpoint> restore;  ///< loaded into the trainer at start
 };
 

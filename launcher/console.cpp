@@ -64,11 +64,12 @@ std::vector<std::string> header_lines(const in::snapshot& s, const std::string& 
                       ? fmt::format("{} (epoch {})", number(c.averaged_accuracy, 4),
                                     c.evaluated_epoch + 1)
                       : std::string{"-"};
-  out.push_back(fmt::format("state {} | elapsed {} | epoch {}/{} | averaged model accuracy {} "
-                            "| platforms {} up, {} down{}",
-                            c.state, clock_text(c.elapsed_seconds), c.epoch + 1, c.epochs, acc,
-                            c.platforms_up, c.platforms_down,
-                            c.balancer_reachable
+  const bool split = in::is_split(c);
+  out.push_back(fmt::format("state {} | elapsed {} | epoch {}/{} | {} {} | {} {} up, {} down{}",
+                            c.state, clock_text(c.elapsed_seconds), c.epoch + 1, c.epochs,
+                            split ? "test accuracy" : "averaged model accuracy", acc,
+                            split ? "stages" : "platforms", c.platforms_up, c.platforms_down,
+                            c.balancer_reachable || c.balancer.empty()
                               ? std::string{}
                               : " | balancer on node " + c.balancer + " UNREACHABLE"));
   if (!c.server.empty())
