@@ -412,6 +412,28 @@ void pump(self_ptr self) {
   }
 }
 
+/// Drops what this stage holds of batches below `below_id`: the pipeline
+/// lost them and the first stage sends them again under new ids.
+void forget(self_ptr self, uint64_t below_id) {
+  auto& st = self->state;
+  const auto n = st.args.trainer->forget_before(below_id);
+  if (n > 0)
+    spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
+  auto stale = [&](const held_weights& m) { return m.value.iteration < below_id; };
+  std::deque<work> keep;
+  for (auto& w : st.queue)
+    if (!stale(w.message))
+      keep.push_back(std::move(w));
+  st.queue = std::move(keep);
+  for (auto* q : {&st.waiting_up, &st.waiting_down}) {
+    std::deque<std::pair<work_kind, held_weights>> left;
+    for (auto& x : *q)
+      if (!stale(x.second))
+        left.push_back(std::move(x));
+    *q = std::move(left);
+  }
+}
+
 /// Every stage is there again (or for the first time): the batches that
 /// were in the pipeline go again, and the stages forget them.
 void resume(self_ptr self) {
@@ -420,7 +442,7 @@ void resume(self_ptr self) {
     return;
   st.driver->resume();
   tell_all(self, forget_atom::value, st.driver->first_live_id());
-  st.args.trainer->forget_before(st.driver->first_live_id());
+  forget(self, st.driver->first_live_id());
   st.last_progress = clock::now();
   pump(self);
 }
@@ -543,18 +565,7 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
         tell_all(self, forget_atom::value, first_id);
       }
     },
-    [self](forget_atom, uint64_t below_id) {
-      auto& st = self->state;
-      const auto n = st.args.trainer->forget_before(below_id);
-      if (n > 0)
-        spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
-      // Queued messages of those batches are stale too.
-      std::deque<work> keep;
-      for (auto& w : st.queue)
-        if (w.message.value.iteration >= below_id)
-          keep.push_back(std::move(w));
-      st.queue = std::move(keep);
-    },
+    [self](forget_atom, uint64_t below_id) { forget(self, below_id); },
     [self](checkpoint_atom, const std::string& run, uint32_t epochs) { save(self, run, epochs); },
     [self, refuse](work_atom) {
       auto& st = self->state;
