@@ -300,6 +300,8 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
       a.resend_after = cfg.split.resend_after;
       if (!fresh)
         a.restore = latest_stage_checkpoint(db, k, fingerprint);
+      if (a.restore && a.restore->epochs_done >= cfg.train.epochs)
+        a.restore.reset();  // that run is over: every stage starts a new one
       if (k == 0) {
         a.train_set = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
           cfg.data.dir, learning::split::train, cfg.data.train_samples));
@@ -312,8 +314,6 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
         // are large.
         a.test_batch = 250;
         a.epochs = cfg.train.epochs;
-        if (a.restore && a.restore->epochs_done >= a.epochs)
-          a.restore.reset();  // that run is over: a new one
         a.run = a.restore ? a.restore->run : new_run_name(cfg.id);
       }
       spdlog::info("node {}: stage {} holds layers {}..{} of {} ({})", node_name, k, first + 1,
