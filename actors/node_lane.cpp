@@ -9,6 +9,29 @@ namespace eg::actors::node_detail {
 
 namespace {
 
+/// A frame decoded once, checked against the cluster id, holding weights;
+/// with `owners` (name -> node), its sender must be one of them placed on
+/// node `from` (`what` and `owner` name both in the refusal). Throws
+/// codec_error.
+held_weights decode_frame(const std::string& from, const std::string& cluster,
+                          const messages::shared_buffer& message,
+                          const std::map<std::string, std::string>* owners,
+                          const std::string& what, const char* owner) {
+  if (!message)
+    throw messages::codec_error("empty message");
+  auto env = messages::decode(message->data(), message->size(), cluster);
+  auto* weights = std::get_if<messages::weights>(&env.payload);
+  if (!weights)
+    throw messages::codec_error("a frame that does not hold weights");
+  if (owners) {
+    auto n = owners->find(env.hdr.sender);
+    if (n == owners->end() || n->second != from)
+      throw messages::codec_error(what + " from '" + env.hdr.sender + "', which is no " + owner
+                                  + " of that node");
+  }
+  return held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
+}
+
 /// A frame for a stage hosted here: its activations or gradient, from the
 /// stage below or above it, on the node the cluster file places that stage.
 void deliver_to_stage(const std::string& me, const std::string& from, const std::string& target,
@@ -17,21 +40,12 @@ void deliver_to_stage(const std::string& me, const std::string& from, const std:
   held_weights w;
   stage_message kind = stage_message::unknown;
   try {
-    if (!message)
-      throw messages::codec_error("empty message");
-    auto env = messages::decode(message->data(), message->size(), cluster);
-    auto* weights = std::get_if<messages::weights>(&env.payload);
-    if (!weights)
-      throw messages::codec_error("a frame that does not hold tensors");
-    auto n = stage_node.find(env.hdr.sender);
-    if (n == stage_node.end() || n->second != from)
-      throw messages::codec_error("a message for stage " + target + " from '" + env.hdr.sender
-                                  + "', which is no stage of that node");
-    kind = stage_message_kind(*weights);
+    w = decode_frame(from, cluster, message, &stage_node, "a message for stage " + target,
+                     "stage");
+    kind = stage_message_kind(w.value);
     if (kind == stage_message::unknown)
       throw messages::codec_error("a message for stage " + target
                                   + " that is neither activations nor a gradient");
-    w = held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
   } catch (const messages::codec_error& e) {
     spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
     return;
@@ -138,19 +152,8 @@ void start_lane(node_state& st) {
     }
     held_weights w;
     try {
-      if (!message)
-        throw messages::codec_error("empty message");
-      auto env = messages::decode(message->data(), message->size(), cluster);
-      auto* weights = std::get_if<messages::weights>(&env.payload);
-      if (!weights)
-        throw messages::codec_error("a frame that does not hold weights");
-      if (for_server) {
-        auto n = node_of.find(env.hdr.sender);
-        if (n == node_of.end() || n->second != from)
-          throw messages::codec_error("an update for the parameter server from '"
-                                      + env.hdr.sender + "', which is no platform of that node");
-      }
-      w = held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
+      w = decode_frame(from, cluster, message, for_server ? &node_of : nullptr,
+                       "an update for the parameter server", "platform");
     } catch (const messages::codec_error& e) {
       spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
       return;

@@ -142,7 +142,7 @@ void split_driver::resume() {
   // back is trained once more for it; its loss stays counted once.
   for (auto& [id, b] : outstanding_) {
     batch again = b;
-    again.counted = b.counted || b.finished;
+    again.counted = b.counted;  // set when it finished
     again.finished = again.returned = false;
     again_.push_back(std::move(again));
   }

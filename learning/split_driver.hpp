@@ -15,8 +15,8 @@
 // are ready.
 //
 // Batches can be lost (a stage's node went down; a message dropped on the
-// way): `pause()` stops sending, and `resume()` (or `resend()`, when nothing
-// came back for too long) sends the batches not done again under new ids.
+// way): `pause()` stops sending, and `resume()` (also when nothing came
+// back for too long) sends the batches not done again under new ids.
 // Reports for ids the driver no longer waits for are ignored, and every id
 // is larger than all before it, so `first_live_id()` tells the stages which
 // batches they may forget.
@@ -74,10 +74,9 @@ public:
 
   /// Stops sending; what is in the pipeline may be lost.
   void pause();
-  /// Sends again (under new ids) every batch not done, then goes on.
+  /// Sends again (under new ids) every batch not done, then goes on; also
+  /// without a pause, when the batches not done are taken as lost.
   void resume();
-  /// resume() without a pause: the batches not done are taken as lost.
-  void resend() { resume(); }
 
   /// An epoch whose evaluation just ended (once each).
   std::optional<split_epoch> take_epoch();
