@@ -284,6 +284,7 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
   o.synthetic.hidden = cfg.split.sg_hidden;
   o.synthetic.lr = cfg.split.sg_lr;
   o.synthetic.conditioned = cfg.split.sg_conditioned;
+  o.synthetic.conv_layers = cfg.split.sg_conv_layers;
   const auto fingerprint = config::run_fingerprint(cfg);
   std::vector<stage_args> out;
   int64_t first = 0;

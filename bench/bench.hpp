@@ -135,6 +135,7 @@ struct split_options {
   double momentum = 0.9;
   int64_t in_flight = 4;  ///< synthetic mode: batches in the pipeline at once
   int64_t sg_hidden = 0;  ///< synthetic-gradient modules' hidden width (0: their default)
+  int64_t sg_conv_layers = 0;  ///< after convolutions: 0 an MLP, 2 or 3 5x5 convolutions
   int repeat = 1;         ///< seeds seed .. seed + repeat - 1
   uint64_t seed = 1;
   double target = 0.85;   ///< time to this test accuracy

@@ -99,6 +99,10 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--sg-hidden", st->split_opt.sg_hidden,
                     "split: hidden width of the synthetic-gradient modules (default: theirs, 256)")
     ->check(CLI::Range(1, 4096));
+  bench->add_option("--sg-conv-layers", st->split_opt.sg_conv_layers,
+                    "split: modules after convolutions: 0 an MLP (default), 2 or 3 5x5 "
+                    "same-padded convolutions")
+    ->check(CLI::IsMember({0, 2, 3}));
   bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
   bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
   bench->add_option("--unequal2", st->split_opt.unequal2,

@@ -66,6 +66,7 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   o.max_in_flight = std::max<int64_t>(s.in_flight, 1) + 2;
   if (s.sg_hidden > 0)
     o.synthetic.hidden = s.sg_hidden;
+  o.synthetic.conv_layers = s.sg_conv_layers;
   auto trainers = learning::make_pipeline(s.model, su.cuts, seed, o);
   std::vector<actors::stage_actor> stages;
   for (size_t k = 0; k < trainers.size(); ++k) {
@@ -130,13 +131,18 @@ int split(const options& opt, const split_options& s) {
     sg.hidden = s.sg_hidden;
   std::printf("bench split: %s on Fashion-MNIST (%lld training, %lld test images), %u epochs, "
               "batch %lld, SGD lr %g momentum %g, %lld batches in flight (synthetic), "
-              "synthetic-gradient modules %s with %lld hidden units, %d seed(s); one thread per "
+              "synthetic-gradient modules %s with %lld hidden units%s, %d seed(s); one thread per "
               "stage, stages as actors in one process, slower stages emulated\n",
               s.model.c_str(), static_cast<long long>(train->size()),
               static_cast<long long>(test->size()), s.epochs, static_cast<long long>(s.batch),
               s.lr, s.momentum, static_cast<long long>(s.in_flight),
               sg.conditioned ? "conditioned on the label (cDNI)" : "unconditioned",
-              static_cast<long long>(sg.hidden), s.repeat);
+              static_cast<long long>(sg.hidden),
+              s.sg_conv_layers > 0
+                ? (" (after convolutions: " + std::to_string(s.sg_conv_layers) +
+                   " 5x5 convolutions)").c_str()
+                : "",
+              s.repeat);
   std::printf("cuts after layers: 2 stages %s, 3 stages %s (layers: ",
               join(std::vector<double>(s.cuts2.begin(), s.cuts2.end())).c_str(),
               join(std::vector<double>(s.cuts3.begin(), s.cuts3.end())).c_str());

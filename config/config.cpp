@@ -13,7 +13,8 @@
 //               commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
-//   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, resend_after
+//   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
+//               resend_after
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port, cpu_limit,
@@ -119,6 +120,9 @@ const int_rule positive_int{1, INT64_MAX, "a positive integer"};
 const int_rule positive_u32{1, UINT32_MAX, "a positive integer"};
 const int_rule positive_int32{1, INT_MAX, "a positive integer"};
 const int_rule port_number{0, 65535, "an integer in [0, 65535]"};
+// 1 is in range but refused in validate(): one convolution cannot have a
+// hidden layer.
+const int_rule sg_conv_layers{0, 3, "0 (an MLP), 2 or 3"};
 const real_rule positive{[](double x) { return std::isfinite(x) && x > 0; }, "a positive number"};
 const real_rule non_negative{[](double x) { return std::isfinite(x) && x >= 0; },
                              "a non-negative number"};
@@ -201,6 +205,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("split.sg_hidden", c.split.sg_hidden, positive_int);
   visit("split.sg_lr", c.split.sg_lr, positive);
   visit("split.sg_conditioned", c.split.sg_conditioned, any_bool);
+  visit("split.sg_conv_layers", c.split.sg_conv_layers, sg_conv_layers);
   visit("split.resend_after", c.split.resend_after, positive);
   visit("storage.dir", c.storage_dir, non_empty);
   visit("output.dir", c.output_dir, non_empty);
@@ -734,6 +739,8 @@ void validate(const cluster_config& cfg) {
     throw config_error("stages: split.mode = " + show(cfg.split.mode) +
                        " needs the model's stages, first to last: [[stages]] with node and "
                        "layers");
+  if (cfg.split.sg_conv_layers == 1)
+    throw config_error("split.sg_conv_layers must be 0 (an MLP), 2 or 3, not 1");
   if (!cfg.split.enabled() && !cfg.stages.empty())
     throw config_error("stages: [[stages]] are given but split.mode is \"off\"; set "
                        "split.mode = \"backprop\" or \"synthetic\" to split the model");
@@ -880,7 +887,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {
     text << "|split|" << cfg.split.mode << '|' << cfg.split.model << '|' << cfg.split.in_flight
-         << '|' << cfg.split.sg_hidden << '|' << cfg.split.sg_lr << '|' << cfg.split.sg_conditioned;
+         << '|' << cfg.split.sg_hidden << '|' << cfg.split.sg_lr << '|' << cfg.split.sg_conditioned
+         << '|' << cfg.split.sg_conv_layers;
     for (auto& st : cfg.stages)
       text << '|' << st.node << '=' << st.layers;
   }

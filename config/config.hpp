@@ -263,6 +263,9 @@ struct split_config {
   int64_t sg_hidden = 64;       ///< hidden units of the synthetic-gradient modules
   double sg_lr = 3e-4;          ///< their Adam learning rate
   bool sg_conditioned = true;   ///< cDNI: the modules see the labels
+  /// Modules for convolutional activations: 0, an MLP on the flattened
+  /// activation; 2 or 3, that many 5x5 same-padded convolutions (DNI's).
+  int64_t sg_conv_layers = 0;
   /// Batches not done after this many seconds without progress (a message
   /// lost on the way) are sent again.
   double resend_after = 30;

@@ -112,9 +112,29 @@ std::vector<std::string> worker_lines(const in::snapshot& s) {
   return out;
 }
 
+/// A split run: one row per stage; no predictions, ratios or gossip, the
+/// bytes are the activations and labels a stage sent up.
+std::vector<std::string> stage_lines(const in::snapshot& s) {
+  std::vector<std::string> out;
+  out.push_back(fmt::format("{:<10} {:<8} {:<10} {:>5} {:>7} {:>8} {:>10} {:>12}", "STAGE",
+                            "NODE", "STATE", "EPOCH", "LOSS", "TEST ACC", "SENT UP",
+                            "CHECKPOINT"));
+  for (auto& p : s.platforms) {
+    const auto c = cells_of(p, s.cluster.epochs);
+    out.push_back(fmt::format("{:<10} {:<8} {:<10} {:>5} {:>7} {:>8} {:>10} {:>12}", p.name,
+                              p.node, c.state, c.epoch,
+                              p.checkpoint_epochs >= 0 ? c.loss : "-",  // only reported epochs
+                              c.accuracy,
+                              p.bytes_out > 0 ? human_bytes(p.bytes_out) : "-", c.checkpoint));
+  }
+  return out;
+}
+
 std::vector<std::string> platform_lines(const in::snapshot& s) {
   if (!s.cluster.server.empty())
     return worker_lines(s);
+  if (in::is_split(s.cluster))
+    return stage_lines(s);
   std::vector<std::string> out;
   out.push_back(fmt::format("{:<10} {:<8} {:<10} {:>5} {:>5} {:>7} {:>9} {:>5} {:>7} {:>8} "
                             "{:>10} {:>10} {:>7} {:>12}",
@@ -136,7 +156,7 @@ std::vector<std::string> platform_lines(const in::snapshot& s) {
 std::vector<std::string> node_lines(const in::snapshot& s) {
   std::vector<std::string> out;
   out.push_back(fmt::format("{:<10} {:<22} {:<8} {:<9} {}", "NODE", "ADDRESS", "STATE",
-                            "BALANCER", "PLATFORMS"));
+                            "BALANCER", in::is_split(s.cluster) ? "STAGES" : "PLATFORMS"));
   for (auto& n : s.nodes) {
     std::string ps;
     for (auto& p : n.platforms)
@@ -153,12 +173,15 @@ std::vector<std::string> node_lines(const in::snapshot& s) {
 }
 
 std::vector<std::string> topology_lines(const in::snapshot& s) {
+  if (in::is_split(s.cluster))
+    return {"no gossip: the stages send activations up and gradients down on the weights lane"};
   std::vector<std::string> out;
   out.push_back("gossip received over the completed epochs (sender -> receiver)");
   if (!s.cluster.server.empty()) {
     out.push_back("(none: the workers commit to the parameter server)");
     return out;
   }
+
   out.push_back(fmt::format("{:<10}    {:<10} {:>9} {:>11}", "FROM", "TO", "MESSAGES", "BYTES"));
   for (auto& l : s.topology)
     out.push_back(

@@ -547,6 +547,10 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   other = c;
   other.stages[0].layers = 3;
   BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
+  other = c;
+  other.split.sg_conv_layers = 2;
+  BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
+  BOOST_TEST(parse(to_toml(other), "written.toml").split.sg_conv_layers == 2);
 
   auto e = error_of([&] {
     auto d = c;
@@ -577,6 +581,14 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   BOOST_TEST(contains(e, "split.mode must be 'off', 'backprop' or 'synthetic'"), e);
   e = error_of([] { parse("[split]\nsg_conditioned = 1\n", "x.toml"); });
   BOOST_TEST(contains(e, "split.sg_conditioned must be true or false"), e);
+  e = error_of([] {
+    auto d = default_config();
+    d.split.sg_conv_layers = 1;
+    validate(d);
+  });
+  BOOST_TEST(contains(e, "split.sg_conv_layers must be 0 (an MLP), 2 or 3, not 1"), e);
+  e = error_of([] { parse("[split]\nsg_conv_layers = 5\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.sg_conv_layers must be at most 3, got 5"), e);
   e = error_of([] { parse("[[stages]]\nnode = \"a\"\nlayers = 0\n", "x.toml"); });
   BOOST_TEST(contains(e, "stages[0].layers must be a positive integer"), e);
   e = error_of([] { parse("[[stages]]\nnode = \"a\"\ncores = 2\n", "x.toml"); });

@@ -9,6 +9,8 @@
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
 
+#include "tensor_testing.hpp"
+
 #include <boost/test/unit_test.hpp>
 #include <torch/torch.h>
 #include <zlib.h>
@@ -30,19 +32,8 @@ namespace {
 
 const std::string data_dir = "/usr/share/datasets/fashion-mnist";
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "eg-learning-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using temp_dir = eg::test::scratch_dir;
+using eg::test::all_equal;
 
 std::string idx_header(uint32_t magic, std::vector<uint32_t> dims) {
   std::string out;
@@ -118,15 +109,6 @@ std::vector<double> class_fractions(const std::vector<int64_t>& shard,
   for (auto& x : f)
     x /= static_cast<double>(shard.size());
   return f;
-}
-
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size())
-    return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!torch::equal(a[i], b[i]))
-      return false;
-  return true;
 }
 
 std::vector<torch::Tensor> snapshot(torch::nn::Module& m) {

@@ -10,6 +10,8 @@
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
 
+#include "tensor_testing.hpp"
+
 #include <boost/test/unit_test.hpp>
 #include <torch/cuda.h>
 #include <torch/script.h>
@@ -32,30 +34,10 @@ namespace {
 
 const std::string data_dir = "/usr/share/datasets/fashion-mnist";
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "eg-models-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using temp_dir = eg::test::scratch_dir;
+using eg::test::all_equal;
 
 const std::vector<std::string> zoo{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2"};
-
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size())
-    return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!torch::equal(a[i], b[i]))
-      return false;
-  return true;
-}
 
 /// The first `n` test images and labels (normalised, as training sees them).
 std::shared_ptr<const dataset> test_images(int64_t n) {

@@ -6,6 +6,8 @@
 #include "learning/split_driver.hpp"
 #include "learning/trainer.hpp"
 
+#include "tensor_testing.hpp"
+
 #include <boost/test/unit_test.hpp>
 #include <torch/torch.h>
 
@@ -43,14 +45,7 @@ std::vector<torch::Tensor> snapshot(const std::vector<torch::Tensor>& params) {
   return out;
 }
 
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size())
-    return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!torch::equal(a[i], b[i]))
-      return false;
-  return true;
-}
+using eg::test::all_equal;
 
 std::vector<torch::Tensor> pipeline_parameters(
     const std::vector<std::shared_ptr<stage_trainer>>& stages) {

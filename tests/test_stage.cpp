@@ -212,7 +212,8 @@ namespace {
 /// Two nodes of a split LeNet-5 (stage 0: conv1, conv2 on a; stage 1: the
 /// fully connected layers on b, ten times slower, so that an epoch lasts a
 /// second or two) on free local ports.
-std::string split_cluster(const test::temp_dir& dir, const std::string& mode, uint32_t epochs) {
+std::string split_cluster(const test::temp_dir& dir, const std::string& mode, uint32_t epochs,
+                          uint16_t* port_a = nullptr) {
   std::ostringstream toml;
   toml << "[cluster]\nid = \"split-test\"\nseed = 3\n"
        << "[data]\ntrain_samples = 3000\ntest_samples = 500\n"
@@ -221,8 +222,12 @@ std::string split_cluster(const test::temp_dir& dir, const std::string& mode, ui
        << "resend_after = 5.0\n"
        << "[storage]\ndir = \"" << dir / "data" << "\"\n"
        << "[output]\ndir = \"" << dir / "runs" << "\"\n";
-  for (auto node : {"a", "b"})
-    toml << "[[nodes]]\nname = \"" << node << "\"\nport = " << test::free_port() << "\n";
+  for (std::string node : {"a", "b"}) {
+    const auto port = test::free_port();
+    if (node == "a" && port_a)
+      *port_a = port;
+    toml << "[[nodes]]\nname = \"" << node << "\"\nport = " << port << "\n";
+  }
   toml << "[[stages]]\nnode = \"a\"\nlayers = 2\n"
        << "[[stages]]\nnode = \"b\"\nlayers = 3\nslowdown = 10.0\n";
   auto path = dir / "split.toml";
@@ -241,7 +246,8 @@ std::unique_ptr<test::process> start(const test::temp_dir& dir, const std::strin
 BOOST_AUTO_TEST_CASE(stages_on_two_node_processes_pause_for_a_lost_node_and_resume) {
   test::temp_dir dir;
   const uint32_t epochs = 6;
-  auto cfg = split_cluster(dir, "synthetic", epochs);
+  uint16_t port_a = 0;
+  auto cfg = split_cluster(dir, "synthetic", epochs, &port_a);
   auto a = start(dir, cfg, "a", "a.log");
   auto b = start(dir, cfg, "b", "b.log");
   // Kill -9 node b in its third epoch: its checkpoints after the first (and
@@ -257,6 +263,21 @@ BOOST_AUTO_TEST_CASE(stages_on_two_node_processes_pause_for_a_lost_node_and_resu
   std::this_thread::sleep_for(std::chrono::seconds(3));
   BOOST_TEST(a->output().find("epoch 4 done") == std::string::npos);
   BOOST_TEST(a->running());
+  // What a user reads on the console: the stages, the paused run, b's stage down.
+  {
+    auto [code, view] = test::run_binary(
+      {"console", "127.0.0.1:" + std::to_string(port_a), "--once"}, dir / "console.log",
+      std::chrono::seconds(60));
+    BOOST_TEST_INFO(view);
+    BOOST_TEST(code == 0);
+    BOOST_TEST(view.find("split lenet5 (synthetic, 2 stages)") != std::string::npos);
+    BOOST_TEST(view.find("state paused") != std::string::npos);
+    BOOST_TEST(std::regex_search(view, std::regex("STAGE +NODE +STATE .*SENT UP")));
+    BOOST_TEST(std::regex_search(view, std::regex("@stage0 +a +up")));
+    BOOST_TEST(std::regex_search(view, std::regex("@stage1 +b +down")));
+    BOOST_TEST(view.find("GOSSIP") == std::string::npos);
+    BOOST_TEST(view.find("no gossip: the stages send activations up") != std::string::npos);
+  }
 
   auto b2 = start(dir, cfg, "b", "b2.log");
   BOOST_REQUIRE_MESSAGE(b2->wait_for_output("resumed from its checkpoint after epoch",
