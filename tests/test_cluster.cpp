@@ -111,10 +111,11 @@ BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
 
 BOOST_AUTO_TEST_CASE(gossip_goes_through_the_middleman_when_configured) {
   temp_dir dir;
-  // 160 iterations: every platform sends about 48 messages, so each one
-  // hears from both others even when the last pair of nodes peers late (80
-  // were once not enough on a busy machine).
-  auto config = three_node_config(dir, 1, 160, "middleman");
+  // Two epochs: training starts once every platform has joined the
+  // balancer, which can be before the last pair of nodes has peered (b and c
+  // once peered 0.75 s into a 0.9 s epoch); the second epoch is all peered,
+  // and each platform sends about 9 messages to each other one in it.
+  auto config = three_node_config(dir, 2, 0, "middleman");
   auto logs = run_three_nodes(dir, config);
   BOOST_TEST_CONTEXT("node a:\n" << logs[0] << "\nnode b:\n" << logs[1] << "\nnode c:\n" << logs[2]) {
     check_everyone_heard_everyone(only_run_dir(dir / "runs"));
