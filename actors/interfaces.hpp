@@ -237,6 +237,10 @@ using node_actor = caf::typed_actor<
   // From a local platform or the balancer: it finished the run (its role,
   // the platform's name (empty for the balancer), run name).
   caf::reacts_to<done_atom, messages::role, std::string, std::string>,
+  // From a peer node that just peered with this one: the run this node saw
+  // end ("" while it goes on, and to strangers). A node that saw the run end
+  // also sends it (role node, its name, the run) to each node peering later.
+  caf::replies_to<done_atom>::with<std::string>,
   // From a local platform: its epoch report, for the node's metrics file.
   caf::reacts_to<report_atom, epoch_report>,
   // From the launcher: answers with the run name once every local platform

@@ -171,6 +171,7 @@ void start_balancer(self_ptr self, bool continuing) {
       spdlog::warn("[{}] run {} is over (its balancer finished it); ending the node",
                    st.args.name, saved->run);
       st.run = saved->run;
+      st.ended = saved->run;
       self->send(self, over_atom::value);
       return;
     }
@@ -238,6 +239,22 @@ void confirm_election(self_ptr self) {
           conclude();
         },
         [conclude](caf::error&) { conclude(); });
+}
+
+void heard_run_over(self_ptr self, const std::string& peer, const std::string& run) {
+  auto& st = self->state;
+  if (run.empty() || st.finished || st.over_armed || !st.ended.empty())
+    return;
+  if (!st.run.empty() && st.run != run)
+    return;  // another run than this node's
+  spdlog::warn("[{}] node {} saw run {} end while this node was down or cut off: ending the "
+               "node once its own work is saved (at most {} s)",
+               st.args.name, peer, run,
+               std::chrono::duration_cast<std::chrono::seconds>(defaults::over_grace).count());
+  st.run = run;
+  st.ended = run;
+  st.over_armed = true;
+  self->delayed_send(self, defaults::over_grace, over_atom::value);
 }
 
 void finish(self_ptr self) {
@@ -381,7 +398,13 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       auto& st = self->state;
       if (!from_cluster(self))
         return;
+      if (who == messages::role::node) {
+        // A peer that saw the run end while this node was away.
+        heard_run_over(self, name, run);
+        return;
+      }
       st.run = run;
+      st.ended = run;  // a platform is done, or the balancer or first stage ended the run
       if (who == messages::role::stage) {
         // The first stage ended the split run: every node is told (by the
         // first stage's node), then ends.
@@ -404,6 +427,11 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
         st.over_armed = true;
         self->delayed_send(self, defaults::over_grace, over_atom::value);
       }
+    },
+    [self](done_atom) -> std::string {
+      if (!from_cluster(self))
+        return {};
+      return self->state.ended;
     },
     [self](report_atom, const epoch_report& r) {
       auto& st = self->state;
@@ -466,8 +494,11 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       for (auto& p : st.platforms)
         if (!st.done.count(p.name))
           missing += " " + p.name;
-      spdlog::warn("[{}] the run is over but{} did not finish; ending the node", st.args.name,
-                   missing);
+      if (!missing.empty())
+        spdlog::warn("[{}] the run is over but{} did not finish; ending the node", st.args.name,
+                     missing);
+      else
+        spdlog::warn("[{}] the run is over; ending the node", st.args.name);
       finish(self);
     },
     [self](release_atom) {
@@ -499,8 +530,8 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     },
     [self](elect_atom) {
       auto& st = self->state;
-      if (st.finished || st.stopping || st.balancer || !st.directory.balancer_home().empty()
-          || st.split())
+      if (st.finished || st.stopping || !st.ended.empty() || st.balancer
+          || !st.directory.balancer_home().empty() || st.split())
         return;
       switch (st.succession.when_none(st.args.name, !st.dialling.empty(), st.lost)) {
         case succession::verdict::retry:  // still finding out who is there
@@ -515,7 +546,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     },
     [self](serve_atom) {
       auto& st = self->state;
-      if (st.finished || st.stopping || st.server || !st.args.server
+      if (st.finished || st.stopping || !st.ended.empty() || st.server || !st.args.server
           || !st.directory.of_role(messages::role::parameter_server).empty())
         return;
       switch (st.server_succession.when_none(st.args.name, !st.dialling.empty(), st.lost)) {

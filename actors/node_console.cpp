@@ -18,7 +18,7 @@ inspection::snapshot local_view(const node_state& st) {
   auto& h = s.cluster;
   layout.fill(h);
   h.run = st.run;
-  h.state = st.finished ? "finished" : "unknown";
+  h.state = st.finished || !st.ended.empty() ? "finished" : "unknown";
   const bool split = inspection::is_split(h);
   h.balancer_reachable = false;
   h.via = st.args.name;

@@ -103,6 +103,15 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
     st.lost.erase(h->node);
     spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
                  handles.size());
+    // Whether the run ended while one of us was away: asked of the peer and
+    // told to it (whichever of the two ends of a handshake takes the other
+    // in first cannot hear from it yet).
+    if (!st.ended.empty())
+      self->send(remote, done_atom::value, messages::role::node, st.args.name, st.ended);
+    else
+      self->request(remote, defaults::handshake_timeout, done_atom::value)
+        .then([self, peer = h->node](const std::string& run) { heard_run_over(self, peer, run); },
+              [](caf::error&) {});
   }
   resolve_balancers(self);
   resolve_servers(self);

@@ -67,9 +67,13 @@ struct node_state {
   bool finished = false;
   bool released = false;  // the launcher may end the process
   bool stopping = false;
-  bool over_armed = false;
+  bool over_armed = false;  // the run is known to be over: over_atom is on its way
+  /// The run this node saw end ("" while it goes on): told to nodes that
+  /// peer with this one later, so that a node that was down or cut off when
+  /// the run ended ends as well instead of waiting for peers that are gone.
+  std::string ended;
   /// Why the last election here was put off ("" if it was not).
-  std::string deferred_election;  // the run is known to be over: over_atom is on its way
+  std::string deferred_election;
   std::vector<messages::epoch_report> reports;
   std::vector<caf::response_promise> waiting;
   /// The weights lane (none in a single-node cluster, with
@@ -169,6 +173,10 @@ void start_server(self_ptr self, bool continuing);
 void resolve_servers(self_ptr self);
 /// Ends the node's run: metrics file, lane stats, store flush, release.
 void finish(self_ptr self);
+/// Peer node `peer` saw run `run` end ("": it goes on): unless this node is
+/// on another run or already ending, it ends once its platforms are done or
+/// defaults::over_grace has passed.
+void heard_run_over(self_ptr self, const std::string& peer, const std::string& run);
 
 // node_peering.cpp
 /// Dials the peer node of that name (retried until it answers).

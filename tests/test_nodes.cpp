@@ -439,6 +439,41 @@ BOOST_FIXTURE_TEST_CASE(a_node_that_comes_back_is_peered_with_again, fixture) {
   BOOST_TEST(snapshot_via("b").cluster.balancer_reachable);
 }
 
+// a's process dies; while it is down, the balancer on b ends the run. a,
+// started again, dials b: b took a in first and could not yet tell it, so a
+// asks, hears the run is over, starts no balancer of its own, and ends once
+// the grace period passed instead of waiting for a run that is gone.
+BOOST_FIXTURE_TEST_CASE(a_node_back_after_the_run_ended_hears_it_and_ends, fixture) {
+  auto cfg = cluster("over", {{"a", {"pa"}}, {"b", {}}, {"c", {"pc"}}}, "b");
+  start(cfg, "a", false);
+  start(cfg, "b", true);
+  wire(cfg, "a", "b");
+  net.run();
+  BOOST_REQUIRE(log.has("[a] peered with node b"));
+  crash("a");
+  net.advance(2s);
+  end("a");
+  {
+    caf::scoped_actor balancer{nodes.at("b").process->sys};  // as b's balancer says it
+    balancer->send(nodes.at("b").node, done_atom::value, messages::role::balancer,
+                   std::string{}, std::string{"over-run"});
+  }
+  net.run();
+  BOOST_REQUIRE(!log.has("saw run"));
+
+  start(cfg, "a", false);
+  wire(cfg, "a", "b");
+  net.advance(1s);
+  BOOST_REQUIRE_EQUAL(log.count("[a] peered with node b"), 2u);
+  BOOST_TEST(log.has("[a] node b saw run over-run end while this node was down or cut off"));
+  BOOST_TEST(!log.has("[b] node a saw run"));  // b was not down: nothing to hear
+  net.advance(10s);  // past the first election
+  BOOST_TEST(!log.has("[a] no balancer in the cluster"));
+  BOOST_TEST(!log.has("[a] the run is over"));
+  net.advance(25s);  // past the grace period
+  BOOST_TEST(log.has("[a] the run is over but pa did not finish; ending the node"));
+}
+
 // Three nodes, the balancer on a. a's process dies: b, next in the
 // succession, starts a balancer once the succession delay passed; c waits
 // for b's, which it learns from b's new hello and forwards the console to.
