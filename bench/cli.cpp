@@ -46,7 +46,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "real CPU limits and stress-ng); default static")
     ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners"}));
   auto* repeat = bench->add_option("--repeat", st->tta_opt.repeat,
-                    "tta, traffic: seeds 1..N (from cluster.seed), median (and range) of every figure")
+                    "tta, traffic, split: seeds 1..N (tta, traffic: from cluster.seed), median (and range) of every figure")
     ->check(CLI::Range(1, 100));
   bench->add_option("--targets", st->tta_opt.targets,
                     "tta: target test accuracies; the highest is the headline (default: the "

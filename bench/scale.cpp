@@ -9,6 +9,7 @@
 // child process (this binary, a hidden option), so its memory is its own.
 
 #include "bench/bench.hpp"
+#include "bench/common.hpp"
 
 #include "actors/runtime.hpp"
 #include "config/config.hpp"
@@ -283,18 +284,6 @@ child_run run_child(const std::vector<std::string>& args, bool with_children) {
   }
   r.seconds = seconds_since(start);
   return r;
-}
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 } // namespace

@@ -269,18 +269,6 @@ config::cluster_config eight_platforms(const options& opt) {
   return cfg;
 }
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 /// The same platforms, one node process each, on 127.0.0.1.
 config::cluster_config as_node_processes(config::cluster_config cfg) {
   auto platforms = cfg.platforms();

@@ -152,6 +152,7 @@ node_actor::behavior_type fake_node(node_actor::pointer, rec_ptr rec) {
       if (who == messages::role::platform)
         rec->node_done.emplace_back(name, run);
     },
+    [](done_atom) { return std::string{}; },
     [rec](report_atom, const epoch_report& r) { rec->node_reports.push_back(r); },
     [](wait_atom) { return std::string{"run"}; },
     [](control_atom, const control&) {},
