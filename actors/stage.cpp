@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <filesystem>
 #include <sstream>
 
@@ -116,6 +117,11 @@ struct stage_state {
   static constexpr size_t max_waiting = 64;
   std::deque<work> queue;
   bool working = false;  // a work message is on its way (or idling)
+  // An emulated slower machine (slowdown > 1) has its results ready only
+  // after slowdown x the compute time: what a message's work sends waits
+  // here until the stage's idle time after it has passed.
+  bool holding = false;
+  std::vector<std::function<void()>> outbox;
   // Statistics.
   std::optional<clock::time_point> started;
   std::optional<clock::time_point> idle_since;
@@ -198,6 +204,12 @@ void hold(std::deque<T>& q, T x) {
 void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor& output,
              const torch::Tensor& labels) {
   auto& st = self->state;
+  if (st.holding) {
+    st.outbox.push_back([self, kind, batch, output, labels] {
+      send_up(self, kind, batch, output, labels);
+    });
+    return;
+  }
   auto m = tensor_message(batch, {input_name(kind), labels_name(kind)}, {output, labels});
   if (!st.above) {
     hold(st.waiting_up, {kind, std::move(m)});
@@ -212,6 +224,10 @@ void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient) {
   auto& st = self->state;
   if (st.is_first() || !gradient.defined())
     return;
+  if (st.holding) {
+    st.outbox.push_back([self, batch, gradient] { send_down(self, batch, gradient); });
+    return;
+  }
   auto m = tensor_message(batch, {"gradient"}, {gradient});
   if (!st.below) {
     hold(st.waiting_down, {work_kind::backward, std::move(m)});
@@ -224,6 +240,12 @@ void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient) {
 void report(self_ptr self, uint64_t batch, bool test, double loss_sum, int64_t correct,
             int64_t samples) {
   auto& st = self->state;
+  if (st.holding) {
+    st.outbox.push_back([self, batch, test, loss_sum, correct, samples] {
+      report(self, batch, test, loss_sum, correct, samples);
+    });
+    return;
+  }
   if (st.is_first())
     self->send(self, finished_atom::value, batch, test, loss_sum, correct, samples);
   else if (st.first)
@@ -569,6 +591,11 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     [self](checkpoint_atom, const std::string& run, uint32_t epochs) { save(self, run, epochs); },
     [self, refuse](work_atom) {
       auto& st = self->state;
+      // The results of the last message, held for an emulated slowdown.
+      auto ready = std::move(st.outbox);
+      st.outbox.clear();
+      for (auto& send : ready)
+        send();
       if (st.queue.empty()) {
         st.working = false;
         st.idle_since = clock::now();
@@ -580,11 +607,13 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
       const char* what = w.kind == work_kind::forward    ? "forward"
                          : w.kind == work_kind::backward ? "backward"
                                                          : "evaluation";
+      st.holding = st.args.slowdown > 1.0;
       try {
         serve(self, std::move(w));
       } catch (const std::exception& e) {
         refuse(what, e);
       }
+      st.holding = false;
       const double compute = seconds(clock::now() - t0);
       const double idle = compute * std::max(st.args.slowdown - 1.0, 0.0);
       st.stats.busy_seconds += compute + idle;
