@@ -1,16 +1,11 @@
 #include "bench/common.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fcntl.h>
 #include <fstream>
 #include <limits>
-#include <random>
 #include <stdexcept>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,23 +88,6 @@ std::string fixed(double v, int digits) {
   char b[40];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
   return b;
-}
-
-uint16_t free_port() {
-  static std::mt19937 pick{std::random_device{}()};
-  std::uniform_int_distribution<int> port(20000, 32767);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port(pick)));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    if (free)
-      return ntohs(addr.sin_port);
-  }
-  throw std::runtime_error("no free port in 20000..32767 on 127.0.0.1");
 }
 
 } // namespace eg::bench

@@ -4,7 +4,6 @@
 #include "config/config.hpp"
 
 #include <cstddef>
-#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,12 +15,6 @@ namespace eg::bench {
 /// exited. Throws naming `who` (e.g. "bench tta") when one failed.
 void run_processes(const config::cluster_config& cfg, const std::filesystem::path& dir,
                    const std::string& who);
-
-/// A TCP port on 127.0.0.1 that was free a moment ago, for a node of a
-/// cluster file, taken below the kernel's ephemeral range (32768 and up by
-/// default), where another node's weights lane or an outgoing connection
-/// could take it before the node binds it.
-uint16_t free_port();
 
 /// Median and range of the defined values (a value < 0 is "not reached").
 struct spread {

@@ -9,14 +9,11 @@
 // child process (this binary, a hidden option), so its memory is its own.
 
 #include "bench/bench.hpp"
-#include "bench/common.hpp"
+#include "bench/ports.hpp"
 
 #include "actors/runtime.hpp"
 #include "config/config.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

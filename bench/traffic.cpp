@@ -14,13 +14,11 @@
 
 #include "bench/bench.hpp"
 #include "bench/common.hpp"
+#include "bench/ports.hpp"
 
 #include "actors/runtime.hpp"
 #include "config/config.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>

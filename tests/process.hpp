@@ -2,6 +2,8 @@
 // Test helpers: child processes of the edgegossip binary, temporary
 // directories, free ports and CSV files.
 
+#include "bench/ports.hpp"
+
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -47,28 +49,7 @@ struct temp_dir {
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
-/// A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's
-/// ephemeral range (32768 and up by default): a port from that range can be
-/// taken, between the test writing it into a cluster file and the node
-/// binding it, by another node's weights lane (which listens on a port the
-/// kernel picks) or by an outgoing connection; the node dialling it then
-/// reached a lane instead (CAF: malformed_basp_message) for the whole test.
-inline uint16_t free_port() {
-  static std::mt19937 pick{std::random_device{}()};
-  std::uniform_int_distribution<int> port(20000, 32767);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port(pick)));
-    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (free)
-      return ntohs(addr.sin_port);
-  }
-  throw std::runtime_error("free_port: no free port in 20000..32767");
-}
+using eg::bench::free_port;
 
 /// A child process whose stdout + stderr go to a log file.
 struct process {

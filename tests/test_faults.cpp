@@ -123,13 +123,12 @@ BOOST_AUTO_TEST_CASE(a_killed_node_restarts_from_its_last_good_checkpoint) {
     (*value)[value->size() / 2] ^= 0x40;
     db->put(eg::storage::family::checkpoints, key, *value);
   }
-  char damaged[32];
-  std::snprintf(damaged, sizeof damaged, "b0/%010u", newest);
+  const auto damaged = eg::storage::key("b0", newest);  // as the store names it
   // Restarted, it resumes from the previous good one and rejoins.
   faulty["b"] = start_node(dir, faulty_cfg, "b", "faulty-b-again.log");
   auto& b = *faulty["b"];
   BOOST_REQUIRE_MESSAGE(b.wait_for_output("resuming run", std::chrono::seconds(60)), b.output());
-  BOOST_TEST(b.output().find("checkpoint " + std::string(damaged) + ": checksum mismatch") !=
+  BOOST_TEST(b.output().find("checkpoint " + damaged + ": checksum mismatch") !=
                std::string::npos,
              b.output());
   BOOST_TEST(b.output().find("from its checkpoint after epoch " + std::to_string(newest - 1)) !=
