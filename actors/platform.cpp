@@ -42,6 +42,9 @@ struct platform_state {
   std::unique_ptr<learning::topology> topology;
   learning::overlap_gate gate{0};  // push-sum's tau-overlap wait (tau 0: off)
   bool waiting = false;            // a step waits for an in-neighbour's message
+  uint64_t gossip_every = 1;       // local steps per gossip round (push-sum family)
+  /// The gossip round that iteration k (counted from 1) belongs to or ends.
+  uint64_t gossip_round(uint64_t k) const { return k / gossip_every; }
   uint64_t gave_up = 0;            // waits that ran out this epoch
   std::vector<std::string> live;      // peer platforms reachable now (from the mixer)
   std::vector<std::string> names;     // parameter names, wire order
@@ -281,10 +284,10 @@ void begin_epoch(self_ptr self) {
 }
 
 /// The in-neighbours whose message step total_iterations + 1 still waits
-/// for (tau-overlap SGP; none when the wait is off or the topology does not
-/// say who sends).
+/// for (tau-overlap SGP, counted in gossip rounds; none when the wait is
+/// off or the topology does not say who sends).
 std::vector<std::string> awaited(platform_state& st) {
-  auto need = st.gate.needed_iteration(st.total_iterations);
+  auto need = st.gate.needed_iteration(st.gossip_round(st.total_iterations));
   if (!need)
     return {};
   auto sources = st.topology->sources(*need, st.args.platform.name, st.live);
@@ -314,9 +317,12 @@ void queue_step(self_ptr self) {
 /// still on its way (learning/loans.hpp).
 void send_gossip(self_ptr self) {
   auto& st = self->state;
-  // The targets first: with nobody to send to, no weight leaves.
-  auto targets =
-    st.topology->targets(st.total_iterations, st.args.platform.name, st.live, st.rng);
+  // The targets first: with nobody to send to, no weight leaves. Between
+  // two gossip rounds (strategy.gossip_every) nobody: the step is local.
+  std::vector<std::string> targets;
+  if (st.total_iterations % st.gossip_every == 0)
+    targets = st.topology->targets(st.gossip_round(st.total_iterations), st.args.platform.name,
+                                   st.live, st.rng);
   auto orders = st.strategy->after_step(st.params, targets.size(), st.rng);
   for (auto& order : orders) {
     const auto& to = targets.at(order.peer);
@@ -574,8 +580,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     learning::sparse_push_options sparse;
     sparse.density = sc.density;
     sparse.consensus_step = sc.consensus_step;
-    sparse.values = sc.sparse_values == "float32" ? messages::value_type::float32
-                                                  : messages::value_type::float16;
+    sparse.values = sc.sparse_values == "float32"  ? messages::value_type::float32
+                    : sc.sparse_values == "float8" ? messages::value_type::float8
+                                                   : messages::value_type::float16;
     sparse.drift_memory = sc.drift_memory;
     st.strategy = learning::make_strategy(
       gosgd_family ? "gosgd" : config::to_string(sc.name), args.cluster_platforms,
@@ -587,6 +594,9 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
                                         static_cast<size_t>(args.strategy.out_peers));
   st.gate = learning::overlap_gate(
     args.strategy.push_sum() ? static_cast<uint64_t>(args.strategy.overlap) : 0);
+  st.gossip_every =
+    args.strategy.push_sum() ? static_cast<uint64_t>(std::max<int64_t>(args.strategy.gossip_every, 1))
+                             : 1;
   if (args.aggregated) {
     auto labels = args.aggregated->labels.contiguous();
     st.subset_classes.assign(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
@@ -702,7 +712,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     },
     [self](merge_atom, const held_weights& message) {
       auto& st = self->state;
-      st.gate.heard(message.sender, message.value.iteration);
+      st.gate.heard(message.sender, st.gossip_round(message.value.iteration));
       if (st.waiting && st.running && !st.paused && awaited(st).empty())
         queue_step(self);
       try {

@@ -61,7 +61,8 @@ std::function<int()> add_subcommand(CLI::App& app) {
                                    "the same (default 12); scale: epochs of every run (default 5)");
   auto* strategies = bench->add_option("--strategies", st->tta_opt.strategies,
                                        "tta: strategies to compare; traffic: gosgd, sgp, "
-                                       "sparse-push:DENSITY, scsp:DENSITY (default gosgd sgp "
+                                       "sparse-push:DENSITY, scsp:DENSITY, a push-sum one "
+                                       "with /H to gossip every H steps (default gosgd sgp "
                                        "sparse-push:0.01 sparse-push:0.003 sparse-push:0.001 "
                                        "scsp:0.003)");
   bench->add_option("--set", st->tta_opt.overrides,

@@ -202,39 +202,82 @@ crossing cross(const std::vector<point>& curve, double target) {
 
 // --- strategies and the cluster --------------------------------------------------------
 
-/// "gosgd", "sgp", "sparse-push:D", "scsp:D" (or any other strategy.name):
-/// the push-sum family on the exponential graph, D its density.
+/// A strategy of the list: "gosgd", "sgp", "sparse-push:D", "scsp:D" (or
+/// any other strategy.name), D its density; "/H" after a push-sum one
+/// ("sparse-push:0.01/4", "sgp/2") gossips every H steps
+/// (strategy.gossip_every). Plain "sgp" is the baseline.
+struct strategy_spec {
+  std::string name;
+  std::string density;  // as written; "" as configured
+  std::string every;    // as written; "" every step
+};
+
+strategy_spec parse_spec(const std::string& spec) {
+  strategy_spec s;
+  auto slash = spec.find('/');
+  auto head = spec.substr(0, slash);
+  if (slash != std::string::npos)
+    s.every = spec.substr(slash + 1);
+  auto colon = head.find(':');
+  s.name = head.substr(0, colon);
+  if (colon != std::string::npos)
+    s.density = head.substr(colon + 1);
+  return s;
+}
+
+bool push_sum_family(const std::string& name) {
+  return name == "sgp" || name == "sparse-push" || name == "scsp";
+}
+
+/// The push-sum family on the exponential graph.
 void apply_strategy(config::cluster_config& cfg, const std::string& spec) {
-  auto colon = spec.find(':');
-  auto name = spec.substr(0, colon);
-  config::apply_override(cfg, "strategy.name=" + name);
-  if (name == "sgp" || name == "sparse-push" || name == "scsp")
+  auto s = parse_spec(spec);
+  config::apply_override(cfg, "strategy.name=" + s.name);
+  if (push_sum_family(s.name))
     config::apply_override(cfg, "strategy.topology=exponential");
-  if (colon != std::string::npos) {
-    if (name != "sparse-push" && name != "scsp")
+  if (!s.density.empty()) {
+    if (s.name != "sparse-push" && s.name != "scsp")
       throw config::config_error("bench traffic: '" + spec
                                  + "': only sparse-push and scsp take a density (NAME:DENSITY)");
-    config::apply_override(cfg, "strategy.density=" + spec.substr(colon + 1));
+    config::apply_override(cfg, "strategy.density=" + s.density);
+  }
+  if (!s.every.empty()) {
+    if (!push_sum_family(s.name))
+      throw config::config_error("bench traffic: '" + spec
+                                 + "': only sgp, sparse-push and scsp gossip every H steps (/H)");
+    config::apply_override(cfg, "strategy.gossip_every=" + s.every);
   }
 }
 
 /// The density of a "sparse-push:D" / "scsp:D" strategy; without one, that
 /// of the configuration (strategy.density), taken as 1 for comparisons.
 double density_of(const std::string& spec) {
-  auto colon = spec.find(':');
-  return colon == std::string::npos ? 1.0 : std::stod(spec.substr(colon + 1));
+  auto d = parse_spec(spec).density;
+  return d.empty() ? 1.0 : std::stod(d);
 }
 
-std::string family_of(const std::string& spec) { return spec.substr(0, spec.find(':')); }
+/// Steps per gossip round ("/H"; 1 without).
+double every_of(const std::string& spec) {
+  auto h = parse_spec(spec).every;
+  return h.empty() ? 1.0 : std::stod(h);
+}
 
-/// The density as written in the strategy ("as configured" without one).
+/// How much less a strategy sends per step than dense SGP, before coding:
+/// H / D.
+double compression_of(const std::string& spec) { return every_of(spec) / density_of(spec); }
+
+std::string family_of(const std::string& spec) { return parse_spec(spec).name; }
+
+/// The density and period as written ("as configured" without a density).
 std::string density_text(const std::string& spec) {
-  auto colon = spec.find(':');
-  return colon == std::string::npos ? "as configured" : spec.substr(colon + 1);
+  auto s = parse_spec(spec);
+  return (s.density.empty() ? std::string("as configured") : s.density)
+         + (s.every.empty() ? "" : ", gossip every " + s.every + " steps");
 }
 
 std::string slug(std::string s) {
   std::replace(s.begin(), s.end(), ':', '-');
+  std::replace(s.begin(), s.end(), '/', '-');
   return s;
 }
 
@@ -641,8 +684,9 @@ int traffic(const options& opt, const traffic_options& t) {
     std::fflush(stdout);
   }
 
-  // The sparse-push density with the most compression that still reaches
-  // the IID target in every seed (else the densest one, marked).
+  // The sparse-push density (and period) with the most compression that
+  // still reaches the IID target in every seed (else the least compressed
+  // one, marked).
   std::string chosen;
   bool chosen_reached = false;
   for (auto& s : t.strategies) {
@@ -650,8 +694,9 @@ int traffic(const options& opt, const traffic_options& t) {
       continue;
     auto r = figures(settings[0], s);
     bool reached = r.not_reached == 0;
-    if (chosen.empty() || (reached && (!chosen_reached || density_of(s) < density_of(chosen)))
-        || (!reached && !chosen_reached && density_of(s) > density_of(chosen))) {
+    if (chosen.empty()
+        || (reached && (!chosen_reached || compression_of(s) > compression_of(chosen)))
+        || (!reached && !chosen_reached && compression_of(s) < compression_of(chosen))) {
       chosen = s;
       chosen_reached = reached;
     }
@@ -664,7 +709,8 @@ int traffic(const options& opt, const traffic_options& t) {
   std::string plain_at_scsp;
   if (!scsp.empty())
     for (auto& s : t.strategies)
-      if (family_of(s) == "sparse-push" && std::fabs(density_of(s) - density_of(scsp)) < 1e-12)
+      if (family_of(s) == "sparse-push" && std::fabs(density_of(s) - density_of(scsp)) < 1e-12
+          && every_of(s) == every_of(scsp))
         plain_at_scsp = s;
 
   // -- node processes: the bytes that crossed the weights lane ------------------------

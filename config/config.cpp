@@ -9,7 +9,7 @@
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
-//               consensus_step, sparse_values, drift_memory, overlap, server,
+//               consensus_step, sparse_values, drift_memory, overlap, gossip_every, server,
 //               commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
@@ -182,9 +182,11 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
   visit("strategy.density", c.strategy.density, probability);
   visit("strategy.consensus_step", c.strategy.consensus_step, probability);
-  visit("strategy.sparse_values", c.strategy.sparse_values, text_rule{{"float16", "float32"}, false});
+  visit("strategy.sparse_values", c.strategy.sparse_values,
+        text_rule{{"float16", "float32", "float8"}, false});
   visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
   visit("strategy.overlap", c.strategy.overlap, non_negative_int);
+  visit("strategy.gossip_every", c.strategy.gossip_every, positive_int);
   visit("strategy.server", c.strategy.server, any_text);
   visit("strategy.commit_steps", c.strategy.commit_steps, positive_int);
   visit("strategy.staleness", c.strategy.staleness, non_negative_int);
@@ -836,6 +838,10 @@ void validate(const cluster_config& cfg) {
                       [&](const node_config& n) { return n.name == cfg.strategy.server; }))
     throw config_error("strategy.server names no node: " + show(cfg.strategy.server) +
                        " (nodes: " + names_of(cfg.nodes) + ")");
+  if (cfg.strategy.gossip_every != 1 && !cfg.strategy.push_sum())
+    throw config_error("strategy.gossip_every is " + std::to_string(cfg.strategy.gossip_every)
+                       + ", but only the push-sum family (sgp, sparse-push, scsp) gossips in "
+                       "rounds; strategy.name is " + show(to_string(cfg.strategy.name)));
   if (cfg.strategy.parameter_server() && cfg.strategy.check_period > 0
       && cfg.strategy.min_interval > cfg.strategy.check_period)
     throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
@@ -883,6 +889,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << cfg.edgegossip.aggregator << '|'
        << cfg.edgegossip.aggregation_ratio << '|' << to_string(cfg.edgegossip.selection) << '|'
        << to_string(cfg.edgegossip.merge);
+  if (cfg.strategy.gossip_every != 1)  // (absent at 1: older runs keep their fingerprint)
+    text << "|every|" << cfg.strategy.gossip_every;
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {

@@ -166,7 +166,9 @@ struct strategy_config {
   /// Sparse-Push and SCSP: the consensus step gamma (docs/ALGORITHMS.md,
   /// "Sparse-Push"); 1 with density 1 is push-sum on a fixed graph.
   double consensus_step = 1;
-  /// Sparse-Push and SCSP: values on the wire as "float16" or "float32".
+  /// Sparse-Push and SCSP: values on the wire as "float16", "float32" or
+  /// "float8" (E5M2: one byte, 2 mantissa bits; what rounding leaves out
+  /// stays in the edge's residual and goes with a later message).
   std::string sparse_values = "float16";
   /// SCSP: how much of the previous steps the drift estimate keeps (the
   /// decay of the moving average of each platform's own steps).
@@ -176,6 +178,11 @@ struct strategy_config {
   /// k + 1 - tau (at most `defaults::overlap_wait` for a silent one); 0
   /// waits for nobody (fully asynchronous push-sum).
   int64_t overlap = 1;
+  /// Push-sum family: local steps per gossip round. A platform sends after
+  /// every `gossip_every`-th step only (the steps between are local SGD), and
+  /// the topology's schedule and the overlap wait count these rounds. 1:
+  /// after every step, as in SGP.
+  int64_t gossip_every = 1;
   /// Parameter server: the node that hosts it ("": the balancer's node).
   std::string server;
   /// Parameter server: local steps between two commits of bsp, ssp and

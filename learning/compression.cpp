@@ -125,13 +125,42 @@ messages::sparse_part encoded_part::view() const {
 
 namespace {
 
-size_t value_size(messages::value_type t) {
-  return t == messages::value_type::float16 ? 2 : 4;
+size_t value_size(messages::value_type t) { return messages::element_size(t); }
+
+/// float8 (E5M2) bits of x: binary16 (rounded to nearest), then its high
+/// byte rounded to nearest even. A finite x beyond the largest float8
+/// (57344) becomes the largest, so that only a non-number is refused.
+uint8_t to_float8(float x) {
+  const uint16_t h = c10::Half(x).x;
+  const uint16_t sign = h & 0x8000u;
+  if ((h & 0x7C00u) == 0x7C00u) {  // infinity or not a number in binary16
+    if ((h & 0x03FFu) != 0)
+      return static_cast<uint8_t>((h >> 8) | 0x02u);  // stays a NaN
+    if (std::isfinite(x))
+      return static_cast<uint8_t>((sign >> 8) | 0x7Bu);
+    return static_cast<uint8_t>(h >> 8);
+  }
+  uint16_t high = h >> 8;
+  const uint16_t low = h & 0xFFu;
+  if (low > 0x80u || (low == 0x80u && (high & 1u)))
+    ++high;  // a carry moves into the exponent, as rounding should
+  if ((high & 0x7Cu) == 0x7Cu)  // rounded up to infinity
+    high = static_cast<uint16_t>((sign >> 8) | 0x7Bu);
+  return static_cast<uint8_t>(high);
 }
 
-/// The value as a receiver decodes it (float16: rounded to nearest).
+float from_float8(uint8_t b) {
+  return static_cast<float>(c10::Half(static_cast<uint16_t>(b << 8), c10::Half::from_bits()));
+}
+
+/// The value as a receiver decodes it (float16 and float8: rounded to nearest).
 float as_sent(float x, messages::value_type t) {
-  return t == messages::value_type::float16 ? static_cast<float>(c10::Half(x)) : x;
+  switch (t) {
+    case messages::value_type::float16: return static_cast<float>(c10::Half(x));
+    case messages::value_type::float8: return from_float8(to_float8(x));
+    case messages::value_type::float32: break;
+  }
+  return x;
 }
 
 } // namespace
@@ -154,6 +183,9 @@ encoded_part encode(const sparse_entries& e, const flat_layout& layout,
       const uint16_t bits = c10::Half(e.values[i]).x;
       std::memcpy(out + 2 * i, &bits, 2);
     }
+  } else if (type == messages::value_type::float8) {
+    for (size_t i = 0; i < e.values.size(); ++i)
+      p.value_bytes[i] = to_float8(e.values[i]);
   } else if (!e.values.empty()) {
     std::memcpy(p.value_bytes.data(), e.values.data(), p.value_bytes.size());
   }
@@ -185,6 +217,8 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
       uint16_t bits;
       std::memcpy(&bits, part.value_data + 2 * i, 2);
       x = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+    } else if (part.values == messages::value_type::float8) {
+      x = from_float8(part.value_data[i]);
     } else {
       std::memcpy(&x, part.value_data + 4 * i, 4);
     }

@@ -98,7 +98,7 @@ void write_tensor(wire::Tensor::Builder out, const tensor_view& v, capnp::Orphan
 }
 
 constexpr uint16_t last_index_coding = static_cast<uint16_t>(index_coding::fixed_bits);
-constexpr uint16_t last_value_type = static_cast<uint16_t>(value_type::float16);
+constexpr uint16_t last_value_type = static_cast<uint16_t>(value_type::float8);
 
 // The structure of sparse part `i` (what the codec checks on both sides;
 // decode_indices() checks the indices themselves). `coding` and `type` are
@@ -532,6 +532,7 @@ size_t element_size(value_type t) {
   switch (t) {
     case value_type::float32: return 4;
     case value_type::float16: return 2;
+    case value_type::float8: return 1;
   }
   throw codec_error("unknown value type " + std::to_string(static_cast<int>(t)));
 }

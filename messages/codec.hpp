@@ -47,7 +47,9 @@ struct tensor_view {
 };
 
 /// How the values of a sparse part are stored.
-enum class value_type : uint8_t { float32 = 0, float16 = 1 };  // float16: IEEE binary16 bits
+/// float16: IEEE binary16 bits; float8: the high byte of those bits (1
+/// sign, 5 exponent and 2 mantissa bits, "E5M2"), rounded to nearest even.
+enum class value_type : uint8_t { float32 = 0, float16 = 1, float8 = 2 };
 
 /// Size in bytes of one value of `t`.
 size_t element_size(value_type t);

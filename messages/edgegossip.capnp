@@ -30,6 +30,7 @@ enum IndexCoding {
 enum ValueType {
   float32 @0;
   float16 @1;  # IEEE binary16
+  float8 @2;   # the high byte of an IEEE binary16: 1 sign, 5 exponent, 2 mantissa bits (E5M2)
 }
 
 # A sparse vector over the flattened model (all parameters in order):

@@ -91,6 +91,47 @@ BOOST_AUTO_TEST_CASE(sparse_parts_round_trip) {
   BOOST_TEST(p.numel == 13u);
 }
 
+BOOST_AUTO_TEST_CASE(float8_values_round_to_two_mantissa_bits) {
+  auto l = layout();
+  // Exact in E5M2; halfway cases to even (1.125 -> 1, 1.375 -> 1.5); within
+  // 1/8 of the value; beyond the largest (57344) clamped to it; below half
+  // the smallest (2^-16) zero.
+  sparse_entries e{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+                   {1.5f, -0.25f, 1.125f, 1.375f, 0.3f, -7.1e-3f, 57344.0f, 1e6f, -1e6f, 1e-7f,
+                    3e-5f, -65504.0f}};
+  auto p = encode(e, l, msg::value_type::float8);
+  BOOST_TEST(p.value_bytes.size() == e.values.size());  // one byte a value
+  auto got = through_the_wire(p, l);
+  BOOST_TEST((got.indices == e.indices));
+  const std::vector<float> expected{1.5f, -0.25f, 1.0f, 1.5f, 0.3125f, -0.0068359375f, 57344.0f,
+                                    57344.0f, -57344.0f, 0.0f, 3.0517578125e-05f, -57344.0f};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    BOOST_TEST(got.values[i] == expected[i], "value " << i << ": " << got.values[i]);
+    if (std::abs(e.values[i]) < 57344.0f && std::abs(e.values[i]) > 6.1e-5f)
+      BOOST_TEST(std::abs(got.values[i] - e.values[i]) <= std::abs(e.values[i]) / 8);
+  }
+  // A byte that is not a number is refused.
+  auto bad = p;
+  bad.value_bytes[0] = 0x7E;
+  BOOST_CHECK_THROW(decode(bad.view(), l), std::invalid_argument);
+  // Through an edge: what rounding leaves out stays in v - copy and goes
+  // with later messages, so repeated sends bring the copy to v.
+  edge_copies sender(l, 1.0, msg::value_type::float8), receiver(l, 1.0, msg::value_type::float8);
+  sender.start(torch::zeros({13}));
+  receiver.start(torch::zeros({13}));
+  auto v = torch::randn({13});
+  torch::Tensor copy;
+  double first = 0;
+  for (int k = 0; k < 12; ++k) {
+    copy = receiver.receive("a", decode(sender.send("b", v, false).view(), l), false, false).clone();
+    BOOST_TEST(torch::equal(copy, sender.sent_copy("b")));  // both ends agree exactly
+    if (k == 0)
+      first = (copy - v).abs().max().item<double>();
+  }
+  BOOST_TEST(first > 1e-4);  // one message is not exact
+  BOOST_TEST(torch::allclose(copy, v, 0, 1e-5));
+}
+
 BOOST_AUTO_TEST_CASE(malformed_sparse_parts_are_refused) {
   auto l = layout();
   sparse_entries e{{1, 4}, {1.0f, 2.0f}};

@@ -406,6 +406,21 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
                       "strategy.out_peers"));
   BOOST_TEST(contains(error_of([&] { apply_override(c, "edgegossip.aggregator=pca"); }),
                       "edgegossip.aggregator"));
+  // Push-sum in rounds of local steps; values in one byte.
+  apply_override(c, "strategy.gossip_every=4");
+  BOOST_TEST(c.strategy.gossip_every == 4);
+  BOOST_CHECK_NO_THROW(validate(c));
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.gossip_every=0"); }),
+                      "strategy.gossip_every must be a positive integer"));
+  apply_override(c, "strategy.sparse_values=float8");
+  BOOST_TEST(c.strategy.sparse_values == "float8");
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.sparse_values=int4"); }),
+                      "strategy.sparse_values"));
+  auto g = c;
+  apply_override(g, "strategy.name=gosgd");
+  auto e = error_of([&] { validate(g); });
+  BOOST_TEST(contains(e, "strategy.gossip_every is 4, but only the push-sum family"), e);
+  BOOST_TEST(contains(e, "strategy.name is 'gosgd'"), e);
 }
 
 BOOST_AUTO_TEST_CASE(corunners_are_read_and_checked) {
@@ -515,6 +530,8 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
          [](cluster_config& c) { c.strategy.topology = topology_name::exponential; },
          [](cluster_config& c) { c.strategy.out_peers = 2; },
          [](cluster_config& c) { c.strategy.name = strategy_name::sgp; },
+         [](cluster_config& c) { c.strategy.gossip_every = 2; },
+         [](cluster_config& c) { c.strategy.sparse_values = "float8"; },
          [](cluster_config& c) { c.edgegossip.selection = selection::random; },
          [](cluster_config& c) { c.edgegossip.merge = merge_rule::gossip; }}) {
     auto c = a;

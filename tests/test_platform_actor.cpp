@@ -226,6 +226,7 @@ struct rig_options {
   config::strategy_name strategy = config::strategy_name::gosgd;
   config::topology_name topology = config::topology_name::uniform;
   int64_t overlap = 0;      // push-sum's tau (0: no waiting)
+  int64_t gossip_every = 1; // push-sum's local steps per gossip round
 };
 
 /// Ends the actors it is given when it goes (a failed BOOST_REQUIRE
@@ -282,6 +283,7 @@ struct rig {
     a.strategy.name = o.strategy;
     a.strategy.topology = o.topology;
     a.strategy.overlap = o.overlap;
+    a.strategy.gossip_every = o.gossip_every;
     a.edgegossip.merge = o.merge;
     a.cluster_platforms = o.platforms;
     a.members = {"p0", "p1", "p2", "p3"};
@@ -761,6 +763,49 @@ BOOST_FIXTURE_TEST_CASE(push_sum_with_overlap_1_waits_for_its_in_neighbours_mess
   BOOST_TEST(rec.sends.size() == 4u);
   BOOST_REQUIRE_EQUAL(rec.reports.size(), 1u);
   BOOST_TEST(rec.reports[0].iterations == 4u);
+}
+
+BOOST_FIXTURE_TEST_CASE(push_sum_gossiping_every_2_steps_counts_rounds_for_graph_and_wait, fixture) {
+  // gossip_every = 2, tau = 1, exponential graph over p0..p3: p0 sends after
+  // steps 2, 4 and 6 only (gossip rounds 1, 2, 3), to p0 + 2^(round mod 2):
+  // p2, p1, p2. Steps 3 and 4 wait for the round-1 message of round 1's
+  // in-neighbour (p2, sent after its step 2); steps 5 and 6 for p3's round 2.
+  rig_options o;
+  o.shard = 96;  // 6 iterations
+  o.platforms = 4;
+  o.strategy = config::strategy_name::sgp;
+  o.topology = config::topology_name::exponential;
+  o.overlap = 1;
+  o.gossip_every = 2;
+  rig r{sys, self, sched, o};
+  self->send(r.platform, peers_atom::value, std::vector<std::string>{"p1", "p2", "p3"});
+  send_plan(self, r, plan_of(0, 1.0, 0));
+  sched.run();
+  auto& rec = *r.rec;
+  auto from = [](const std::string& sender, uint64_t iteration) {
+    auto m = model_weights("logreg", 2, 0.5);
+    m.sender = sender;
+    m.value.iteration = iteration;
+    return m;
+  };
+  BOOST_REQUIRE_EQUAL(rec.sends.size(), 1u);  // after step 2; step 3 waits
+  BOOST_TEST(rec.sends[0].to == "p2");
+  BOOST_TEST(rec.sends[0].weights.value.iteration == 2u);
+  BOOST_TEST(rec.sends[0].weights.value.gossip_weight == 0.5);  // one send, one halving
+  self->send(r.platform, merge_atom::value, from("p3", 2));  // round 1, but not its in-neighbour
+  sched.run();
+  BOOST_TEST(rec.sends.size() == 1u);
+  self->send(r.platform, merge_atom::value, from("p2", 2));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(rec.sends.size(), 2u);  // steps 3 and 4 ran; step 5 waits for p3's round 2
+  BOOST_TEST(rec.sends[1].to == "p1");
+  BOOST_TEST(rec.sends[1].weights.value.iteration == 4u);
+  self->send(r.platform, merge_atom::value, from("p3", 4));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(rec.sends.size(), 3u);
+  BOOST_TEST(rec.sends[2].to == "p2");
+  BOOST_REQUIRE_EQUAL(rec.reports.size(), 1u);
+  BOOST_TEST(rec.reports[0].iterations == 6u);
 }
 
 BOOST_FIXTURE_TEST_CASE(push_sum_on_the_exponential_graph_sends_half_to_each_hop, fixture) {
