@@ -97,7 +97,7 @@ void write_tensor(wire::Tensor::Builder out, const tensor_view& v, capnp::Orphan
   }
 }
 
-constexpr uint16_t last_index_coding = static_cast<uint16_t>(index_coding::fixed_bits);
+constexpr uint16_t last_index_coding = static_cast<uint16_t>(index_coding::rice);
 constexpr uint16_t last_value_type = static_cast<uint16_t>(value_type::float8);
 
 // The structure of sparse part `i` (what the codec checks on both sides;
@@ -128,6 +128,14 @@ void check_sparse(size_t i, uint64_t numel, uint64_t count, uint16_t coding, uin
     if (index_bytes != expected)
       throw problem(std::to_string(index_bytes) + " index bytes for " + std::to_string(count) +
                     " fixed-width indices (" + std::to_string(expected) + " expected)");
+  } else if (coding == static_cast<uint16_t>(index_coding::rice)) {
+    // The parameter's byte, then per entry 1 + b <= 32 bits besides the
+    // quotients' ones, which add up to at most numel.
+    const uint64_t most = 1 + (numel + 32 * count + 7) / 8;
+    if (index_bytes < 1 || index_bytes > most)
+      throw problem(std::to_string(index_bytes) + " index bytes for " + std::to_string(count) +
+                    " rice-coded indices of " + std::to_string(numel) + " (1 to " +
+                    std::to_string(most) + " expected)");
   } else if (index_bytes < count || index_bytes > 5 * count) {
     // Each varint has 1 to 5 bytes.
     throw problem(std::to_string(index_bytes) + " index bytes for " + std::to_string(count) +

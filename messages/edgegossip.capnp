@@ -25,6 +25,7 @@ struct Tensor {
 enum IndexCoding {
   deltaVarint @0;  # LEB128 varints of the gaps idx[k] - idx[k-1] - 1, idx[-1] = -1
   fixedBits @1;    # ceil(log2(numel)) bits each, packed LSB-first
+  rice @2;         # a parameter byte b, then the gaps Golomb-Rice coded (messages/sparse.hpp)
 }
 
 enum ValueType {

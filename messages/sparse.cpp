@@ -83,6 +83,103 @@ void encode_fixed(const uint32_t* idx, size_t count, unsigned bits, size_t bytes
   out.resize(bytes);
 }
 
+// --- rice ---------------------------------------------------------------------------
+
+constexpr unsigned max_rice_parameter = 31;
+
+/// Bits of the gaps' Rice codes with parameter b (the parameter's byte not
+/// counted).
+uint64_t rice_bits(const uint32_t* idx, size_t count, unsigned b) {
+  uint64_t bits = 0, next = 0;
+  for (size_t k = 0; k < count; ++k) {
+    const uint64_t gap = idx[k] - next;
+    bits += (gap >> b) + 1 + b;
+    next = uint64_t{idx[k]} + 1;
+  }
+  return bits;
+}
+
+/// The parameter with the fewest bits, and those bits.
+std::pair<unsigned, uint64_t> best_rice(const uint32_t* idx, size_t count) {
+  unsigned best = 0;
+  uint64_t least = rice_bits(idx, count, 0);
+  for (unsigned b = 1; b <= max_rice_parameter; ++b) {
+    const uint64_t bits = rice_bits(idx, count, b);
+    if (bits < least) {
+      least = bits;
+      best = b;
+    }
+  }
+  return {best, least};
+}
+
+size_t rice_bytes(uint64_t bits) { return 1 + static_cast<size_t>((bits + 7) / 8); }
+
+void encode_rice(const uint32_t* idx, size_t count, unsigned b, size_t bytes,
+                 std::vector<uint8_t>& out) {
+  out.assign(bytes, 0);
+  out[0] = static_cast<uint8_t>(b);
+  uint64_t bit = 8;  // position in the stream, the parameter's byte first
+  auto put = [&out, &bit](uint64_t value, unsigned n) {  // n <= 32 bits, LSB first
+    for (unsigned i = 0; i < n; ++i, ++bit)
+      if ((value >> i) & 1u)
+        out[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+  };
+  uint64_t next = 0;
+  for (size_t k = 0; k < count; ++k) {
+    const uint64_t gap = idx[k] - next;
+    next = uint64_t{idx[k]} + 1;
+    for (uint64_t q = gap >> b; q > 0; q -= std::min<uint64_t>(q, 32))
+      put(~uint64_t{0}, static_cast<unsigned>(std::min<uint64_t>(q, 32)));
+    ++bit;  // the zero that ends the quotient
+    put(gap, b);
+  }
+}
+
+void decode_rice(const uint8_t* bytes, size_t size, size_t count, uint64_t numel,
+                 uint32_t* out) {
+  if (size == 0)
+    throw codec_error("rice-coded indices without their parameter byte");
+  const unsigned b = bytes[0];
+  if (b > max_rice_parameter)
+    throw codec_error("rice parameter " + std::to_string(b) + " is above " +
+                      std::to_string(max_rice_parameter));
+  const uint64_t end = uint64_t{size} * 8;
+  uint64_t bit = 8;
+  auto get = [bytes, &bit]() { bool v = (bytes[bit / 8] >> (bit % 8)) & 1u; ++bit; return v; };
+  uint64_t next = 0;
+  for (size_t k = 0; k < count; ++k) {
+    uint64_t q = 0;
+    for (;;) {
+      if (bit == end)
+        throw codec_error(std::to_string(size) + " index bytes end inside the code of entry " +
+                          std::to_string(k) + " of " + std::to_string(count));
+      if (!get())
+        break;
+      if ((++q << b) + next >= numel)  // already beyond: stop reading ones
+        beyond(k, (q << b) + next, numel);
+    }
+    if (end - bit < b)
+      throw codec_error(std::to_string(size) + " index bytes end inside the code of entry " +
+                        std::to_string(k) + " of " + std::to_string(count));
+    uint64_t low = 0;
+    for (unsigned i = 0; i < b; ++i)
+      low |= uint64_t{get()} << i;
+    const uint64_t index = next + ((q << b) | low);
+    if (index >= numel)
+      beyond(k, index, numel);
+    out[k] = static_cast<uint32_t>(index);
+    next = index + 1;
+  }
+  if (end - bit >= 8)
+    throw codec_error(std::to_string(size) + " index bytes for " + std::to_string(count) +
+                      " entries: " + std::to_string((end - bit) / 8) + " left over");
+  for (; bit < end; ++bit)
+    if ((bytes[bit / 8] >> (bit % 8)) & 1u)
+      throw codec_error("the padding bits after the last of " + std::to_string(count) +
+                        " indices are not zero");
+}
+
 void decode_varint(const uint8_t* bytes, size_t size, size_t count, uint64_t numel,
                    uint32_t* out) {
   const uint8_t* at = bytes;
@@ -195,10 +292,15 @@ std::vector<uint8_t> encode_indices(const uint32_t* idx, size_t count, uint64_t 
     varint += varint_size(static_cast<uint32_t>(idx[k] - next));
     next = uint64_t{idx[k]} + 1;
   }
+  const auto [b, bits] = best_rice(idx, count);
+  const size_t rice = rice_bytes(bits);
   std::vector<uint8_t> out;
-  if (fixed <= varint) {
+  if (fixed <= varint && fixed <= rice) {
     chosen = index_coding::fixed_bits;
     encode_fixed(idx, count, index_bits(numel), fixed, out);
+  } else if (rice < varint) {
+    chosen = index_coding::rice;
+    encode_rice(idx, count, b, rice, out);
   } else {
     chosen = index_coding::delta_varint;
     encode_varint(idx, count, varint, out);
@@ -217,6 +319,7 @@ void decode_indices(const uint8_t* bytes, size_t size, index_coding coding, size
   switch (coding) {
     case index_coding::delta_varint: return decode_varint(bytes, size, count, numel, out);
     case index_coding::fixed_bits: return decode_fixed(bytes, size, count, numel, out);
+    case index_coding::rice: return decode_rice(bytes, size, count, numel, out);
   }
   throw codec_error("unknown index coding " + std::to_string(static_cast<int>(coding)));
 }

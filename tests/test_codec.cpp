@@ -343,12 +343,14 @@ BOOST_AUTO_TEST_CASE(tensor_size_must_match_shape) {
 BOOST_AUTO_TEST_CASE(sparse_weights_round_trip_is_bit_exact) {
   std::mt19937_64 rng(11);
   std::vector<owned_sparse> owned;
-  owned.push_back(random_sparse(rng, 61706, 600, value_type::float16));     // varint indices
-  owned.push_back(random_sparse(rng, 120, 40, value_type::float32, 7));     // fixed-bit indices
+  owned.push_back(random_sparse(rng, 61706, 600, value_type::float16));     // rice indices
+  owned.push_back(random_sparse(rng, 120, 40, value_type::float32, 7));     // rice: 3 bits each
   owned.push_back(random_sparse(rng, 50, 0, value_type::float16));          // empty
   owned.push_back(random_sparse(rng, 1, 1, value_type::float32));           // 0-bit indices
-  BOOST_TEST(static_cast<int>(owned[0].part.coding) == static_cast<int>(index_coding::delta_varint));
-  BOOST_TEST(static_cast<int>(owned[1].part.coding) == static_cast<int>(index_coding::fixed_bits));
+  owned.push_back(random_sparse(rng, 5000, 30, value_type::float8));        // one-byte values
+  BOOST_TEST(static_cast<int>(owned[0].part.coding) == static_cast<int>(index_coding::rice));
+  BOOST_TEST(static_cast<int>(owned[1].part.coding) == static_cast<int>(index_coding::rice));
+  BOOST_TEST(static_cast<int>(owned[3].part.coding) == static_cast<int>(index_coding::fixed_bits));
   BOOST_TEST(owned[3].part.count == 1u);
   weights w;
   w.gossip_weight = 0.25;
@@ -468,7 +470,7 @@ BOOST_AUTO_TEST_CASE(sparse_structure_is_refused) {
     std::string says;
   };
   const bad cases[] = {
-      {[](builder p) { p.setCoding(static_cast<wire::IndexCoding>(2)); }, "unknown index coding 2"},
+      {[](builder p) { p.setCoding(static_cast<wire::IndexCoding>(3)); }, "unknown index coding 3"},
       {[](builder p) { p.setValueType(static_cast<wire::ValueType>(5)); }, "unknown value type 5"},
       {[](builder p) { p.setCount(1001); }, "1001 entries of 1000 parameters"},
       {[](builder p) { p.setNumel(0); }, "entries over a model of no parameters"},
@@ -487,6 +489,14 @@ BOOST_AUTO_TEST_CASE(sparse_structure_is_refused) {
          p.setCoding(wire::IndexCoding::DELTA_VARINT);
          p.initIndices(16);
        }, "16 index bytes for 3 varint indices"},
+      {[](builder p) {
+         p.setCoding(wire::IndexCoding::RICE);
+         p.initIndices(0);
+       }, "0 index bytes for 3 rice-coded indices of 1000 (1 to 138 expected)"},
+      {[](builder p) {
+         p.setCoding(wire::IndexCoding::RICE);
+         p.initIndices(139);
+       }, "139 index bytes for 3 rice-coded indices"},
   };
   for (const bad& c : cases) {
     std::string what = decode_refusal(raw_sparse_message(c.edit));

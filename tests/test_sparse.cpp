@@ -15,7 +15,9 @@ using namespace eg::messages;
 namespace {
 
 std::string name(index_coding c) {
-  return c == index_coding::delta_varint ? "delta_varint" : "fixed_bits";
+  return c == index_coding::delta_varint ? "delta_varint"
+         : c == index_coding::fixed_bits ? "fixed_bits"
+                                         : "rice";
 }
 
 std::vector<uint32_t> decoded(const std::vector<uint8_t>& bytes, index_coding coding, size_t count,
@@ -56,22 +58,67 @@ std::vector<uint8_t> reference_fixed(const std::vector<uint32_t>& idx, uint64_t 
   return out;
 }
 
+// Golomb-Rice with parameter b, bit by bit: the byte b, then per gap
+// g >> b ones, a zero and the b low bits of g, LSB first.
+std::vector<uint8_t> reference_rice(const std::vector<uint32_t>& idx, unsigned b) {
+  std::vector<bool> bits;
+  uint64_t next = 0;
+  for (uint32_t i : idx) {
+    uint64_t gap = i - next;
+    next = uint64_t{i} + 1;
+    for (uint64_t q = gap >> b; q > 0; --q) bits.push_back(true);
+    bits.push_back(false);
+    for (unsigned k = 0; k < b; ++k) bits.push_back((gap >> k) & 1);
+  }
+  std::vector<uint8_t> out(1 + (bits.size() + 7) / 8, 0);
+  out[0] = static_cast<uint8_t>(b);
+  for (size_t k = 0; k < bits.size(); ++k)
+    if (bits[k]) out[1 + k / 8] = static_cast<uint8_t>(out[1 + k / 8] | (1u << (k % 8)));
+  return out;
+}
+
+// The shortest Rice coding (the smallest parameter among equals), sized by
+// counting before it is built (b = 0 over a gap of 2^32 is 2^32 bits).
+std::vector<uint8_t> best_reference_rice(const std::vector<uint32_t>& idx) {
+  unsigned best = 0;
+  uint64_t least = UINT64_MAX;
+  for (unsigned b = 0; b < 32; ++b) {
+    uint64_t bits = 0, next = 0;
+    for (uint32_t i : idx) {
+      bits += ((i - next) >> b) + 1 + b;
+      next = uint64_t{i} + 1;
+    }
+    if ((bits + 7) / 8 < least) {
+      least = (bits + 7) / 8;
+      best = b;
+    }
+  }
+  return reference_rice(idx, best);
+}
+
 // Encodes, checks the choice and the bytes against the references, decodes
-// with both codings and compares.
+// with every coding and compares.
 void check_round_trip(const std::vector<uint32_t>& idx, uint64_t numel) {
   BOOST_TEST_CONTEXT(idx.size() << " indices of " << numel) {
     auto varint = reference_varint(idx);
     auto fixed = reference_fixed(idx, numel);
+    auto rice = best_reference_rice(idx);
     BOOST_TEST(fixed.size() == fixed_index_bytes(idx.size(), numel));
     index_coding chosen = index_coding::delta_varint;
     auto bytes = encode_indices(idx.data(), idx.size(), numel, chosen);
-    index_coding smaller = fixed.size() <= varint.size() ? index_coding::fixed_bits
-                                                         : index_coding::delta_varint;
-    BOOST_TEST(name(chosen) == name(smaller));
-    BOOST_TEST(bytes.size() == std::min(varint.size(), fixed.size()));
-    BOOST_TEST((bytes == (chosen == index_coding::fixed_bits ? fixed : varint)));
+    index_coding smallest = fixed.size() <= varint.size() && fixed.size() <= rice.size()
+                              ? index_coding::fixed_bits
+                            : rice.size() < varint.size() ? index_coding::rice
+                                                          : index_coding::delta_varint;
+    BOOST_TEST(name(chosen) == name(smallest));
+    BOOST_TEST(bytes.size() == std::min({varint.size(), fixed.size(), rice.size()}));
+    if (chosen == index_coding::rice)  // the parameter may differ among equal sizes
+      BOOST_TEST((decoded(bytes, index_coding::rice, idx.size(), numel) == idx));
+    else
+      BOOST_TEST((bytes == (chosen == index_coding::fixed_bits ? fixed : varint)));
     BOOST_TEST((decoded(varint, index_coding::delta_varint, idx.size(), numel) == idx));
     BOOST_TEST((decoded(fixed, index_coding::fixed_bits, idx.size(), numel) == idx));
+    BOOST_TEST((decoded(rice, index_coding::rice, idx.size(), numel) == idx));
   }
 }
 
@@ -141,6 +188,10 @@ BOOST_AUTO_TEST_CASE(the_varint_convention) {
   BOOST_TEST((decoded({0x00, 0x00, 0x7f, 0xaa, 0x01}, index_coding::delta_varint, 4, 1000) == idx));
   // Fixed bits, LSB first: 3 and 5 in 3 bits are 011 and 101: byte 0b00101011.
   BOOST_TEST((decoded({0x2b}, index_coding::fixed_bits, 2, 8) == std::vector<uint32_t>{3, 5}));
+  // Rice, b = 2: 5 and 6 are gaps 5 (q 1, low 01: bits 1 0 1 0) and 0 (0 0 0):
+  // 1010000, LSB first 0x05.
+  BOOST_TEST((reference_rice({5, 6}, 2) == std::vector<uint8_t>{0x02, 0x05}));
+  BOOST_TEST((decoded({0x02, 0x05}, index_coding::rice, 2, 10) == std::vector<uint32_t>{5, 6}));
 }
 
 BOOST_AUTO_TEST_CASE(edge_sets_round_trip) {
@@ -187,14 +238,39 @@ BOOST_AUTO_TEST_CASE(the_smaller_coding_is_chosen) {
   std::vector<uint32_t> sparse;
   for (uint32_t i = 0; i < 1000; ++i) sparse.push_back(i * 1000);
   auto bytes = encode_indices(sparse.data(), sparse.size(), 50'000'000, chosen);
+  BOOST_TEST(name(chosen) == "rice");
+  // Gaps of 999: with b = 9 a one, a zero and 9 low bits, 11 bits an index
+  // (b = 10 takes 11 too, but 11 for the first gap of 0, where b = 9 takes 10).
+  BOOST_TEST(bytes.size() == 1 + (10 + 999 * 11 + 7) / 8u);
+  BOOST_TEST(bytes[0] == 9u);
+  // Gaps spread over 1 .. 2^20: Rice's unary part grows, varints win.
+  std::vector<uint32_t> spread;
+  std::mt19937_64 rng(3);
+  for (uint64_t at = 0; spread.size() < 200;) {
+    at += 1 + (rng() % 2 ? rng() % 4 : rng() % (1u << 20));
+    spread.push_back(static_cast<uint32_t>(at));
+  }
+  bytes = encode_indices(spread.data(), spread.size(), 1u << 30, chosen);
   BOOST_TEST(name(chosen) == "delta_varint");
-  BOOST_TEST(bytes.size() == 1 + 999 * 2u);
-  // Random indices over a small model: 7 bits fixed beat 1-2 varint bytes.
+  BOOST_TEST((bytes == reference_varint(spread)));
+  // One index of a small model: its 7 fixed bits beat Rice's parameter byte
+  // (and tie with a varint byte).
+  std::vector<uint32_t> one{42};
+  bytes = encode_indices(one.data(), one.size(), 100, chosen);
+  BOOST_TEST(name(chosen) == "fixed_bits");
+  BOOST_TEST(bytes.size() == 1u);
+  // Every third index, and a keyframe's every index: Rice's 3 bits and 1
+  // bit beat 7 (or 16) fixed bits.
   std::vector<uint32_t> dense;
   for (uint32_t i = 0; i < 100; i += 3) dense.push_back(i);
   bytes = encode_indices(dense.data(), dense.size(), 100, chosen);
-  BOOST_TEST(name(chosen) == "fixed_bits");
-  BOOST_TEST(bytes.size() == (dense.size() * 7 + 7) / 8);
+  BOOST_TEST(name(chosen) == "rice");
+  BOOST_TEST(bytes.size() == 1 + (2 + 33 * 3 + 7) / 8u);  // gap 0 first: 2 bits at b = 1
+  std::vector<uint32_t> all(61706);
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  bytes = encode_indices(all.data(), all.size(), all.size(), chosen);
+  BOOST_TEST(name(chosen) == "rice");
+  BOOST_TEST(bytes.size() == 1 + (61706 + 7) / 8u);
 }
 
 BOOST_AUTO_TEST_CASE(large_sets_round_trip) {
@@ -303,6 +379,26 @@ BOOST_AUTO_TEST_CASE(decoding_refuses_trailing_bytes_and_wrong_lengths) {
   BOOST_TEST(has(what, "1 index bytes for 0 entries"), what);
 }
 
+BOOST_AUTO_TEST_CASE(decoding_refuses_malformed_rice_codes) {
+  // 5, 6 with b = 2 is {0x02, 0x05} (the_varint_convention).
+  std::string what = refusal({0x20, 0x05}, index_coding::rice, 2, 10);
+  BOOST_TEST(has(what, "rice parameter 32 is above 31"), what);
+  what = refusal({}, index_coding::rice, 0, 10);
+  BOOST_TEST(has(what, "without their parameter byte"), what);
+  // A third entry: its quotient's zero is the padding bit, its low bits are missing.
+  what = refusal({0x02, 0x05}, index_coding::rice, 3, 10);
+  BOOST_TEST(has(what, "2 index bytes end inside the code of entry 2 of 3"), what);
+  what = refusal({0x02, 0x05, 0x00}, index_coding::rice, 2, 10);
+  BOOST_TEST(has(what, "3 index bytes for 2 entries: 1 left over"), what);
+  what = refusal({0x02, 0x85}, index_coding::rice, 2, 10);
+  BOOST_TEST(has(what, "padding"), what);
+  what = refusal({0x02, 0x05}, index_coding::rice, 2, 6);
+  BOOST_TEST(has(what, "index 1 is 6, beyond the model's 6 parameters"), what);
+  // A long run of ones stops as soon as it is beyond the model.
+  what = refusal({0x00, 0xff, 0xff, 0xff, 0xff}, index_coding::rice, 1, 10);
+  BOOST_TEST(has(what, "index 0 is 10, beyond"), what);
+}
+
 BOOST_AUTO_TEST_CASE(decoding_refuses_impossible_counts_and_sizes) {
   std::string what = refusal({}, index_coding::fixed_bits, 0, (uint64_t{1} << 32) + 1);
   BOOST_TEST(has(what, "32-bit"), what);
@@ -319,7 +415,7 @@ BOOST_AUTO_TEST_CASE(random_bytes_never_crash) {
   for (int i = 0; i < 20000; ++i) {
     size_t count = rng() % 20;
     uint64_t numel = 1 + rng() % 5000;
-    auto coding = static_cast<index_coding>(rng() % 2);
+    auto coding = static_cast<index_coding>(rng() % 3);
     std::vector<uint8_t> bytes(rng() % 40);
     for (auto& b : bytes) b = static_cast<uint8_t>(rng() % 4 ? rng() % 8 : rng());
     std::vector<uint32_t> out(count);
