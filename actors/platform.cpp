@@ -43,7 +43,8 @@ struct platform_state {
   learning::overlap_gate gate{0};  // push-sum's tau-overlap wait (tau 0: off)
   bool waiting = false;            // a step waits for an in-neighbour's message
   uint64_t gossip_every = 1;       // local steps per gossip round (push-sum family)
-  /// The gossip round that iteration k (counted from 1) belongs to or ends.
+  /// Gossip rounds done by iteration k (counted from 1): round r ends with
+  /// step r * gossip_every, which sends its messages.
   uint64_t gossip_round(uint64_t k) const { return k / gossip_every; }
   uint64_t gave_up = 0;            // waits that ran out this epoch
   std::vector<std::string> live;      // peer platforms reachable now (from the mixer)

@@ -412,8 +412,9 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
   BOOST_CHECK_NO_THROW(validate(c));
   BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.gossip_every=0"); }),
                       "strategy.gossip_every must be a positive integer"));
-  apply_override(c, "strategy.sparse_values=float8");
-  BOOST_TEST(c.strategy.sparse_values == "float8");
+  BOOST_TEST(c.strategy.sparse_values == "float8");  // the default
+  apply_override(c, "strategy.sparse_values=float16");
+  BOOST_TEST(c.strategy.sparse_values == "float16");
   BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.sparse_values=int4"); }),
                       "strategy.sparse_values"));
   auto g = c;
@@ -531,7 +532,7 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
          [](cluster_config& c) { c.strategy.out_peers = 2; },
          [](cluster_config& c) { c.strategy.name = strategy_name::sgp; },
          [](cluster_config& c) { c.strategy.gossip_every = 2; },
-         [](cluster_config& c) { c.strategy.sparse_values = "float8"; },
+         [](cluster_config& c) { c.strategy.sparse_values = "float16"; },
          [](cluster_config& c) { c.edgegossip.selection = selection::random; },
          [](cluster_config& c) { c.edgegossip.merge = merge_rule::gossip; }}) {
     auto c = a;
