@@ -125,8 +125,6 @@ messages::sparse_part encoded_part::view() const {
 
 namespace {
 
-size_t value_size(messages::value_type t) { return messages::element_size(t); }
-
 /// float8 (E5M2) bits of x: binary16 (rounded to nearest), then its high
 /// byte rounded to nearest even. A finite x beyond the largest float8
 /// (57344) becomes the largest, so that only a non-number is refused.
@@ -176,7 +174,7 @@ encoded_part encode(const sparse_entries& e, const flat_layout& layout,
   p.count = static_cast<uint32_t>(e.indices.size());
   p.values = type;
   p.index_bytes = messages::encode_indices(e.indices.data(), e.indices.size(), p.numel, p.coding);
-  p.value_bytes.resize(e.values.size() * value_size(type));
+  p.value_bytes.resize(e.values.size() * messages::element_size(type));
   if (type == messages::value_type::float16) {
     auto* out = p.value_bytes.data();
     for (size_t i = 0; i < e.values.size(); ++i) {
@@ -198,7 +196,7 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
   if (part.numel != static_cast<uint64_t>(layout.numel()))
     throw std::invalid_argument("a sparse part over " + std::to_string(part.numel) +
                                 " parameters, the model has " + std::to_string(layout.numel()));
-  if (part.value_bytes != static_cast<size_t>(part.count) * value_size(part.values))
+  if (part.value_bytes != static_cast<size_t>(part.count) * messages::element_size(part.values))
     throw std::invalid_argument("a sparse part of " + std::to_string(part.count) +
                                 " entries carries " + std::to_string(part.value_bytes) +
                                 " value bytes");

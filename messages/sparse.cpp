@@ -147,21 +147,23 @@ void decode_rice(const uint8_t* bytes, size_t size, size_t count, uint64_t numel
   const uint64_t end = uint64_t{size} * 8;
   uint64_t bit = 8;
   auto get = [bytes, &bit]() { bool v = (bytes[bit / 8] >> (bit % 8)) & 1u; ++bit; return v; };
+  auto cut_short = [size, count](size_t k) {
+    return codec_error(std::to_string(size) + " index bytes end inside the code of entry " +
+                       std::to_string(k) + " of " + std::to_string(count));
+  };
   uint64_t next = 0;
   for (size_t k = 0; k < count; ++k) {
     uint64_t q = 0;
     for (;;) {
       if (bit == end)
-        throw codec_error(std::to_string(size) + " index bytes end inside the code of entry " +
-                          std::to_string(k) + " of " + std::to_string(count));
+        throw cut_short(k);
       if (!get())
         break;
       if ((++q << b) + next >= numel)  // already beyond: stop reading ones
         beyond(k, (q << b) + next, numel);
     }
     if (end - bit < b)
-      throw codec_error(std::to_string(size) + " index bytes end inside the code of entry " +
-                        std::to_string(k) + " of " + std::to_string(count));
+      throw cut_short(k);
     uint64_t low = 0;
     for (unsigned i = 0; i < b; ++i)
       low |= uint64_t{get()} << i;

@@ -385,6 +385,14 @@ held_weights model_weights(const std::string& model, uint64_t seed, double w, do
   return h;
 }
 
+/// A push-sum share (weight 0.5) `sender` sent after its step `iteration`.
+held_weights sent_at(const std::string& sender, uint64_t iteration) {
+  auto m = model_weights("logreg", 2, 0.5);
+  m.sender = sender;
+  m.value.iteration = iteration;
+  return m;
+}
+
 /// Advances the test clock a second at a time (delayed steps of a slowed
 /// platform) until the balancer has `reports` reports, at most `rounds` times.
 void run_until_reports(caf::scheduler::test_coordinator& sched, const rig& r, size_t reports,
@@ -741,16 +749,10 @@ BOOST_FIXTURE_TEST_CASE(push_sum_with_overlap_1_waits_for_its_in_neighbours_mess
   sched.run();
   auto& rec = *r.rec;
   BOOST_TEST(rec.sends.size() == 1u);  // step 1 needs no one; step 2 waits for p2
-  auto from = [](const std::string& sender, uint64_t iteration) {
-    auto m = model_weights("logreg", 2, 0.5);
-    m.sender = sender;
-    m.value.iteration = iteration;
-    return m;
-  };
-  self->send(r.platform, merge_atom::value, from("p3", 1));  // not the one it waits for
+  self->send(r.platform, merge_atom::value, sent_at("p3", 1));  // not the one it waits for
   sched.run();
   BOOST_TEST(rec.sends.size() == 1u);
-  self->send(r.platform, merge_atom::value, from("p2", 1));
+  self->send(r.platform, merge_atom::value, sent_at("p2", 1));
   sched.run();
   BOOST_TEST(rec.sends.size() == 2u);  // step 2 ran; step 3 waits for p3's iteration 2
   BOOST_TEST(rec.reports.empty());
@@ -782,25 +784,19 @@ BOOST_FIXTURE_TEST_CASE(push_sum_gossiping_every_2_steps_counts_rounds_for_graph
   send_plan(self, r, plan_of(0, 1.0, 0));
   sched.run();
   auto& rec = *r.rec;
-  auto from = [](const std::string& sender, uint64_t iteration) {
-    auto m = model_weights("logreg", 2, 0.5);
-    m.sender = sender;
-    m.value.iteration = iteration;
-    return m;
-  };
   BOOST_REQUIRE_EQUAL(rec.sends.size(), 1u);  // after step 2; step 3 waits
   BOOST_TEST(rec.sends[0].to == "p2");
   BOOST_TEST(rec.sends[0].weights.value.iteration == 2u);
   BOOST_TEST(rec.sends[0].weights.value.gossip_weight == 0.5);  // one send, one halving
-  self->send(r.platform, merge_atom::value, from("p3", 2));  // round 1, but not its in-neighbour
+  self->send(r.platform, merge_atom::value, sent_at("p3", 2));  // round 1, but not its in-neighbour
   sched.run();
   BOOST_TEST(rec.sends.size() == 1u);
-  self->send(r.platform, merge_atom::value, from("p2", 2));
+  self->send(r.platform, merge_atom::value, sent_at("p2", 2));
   sched.run();
   BOOST_REQUIRE_EQUAL(rec.sends.size(), 2u);  // steps 3 and 4 ran; step 5 waits for p3's round 2
   BOOST_TEST(rec.sends[1].to == "p1");
   BOOST_TEST(rec.sends[1].weights.value.iteration == 4u);
-  self->send(r.platform, merge_atom::value, from("p3", 4));
+  self->send(r.platform, merge_atom::value, sent_at("p3", 4));
   sched.run();
   BOOST_REQUIRE_EQUAL(rec.sends.size(), 3u);
   BOOST_TEST(rec.sends[2].to == "p2");
