@@ -583,6 +583,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     sparse.consensus_step = sc.consensus_step;
     sparse.values = sc.sparse_values == "float32"  ? messages::value_type::float32
                     : sc.sparse_values == "float8" ? messages::value_type::float8
+                    : sc.sparse_values == "sign"   ? messages::value_type::sign
                                                    : messages::value_type::float16;
     sparse.drift_memory = sc.drift_memory;
     st.strategy = learning::make_strategy(

@@ -64,6 +64,9 @@ struct traffic_options {
   int repeat = 1;              ///< seeds cluster.seed .. cluster.seed + repeat - 1
   uint32_t epochs = 12;        ///< the same for every strategy
   bool processes = true;       ///< also sgp and one sparse-push density as node processes
+  /// Which data settings run: "both" (IID, then label skew), "iid" or
+  /// "non-iid".
+  std::string settings = "both";
   std::vector<std::string> overrides;  ///< --set key=value, for every run
 };
 

@@ -70,6 +70,10 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--alpha", st->traffic_opt.alpha,
                     "traffic: Dirichlet alpha of the non-IID setting (default 0.1)")
     ->check(CLI::PositiveNumber);
+  bench->add_option("--settings", st->traffic_opt.settings,
+                    "traffic: the data settings to run: both (IID, then label skew; default), "
+                    "iid or non-iid")
+    ->check(CLI::IsMember({"both", "iid", "non-iid"}));
   bench->add_flag("--no-processes", st->no_processes,
                   "traffic: skip the node processes (sgp and one sparse-push density over the "
                   "weights lane)");

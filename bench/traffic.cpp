@@ -608,13 +608,15 @@ int traffic(const options& opt, const traffic_options& t) {
   std::printf("  strategies: %s (sgp, sparse-push and scsp on the exponential graph; gosgd "
               "exchange probability %.2f)\n",
               list.c_str(), base.strategy.exchange_probability);
-  std::printf("  data: iid, then non-iid (%s); targets: iid %.3f, non-iid %s\n",
+  std::printf("  data: %s (%s); targets: iid %.3f, non-iid %s\n",
+              t.settings == "both" ? "iid, then non-iid" : t.settings.c_str(),
               settings[1].description.c_str(), settings[0].target,
               t.target.size() == 2 ? fixed(t.target[1], 3).c_str()
                                    : with_sgp ? "sgp's final accuracy - 0.02"
                                               : "the lowest best accuracy of the strategies");
-  std::printf("  runs: %zu in one process", 2 * t.strategies.size() * t.repeat);
-  if (t.processes)
+  std::printf("  runs: %zu in one process",
+              (t.settings == "both" ? 2 : 1) * t.strategies.size() * t.repeat);
+  if (t.processes && t.settings != "non-iid")
     std::printf(", then sgp and one sparse-push density as %d node processes on 127.0.0.1 "
                 "(1 platform each, iid, %u epochs)",
                 platform_count, process_epochs);
@@ -626,6 +628,8 @@ int traffic(const options& opt, const traffic_options& t) {
   all << "setting,seed,strategy,epoch,training_seconds,averaged_accuracy,bytes_sent,"
          "bytes_received,messages_sent,sent_values,sent_indices,sent_weights,sent_headers\n";
   for (auto& st : settings) {
+    if (t.settings != "both" && t.settings != st.name)
+      continue;
     for (int k = 0; k < t.repeat; ++k) {
       auto cfg = base;
       cfg.seed = first_seed + static_cast<uint64_t>(k);
@@ -690,7 +694,7 @@ int traffic(const options& opt, const traffic_options& t) {
   std::string chosen;
   bool chosen_reached = false;
   for (auto& s : t.strategies) {
-    if (family_of(s) != "sparse-push")
+    if (family_of(s) != "sparse-push" || settings[0].seeds.empty())
       continue;
     auto r = figures(settings[0], s);
     bool reached = r.not_reached == 0;
@@ -715,7 +719,7 @@ int traffic(const options& opt, const traffic_options& t) {
 
   // -- node processes: the bytes that crossed the weights lane ------------------------
   std::string process_summary;
-  if (t.processes) {
+  if (t.processes && !settings[0].seeds.empty()) {
     std::vector<std::string> specs;
     if (with_sgp)
       specs.push_back("sgp");
@@ -808,7 +812,9 @@ int traffic(const options& opt, const traffic_options& t) {
     extra += "; sparse-push density " + density_text(chosen) + " (IID target "
              + fixed(settings[0].target, 3) + (chosen_reached ? "" : " not reached") + ")";
   }
-  if (!scsp.empty() && with_sgp) {
+  if (settings[1].seeds.empty())
+    scsp_text = "scsp n/a (non-IID not run)";
+  else if (!scsp.empty() && with_sgp) {
     auto r = figures(settings[1], scsp);
     scsp_text = "scsp " + ratio_text(r) + ", " + signed_points(r) + " pts (non-IID)";
     extra += "; scsp density " + density_text(scsp) + " (non-IID target "

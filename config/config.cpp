@@ -183,7 +183,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.density", c.strategy.density, probability);
   visit("strategy.consensus_step", c.strategy.consensus_step, probability);
   visit("strategy.sparse_values", c.strategy.sparse_values,
-        text_rule{{"float16", "float32", "float8"}, false});
+        text_rule{{"float16", "float32", "float8", "sign"}, false});
   visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
   visit("strategy.overlap", c.strategy.overlap, non_negative_int);
   visit("strategy.gossip_every", c.strategy.gossip_every, positive_int);

@@ -151,17 +151,58 @@ float from_float8(uint8_t b) {
   return static_cast<float>(c10::Half(static_cast<uint16_t>(b << 8), c10::Half::from_bits()));
 }
 
-/// The value as a receiver decodes it (float16 and float8: rounded to nearest).
-float as_sent(float x, messages::value_type t) {
-  switch (t) {
-    case messages::value_type::float16: return static_cast<float>(c10::Half(x));
-    case messages::value_type::float8: return from_float8(to_float8(x));
-    case messages::value_type::float32: break;
+/// Calls f(first, last) for the entries [first, last) of each tensor of
+/// `layout` that has entries, in order (the indices ascending, < numel).
+template <class F>
+void for_each_tensor(const std::vector<uint32_t>& indices, const flat_layout& layout, F f) {
+  size_t first = 0, l = 0;
+  while (first < indices.size()) {
+    while (static_cast<int64_t>(indices[first]) >= layout.offsets[l + 1])
+      ++l;
+    size_t last = first;
+    while (last < indices.size() && static_cast<int64_t>(indices[last]) < layout.offsets[l + 1])
+      ++last;
+    f(first, last);
+    first = last;
   }
-  return x;
+}
+
+/// A sign part's scale for values [first, last): the mean magnitude (what
+/// minimizes the squared error of sign times scale), as binary16 bits.
+uint16_t sign_scale(const std::vector<float>& values, size_t first, size_t last) {
+  double sum = 0;
+  for (size_t i = first; i < last; ++i)
+    sum += std::fabs(static_cast<double>(values[i]));
+  return c10::Half(static_cast<float>(sum / static_cast<double>(last - first))).x;
+}
+
+float from_half(uint16_t bits) {
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
 } // namespace
+
+void round_as_sent(sparse_entries& e, const flat_layout& layout, messages::value_type type) {
+  switch (type) {
+    case messages::value_type::float32: return;
+    case messages::value_type::float16:
+      for (auto& x : e.values)
+        x = static_cast<float>(c10::Half(x));
+      return;
+    case messages::value_type::float8:
+      for (auto& x : e.values)
+        x = from_float8(to_float8(x));
+      return;
+    case messages::value_type::sign:
+      for_each_tensor(e.indices, layout, [&](size_t first, size_t last) {
+        const float scale = from_half(sign_scale(e.values, first, last));
+        for (size_t i = first; i < last; ++i)
+          e.values[i] = std::signbit(e.values[i]) ? -scale : scale;
+      });
+      return;
+  }
+  throw std::invalid_argument("unknown value type " + std::to_string(static_cast<int>(type)));
+}
 
 encoded_part encode(const sparse_entries& e, const flat_layout& layout,
                     messages::value_type type) {
@@ -174,6 +215,19 @@ encoded_part encode(const sparse_entries& e, const flat_layout& layout,
   p.count = static_cast<uint32_t>(e.indices.size());
   p.values = type;
   p.index_bytes = messages::encode_indices(e.indices.data(), e.indices.size(), p.numel, p.coding);
+  if (type == messages::value_type::sign) {
+    std::vector<uint16_t> scales;
+    for_each_tensor(e.indices, layout, [&](size_t first, size_t last) {
+      scales.push_back(sign_scale(e.values, first, last));
+    });
+    p.value_bytes.assign(messages::sign_value_bytes(e.values.size(), scales.size()), 0);
+    std::memcpy(p.value_bytes.data(), scales.data(), 2 * scales.size());
+    uint8_t* bits = p.value_bytes.data() + 2 * scales.size();
+    for (size_t i = 0; i < e.values.size(); ++i)
+      if (std::signbit(e.values[i]))
+        bits[i / 8] = static_cast<uint8_t>(bits[i / 8] | (1u << (i % 8)));
+    return p;
+  }
   p.value_bytes.resize(e.values.size() * messages::element_size(type));
   if (type == messages::value_type::float16) {
     auto* out = p.value_bytes.data();
@@ -196,7 +250,9 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
   if (part.numel != static_cast<uint64_t>(layout.numel()))
     throw std::invalid_argument("a sparse part over " + std::to_string(part.numel) +
                                 " parameters, the model has " + std::to_string(layout.numel()));
-  if (part.value_bytes != static_cast<size_t>(part.count) * messages::element_size(part.values))
+  const bool sign = part.values == messages::value_type::sign;
+  if (!sign &&
+      part.value_bytes != static_cast<size_t>(part.count) * messages::element_size(part.values))
     throw std::invalid_argument("a sparse part of " + std::to_string(part.count) +
                                 " entries carries " + std::to_string(part.value_bytes) +
                                 " value bytes");
@@ -209,6 +265,33 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
     throw std::invalid_argument(std::string("sparse indices: ") + err.what());
   }
   e.values.resize(part.count);
+  if (sign) {
+    size_t tensors = 0;
+    for_each_tensor(e.indices, layout, [&](size_t, size_t) { ++tensors; });
+    if (part.value_bytes != messages::sign_value_bytes(part.count, tensors))
+      throw std::invalid_argument("a sparse part of " + std::to_string(part.count) +
+                                  " sign values in " + std::to_string(tensors) +
+                                  " tensors carries " + std::to_string(part.value_bytes) +
+                                  " value bytes (" +
+                                  std::to_string(messages::sign_value_bytes(part.count, tensors)) +
+                                  " expected)");
+    const uint8_t* bits = part.value_data + 2 * tensors;
+    if (part.count % 8 != 0 && (bits[part.count / 8] >> (part.count % 8)) != 0)
+      throw std::invalid_argument("sparse sign values: nonzero padding bits");
+    size_t t = 0;
+    for_each_tensor(e.indices, layout, [&](size_t first, size_t last) {
+      uint16_t h;
+      std::memcpy(&h, part.value_data + 2 * t, 2);
+      const float scale = from_half(h);
+      if (!std::isfinite(scale) || std::signbit(scale))
+        throw std::invalid_argument("sparse sign scale " + std::to_string(t) +
+                                    " is not a number of at least 0");
+      for (size_t i = first; i < last; ++i)
+        e.values[i] = (bits[i / 8] >> (i % 8)) & 1u ? -scale : scale;
+      ++t;
+    });
+    return e;
+  }
   for (size_t i = 0; i < part.count; ++i) {
     float x;
     if (part.values == messages::value_type::float16) {
@@ -254,18 +337,26 @@ encoded_part edge_copies::send(const std::string& to, const torch::Tensor& v, bo
     copy.zero_();
   auto lack = v - copy;
   auto e = top_k(lack, layout_, keyframe ? 1.0 : density_);
+  // A keyframe carries the whole model: as signs it would restart the copy
+  // far from it, so it goes as float16 at least.
+  const auto type = keyframe && values_ == messages::value_type::sign
+                      ? messages::value_type::float16 : values_;
+  const std::vector<float> exact = e.values;
+  round_as_sent(e, layout_, type);
   float* c = copy.data_ptr<float>();
-  double sent = 0;
+  // What the copy lacked, less what it still lacks: sum over the entries of
+  // v^2 - (v - q)^2, where q is v as sent.
+  double removed = 0;
   for (size_t i = 0; i < e.indices.size(); ++i) {
-    sent += static_cast<double>(e.values[i]) * e.values[i];
-    e.values[i] = as_sent(e.values[i], values_);
+    const double x = exact[i], err = x - static_cast<double>(e.values[i]);
+    removed += x * x - err * err;
     c[e.indices[i]] += e.values[i];
   }
   if (captured) {
     const double all = lack.pow(2).sum().item<double>();
-    *captured = all > 0 ? std::min(1.0, sent / all) : 1.0;
+    *captured = all > 0 ? std::clamp(removed / all, 0.0, 1.0) : 1.0;
   }
-  return encode(e, layout_, values_);
+  return encode(e, layout_, type);
 }
 
 const torch::Tensor& edge_copies::received_copy(const std::string& from) {

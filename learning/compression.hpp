@@ -66,6 +66,12 @@ struct encoded_part {
   messages::sparse_part view() const;
 };
 
+/// Each value <- the value a receiver decodes when it is sent as `type`
+/// (float16, float8: rounded to nearest; sign: its sign times its tensor's
+/// scale, the mean magnitude of the tensor's entries rounded to binary16).
+/// encode() of rounded entries sends exactly them.
+void round_as_sent(sparse_entries& e, const flat_layout& layout, messages::value_type type);
+
 /// Encodes entries of a flat vector of `layout` (values as `type`).
 encoded_part encode(const sparse_entries& e, const flat_layout& layout, messages::value_type type);
 /// Decodes and checks a received part against `layout`: std::invalid_argument

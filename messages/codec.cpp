@@ -98,7 +98,7 @@ void write_tensor(wire::Tensor::Builder out, const tensor_view& v, capnp::Orphan
 }
 
 constexpr uint16_t last_index_coding = static_cast<uint16_t>(index_coding::rice);
-constexpr uint16_t last_value_type = static_cast<uint16_t>(value_type::float8);
+constexpr uint16_t last_value_type = static_cast<uint16_t>(value_type::sign);
 
 // The structure of sparse part `i` (what the codec checks on both sides;
 // decode_indices() checks the indices themselves). `coding` and `type` are
@@ -118,11 +118,22 @@ void check_sparse(size_t i, uint64_t numel, uint64_t count, uint16_t coding, uin
     throw problem(std::to_string(count) + " entries over a model of no parameters");
   if (count > numel)
     throw problem(std::to_string(count) + " entries of " + std::to_string(numel) + " parameters");
-  uint64_t values = count * element_size(static_cast<value_type>(type));
-  if (value_bytes != values)
-    throw problem(std::to_string(value_bytes) + " value bytes for " + std::to_string(count) +
-                  " values of " + std::to_string(element_size(static_cast<value_type>(type))) +
-                  " bytes");
+  if (type == static_cast<uint16_t>(value_type::sign)) {
+    // One scale for each tensor with entries: at least one when there are
+    // entries, at most one an entry (the layout checks the exact number).
+    const uint64_t least = sign_value_bytes(count, count > 0 ? 1 : 0),
+                   most = sign_value_bytes(count, count);
+    if (value_bytes < least || value_bytes > most)
+      throw problem(std::to_string(value_bytes) + " value bytes for " + std::to_string(count) +
+                    " sign values (" + std::to_string(least) + " to " + std::to_string(most) +
+                    " expected)");
+  } else {
+    uint64_t values = count * element_size(static_cast<value_type>(type));
+    if (value_bytes != values)
+      throw problem(std::to_string(value_bytes) + " value bytes for " + std::to_string(count) +
+                    " values of " + std::to_string(element_size(static_cast<value_type>(type))) +
+                    " bytes");
+  }
   if (coding == static_cast<uint16_t>(index_coding::fixed_bits)) {
     size_t expected = fixed_index_bytes(static_cast<size_t>(count), numel);
     if (index_bytes != expected)
@@ -541,6 +552,8 @@ size_t element_size(value_type t) {
     case value_type::float32: return 4;
     case value_type::float16: return 2;
     case value_type::float8: return 1;
+    case value_type::sign:
+      throw codec_error("sign values have no size of their own (a scale a tensor, a bit a value)");
   }
   throw codec_error("unknown value type " + std::to_string(static_cast<int>(t)));
 }

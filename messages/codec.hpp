@@ -48,11 +48,22 @@ struct tensor_view {
 
 /// How the values of a sparse part are stored.
 /// float16: IEEE binary16 bits; float8: the high byte of those bits (1
-/// sign, 5 exponent and 2 mantissa bits, "E5M2"), rounded to nearest even.
-enum class value_type : uint8_t { float32 = 0, float16 = 1, float8 = 2 };
+/// sign, 5 exponent and 2 mantissa bits, "E5M2"), rounded to nearest even;
+/// sign: one bit a value (scaled sign): first a binary16 scale for each
+/// tensor of the model layout that has entries in the part, in the layout's
+/// order (finite, not negative), then `count` sign bits packed LSB-first
+/// (bit k of the stream: bit k % 8 of byte k / 8; 1 for negative, padding
+/// bits zero). An entry's value is its sign times its tensor's scale.
+enum class value_type : uint8_t { float32 = 0, float16 = 1, float8 = 2, sign = 3 };
 
-/// Size in bytes of one value of `t`.
+/// Size in bytes of one value of `t`; throws codec_error for `sign`, whose
+/// values have no size of their own (sign_value_bytes()).
 size_t element_size(value_type t);
+
+/// Bytes of the values of a `sign` part: 2 a scale, then ceil(count / 8).
+inline size_t sign_value_bytes(size_t count, size_t scales) {
+  return 2 * scales + (count + 7) / 8;
+}
 
 /// One sparse vector over the flattened model (all parameters in order):
 /// `count` entries out of `numel`; indices coded as `coding` (sparse.hpp),

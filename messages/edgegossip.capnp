@@ -32,6 +32,7 @@ enum ValueType {
   float32 @0;
   float16 @1;  # IEEE binary16
   float8 @2;   # the high byte of an IEEE binary16: 1 sign, 5 exponent, 2 mantissa bits (E5M2)
+  sign @3;     # a binary16 scale per tensor with entries, then one sign bit a value (codec.hpp)
 }
 
 # A sparse vector over the flattened model (all parameters in order):

@@ -85,7 +85,9 @@ owned_sparse random_sparse(std::mt19937_64& rng, uint64_t numel, uint32_t count,
   owned_sparse s;
   index_coding coding;
   s.indices = encode_indices(idx.data(), idx.size(), numel, coding);
-  s.values.resize(idx.size() * element_size(type));
+  // sign: 3 scales (the codec checks only that the count is in range).
+  s.values.resize(type == value_type::sign ? sign_value_bytes(idx.size(), 3)
+                                           : idx.size() * element_size(type));
   for (auto& b : s.values) b = static_cast<uint8_t>(rng());
   s.part.layout = layout;
   s.part.numel = numel;
@@ -348,6 +350,7 @@ BOOST_AUTO_TEST_CASE(sparse_weights_round_trip_is_bit_exact) {
   owned.push_back(random_sparse(rng, 50, 0, value_type::float16));          // empty
   owned.push_back(random_sparse(rng, 1, 1, value_type::float32));           // 0-bit indices
   owned.push_back(random_sparse(rng, 5000, 30, value_type::float8));        // one-byte values
+  owned.push_back(random_sparse(rng, 5000, 30, value_type::sign));          // one-bit values
   BOOST_TEST(static_cast<int>(owned[0].part.coding) == static_cast<int>(index_coding::rice));
   BOOST_TEST(static_cast<int>(owned[1].part.coding) == static_cast<int>(index_coding::rice));
   BOOST_TEST(static_cast<int>(owned[3].part.coding) == static_cast<int>(index_coding::fixed_bits));

@@ -132,6 +132,79 @@ BOOST_AUTO_TEST_CASE(float8_values_round_to_two_mantissa_bits) {
   BOOST_TEST(torch::allclose(copy, v, 0, 1e-5));
 }
 
+BOOST_AUTO_TEST_CASE(sign_values_are_one_bit_and_a_scale_a_tensor) {
+  auto l = layout();  // entries 0..9 the weight, 10..12 the bias
+  sparse_entries e{{1, 3, 4, 8, 9, 11}, {0.5f, -1.5f, 1.0f, -0.75f, 0.25f, -0.125f}};
+  auto p = encode(e, l, msg::value_type::sign);
+  // Two tensors with entries: two binary16 scales, then 6 bits in a byte.
+  BOOST_TEST(p.value_bytes.size() == 2u * 2 + 1);
+  BOOST_TEST(p.value_bytes.size() == msg::sign_value_bytes(6, 2));
+  auto got = through_the_wire(p, l);
+  BOOST_TEST((got.indices == e.indices));
+  // The weight's scale is its entries' mean magnitude, 0.8; the bias's 0.125.
+  const float w = static_cast<float>(c10::Half(0.8f)), b = 0.125f;
+  const std::vector<float> expected{w, -w, w, -w, w, -b};
+  for (size_t i = 0; i < expected.size(); ++i)
+    BOOST_TEST(got.values[i] == expected[i], "value " << i << ": " << got.values[i]);
+  // round_as_sent() gives what the receiver decodes, and encoding it again
+  // sends the same bytes.
+  auto rounded = e;
+  round_as_sent(rounded, l, msg::value_type::sign);
+  BOOST_TEST((rounded.values == got.values));
+  BOOST_TEST((encode(rounded, l, msg::value_type::sign).value_bytes == p.value_bytes));
+  // Only the bias has entries: one scale.
+  sparse_entries bias{{12}, {-3.0f}};
+  auto q = encode(bias, l, msg::value_type::sign);
+  BOOST_TEST(q.value_bytes.size() == 2u + 1);
+  BOOST_TEST(through_the_wire(q, l).values == std::vector<float>{-3.0f});
+
+  // Refused: a scale that is negative or not a number, nonzero padding bits,
+  // and a byte count that does not fit the tensors the indices fall in.
+  auto refused = [&](auto change) {
+    auto bad = p;
+    change(bad);
+    BOOST_CHECK_THROW(decode(bad.view(), l), std::invalid_argument);
+  };
+  refused([](encoded_part& x) { x.value_bytes[1] |= 0x80; });             // -0.8
+  refused([](encoded_part& x) { x.value_bytes[2] = 0xFF; x.value_bytes[3] = 0x7F; });  // NaN
+  refused([](encoded_part& x) { x.value_bytes[4] |= 0x80; });             // padding bit 7
+  refused([](encoded_part& x) { x.value_bytes.pop_back(); });
+  refused([](encoded_part& x) { x.value_bytes.insert(x.value_bytes.begin(), {0, 0}); });
+  {
+    // The codec's bounds: at least one scale and the bits, at most a scale
+    // an entry.
+    msg::envelope env;
+    msg::weights m;
+    auto bad = p;
+    bad.value_bytes.resize(msg::sign_value_bytes(6, 7));
+    m.sparse.push_back(bad.view());
+    env.payload = m;
+    BOOST_CHECK_THROW(msg::encode(env), msg::codec_error);
+  }
+
+  // Through an edge: both ends agree exactly, and error feedback brings the
+  // copy to v although every message carries one magnitude a tensor.
+  edge_copies sender(l, 0.5, msg::value_type::sign), receiver(l, 0.5, msg::value_type::sign);
+  sender.start(torch::zeros({13}));
+  receiver.start(torch::zeros({13}));
+  auto v = torch::randn({13});
+  torch::Tensor copy;
+  double captured = 0;
+  for (int k = 0; k < 200; ++k) {
+    copy = receiver.receive("a", decode(sender.send("b", v, false, &captured).view(), l), false,
+                            false)
+             .clone();
+    BOOST_TEST(torch::equal(copy, sender.sent_copy("b")));
+    BOOST_TEST(captured >= 0);
+    BOOST_TEST(captured <= 1);
+  }
+  BOOST_TEST(torch::allclose(copy, v, 0, 1e-2), (copy - v).abs().max().item<double>());
+  // A keyframe carries the whole model in float16, not as signs.
+  auto key = sender.send("b", v, true);
+  BOOST_TEST(static_cast<int>(key.values) == static_cast<int>(msg::value_type::float16));
+  BOOST_TEST(torch::allclose(sender.sent_copy("b"), v, 1e-3, 1e-3));
+}
+
 BOOST_AUTO_TEST_CASE(malformed_sparse_parts_are_refused) {
   auto l = layout();
   sparse_entries e{{1, 4}, {1.0f, 2.0f}};
