@@ -29,7 +29,11 @@ held_weights decode_frame(const std::string& from, const std::string& cluster,
       throw messages::codec_error(what + " from '" + env.hdr.sender + "', which is no " + owner
                                   + " of that node");
   }
-  return held_weights{env.hdr.sender, std::move(*weights), message, message->size()};
+  // The views point into the frame, or for a packed frame into its storage.
+  std::shared_ptr<const void> hold = env.storage;
+  if (!hold)
+    hold = message;
+  return held_weights{env.hdr.sender, std::move(*weights), std::move(hold), message->size()};
 }
 
 /// A frame for a stage hosted here: its activations or gradient, from the

@@ -46,7 +46,8 @@ void refused(const char* what, const std::string& why) {
 /// Decodes `in` as a message holding a T, checked against the identity.
 template <class T>
 caf::error decode_as(caf::execution_unit* ctx, const std::vector<char>& in, const char* what,
-                     T& out, messages::header* hdr = nullptr) {
+                     T& out, messages::header* hdr = nullptr,
+                     std::shared_ptr<const void>* storage = nullptr) {
   auto id = identity_of(ctx);
   try {
     if (id.cluster_id.empty())
@@ -58,6 +59,8 @@ caf::error decode_as(caf::execution_unit* ctx, const std::vector<char>& in, cons
     out = std::move(*body);
     if (hdr)
       *hdr = std::move(env.hdr);
+    if (storage)
+      *storage = std::move(env.storage);
     return {};
   } catch (const messages::codec_error& e) {
     refused(what, e.what());
@@ -159,13 +162,19 @@ caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
 caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
                      messages::held_weights& x) {
   // The tensor views point into the received bytes: they move into a buffer
-  // that the weights hold.
+  // that the weights hold (a packed message's views point into its own
+  // unpacked storage instead).
   auto kept = std::make_shared<const std::vector<char>>(in);
   messages::header hdr;
   messages::weights w;
-  if (auto err = decode_as(ctx, *kept, "weights message", w, &hdr))
+  std::shared_ptr<const void> storage;
+  if (auto err = decode_as(ctx, *kept, "weights message", w, &hdr, &storage))
     return err;
-  x = messages::held_weights{hdr.sender, std::move(w), kept, kept->size()};
+  const size_t size = kept->size();
+  std::shared_ptr<const void> hold = storage;
+  if (!hold)
+    hold = kept;
+  x = messages::held_weights{hdr.sender, std::move(w), std::move(hold), size};
   return {};
 }
 

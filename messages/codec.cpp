@@ -5,6 +5,7 @@
 #include <capnp/message.h>
 #include <capnp/orphan.h>
 #include <capnp/serialize.h>
+#include <capnp/serialize-packed.h>
 #include <kj/exception.h>
 #include <kj/io.h>
 
@@ -597,9 +598,32 @@ auto build_and_write(const envelope& e, Write write) {
 
 } // namespace
 
+bool goes_packed(const envelope& e) {
+  auto* w = std::get_if<weights>(&e.payload);
+  return !w || w->tensors.empty();
+}
+
+namespace {
+
+/// The marker, then the packed message.
+std::vector<char> pack(capnp::MessageBuilder& message) {
+  std::vector<char> out(std::begin(packed_marker), std::end(packed_marker));
+  append_stream stream{out};
+  capnp::writePackedMessage(stream, message);
+  if (out.size() > max_message_bytes)
+    throw codec_error("message of " + std::to_string(out.size()) + " bytes exceeds the limit of " +
+                      std::to_string(max_message_bytes) + " bytes");
+  return out;
+}
+
+} // namespace
+
 std::vector<char> encode(const envelope& e) {
-  return build_and_write(e, [](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
-                               size_t bytes) {
+  const bool packed = goes_packed(e);
+  return build_and_write(e, [packed](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
+                                     size_t bytes) {
+    if (packed)
+      return pack(*message);
     // The segment table and the segments are appended straight to the
     // result, which is reserved but not zero-filled first (zeroing it cost a
     // whole extra pass over the message: bench transport).
@@ -616,14 +640,26 @@ std::vector<char> encode(const envelope& e) {
 }
 
 size_t wire_size(const envelope& e) {
-  return build_and_write(
-      e, [](const std::shared_ptr<capnp::MallocMessageBuilder>&, size_t bytes) { return bytes; });
+  const bool packed = goes_packed(e);
+  return build_and_write(e, [packed](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
+                                     size_t bytes) {
+    return packed ? pack(*message).size() : bytes;
+  });
 }
 
 gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold) {
+  const bool packed = goes_packed(e);
   return build_and_write(e, [&](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
                                 size_t bytes) {
     gathered g;
+    if (packed) {
+      // Nothing to reference: the packed bytes are the one piece.
+      g.packed_ = pack(*message);
+      g.size_ = g.packed_.size();
+      g.pieces_.push_back({g.packed_.data(), g.packed_.size()});
+      g.hold_ = std::move(hold);
+      return g;
+    }
     g.size_ = bytes;
     auto segments = message->getSegmentsForOutput();
     // The segment table as capnp::writeMessage writes it: the count less
@@ -663,25 +699,12 @@ envelope decode(const std::vector<char>& buffer, const std::string& cluster_id) 
   return decode(buffer.data(), buffer.size(), cluster_id);
 }
 
-envelope decode(const char* data, size_t size, const std::string& cluster_id) {
-  if (size == 0) throw codec_error("empty message");
-  if (size > max_message_bytes)
-    throw codec_error("message of " + std::to_string(size) +
-                      " bytes exceeds the limit of " + std::to_string(max_message_bytes) +
-                      " bytes");
-  if (size % sizeof(capnp::word) != 0)
-    throw codec_error("truncated or malformed message: " + std::to_string(size) +
-                      " bytes is not a whole number of 8-byte words");
+namespace {
 
-  size_t words = size / sizeof(capnp::word);
-  kj::Array<capnp::word> aligned;
-  auto parsed = reinterpret_cast<const capnp::word*>(data);
-  if (reinterpret_cast<uintptr_t>(parsed) % alignof(capnp::word) != 0) {
-    aligned = kj::heapArray<capnp::word>(words);
-    std::memcpy(aligned.begin(), data, size);
-    parsed = aligned.begin();
-  }
-
+/// Reads the unpacked message of `words` words at `parsed` (8-byte
+/// aligned); its views point to the same offsets from `base`.
+envelope decode_words(const capnp::word* parsed, size_t words, const char* base,
+                      const std::string& cluster_id) {
   try {
     capnp::ReaderOptions options;
     // Each part is read once, so a maximal message stays within twice its size.
@@ -704,12 +727,67 @@ envelope decode(const char* data, size_t size, const std::string& cluster_id) {
                         "', this node belongs to '" + cluster_id + "'");
     e.hdr.sender = str(root.getSender());
     e.payload = read_body(root.getBody(),
-                          body_reader{reinterpret_cast<const char*>(parsed), data});
+                          body_reader{reinterpret_cast<const char*>(parsed), base});
     return e;
   } catch (const kj::Exception& ex) {
     throw codec_error(std::string("truncated or malformed message: ") +
                       ex.getDescription().cStr());
   }
+}
+
+/// A packed message (after the marker): unpacked into words of its own,
+/// its size checked before anything is allocated for it.
+envelope decode_packed(const kj::byte* data, size_t size, const std::string& cluster_id) {
+  auto packed = kj::arrayPtr(data, size);
+  std::shared_ptr<kj::Array<capnp::word>> words;
+  try {
+    const size_t unpacked = capnp::computeUnpackedSizeInWords(packed);
+    if (unpacked == 0)
+      throw codec_error("truncated or malformed packed message: nothing after the marker");
+    if (unpacked > max_message_bytes / sizeof(capnp::word))
+      throw codec_error("packed message unpacks to more than the limit of " +
+                        std::to_string(max_message_bytes) + " bytes");
+    words = std::make_shared<kj::Array<capnp::word>>(kj::heapArray<capnp::word>(unpacked));
+    kj::ArrayInputStream in(packed);
+    capnp::_::PackedInputStream unpack(in);
+    unpack.read(words->begin(), unpacked * sizeof(capnp::word));
+    kj::byte after;
+    if (in.tryRead(&after, 0, 1) != 0)  // nothing may follow
+      throw codec_error("truncated or malformed packed message: bytes follow the message");
+  } catch (const kj::Exception& ex) {
+    throw codec_error(std::string("truncated or malformed packed message: ") +
+                      ex.getDescription().cStr());
+  }
+  auto e = decode_words(words->begin(), words->size(),
+                        reinterpret_cast<const char*>(words->begin()), cluster_id);
+  e.storage = std::move(words);
+  return e;
+}
+
+} // namespace
+
+envelope decode(const char* data, size_t size, const std::string& cluster_id) {
+  if (size == 0) throw codec_error("empty message");
+  if (size > max_message_bytes)
+    throw codec_error("message of " + std::to_string(size) +
+                      " bytes exceeds the limit of " + std::to_string(max_message_bytes) +
+                      " bytes");
+  const auto* bytes = reinterpret_cast<const kj::byte*>(data);
+  if (size >= sizeof(packed_marker) && bytes[0] == packed_marker[0] && bytes[1] == packed_marker[1])
+    return decode_packed(bytes + sizeof(packed_marker), size - sizeof(packed_marker), cluster_id);
+  if (size % sizeof(capnp::word) != 0)
+    throw codec_error("truncated or malformed message: " + std::to_string(size) +
+                      " bytes is not a whole number of 8-byte words");
+
+  size_t words = size / sizeof(capnp::word);
+  kj::Array<capnp::word> aligned;
+  auto parsed = reinterpret_cast<const capnp::word*>(data);
+  if (reinterpret_cast<uintptr_t>(parsed) % alignof(capnp::word) != 0) {
+    aligned = kj::heapArray<capnp::word>(words);
+    std::memcpy(aligned.begin(), data, size);
+    parsed = aligned.begin();
+  }
+  return decode_words(parsed, words, data, cluster_id);
 }
 
 } // namespace eg::messages

@@ -22,7 +22,14 @@ namespace eg::messages {
 /// Bumped whenever the schema changes incompatibly.
 // 3: roles and control verbs are enumerations
 // 4: sparse parts in weights messages; traffic by category in epoch reports
-inline constexpr uint32_t protocol_version = 4;
+// 5: messages without dense tensors travel packed (packed_marker)
+inline constexpr uint32_t protocol_version = 5;
+
+/// The two bytes that open a packed message: Cap'n Proto's packed encoding
+/// of the message follows. No unpacked message starts with them (its first
+/// 32 bits are the segment count less one, and Cap'n Proto takes at most
+/// 512 segments), so the receiver tells the two forms apart by them.
+inline constexpr unsigned char packed_marker[2] = {0xFF, 0xFF};
 
 /// A message that cannot be accepted: not Cap'n Proto, truncated, oversized,
 /// from another cluster or protocol version. what() says which.
@@ -268,10 +275,20 @@ held_weights copy_weights(const held_weights& w);
 struct envelope {
   header hdr;
   body payload;
+  /// Set by decode() for a packed message: the unpacked words its views
+  /// (sparse parts) point into, which whoever keeps the views must hold.
+  std::shared_ptr<const void> storage;
 };
 
+/// Whether `e` goes packed: every message but weights with dense tensors.
+/// Cap'n Proto's packed encoding drops the zero bytes of fixed-width fields
+/// and pointers, the bulk of a small message (a sparse gossip message's
+/// envelope: about 200 bytes unpacked, about half packed); dense tensors
+/// stay unpacked, written from where they lie (encode_gathered).
+bool goes_packed(const envelope& e);
+
 /// Encodes an envelope; tensor bytes are copied once, straight into the
-/// returned buffer.
+/// returned buffer. Packed when goes_packed(e).
 std::vector<char> encode(const envelope& e);
 
 /// The exact size encode() gives `e` (it builds the message as encode_gathered
@@ -311,6 +328,7 @@ private:
   friend gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold);
   std::vector<piece> pieces_;
   std::vector<uint32_t> table_;               // the segment table (piece 0)
+  std::vector<char> packed_;                  // a packed message: its only piece
   std::shared_ptr<const void> builder_;       // the message's own segment(s)
   std::shared_ptr<const void> hold_;          // the tensors' memory
   size_t size_ = 0;
@@ -321,9 +339,10 @@ using shared_gathered = std::shared_ptr<const gathered>;
 /// word) tensors; `hold` keeps their memory alive with the message.
 gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold);
 
-/// Decodes and checks a buffer. Throws codec_error when it is not a
-/// well-formed message of this protocol version, or its cluster id is not
-/// `cluster_id`. Tensor views point into `buffer`.
+/// Decodes and checks a buffer, packed or not. Throws codec_error when it is
+/// not a well-formed message of this protocol version, or its cluster id is
+/// not `cluster_id`. Views point into `buffer`, or for a packed message into
+/// the envelope's `storage`.
 envelope decode(const std::vector<char>& buffer, const std::string& cluster_id);
 /// The same for `size` bytes at `data` (best 8-byte aligned: else they are
 /// copied once to be read).

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <kj/array.h>
 
 #include <functional>
 
@@ -19,14 +20,16 @@ namespace {
 const std::string cluster = "test-cluster";
 
 envelope wrap(body b, std::string sender = "p0") {
-  return envelope{header{cluster, protocol_version, std::move(sender)}, std::move(b)};
+  return envelope{header{cluster, protocol_version, std::move(sender)}, std::move(b), nullptr};
 }
 
 template <class T>
 T round_trip(const T& b) {
   static std::vector<char> buffer;  // decoded tensor views point into it
+  static std::shared_ptr<const void> storage;  // or, for a packed message, into this
   buffer = encode(wrap(b));
   envelope e = decode(buffer, cluster);
+  storage = e.storage;
   BOOST_TEST(e.hdr.cluster_id == cluster);
   BOOST_TEST(e.hdr.version == protocol_version);
   BOOST_TEST(e.hdr.sender == "p0");
@@ -190,7 +193,7 @@ BOOST_AUTO_TEST_CASE(plan_with_adopted_shards_round_trip) {
   BOOST_TEST(r.adopt_parts == 3u);
   // A part beyond the number of parts is refused.
   plan bad{2, 0.5, 9, {"p3"}, 3, 3};
-  auto buf = encode(envelope{header{"c", protocol_version, "b"}, bad});
+  auto buf = encode(envelope{header{"c", protocol_version, "b"}, bad, nullptr});
   BOOST_CHECK_THROW(decode(buf, "c"), codec_error);
 }
 
@@ -363,7 +366,16 @@ BOOST_AUTO_TEST_CASE(sparse_weights_round_trip_is_bit_exact) {
   for (auto& s : owned) w.sparse.push_back(s.part);
 
   std::vector<char> buffer = encode(wrap(w));
+  // No dense tensors: the message goes packed, and its views point into the
+  // words it was unpacked into, which the envelope holds.
+  BOOST_REQUIRE(buffer.size() > 2);
+  BOOST_TEST(static_cast<unsigned char>(buffer[0]) == packed_marker[0]);
+  BOOST_TEST(static_cast<unsigned char>(buffer[1]) == packed_marker[1]);
   envelope e = decode(buffer, cluster);
+  BOOST_REQUIRE(e.storage != nullptr);
+  auto* unpacked = static_cast<const kj::Array<capnp::word>*>(e.storage.get());
+  const char* words = reinterpret_cast<const char*>(unpacked->begin());
+  const size_t words_size = unpacked->size() * sizeof(capnp::word);
   const weights& r = std::get<weights>(e.payload);
   BOOST_TEST(r.gossip_weight == w.gossip_weight);
   BOOST_TEST(r.epoch == w.epoch);
@@ -374,13 +386,13 @@ BOOST_AUTO_TEST_CASE(sparse_weights_round_trip_is_bit_exact) {
   for (size_t i = 0; i < w.sparse.size(); ++i)
     BOOST_TEST_CONTEXT("part " << i) {
       check_same_sparse(w.sparse[i], r.sparse[i]);
-      // Views into the received buffer, not copies.
-      auto in_buffer = [&](const uint8_t* p, size_t n) {
+      // Views into the message's unpacked words, not copies of their own.
+      auto in_storage = [&](const uint8_t* p, size_t n) {
         auto c = reinterpret_cast<const char*>(p);
-        return n == 0 || (c >= buffer.data() && c + n <= buffer.data() + buffer.size());
+        return n == 0 || (c >= words && c + n <= words + words_size);
       };
-      BOOST_TEST(in_buffer(r.sparse[i].indices, r.sparse[i].index_bytes));
-      BOOST_TEST(in_buffer(r.sparse[i].value_data, r.sparse[i].value_bytes));
+      BOOST_TEST(in_storage(r.sparse[i].indices, r.sparse[i].index_bytes));
+      BOOST_TEST(in_storage(r.sparse[i].value_data, r.sparse[i].value_bytes));
       // The indices decode as they were.
       std::vector<uint32_t> idx(r.sparse[i].count);
       decode_indices(r.sparse[i].indices, r.sparse[i].index_bytes, r.sparse[i].coding,
@@ -446,9 +458,11 @@ BOOST_AUTO_TEST_CASE(wire_size_is_what_encode_gives) {
     BOOST_TEST(wire_size(e) == expected);
     BOOST_TEST(encode_gathered(e, nullptr).size() == expected);
   }
-  // Not an approximation: one more value byte pair moves it by a word.
+  // Not an approximation: one more value byte pair moves an unpacked message
+  // (one with a dense tensor) by a word.
   owned_sparse d = random_sparse(rng, 1000, 4, value_type::float16);  // 8 value bytes
   weights w;
+  w.tensors = {odd.view};
   w.sparse = {d.part};
   size_t before = wire_size(wrap(w));
   d.values.resize(10);
@@ -627,7 +641,7 @@ BOOST_AUTO_TEST_CASE(traffic_of_a_message_sums_to_its_size) {
 }
 
 BOOST_AUTO_TEST_CASE(foreign_cluster_is_refused) {
-  std::vector<char> buffer = encode(envelope{header{"cluster-a", protocol_version, "p0"}, plan{}});
+  std::vector<char> buffer = encode(envelope{header{"cluster-a", protocol_version, "p0"}, plan{}, nullptr});
   try {
     decode(buffer, "cluster-b");
     BOOST_FAIL("a message of another cluster was accepted");
@@ -640,7 +654,7 @@ BOOST_AUTO_TEST_CASE(foreign_cluster_is_refused) {
 
 BOOST_AUTO_TEST_CASE(other_protocol_version_is_refused) {
   std::vector<char> buffer =
-      encode(envelope{header{cluster, protocol_version + 6, "p0"}, control{verb::stop, ""}});
+      encode(envelope{header{cluster, protocol_version + 6, "p0"}, control{verb::stop, ""}, nullptr});
   try {
     decode(buffer, cluster);
     BOOST_FAIL("a message of another protocol version was accepted");
@@ -666,11 +680,92 @@ BOOST_AUTO_TEST_CASE(trailing_bytes_are_refused) {
 }
 
 BOOST_AUTO_TEST_CASE(every_prefix_is_refused) {
+  std::mt19937_64 rng(7);
+  owned_tensor t = random_tensor(rng, "t", dtype::float32, {6});
+  weights dense;
+  dense.tensors = {t.view};
+  owned_sparse part = random_sparse(rng, 61706, 185, value_type::sign);
+  weights sparse;
+  sparse.sparse = {part.part};
+  // A packed hello, an unpacked dense message, a packed sparse one.
+  for (const auto& full : {sample_message(), encode(wrap(dense)), encode(wrap(sparse))}) {
+    BOOST_REQUIRE(decodes(full));
+    for (size_t n = 0; n < full.size(); ++n) {
+      std::vector<char> prefix(full.begin(), full.begin() + n);
+      BOOST_TEST(!decodes(prefix), "prefix of " << n << " of " << full.size() << " bytes");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(packed_only_without_dense_tensors) {
+  std::mt19937_64 rng(8);
+  owned_tensor t = random_tensor(rng, "t", dtype::float32, {16});
+  owned_sparse part = random_sparse(rng, 61706, 185, value_type::sign);
+  weights dense, sparse, mixed;
+  dense.tensors = {t.view};
+  sparse.sparse = {part.part};
+  mixed.tensors = {t.view};
+  mixed.sparse = {part.part};
+  BOOST_TEST(!goes_packed(wrap(dense)));
+  BOOST_TEST(!goes_packed(wrap(mixed)));
+  BOOST_TEST(goes_packed(wrap(sparse)));
+  BOOST_TEST(goes_packed(wrap(plan{})));
+  BOOST_TEST(goes_packed(wrap(control{verb::stop, ""})));
+  auto dense_bytes = encode(wrap(dense));
+  BOOST_TEST(dense_bytes.size() % 8 == 0u);
+  BOOST_TEST(static_cast<unsigned char>(dense_bytes[0]) != packed_marker[0]);
+  BOOST_TEST(decode(dense_bytes, cluster).storage == nullptr);
+  // A Sparse-Push message of LeNet-5 at density 0.003 (185 entries, sign
+  // values): the envelope, weight and framing around the part's bytes,
+  // unpacked about 200 bytes, packed well under 120.
+  sparse.gossip_weight = 0.0123;
+  sparse.epoch = 7;
+  sparse.iteration = 812;
+  sparse.rate = 1;
+  sparse.edge_seq = 271;
+  sparse.generation = 0x9e3779b97f4a7c15ull;
+  auto sparse_bytes = encode(wrap(sparse, "platform-3"));
+  traffic split = traffic_of(sparse, sparse_bytes.size());
+  BOOST_TEST(split.total() == sparse_bytes.size());
+  BOOST_TEST(split.headers < 120u, split.headers << " header bytes");
+  BOOST_TEST_MESSAGE("packed sparse message: " << sparse_bytes.size() << " bytes, of which "
+                                               << split.headers << " headers");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_packed_messages_are_refused) {
+  auto refusal = [](const std::vector<char>& buffer) {
+    try {
+      decode(buffer, cluster);
+    } catch (const codec_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::vector<char> marker(std::begin(packed_marker), std::end(packed_marker));
+  BOOST_TEST(refusal(marker).find("nothing after the marker") != std::string::npos);
+  // Trailing bytes after a whole packed message.
   std::vector<char> full = sample_message();
   BOOST_REQUIRE(decodes(full));
-  for (size_t n = 0; n < full.size(); n += 8) {
-    std::vector<char> prefix(full.begin(), full.begin() + n);
-    BOOST_TEST(!decodes(prefix), "prefix of " << n << " bytes");
+  auto trailing = full;
+  trailing.push_back(1);
+  BOOST_TEST(!refusal(trailing).empty());
+  trailing = full;
+  trailing.insert(trailing.end(), {0, 0});  // one more zero word: not the segment's size
+  BOOST_TEST(refusal(trailing).find("follow the message") != std::string::npos, refusal(trailing));
+  // A few bytes that unpack to more than any message may be (runs of zero
+  // words): refused before anything is allocated for them.
+  std::vector<char> bomb = marker;
+  for (size_t i = 0; i < (max_message_bytes / 8) / 256 + 1; ++i)
+    bomb.insert(bomb.end(), {0, static_cast<char>(0xFF)});  // 1 + 255 zero words
+  BOOST_TEST(refusal(bomb).find("unpacks to more than the limit") != std::string::npos,
+             refusal(bomb));
+  // Random bytes after the marker never crash.
+  std::mt19937_64 rng(4321);
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<char> buffer = marker;
+    for (size_t n = 1 + rng() % 300; n > 0; --n)
+      buffer.push_back(static_cast<char>(rng()));
+    decodes(buffer);
   }
 }
 
