@@ -268,6 +268,8 @@ void begin_epoch(self_ptr self) {
       && plan.batches.size() > static_cast<size_t>(st.args.train.max_iterations))
     plan.batches.resize(static_cast<size_t>(st.args.train.max_iterations));
   st.planned = static_cast<uint64_t>(plan.samples());
+  st.trainer->set_lr(learning::scheduled_lr(st.args.train.lr, st.args.train.lr_schedule, st.epoch,
+                                            st.last_epoch + 1));
   st.trainer->begin_epoch(std::move(plan));
   st.epoch_start = st.last_progress = st.last_step_end = clock::now();
   if (!st.training_start)

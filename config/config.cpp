@@ -7,7 +7,7 @@
 //               on_store_failure
 //   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
-//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every
+//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
 //               consensus_step, sparse_values, drift_memory, overlap, gossip_every, server,
 //               commit_steps, staleness, check_period, min_interval, target_loss
@@ -175,6 +175,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.epochs", c.train.epochs, positive_u32);
   visit("train.max_iterations", c.train.max_iterations, non_negative_int);
   visit("train.evaluate_every", c.train.evaluate_every, non_negative_int);
+  visit("train.lr_schedule", c.train.lr_schedule, text_rule{{"constant", "cosine"}, false});
   visit("strategy.name", c.strategy.name, enum_rule{});
   visit("strategy.schedule", c.strategy.schedule, enum_rule{});
   visit("strategy.topology", c.strategy.topology, enum_rule{});
@@ -891,6 +892,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << to_string(cfg.edgegossip.merge);
   if (cfg.strategy.gossip_every != 1)  // (absent at 1: older runs keep their fingerprint)
     text << "|every|" << cfg.strategy.gossip_every;
+  if (cfg.train.lr_schedule != "constant")  // (likewise)
+    text << "|lr_schedule|" << cfg.train.lr_schedule;
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {

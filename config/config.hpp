@@ -144,6 +144,10 @@ struct train_config {
   /// `bench tta` sets 0 for every strategy, so that its training clock holds
   /// training only (it evaluates the averaged model between epochs).
   int64_t evaluate_every = 1;
+  /// The learning rate by epoch: "constant" (`lr` throughout) or "cosine"
+  /// (learning::scheduled_lr: from `lr` in the first epoch down to nearly 0
+  /// in the last).
+  std::string lr_schedule = "constant";
 };
 
 struct strategy_config {

@@ -359,6 +359,21 @@ encoded_part edge_copies::send(const std::string& to, const torch::Tensor& v, bo
   return encode(e, layout_, type);
 }
 
+edge_copies::residuals edge_copies::residuals_after(const std::string& to,
+                                                    const torch::Tensor& v) const {
+  torch::NoGradGuard no_grad;
+  residuals r;
+  const auto d = v.reshape({-1}) - out_.at(to);
+  r.left = d.pow(2).sum().item<double>();
+  for (const auto& [peer, copy] : out_) {
+    if (peer == to)
+      continue;
+    r.cross += (v.reshape({-1}) - copy).dot(d).item<double>();
+    ++r.others;
+  }
+  return r;
+}
+
 const torch::Tensor& edge_copies::received_copy(const std::string& from) {
   auto [it, fresh] = in_.try_emplace(from);
   if (fresh)

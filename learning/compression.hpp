@@ -106,6 +106,15 @@ public:
   const torch::Tensor& received_copy(const std::string& from);
   /// The copy of the edge to `to` (after send()).
   const torch::Tensor& sent_copy(const std::string& to) const { return out_.at(to); }
+  /// What the out-edges' copies lack of v, seen from the edge to `to` (after
+  /// send() to it): `left` = |v - copy_to|^2, and `cross` = the sum over the
+  /// other out-edges f of <v - copy_f, v - copy_to>, `others` of them.
+  struct residuals {
+    double left = 0;
+    double cross = 0;
+    size_t others = 0;
+  };
+  residuals residuals_after(const std::string& to, const torch::Tensor& v) const;
   const flat_layout& layout() const { return layout_; }
   size_t edges_out() const { return out_.size(); }
   size_t edges_in() const { return in_.size(); }

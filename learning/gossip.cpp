@@ -267,14 +267,26 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
   return orders;
 }
 
-double sparse_push::share_bound(double w, double captured, size_t edges) {
-  // (w / (w - s))^2 (1 - captured) <= 1  <=>  s <= w (1 - sqrt(1 - captured)).
-  // With E out-edges, the residual r of this edge moves each other edge's by
-  // up to s / (w - s) r, and the sum over the edges changes by at most
-  // r ((1 + e) sqrt(1 - c) - 1 + (E - 1) e), e = s / (w - s): s <= w (1 -
-  // sqrt(1 - c)) / (2 E) keeps that negative.
-  return 0.5 * w * (1 - std::sqrt(std::max(0.0, 1 - captured))) /
-         static_cast<double>(std::max<size_t>(edges, 1));
+double sparse_push::share_bound(double w, double lacked, double left, double cross,
+                                size_t others) {
+  // E L e^2 + 2 (L + X) e + (L - R) <= -(R - L) / 2, i.e. a e^2 + b e + c <= 0
+  // with c = -(R - L) / 2 <= 0: e up to the larger root.
+  const double removed = std::max(0.0, lacked - left);
+  if (!(removed > 0))
+    return 0;  // the message carried nothing: it may move no weight
+  const double a = static_cast<double>(others + 1) * left, b = 2 * (left + cross),
+               c = -0.5 * removed;
+  double e;
+  if (a <= 1e-12 * removed) {  // nothing left: only the cross term limits it
+    if (b <= 0)
+      return w;
+    e = -c / b;
+  } else {
+    e = (-b + std::sqrt(b * b - 4 * a * c)) / (2 * a);
+  }
+  if (!(e > 0) || !std::isfinite(e))
+    return std::isinf(e) ? w : 0;
+  return w * e / (1 + e);
 }
 
 gossip_payload sparse_push::payload(const send_order& order, const std::string& to,
@@ -294,13 +306,27 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   p.keyframe = edge.keyframe;
   edge.keyframe = false;
   auto parts = std::make_shared<std::vector<encoded_part>>();
+  // Each quantity sent (the model; SCSP's tracker too) bounds the share by
+  // what its copies lack before and after this message.
+  auto bound = [&](edge_copies& copies, const torch::Tensor& v, encoded_part part,
+                   double captured) {
+    parts->push_back(std::move(part));
+    if (p.keyframe || captured >= 1)
+      return weight_;  // the copy is v now: nothing lags
+    const auto r = copies.residuals_after(to, v);
+    const double lacked = r.left / (1 - captured);
+    return share_bound(weight_, lacked, r.left, r.cross, r.others);
+  };
   double captured = 1;
-  parts->push_back(model_copies_.send(to, z_, p.keyframe, &captured));
-  double tracker_captured = 1;
-  if (options_.compensate)
-    parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &tracker_captured));
-  s = std::max(0.0, std::min(s, share_bound(weight_, std::min(captured, tracker_captured),
-                                            out_.size())));
+  auto model_part = model_copies_.send(to, z_, p.keyframe, &captured);
+  double limit = bound(model_copies_, z_, std::move(model_part), captured);
+  if (options_.compensate) {
+    double tracker_captured = 1;
+    auto tracker_part = tracker_copies_.send(to, tracker_, p.keyframe, &tracker_captured);
+    limit = std::min(limit, bound(tracker_copies_, tracker_, std::move(tracker_part),
+                                  tracker_captured));
+  }
+  s = std::max(0.0, std::min(s, limit));
   p.weight = s;
   // The share leaves as s times the edge's copy (what the receiver merges),
   // so the numerators' sum is exact: w z <- w z - s z^, w <- w - s. What the

@@ -206,15 +206,21 @@ public:
   void peers_changed(const std::vector<std::string>& live) override;
   uint64_t out_of_step() const override { return out_of_step_; }
 
-  /// The largest share of weight w a message may take when it carried
-  /// `captured` (|q|^2 / |z - z^|^2) of what the edge's copy lacked and the
-  /// sender has `edges` out-edges: the residual after the message,
-  /// |z - z^|^2 (1 - captured), grows by (w / (w - s))^2 when the sender
-  /// keeps the rest; at half the share that keeps it from growing, it
-  /// shrinks from message to message. Keeping the rest also moves z away
-  /// from the copies of the other edges, by s / (w - s) of this edge's
-  /// residual: dividing by the edges keeps the residuals' sum shrinking.
-  static double share_bound(double w, double captured, size_t edges = 1);
+  /// The largest share of weight w a message may take, from what the
+  /// sender's out-edges' copies lack of z (the residuals r_f = z - z^_f):
+  /// `lacked` = |r_e|^2 of this edge e before the message, and, after it
+  /// (d = r_e - q), `left` = |d|^2, `cross` = sum over the `others` other
+  /// out-edges f of <r_f, d>. Keeping the rest moves z by e d, e = s / (w -
+  /// s): r_e becomes (1 + e) d and each other r_f becomes r_f + e d, so the
+  /// residuals' energy sum_f |r_f|^2 changes by
+  ///   (1 + e)^2 L + 2 e X + (E - 1) e^2 L - R    (R lacked, L left, X cross, E edges)
+  /// which at s = 0 is what the message removed, -(R - L). The bound is the
+  /// largest e at which at least half of that removal remains: the message
+  /// always shrinks the residuals, by at least half of what it carried.
+  /// (Earlier the cross terms were bounded in the worst case, which cut the
+  /// share by the number of edges; measured, they are small, and the exact
+  /// bound mixes E times faster: docs/ALGORITHMS.md, "The share bound".)
+  static double share_bound(double w, double lacked, double left, double cross, size_t others);
 
 private:
   struct out_edge {

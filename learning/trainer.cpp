@@ -108,6 +108,27 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
   replica_->train();
 }
 
+double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint32_t epochs) {
+  if (epochs == 0)
+    throw std::invalid_argument("scheduled_lr: a run of no epochs");
+  if (schedule == "constant")
+    return lr;
+  if (schedule == "cosine") {
+    const double at = static_cast<double>(std::min(epoch, epochs - 1)) / epochs;
+    return lr * 0.5 * (1 + std::cos(M_PI * at));
+  }
+  throw std::invalid_argument("unknown learning-rate schedule '" + schedule +
+                              "' (known: constant, cosine)");
+}
+
+void local_trainer::set_lr(double lr) {
+  if (!(lr > 0))
+    throw std::invalid_argument("set_lr: the learning rate must be positive");
+  opt_.lr = lr;
+  for (auto& group : optimizer_.param_groups())
+    static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+}
+
 void local_trainer::begin_epoch(epoch_plan plan) {
   plan_ = std::move(plan);
   next_ = 0;

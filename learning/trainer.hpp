@@ -23,6 +23,13 @@ struct sgd_options {
   int64_t batch = 64;
 };
 
+/// The learning rate of epoch `epoch` (0-based) of a run of `epochs` under
+/// `schedule`: "constant": `lr`; "cosine": lr (1 + cos(pi epoch / epochs)) / 2,
+/// `lr` in the first epoch, about lr (pi / epochs)^2 / 4 in the last (an
+/// epoch-wise cosine annealing). Throws std::invalid_argument for another
+/// schedule or no epochs.
+double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint32_t epochs);
+
 /// The iterations of one epoch: each batch is a list of sample indices.
 struct epoch_plan {
   std::vector<std::vector<int64_t>> batches;
@@ -83,6 +90,8 @@ public:
   parameter_loans& loans() { return loans_; }
   const std::vector<int64_t>& shard() const { return shard_; }
   const sgd_options& options() const { return opt_; }
+  /// The optimizer's learning rate from the next step on.
+  void set_lr(double lr);
   torch::Device device() const { return device_; }
 
 private:

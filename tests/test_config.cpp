@@ -310,6 +310,7 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.data.train_samples = -1; }, "data.train_samples"},
       {[](cluster_config& c) { c.data.test_samples = -5; }, "data.test_samples"},
       {[](cluster_config& c) { c.train.model = "resnet"; }, "train.model"},
+      {[](cluster_config& c) { c.train.lr_schedule = "step"; }, "train.lr_schedule"},
       {[](cluster_config& c) { c.train.lr = 0; }, "train.lr"},
       {[](cluster_config& c) { c.train.lr = std::nan(""); }, "train.lr"},
       {[](cluster_config& c) { c.train.momentum = 1; }, "train.momentum"},
@@ -412,6 +413,11 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
   BOOST_CHECK_NO_THROW(validate(c));
   BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.gossip_every=0"); }),
                       "strategy.gossip_every must be a positive integer"));
+  BOOST_TEST(c.train.lr_schedule == "constant");  // the default
+  apply_override(c, "train.lr_schedule=cosine");
+  BOOST_TEST(c.train.lr_schedule == "cosine");
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "train.lr_schedule=linear"); }),
+                      "train.lr_schedule"));
   BOOST_TEST(c.strategy.sparse_values == "float8");  // the default
   apply_override(c, "strategy.sparse_values=float16");
   BOOST_TEST(c.strategy.sparse_values == "float16");
@@ -532,6 +538,7 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
          [](cluster_config& c) { c.strategy.out_peers = 2; },
          [](cluster_config& c) { c.strategy.name = strategy_name::sgp; },
          [](cluster_config& c) { c.strategy.gossip_every = 2; },
+         [](cluster_config& c) { c.train.lr_schedule = "cosine"; },
          [](cluster_config& c) { c.strategy.sparse_values = "float16"; },
          [](cluster_config& c) { c.edgegossip.selection = selection::random; },
          [](cluster_config& c) { c.edgegossip.merge = merge_rule::gossip; }}) {

@@ -621,6 +621,45 @@ BOOST_AUTO_TEST_CASE(trainer_steps_through_a_plan) {
                     std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(learning_rate_schedules) {
+  for (uint32_t e = 0; e < 12; ++e)
+    BOOST_TEST(scheduled_lr(0.02, "constant", e, 12) == 0.02);
+  // Cosine: lr in the first epoch, half of it in the middle one, falling
+  // every epoch, and small but positive in the last.
+  BOOST_TEST(scheduled_lr(0.02, "cosine", 0, 12) == 0.02);
+  BOOST_TEST(scheduled_lr(0.02, "cosine", 6, 12) == 0.01, boost::test_tools::tolerance(1e-12));
+  for (uint32_t e = 1; e < 12; ++e)
+    BOOST_TEST(scheduled_lr(0.02, "cosine", e, 12) < scheduled_lr(0.02, "cosine", e - 1, 12));
+  const double last = scheduled_lr(0.02, "cosine", 11, 12);
+  BOOST_TEST(last > 0);
+  BOOST_TEST(last == 0.02 * 0.5 * (1 + std::cos(M_PI * 11 / 12)),
+             boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(scheduled_lr(0.02, "cosine", 40, 12) == last);  // past the end: the last epoch's
+  BOOST_TEST(scheduled_lr(0.1, "cosine", 0, 1) == 0.1);
+  BOOST_CHECK_THROW(scheduled_lr(0.02, "step", 0, 12), std::invalid_argument);
+  BOOST_CHECK_THROW(scheduled_lr(0.02, "cosine", 0, 0), std::invalid_argument);
+  // The trainer's optimizer takes the new rate: a step with half the rate
+  // moves a fresh model by half as much (momentum starts at zero).
+  auto data = random_set(32, 3);
+  auto moved = [&](double lr) {
+    local_trainer t(make_classifier("logreg", 1), data, iota(32), {0.04, 0.9, 32});
+    t.set_lr(lr);
+    BOOST_TEST(t.options().lr == lr);
+    std::mt19937_64 rng(1);
+    t.begin_epoch(shuffled_plan(t.shard(), 32, 1, rng));
+    auto before = snapshot(t.model());
+    t.step();
+    auto after = parameters(t.model());
+    double sum = 0;
+    for (size_t i = 0; i < after.size(); ++i)
+      sum += (after[i] - before[i]).abs().sum().item<double>();
+    return sum;
+  };
+  BOOST_TEST(moved(0.01) / moved(0.02) == 0.5, boost::test_tools::tolerance(1e-4));
+  local_trainer t(make_classifier("logreg", 1), data, iota(32), {0.04, 0.9, 32});
+  BOOST_CHECK_THROW(t.set_lr(0), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(evaluate_restores_mode) {
   auto data = random_set(50, 2);
   auto model = make_classifier("lenet5", 1);
