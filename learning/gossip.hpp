@@ -215,11 +215,9 @@ public:
   /// residuals' energy sum_f |r_f|^2 changes by
   ///   (1 + e)^2 L + 2 e X + (E - 1) e^2 L - R    (R lacked, L left, X cross, E edges)
   /// which at s = 0 is what the message removed, -(R - L). The bound is the
-  /// largest e at which at least half of that removal remains: the message
-  /// always shrinks the residuals, by at least half of what it carried.
-  /// (Earlier the cross terms were bounded in the worst case, which cut the
-  /// share by the number of edges; measured, they are small, and the exact
-  /// bound mixes E times faster: docs/ALGORITHMS.md, "The share bound".)
+  /// largest e at which a quarter of that removal remains: the message
+  /// always shrinks the residuals, by at least a quarter of what it carried
+  /// (docs/ALGORITHMS.md, "The share bound").
   static double share_bound(double w, double lacked, double left, double cross, size_t others);
 
 private:

@@ -393,14 +393,14 @@ BOOST_AUTO_TEST_CASE(sparse_push_reaches_consensus_over_the_exponential_graph) {
 BOOST_AUTO_TEST_CASE(a_message_that_carries_little_of_a_lagging_copy_moves_little_weight) {
   // The bound in closed form: nothing carried, no weight; everything
   // carried on the only edge, any weight; one edge with half the lack left:
-  // e = s / (w - s) = sqrt((R + L) / (2 L)) - 1.
+  // (1 + e)^2 L - R = -(R - L) / 4, e = s / (w - s) = sqrt((3 R + L) / (4 L)) - 1.
   BOOST_TEST(sparse_push::share_bound(1.0, 2.0, 2.0, 0.0, 0) == 0.0);
   BOOST_TEST(sparse_push::share_bound(1.0, 2.0, 0.0, 0.0, 0) == 1.0);
-  const double e1 = std::sqrt(1.5) - 1;
+  const double e1 = std::sqrt(3.5 / 2) - 1;
   BOOST_TEST(std::abs(sparse_push::share_bound(2.0, 1.0, 0.5, 0.0, 0) - 2.0 * e1 / (1 + e1)) <
              1e-12);
-  // At the bound the residuals' energy sum_f |r_f|^2 falls by exactly half
-  // of what the message removed, R - L; below it, by more; above, by less.
+  // At the bound the residuals' energy sum_f |r_f|^2 falls by exactly a
+  // quarter of what the message removed, R - L; below it, by more; above, by less.
   std::mt19937_64 draw(17);
   std::uniform_real_distribution<double> u(0, 1);
   auto change = [](double e, double R, double L, double X, size_t others) {
@@ -416,10 +416,10 @@ BOOST_AUTO_TEST_CASE(a_message_that_carries_little_of_a_lagging_copy_moves_littl
     if (s >= w)
       continue;
     const double e = s / (w - s);
-    BOOST_TEST(std::abs(change(e, R, L, X, others) + 0.5 * (R - L)) < 1e-9 * (1 + R),
+    BOOST_TEST(std::abs(change(e, R, L, X, others) + 0.25 * (R - L)) < 1e-9 * (1 + R),
                "R " << R << " L " << L << " X " << X << " others " << others);
-    BOOST_TEST(change(0.5 * e, R, L, X, others) <= -0.5 * (R - L) + 1e-12);
-    BOOST_TEST(change(1.5 * e, R, L, X, others) > -0.5 * (R - L));
+    BOOST_TEST(change(0.5 * e, R, L, X, others) <= -0.25 * (R - L) + 1e-12);
+    BOOST_TEST(change(1.5 * e, R, L, X, others) > -0.25 * (R - L));
   }
   // More edges whose residuals point the same way: a smaller share.
   BOOST_TEST(sparse_push::share_bound(1.0, 1.0, 0.5, 0.5, 2) <
@@ -449,7 +449,7 @@ BOOST_AUTO_TEST_CASE(a_message_that_carries_little_of_a_lagging_copy_moves_littl
   // 2 of the 13 entries (one a tensor) carried: the lack falls from 13 to 11
   // on its only out-edge.
   BOOST_TEST(std::abs(second.weight - sparse_push::share_bound(w, 13, 11, 0, 0)) < 1e-9);
-  const double e = std::sqrt(24.0 / 22) - 1;
+  const double e = std::sqrt((3.0 * 13 + 11) / (4.0 * 11)) - 1;
   BOOST_TEST(std::abs(second.weight - w * e / (1 + e)) < 1e-9);
   BOOST_TEST(std::abs(b.weight() - (w - second.weight)) < 1e-12);
 }
