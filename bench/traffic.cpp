@@ -689,22 +689,27 @@ int traffic(const options& opt, const traffic_options& t) {
   }
 
   // The sparse-push density (and period) with the most compression that
-  // still reaches the IID target in every seed (else the least compressed
-  // one, marked).
+  // still reaches the IID target in every seed and loses at most 1 point of
+  // final accuracy against sgp (the median of the seeds' differences: the
+  // paper's claim is "466x for about 1 %"); else the most compressed that
+  // reaches the target; else the least compressed one, marked.
   std::string chosen;
-  bool chosen_reached = false;
+  int chosen_rank = -1;  // 2: reached within 1 point, 1: reached, 0: not reached
   for (auto& s : t.strategies) {
     if (family_of(s) != "sparse-push" || settings[0].seeds.empty())
       continue;
     auto r = figures(settings[0], s);
-    bool reached = r.not_reached == 0;
-    if (chosen.empty()
-        || (reached && (!chosen_reached || compression_of(s) > compression_of(chosen)))
-        || (!reached && !chosen_reached && compression_of(s) < compression_of(chosen))) {
+    const bool reached = r.not_reached == 0;
+    const bool close = with_sgp && r.vs_sgp_points.median() >= -1;  // (false for NaN: no sgp)
+    const int rank = reached ? (close ? 2 : 1) : 0;
+    if (chosen.empty() || rank > chosen_rank
+        || (rank == chosen_rank && (rank > 0 ? compression_of(s) > compression_of(chosen)
+                                             : compression_of(s) < compression_of(chosen)))) {
       chosen = s;
-      chosen_reached = reached;
+      chosen_rank = rank;
     }
   }
+  const bool chosen_reached = chosen_rank > 0;
   std::string scsp;
   for (auto& s : t.strategies)
     if (family_of(s) == "scsp" && scsp.empty())
@@ -810,7 +815,9 @@ int traffic(const options& opt, const traffic_options& t) {
     sp_text = "sparse-push " + ratio_text(r) + " fewer bytes than sgp, " + signed_points(r)
               + " pts";
     extra += "; sparse-push density " + density_text(chosen) + " (IID target "
-             + fixed(settings[0].target, 3) + (chosen_reached ? "" : " not reached") + ")";
+             + fixed(settings[0].target, 3) + (chosen_reached ? "" : " not reached")
+             + (chosen_rank == 2 ? ", within 1 pt" : chosen_rank == 1 ? ", none within 1 pt" : "")
+             + ")";
   }
   if (settings[1].seeds.empty())
     scsp_text = "scsp n/a (non-IID not run)";

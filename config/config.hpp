@@ -170,12 +170,13 @@ struct strategy_config {
   /// Sparse-Push and SCSP: the consensus step gamma (docs/ALGORITHMS.md,
   /// "Sparse-Push"); 1 with density 1 is push-sum on a fixed graph.
   double consensus_step = 1;
-  /// Sparse-Push and SCSP: values on the wire as "float8" (E5M2: one byte,
-  /// 2 mantissa bits; what rounding leaves out stays in the edge's residual
-  /// and goes with a later message), "float16" or "float32". float8 sent
-  /// 1.2-1.5x fewer bytes than float16 for the same accuracy within the
-  /// seeds' spread (bench/README.md, "traffic").
-  std::string sparse_values = "float8";
+  /// Sparse-Push and SCSP: values on the wire as "sign" (one bit a value and
+  /// a binary16 scale a tensor), "float8" (E5M2: one byte, 2 mantissa bits),
+  /// "float16" or "float32"; what rounding leaves out stays in the edge's
+  /// residual and goes with a later message. Signs sent 8x fewer value
+  /// bytes than float8 for the same accuracy within the seeds' spread
+  /// (bench/README.md, "traffic").
+  std::string sparse_values = "sign";
   /// SCSP: how much of the previous steps the drift estimate keeps (the
   /// decay of the moving average of each platform's own steps).
   double drift_memory = 0.9;

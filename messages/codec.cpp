@@ -736,7 +736,14 @@ envelope decode_words(const capnp::word* parsed, size_t words, const char* base,
 }
 
 /// A packed message (after the marker): unpacked into words of its own,
-/// its size checked before anything is allocated for it.
+/// its size checked before anything is allocated for it. Two bytes of
+/// packed zeros unpack to 2 KiB, so a small message could make the receiver
+/// allocate a thousand times its size: a packed message may unpack to at
+/// most max_packed_expansion times its size (or 1 MiB). What this codec
+/// packs expands far less: its messages' bulk is index and value bytes,
+/// which do not pack, and a keyframe's values are float16.
+constexpr size_t max_packed_expansion = 64;
+
 envelope decode_packed(const kj::byte* data, size_t size, const std::string& cluster_id) {
   auto packed = kj::arrayPtr(data, size);
   std::shared_ptr<kj::Array<capnp::word>> words;
@@ -747,6 +754,11 @@ envelope decode_packed(const kj::byte* data, size_t size, const std::string& clu
     if (unpacked > max_message_bytes / sizeof(capnp::word))
       throw codec_error("packed message unpacks to more than the limit of " +
                         std::to_string(max_message_bytes) + " bytes");
+    const size_t allowed = std::max<size_t>(size_t{1} << 20, max_packed_expansion * size);
+    if (unpacked * sizeof(capnp::word) > allowed)
+      throw codec_error("packed message of " + std::to_string(size) + " bytes unpacks to " +
+                        std::to_string(unpacked * sizeof(capnp::word)) + " bytes, more than " +
+                        std::to_string(max_packed_expansion) + " times its size");
     words = std::make_shared<kj::Array<capnp::word>>(kj::heapArray<capnp::word>(unpacked));
     kj::ArrayInputStream in(packed);
     capnp::_::PackedInputStream unpack(in);

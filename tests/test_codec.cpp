@@ -752,13 +752,28 @@ BOOST_AUTO_TEST_CASE(malformed_packed_messages_are_refused) {
   trailing = full;
   trailing.insert(trailing.end(), {0, 0});  // one more zero word: not the segment's size
   BOOST_TEST(refusal(trailing).find("follow the message") != std::string::npos, refusal(trailing));
-  // A few bytes that unpack to more than any message may be (runs of zero
-  // words): refused before anything is allocated for them.
+  // A few bytes that unpack to far more (runs of zero words): refused
+  // before anything is allocated for them, beyond the message limit and
+  // beyond 64 times their size.
   std::vector<char> bomb = marker;
   for (size_t i = 0; i < (max_message_bytes / 8) / 256 + 1; ++i)
     bomb.insert(bomb.end(), {0, static_cast<char>(0xFF)});  // 1 + 255 zero words
   BOOST_TEST(refusal(bomb).find("unpacks to more than the limit") != std::string::npos,
              refusal(bomb));
+  std::vector<char> small_bomb = marker;
+  for (size_t i = 0; i < 4096; ++i)  // 8 KiB that unpack to 8 MiB
+    small_bomb.insert(small_bomb.end(), {0, static_cast<char>(0xFF)});
+  BOOST_TEST(refusal(small_bomb).find("more than 64 times its size") != std::string::npos,
+             refusal(small_bomb));
+  // A real message that packs well still decodes: a sparse part of 20,000
+  // sign values, all positive (zero bits), beside its indices.
+  std::mt19937_64 draws(5);
+  owned_sparse part = random_sparse(draws, 2000000, 20000, value_type::sign);
+  std::fill(part.values.begin() + 6, part.values.end(), 0);  // after the three scales
+  weights w;
+  w.sparse = {part.part};
+  auto packs_well = encode(wrap(w));
+  BOOST_TEST(decodes(packs_well), refusal(packs_well));
   // Random bytes after the marker never crash.
   std::mt19937_64 rng(4321);
   for (int i = 0; i < 3000; ++i) {

@@ -46,6 +46,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.train.epochs == b.train.epochs);
   BOOST_TEST(a.train.max_iterations == b.train.max_iterations);
   BOOST_TEST(a.train.evaluate_every == b.train.evaluate_every);
+  BOOST_TEST(a.train.lr_schedule == b.train.lr_schedule);
   BOOST_TEST(a.strategy.name == b.strategy.name);
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
   BOOST_TEST(a.strategy.topology == b.strategy.topology);
@@ -106,7 +107,7 @@ cluster_config unusual_config() {
   c.secret = "it's \"secret\"\n\t\\ λ";
   c.cpu_limiter = "cpulimit";
   c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
-  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3};
+  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3, "cosine"};
   c.strategy = {strategy_name::edgegossip, schedule::async, topology_name::exponential,
                 1.0 / 3.0, 3};
   c.edgegossip = {"isvd-lsh", 20, selection::random, merge_rule::gossip, 0.01, 0.25};
@@ -418,7 +419,7 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
   BOOST_TEST(c.train.lr_schedule == "cosine");
   BOOST_TEST(contains(error_of([&] { apply_override(c, "train.lr_schedule=linear"); }),
                       "train.lr_schedule"));
-  BOOST_TEST(c.strategy.sparse_values == "float8");  // the default
+  BOOST_TEST(c.strategy.sparse_values == "sign");  // the default
   apply_override(c, "strategy.sparse_values=float16");
   BOOST_TEST(c.strategy.sparse_values == "float16");
   BOOST_TEST(contains(error_of([&] { apply_override(c, "strategy.sparse_values=int4"); }),
