@@ -378,7 +378,7 @@ int predictor(const options& opt, const predictor_options& p) {
       pr.throughput = m.throughput(u);
       pr.seconds_per_point = m.seconds_per_point(u);
       pr.t0 = m.t0();
-      bytes += messages::encode({{"bench", messages::protocol_version, "p0"}, pr}).size();
+      bytes += messages::encode({{"bench", messages::protocol_version, "p0"}, pr, nullptr}).size();
     }
     cost_report = seconds_since(start) / n;
     std::printf("predictor cost: %.1f us per contention sample (/proc), %.1f us per "

@@ -126,7 +126,7 @@ messages::envelope as_weights(const model_bytes& m, uint64_t iteration) {
     v.bytes = static_cast<size_t>(t.nbytes());
     w.tensors.push_back(std::move(v));
   }
-  return {{cluster_id, messages::protocol_version, "sender"}, std::move(w)};
+  return {{cluster_id, messages::protocol_version, "sender"}, std::move(w), nullptr};
 }
 
 // -- the node side of the peer ------------------------------------------------

@@ -318,23 +318,19 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   auto parts = std::make_shared<std::vector<encoded_part>>();
   // Each quantity sent (the model; SCSP's tracker too) bounds the share by
   // what its copies lack before and after this message.
-  auto bound = [&](edge_copies& copies, const torch::Tensor& v, encoded_part part,
-                   double captured) {
-    parts->push_back(std::move(part));
+  auto bound = [&](const edge_copies& copies, const torch::Tensor& v, double captured) {
     if (p.keyframe || captured >= 1)
       return weight_;  // the copy is v now: nothing lags
     const auto r = copies.residuals_after(to, v);
-    const double lacked = r.left / (1 - captured);
+    const double lacked = r.left / (1 - captured);  // captured = (R - L) / R
     return share_bound(weight_, lacked, r.left, r.cross, r.others);
   };
   double captured = 1;
-  auto model_part = model_copies_.send(to, z_, p.keyframe, &captured);
-  double limit = bound(model_copies_, z_, std::move(model_part), captured);
+  parts->push_back(model_copies_.send(to, z_, p.keyframe, &captured));
+  double limit = bound(model_copies_, z_, captured);
   if (options_.compensate) {
-    double tracker_captured = 1;
-    auto tracker_part = tracker_copies_.send(to, tracker_, p.keyframe, &tracker_captured);
-    limit = std::min(limit, bound(tracker_copies_, tracker_, std::move(tracker_part),
-                                  tracker_captured));
+    parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &captured));
+    limit = std::min(limit, bound(tracker_copies_, tracker_, captured));
   }
   s = std::max(0.0, std::min(s, limit));
   p.weight = s;

@@ -21,6 +21,13 @@ namespace {
 
 constexpr uint8_t last_dtype = static_cast<uint8_t>(dtype::uint8);
 
+/// Throws codec_error when a message of `bytes` bytes is over the limit.
+void check_limit(size_t bytes) {
+  if (bytes > max_message_bytes)
+    throw codec_error("message of " + std::to_string(bytes) + " bytes exceeds the limit of " +
+                      std::to_string(max_message_bytes) + " bytes");
+}
+
 kj::StringPtr text(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
 
 std::string str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
@@ -587,9 +594,7 @@ auto build_and_write(const envelope& e, Write write) {
     std::visit(body_writer{root.initBody(), message->getOrphanage()}, e.payload);
 
     size_t bytes = capnp::computeSerializedSizeInWords(*message) * sizeof(capnp::word);
-    if (bytes > max_message_bytes)
-      throw codec_error("message of " + std::to_string(bytes) + " bytes exceeds the limit of " +
-                        std::to_string(max_message_bytes) + " bytes");
+    check_limit(bytes);
     return write(message, bytes);
   } catch (const kj::Exception& ex) {
     throw codec_error(std::string("cannot encode message: ") + ex.getDescription().cStr());
@@ -610,9 +615,7 @@ std::vector<char> pack(capnp::MessageBuilder& message) {
   std::vector<char> out(std::begin(packed_marker), std::end(packed_marker));
   append_stream stream{out};
   capnp::writePackedMessage(stream, message);
-  if (out.size() > max_message_bytes)
-    throw codec_error("message of " + std::to_string(out.size()) + " bytes exceeds the limit of " +
-                      std::to_string(max_message_bytes) + " bytes");
+  check_limit(out.size());
   return out;
 }
 
@@ -780,10 +783,7 @@ envelope decode_packed(const kj::byte* data, size_t size, const std::string& clu
 
 envelope decode(const char* data, size_t size, const std::string& cluster_id) {
   if (size == 0) throw codec_error("empty message");
-  if (size > max_message_bytes)
-    throw codec_error("message of " + std::to_string(size) +
-                      " bytes exceeds the limit of " + std::to_string(max_message_bytes) +
-                      " bytes");
+  check_limit(size);
   const auto* bytes = reinterpret_cast<const kj::byte*>(data);
   if (size >= sizeof(packed_marker) && bytes[0] == packed_marker[0] && bytes[1] == packed_marker[1])
     return decode_packed(bytes + sizeof(packed_marker), size - sizeof(packed_marker), cluster_id);

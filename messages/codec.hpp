@@ -292,7 +292,8 @@ bool goes_packed(const envelope& e);
 std::vector<char> encode(const envelope& e);
 
 /// The exact size encode() gives `e` (it builds the message as encode_gathered
-/// does, without copying its whole-word tensors' bytes, and writes nothing).
+/// does, without copying its whole-word tensors' bytes, and writes nothing;
+/// a packed message, small by its nature, it packs to measure).
 /// Throws as encode() does.
 size_t wire_size(const envelope& e);
 
