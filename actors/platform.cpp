@@ -74,6 +74,8 @@ struct platform_state {
   double loss_sum = 0;
   uint64_t samples = 0;
   uint64_t planned = 0;
+  uint64_t planned_batches = 0;  ///< this epoch's iterations (for the warm-up)
+  double epoch_lr = 0;           ///< the schedule's learning rate this epoch
   uint64_t iterations = 0;
   uint64_t refused = 0;
   uint64_t out_of_step_said = 0;  // strategy->out_of_step() when last logged
@@ -268,8 +270,10 @@ void begin_epoch(self_ptr self) {
       && plan.batches.size() > static_cast<size_t>(st.args.train.max_iterations))
     plan.batches.resize(static_cast<size_t>(st.args.train.max_iterations));
   st.planned = static_cast<uint64_t>(plan.samples());
-  st.trainer->set_lr(learning::scheduled_lr(st.args.train.lr, st.args.train.lr_schedule, st.epoch,
-                                            st.last_epoch + 1));
+  st.planned_batches = plan.batches.size();
+  st.epoch_lr = learning::scheduled_lr(st.args.train.lr, st.args.train.lr_schedule, st.epoch,
+                                       st.last_epoch + 1);
+  st.trainer->set_lr(st.epoch_lr);
   st.trainer->begin_epoch(std::move(plan));
   st.epoch_start = st.last_progress = st.last_step_end = clock::now();
   if (!st.training_start)
@@ -672,6 +676,12 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
         return;
       }
       st.waiting = false;
+      if (st.args.train.lr_warmup > 0 && st.epoch < st.args.train.lr_warmup) {
+        const double progress =
+          st.epoch + static_cast<double>(st.iterations + 1)
+                       / static_cast<double>(std::max<uint64_t>(st.planned_batches, 1));
+        st.trainer->set_lr(st.epoch_lr * learning::warmup_factor(st.args.train.lr_warmup, progress));
+      }
       auto r = st.trainer->step();
       st.compute_seconds += r.compute_seconds;
       st.loss_sum += r.loss;

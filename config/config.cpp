@@ -7,7 +7,8 @@
 //               on_store_failure
 //   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, partition, alpha, train_samples, test_samples
-//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule
+//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule,
+//               lr_warmup
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
 //               consensus_step, sparse_values, drift_memory, overlap, gossip_every, server,
 //               commit_steps, staleness, check_period, min_interval, target_loss
@@ -176,6 +177,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.max_iterations", c.train.max_iterations, non_negative_int);
   visit("train.evaluate_every", c.train.evaluate_every, non_negative_int);
   visit("train.lr_schedule", c.train.lr_schedule, text_rule{{"constant", "cosine"}, false});
+  visit("train.lr_warmup", c.train.lr_warmup, non_negative);
   visit("strategy.name", c.strategy.name, enum_rule{});
   visit("strategy.schedule", c.strategy.schedule, enum_rule{});
   visit("strategy.topology", c.strategy.topology, enum_rule{});
@@ -894,6 +896,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << "|every|" << cfg.strategy.gossip_every;
   if (cfg.train.lr_schedule != "constant")  // (likewise)
     text << "|lr_schedule|" << cfg.train.lr_schedule;
+  if (cfg.train.lr_warmup != 0)  // (likewise)
+    text << "|lr_warmup|" << cfg.train.lr_warmup;
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {

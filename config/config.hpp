@@ -148,6 +148,9 @@ struct train_config {
   /// (learning::scheduled_lr: from `lr` in the first epoch down to nearly 0
   /// in the last).
   std::string lr_schedule = "constant";
+  /// Epochs over which the learning rate rises linearly, step by step, from
+  /// nearly 0 to the schedule's (learning::warmup_factor); 0: none.
+  double lr_warmup = 0;
 };
 
 struct strategy_config {

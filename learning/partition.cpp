@@ -61,6 +61,51 @@ shards sorted(shards s) {
   return s;
 }
 
+// Splits `n` points among platforms in proportion to `draws`, none beyond
+// its `room`: a platform that would overflow is filled and the rest goes to
+// the others in proportion to their draws (water-filling). When every
+// platform with a draw is full, the rest goes to those with room in
+// proportion to it, so the points fill the quotas and sizes stay at the
+// shares whatever the draws.
+std::vector<double> fill_by_draws(const std::vector<double>& draws, const std::vector<double>& room,
+                                  double n) {
+  std::vector<double> out(draws.size(), 0.0);
+  std::vector<bool> full(draws.size(), false);
+  for (size_t i = 0; i < draws.size(); ++i)
+    full[i] = !(room[i] > tolerance);
+  for (int pass = 0; pass < 2 && n > tolerance; ++pass) {
+    // pass 0 by the draws, pass 1 by the room left
+    for (;;) {
+      double sum = 0;
+      for (size_t i = 0; i < draws.size(); ++i)
+        if (!full[i])
+          sum += pass == 0 ? draws[i] : room[i] - out[i];
+      if (!(sum > 0))
+        break;
+      bool overflow = false;
+      for (size_t i = 0; i < draws.size(); ++i) {
+        if (full[i])
+          continue;
+        const double weight = pass == 0 ? draws[i] : room[i] - out[i];
+        if (out[i] + n * weight / sum >= room[i]) {
+          n -= room[i] - out[i];
+          out[i] = room[i];
+          full[i] = true;
+          overflow = true;
+        }
+      }
+      if (overflow)
+        continue;  // the others share what the full ones could not take
+      for (size_t i = 0; i < draws.size(); ++i)
+        if (!full[i])
+          out[i] += n * (pass == 0 ? draws[i] : room[i] - out[i]) / sum;
+      n = 0;
+      break;
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 shards partition_iid(const std::vector<int64_t>& labels, const std::vector<double>& shares,
@@ -107,36 +152,24 @@ shards partition_dirichlet(const std::vector<int64_t>& labels, const std::vector
   std::gamma_distribution<double> gamma(alpha, 1.0);
 
   shards out(platforms);
-  auto has_room = [&](size_t i) {
-    return static_cast<double>(out[i].size()) < quota[i] ? 1.0 : 0.0;
-  };
   for (size_t c : class_order) {
     const auto& members = by_class[c];
-    // Dirichlet proportions weighted by the shares; platforms that already
-    // hold their quota take no more, which keeps sizes near the shares.
-    std::vector<double> weights(platforms);
-    for (size_t i = 0; i < platforms; ++i)
-      weights[i] = gamma(rng) * shares[i] * has_room(i);
-    double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
-    if (sum <= 0) {  // all draws underflowed (tiny alpha) or every quota is full
-      for (size_t i = 0; i < platforms; ++i)
-        weights[i] = shares[i] * has_room(i);
-      sum = std::accumulate(weights.begin(), weights.end(), 0.0);
-      if (sum <= 0) {
-        weights = shares;
-        sum = total;
-      }
-    }
-    if (sum <= 0)
-      continue;  // all shares are zero
-    for (auto& w : weights)
-      w /= sum;
-
     const size_t used = total >= 1 - tolerance
                             ? members.size()
                             : static_cast<size_t>(std::floor(
                                   static_cast<double>(members.size()) * total + tolerance));
-    deal(members, weights, used, out);
+    std::vector<double> room(platforms), draws(platforms);
+    for (size_t i = 0; i < platforms; ++i) {
+      room[i] = std::max(0.0, quota[i] - static_cast<double>(out[i].size()));
+      draws[i] = gamma(rng) * shares[i];
+    }
+    auto counts = fill_by_draws(draws, room, static_cast<double>(used));
+    const double sum = std::accumulate(counts.begin(), counts.end(), 0.0);
+    if (!(sum > 0))
+      continue;  // all shares are zero
+    for (auto& x : counts)
+      x /= sum;
+    deal(members, counts, used, out);
   }
   return sorted(std::move(out));
 }

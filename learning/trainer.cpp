@@ -121,6 +121,14 @@ double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint
                               "' (known: constant, cosine)");
 }
 
+double warmup_factor(double warmup, double progress) {
+  if (!(warmup >= 0) || !(progress >= 0))
+    throw std::invalid_argument("warmup_factor: the warm-up and the progress must not be negative");
+  if (warmup == 0 || progress >= warmup)
+    return 1;
+  return progress / warmup;
+}
+
 void local_trainer::set_lr(double lr) {
   if (!(lr > 0))
     throw std::invalid_argument("set_lr: the learning rate must be positive");

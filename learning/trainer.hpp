@@ -30,6 +30,13 @@ struct sgd_options {
 /// schedule or no epochs.
 double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint32_t epochs);
 
+/// The share of the scheduled learning rate at `progress` epochs into the
+/// run (fractional: epoch + the share of its iterations done, this step's
+/// included) under a linear warm-up over the first `warmup` epochs:
+/// min(1, progress / warmup); 1 without warm-up (`warmup` 0). Throws
+/// std::invalid_argument for a negative warm-up or progress.
+double warmup_factor(double warmup, double progress);
+
 /// The iterations of one epoch: each batch is a list of sample indices.
 struct epoch_plan {
   std::vector<std::vector<int64_t>> batches;

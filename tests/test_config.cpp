@@ -47,6 +47,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.train.max_iterations == b.train.max_iterations);
   BOOST_TEST(a.train.evaluate_every == b.train.evaluate_every);
   BOOST_TEST(a.train.lr_schedule == b.train.lr_schedule);
+  BOOST_TEST(a.train.lr_warmup == b.train.lr_warmup);
   BOOST_TEST(a.strategy.name == b.strategy.name);
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
   BOOST_TEST(a.strategy.topology == b.strategy.topology);
@@ -312,6 +313,7 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.data.test_samples = -5; }, "data.test_samples"},
       {[](cluster_config& c) { c.train.model = "resnet"; }, "train.model"},
       {[](cluster_config& c) { c.train.lr_schedule = "step"; }, "train.lr_schedule"},
+      {[](cluster_config& c) { c.train.lr_warmup = -1; }, "train.lr_warmup"},
       {[](cluster_config& c) { c.train.lr = 0; }, "train.lr"},
       {[](cluster_config& c) { c.train.lr = std::nan(""); }, "train.lr"},
       {[](cluster_config& c) { c.train.momentum = 1; }, "train.momentum"},
@@ -419,6 +421,11 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
   BOOST_TEST(c.train.lr_schedule == "cosine");
   BOOST_TEST(contains(error_of([&] { apply_override(c, "train.lr_schedule=linear"); }),
                       "train.lr_schedule"));
+  BOOST_TEST(c.train.lr_warmup == 0);  // the default
+  apply_override(c, "train.lr_warmup=1.5");
+  BOOST_TEST(c.train.lr_warmup == 1.5);
+  BOOST_TEST(contains(error_of([&] { apply_override(c, "train.lr_warmup=-2"); }),
+                      "train.lr_warmup"));
   BOOST_TEST(c.strategy.sparse_values == "sign");  // the default
   apply_override(c, "strategy.sparse_values=float16");
   BOOST_TEST(c.strategy.sparse_values == "float16");
@@ -540,6 +547,7 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
          [](cluster_config& c) { c.strategy.name = strategy_name::sgp; },
          [](cluster_config& c) { c.strategy.gossip_every = 2; },
          [](cluster_config& c) { c.train.lr_schedule = "cosine"; },
+         [](cluster_config& c) { c.train.lr_warmup = 1; },
          [](cluster_config& c) { c.strategy.sparse_values = "float16"; },
          [](cluster_config& c) { c.edgegossip.selection = selection::random; },
          [](cluster_config& c) { c.edgegossip.merge = merge_rule::gossip; }}) {

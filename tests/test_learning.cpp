@@ -270,8 +270,24 @@ BOOST_AUTO_TEST_CASE(dirichlet_small_alpha_is_skewed) {
   for (const auto& shard : s) {
     auto f = class_fractions(shard, labels, 10);
     top += *std::max_element(f.begin(), f.end()) / 10;
+    // Sizes stay at the shares: a platform never takes a class beyond its room.
+    BOOST_TEST(std::abs(static_cast<double>(shard.size()) - 2000) <= 2);
   }
   BOOST_TEST(top > 0.5);  // IID gives about 0.1
+}
+
+BOOST_AUTO_TEST_CASE(dirichlet_sizes_follow_unequal_shares) {
+  auto labels = cyclic_labels(60000, 10);
+  std::vector<double> shares{0.4, 0.3, 0.2, 0.05, 0.05};
+  for (double alpha : {0.01, 0.1, 1.0})
+    for (uint64_t seed : {1, 2, 3}) {
+      auto s = partition_dirichlet(labels, shares, alpha, 10, seed);
+      BOOST_TEST(check_disjoint(s, labels.size()) == 60000u);
+      for (size_t i = 0; i < s.size(); ++i)
+        BOOST_TEST(std::abs(static_cast<double>(s[i].size()) - shares[i] * 60000) <= 5,
+                   "alpha " << alpha << " seed " << seed << " platform " << i << ": "
+                            << s[i].size() << " points");
+    }
 }
 
 BOOST_AUTO_TEST_CASE(dirichlet_big_alpha_is_near_uniform) {
@@ -638,6 +654,17 @@ BOOST_AUTO_TEST_CASE(learning_rate_schedules) {
   BOOST_TEST(scheduled_lr(0.1, "cosine", 0, 1) == 0.1);
   BOOST_CHECK_THROW(scheduled_lr(0.02, "step", 0, 12), std::invalid_argument);
   BOOST_CHECK_THROW(scheduled_lr(0.02, "cosine", 0, 0), std::invalid_argument);
+  // Warm-up: linear in the progress up to the warm-up's end, then 1.
+  BOOST_TEST(warmup_factor(0, 0) == 1);
+  BOOST_TEST(warmup_factor(0, 3.5) == 1);
+  BOOST_TEST(warmup_factor(2, 0.01) == 0.005, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(warmup_factor(2, 1) == 0.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(warmup_factor(2, 2) == 1);
+  BOOST_TEST(warmup_factor(2, 7) == 1);
+  for (double p = 0.1; p < 2; p += 0.1)
+    BOOST_TEST(warmup_factor(2, p) < warmup_factor(2, p + 0.1));
+  BOOST_CHECK_THROW(warmup_factor(-1, 0.5), std::invalid_argument);
+  BOOST_CHECK_THROW(warmup_factor(1, -0.5), std::invalid_argument);
   // The trainer's optimizer takes the new rate: a step with half the rate
   // moves a fresh model by half as much (momentum starts at zero).
   auto data = random_set(32, 3);
