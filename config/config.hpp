@@ -182,7 +182,7 @@ struct strategy_config {
   std::string sparse_values = "sign";
   /// SCSP: how much of the previous steps the drift estimate keeps (the
   /// decay of the moving average of each platform's own steps).
-  double drift_memory = 0.9;
+  double drift_memory = 0.99;
   /// Push-sum family: tau of tau-overlap SGP. Before its step k + 1 a
   /// platform waits for the messages its in-neighbours sent at iteration
   /// k + 1 - tau (at most `defaults::overlap_wait` for a silent one); 0

@@ -267,25 +267,21 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
   return orders;
 }
 
-namespace {
-// The share of what a message removed from the residuals' energy that must
-// remain once the sender keeps the rest (docs/ALGORITHMS.md, "The share
-// bound"). Keeping half ended 0.37 points further below SGP than keeping
-// none on bench traffic (IID, density 0.005 every 2 steps, seed 1); keeping
-// none (the energy merely not growing) would leave the local steps free to
-// grow the residuals without a message ever shrinking them.
-constexpr double kept_removal = 0.25;
-} // namespace
-
+// model_kept: keeping half of the removal ended 0.37 points further below SGP
+// than keeping none on bench traffic (IID, density 0.005 every 2 steps, seed
+// 1); keeping none would leave the local steps free to grow the residuals
+// without a message ever shrinking them. tracker_kept: SCSP's tracker holds
+// the share back less (see docs/ALGORITHMS.md, "Skew-Compensated
+// Sparse-Push").
 double sparse_push::share_bound(double w, double lacked, double left, double cross,
-                                size_t others) {
-  // E L e^2 + 2 (L + X) e + (L - R) <= -(R - L) / 4, i.e. a e^2 + b e + c <= 0
-  // with c = -3 (R - L) / 4 <= 0: e up to the larger root.
+                                size_t others, double kept) {
+  // E L e^2 + 2 (L + X) e + (L - R) <= -kept (R - L), i.e. a e^2 + b e + c <= 0
+  // with c = -(1 - kept) (R - L) <= 0: e up to the larger root.
   const double removed = std::max(0.0, lacked - left);
   if (!(removed > 0))
     return 0;  // the message carried nothing: it may move no weight
   const double a = static_cast<double>(others + 1) * left, b = 2 * (left + cross),
-               c = -(1 - kept_removal) * removed;
+               c = -(1 - kept) * removed;
   double e;
   if (a <= 1e-12 * removed) {  // nothing left: only the cross term limits it
     if (b <= 0)
@@ -318,19 +314,20 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   auto parts = std::make_shared<std::vector<encoded_part>>();
   // Each quantity sent (the model; SCSP's tracker too) bounds the share by
   // what its copies lack before and after this message.
-  auto bound = [&](const edge_copies& copies, const torch::Tensor& v, double captured) {
+  auto bound = [&](const edge_copies& copies, const torch::Tensor& v, double captured,
+                   double kept) {
     if (p.keyframe || captured >= 1)
       return weight_;  // the copy is v now: nothing lags
     const auto r = copies.residuals_after(to, v);
     const double lacked = r.left / (1 - captured);  // captured = (R - L) / R
-    return share_bound(weight_, lacked, r.left, r.cross, r.others);
+    return share_bound(weight_, lacked, r.left, r.cross, r.others, kept);
   };
   double captured = 1;
   parts->push_back(model_copies_.send(to, z_, p.keyframe, &captured));
-  double limit = bound(model_copies_, z_, captured);
+  double limit = bound(model_copies_, z_, captured, model_kept);
   if (options_.compensate) {
     parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &captured));
-    limit = std::min(limit, bound(tracker_copies_, tracker_, captured));
+    limit = std::min(limit, bound(tracker_copies_, tracker_, captured, tracker_kept));
   }
   s = std::max(0.0, std::min(s, limit));
   p.weight = s;

@@ -153,7 +153,7 @@ struct sparse_push_options {
   messages::value_type values = messages::value_type::float16;
   /// SCSP (skew compensation on) and its moving average's decay.
   bool compensate = false;
-  double drift_memory = 0.9;
+  double drift_memory = 0.99;
 };
 
 /// Sparse-Push (Aketi, Singh, Rabaey 2021) as push-sum whose messages carry
@@ -215,10 +215,16 @@ public:
   /// residuals' energy sum_f |r_f|^2 changes by
   ///   (1 + e)^2 L + 2 e X + (E - 1) e^2 L - R    (R lacked, L left, X cross, E edges)
   /// which at s = 0 is what the message removed, -(R - L). The bound is the
-  /// largest e at which a quarter of that removal remains: the message
-  /// always shrinks the residuals, by at least a quarter of what it carried
-  /// (docs/ALGORITHMS.md, "The share bound").
-  static double share_bound(double w, double lacked, double left, double cross, size_t others);
+  /// largest e at which the share `kept` of that removal remains (the
+  /// model's copies: a quarter, so that a message always shrinks their
+  /// residuals by at least a quarter of what it carried; SCSP's tracker: 0,
+  /// its residuals merely not growing) (docs/ALGORITHMS.md, "The share
+  /// bound").
+  static double share_bound(double w, double lacked, double left, double cross, size_t others,
+                            double kept = model_kept);
+  /// What share_bound keeps of a message's removal, for the model's copies
+  /// and for SCSP's tracker's.
+  static constexpr double model_kept = 0.25, tracker_kept = 0;
 
 private:
   struct out_edge {
