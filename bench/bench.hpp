@@ -54,9 +54,12 @@ int tta(const options& opt, const tta_options& t);
 struct traffic_options {
   /// "gosgd", "sgp", "sparse-push:DENSITY", "scsp:DENSITY" (the push-sum
   /// family on the exponential graph), or any other strategy.name.
-  std::vector<std::string> strategies{"gosgd",           "sgp",
-                                      "sparse-push:0.01", "sparse-push:0.003",
-                                      "sparse-push:0.001", "scsp:0.003"};
+  std::vector<std::string> strategies{"gosgd",
+                                      "sgp",
+                                      "sparse-push:0.01",
+                                      "sparse-push:0.03/8",
+                                      "sparse-push:0.005/2",
+                                      "scsp:0.005/2"};
   double alpha = 0.1;          ///< Dirichlet concentration of the non-IID setting
   /// The IID target and, optionally, the non-IID one (default: 0.85, and
   /// 0.02 below dense SGP's final non-IID accuracy).
