@@ -75,30 +75,27 @@ std::vector<double> fill_by_draws(const std::vector<double>& draws, const std::v
     full[i] = !(room[i] > tolerance);
   for (int pass = 0; pass < 2 && n > tolerance; ++pass) {
     // pass 0 by the draws, pass 1 by the room left
+    auto weight = [&](size_t i) { return pass == 0 ? draws[i] : room[i] - out[i]; };
     for (;;) {
       double sum = 0;
       for (size_t i = 0; i < draws.size(); ++i)
         if (!full[i])
-          sum += pass == 0 ? draws[i] : room[i] - out[i];
+          sum += weight(i);
       if (!(sum > 0))
         break;
       bool overflow = false;
-      for (size_t i = 0; i < draws.size(); ++i) {
-        if (full[i])
-          continue;
-        const double weight = pass == 0 ? draws[i] : room[i] - out[i];
-        if (out[i] + n * weight / sum >= room[i]) {
+      for (size_t i = 0; i < draws.size(); ++i)
+        if (!full[i] && out[i] + n * weight(i) / sum >= room[i]) {
           n -= room[i] - out[i];
           out[i] = room[i];
           full[i] = true;
           overflow = true;
         }
-      }
       if (overflow)
         continue;  // the others share what the full ones could not take
       for (size_t i = 0; i < draws.size(); ++i)
         if (!full[i])
-          out[i] += n * (pass == 0 ? draws[i] : room[i] - out[i]) / sum;
+          out[i] += n * weight(i) / sum;
       n = 0;
       break;
     }
