@@ -592,6 +592,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
                     : sc.sparse_values == "sign"   ? messages::value_type::sign
                                                    : messages::value_type::float16;
     sparse.drift_memory = sc.drift_memory;
+    sparse.drift_gain = sc.drift_gain;
     st.strategy = learning::make_strategy(
       gosgd_family ? "gosgd" : config::to_string(sc.name), args.cluster_platforms,
       sc.exchange_probability,

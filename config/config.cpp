@@ -10,8 +10,8 @@
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule,
 //               lr_warmup
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
-//               consensus_step, sparse_values, drift_memory, overlap, gossip_every, server,
-//               commit_steps, staleness, check_period, min_interval, target_loss
+//               consensus_step, sparse_values, drift_memory, drift_gain, overlap, gossip_every,
+//               server, commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
@@ -188,6 +188,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("strategy.sparse_values", c.strategy.sparse_values,
         text_rule{{"float16", "float32", "float8", "sign"}, false});
   visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
+  visit("strategy.drift_gain", c.strategy.drift_gain, non_negative);
   visit("strategy.overlap", c.strategy.overlap, non_negative_int);
   visit("strategy.gossip_every", c.strategy.gossip_every, positive_int);
   visit("strategy.server", c.strategy.server, any_text);
@@ -898,6 +899,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << "|lr_schedule|" << cfg.train.lr_schedule;
   if (cfg.train.lr_warmup != 0)  // (likewise)
     text << "|lr_warmup|" << cfg.train.lr_warmup;
+  if (cfg.strategy.name == strategy_name::scsp)  // (likewise)
+    text << "|drift_gain|" << cfg.strategy.drift_gain;
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {

@@ -180,9 +180,12 @@ struct strategy_config {
   /// bytes than float8 for the same accuracy within the seeds' spread
   /// (bench/README.md, "traffic").
   std::string sparse_values = "sign";
-  /// SCSP: how much of the previous steps the drift estimate keeps (the
-  /// decay of the moving average of each platform's own steps).
-  double drift_memory = 0.99;
+  /// SCSP: how much of the previous steps the correction keeps (beta of
+  /// its leaky integral of what the messages moved the model by).
+  double drift_memory = 0.98;
+  /// SCSP: how far the correction answers the messages' pull (g: a share
+  /// g / (1 + g) of a platform's steady drift is taken out of its steps).
+  double drift_gain = 2.5;
   /// Push-sum family: tau of tau-overlap SGP. Before its step k + 1 a
   /// platform waits for the messages its in-neighbours sent at iteration
   /// k + 1 - tau (at most `defaults::overlap_wait` for a silent one); 0

@@ -79,8 +79,8 @@ encoded_part encode(const sparse_entries& e, const flat_layout& layout, messages
 /// range or out of order, a value that is not a finite number).
 sparse_entries decode(const messages::sparse_part& part, const flat_layout& layout);
 
-/// The public copies of one flat quantity v (the model z, or SCSP's drift
-/// tracker) on the edges of one platform: for each peer it sends to, the
+/// The public copies of one flat quantity v (the model z) on the edges of
+/// one platform: for each peer it sends to, the
 /// copy that peer holds of it, and for each peer it hears from, its copy of
 /// that peer's. Every message on an edge moves both ends' copy by the same
 /// q = top-k(v - copy): what is not sent stays in v - copy and goes later

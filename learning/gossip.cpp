@@ -133,8 +133,7 @@ void gossip_strategy::merge_sparse(const std::vector<torch::Tensor>&, const std:
 
 sparse_push::sparse_push(flat_layout layout, sparse_push_options options, double initial_weight)
     : options_(options), weight_(initial_weight), generation_(std::random_device{}() | 1),
-      model_copies_(layout, options.density, options.values),
-      tracker_copies_(layout, options.density, options.values) {
+      model_copies_(layout, options.density, options.values) {
   generation_ = (generation_ << 32) ^ std::random_device{}();
   if (!(initial_weight > 0) || !std::isfinite(initial_weight))
     throw std::invalid_argument("sparse-push: initial weight must be positive");
@@ -144,6 +143,9 @@ sparse_push::sparse_push(flat_layout layout, sparse_push_options options, double
   if (!(options.drift_memory >= 0 && options.drift_memory < 1))
     throw std::invalid_argument("scsp: drift memory " + std::to_string(options.drift_memory) +
                                 " is not in [0, 1)");
+  if (!(options.drift_gain >= 0) || !std::isfinite(options.drift_gain))
+    throw std::invalid_argument("scsp: drift gain " + std::to_string(options.drift_gain) +
+                                " is not a number of 0 or more");
 }
 
 void sparse_push::set_weight(double w) {
@@ -158,9 +160,8 @@ void sparse_push::start(const std::vector<torch::Tensor>& params) {
     throw std::invalid_argument("sparse-push: the parameters do not fit the layout");
   model_copies_.start(z_);
   if (options_.compensate) {
-    own_steps_ = torch::zeros_like(z_);
-    tracker_ = torch::zeros_like(z_);
-    tracker_copies_.start(tracker_);
+    correction_ = torch::zeros_like(z_);
+    last_step_ = z_.clone();
   }
   out_.clear();
   in_.clear();
@@ -168,6 +169,12 @@ void sparse_push::start(const std::vector<torch::Tensor>& params) {
 
 void sparse_push::restored(const std::vector<torch::Tensor>& params) {
   flatten_into(params, 1.0, z_);
+  if (options_.compensate) {
+    // A checkpoint holds no correction: it starts again from 0, and the
+    // jump to the restored model is no message's pull.
+    correction_.zero_();
+    last_step_.copy_(z_);
+  }
 }
 
 void sparse_push::peers_changed(const std::vector<std::string>& live) {
@@ -188,10 +195,8 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
                                const messages::weights& message) {
   if (!z_.defined())
     throw std::logic_error("sparse-push: merge before start");
-  const size_t expected = options_.compensate ? 2 : 1;
-  if (message.sparse.size() != expected)
-    throw std::invalid_argument(name() + " takes " + std::to_string(expected) +
-                                " sparse parts a message, received " +
+  if (message.sparse.size() != 1)
+    throw std::invalid_argument(name() + " takes 1 sparse part a message, received " +
                                 std::to_string(message.sparse.size()));
   if (!message.tensors.empty())
     throw std::invalid_argument(name() + ": a message with whole tensors beside sparse parts");
@@ -202,9 +207,6 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
     throw std::invalid_argument(name() + ": received weight must be a non-negative number");
   // Everything checked before anything changes: a bad message changes nothing.
   auto model_part = decode(message.sparse[0], model_copies_.layout());
-  sparse_entries tracker_part;
-  if (options_.compensate)
-    tracker_part = decode(message.sparse[1], tracker_copies_.layout());
 
   // Is the message the next one on its edge?
   auto [it, unknown] = in_.try_emplace(from);
@@ -227,10 +229,6 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   if (in_step) {
     const auto& copy = model_copies_.receive(from, model_part, message.keyframe, fresh);
     z_.mul_(keep).add_(copy, take);
-    if (options_.compensate) {
-      const auto& c = tracker_copies_.receive(from, tracker_part, message.keyframe, fresh);
-      tracker_.mul_(keep).add_(c, take);
-    }
     unflatten_into(z_, 1.0, params);
   } else {
     ++out_of_step_;  // the weight alone: as if merging a copy equal to z
@@ -245,16 +243,12 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
   torch::NoGradGuard no_grad;
   flatten_into(params, 1.0, scratch_);
   if (options_.compensate) {
-    // This step's move: u = z before the step - z after it.
-    auto step = z_ - scratch_;
-    const double beta = options_.drift_memory;
-    auto before = own_steps_.clone();
-    own_steps_.mul_(beta).add_(step, 1 - beta);
-    // The de-biased tracker follows the change of m (its numerator w c by
-    // m' - m), so that the sum of the numerators stays the sum of the m's.
-    tracker_.add_(own_steps_ - before, 1.0 / weight_);
-    // z <- z - (c - m): the cluster's average step for own drift.
-    scratch_.sub_(tracker_ - own_steps_);
+    // k <- beta k - (1 - beta) g (z before this step - z after the last):
+    // what the messages moved z by since the last step, and z <- z - k.
+    const double beta = options_.drift_memory, c = (1 - beta) * options_.drift_gain;
+    correction_.mul_(beta).add_(last_step_, c).sub_(z_, c);
+    scratch_.sub_(correction_);
+    last_step_.copy_(scratch_);
     unflatten_into(scratch_, 1.0, params);
   }
   std::swap(z_, scratch_);
@@ -270,9 +264,7 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
 // model_kept: keeping half of the removal ended 0.37 points further below SGP
 // than keeping none on bench traffic (IID, density 0.005 every 2 steps, seed
 // 1); keeping none would leave the local steps free to grow the residuals
-// without a message ever shrinking them. tracker_kept: SCSP's tracker holds
-// the share back less (see docs/ALGORITHMS.md, "Skew-Compensated
-// Sparse-Push").
+// without a message ever shrinking them.
 double sparse_push::share_bound(double w, double lacked, double left, double cross,
                                 size_t others, double kept) {
   // E L e^2 + 2 (L + X) e + (L - R) <= -kept (R - L), i.e. a e^2 + b e + c <= 0
@@ -312,22 +304,14 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   p.keyframe = edge.keyframe;
   edge.keyframe = false;
   auto parts = std::make_shared<std::vector<encoded_part>>();
-  // Each quantity sent (the model; SCSP's tracker too) bounds the share by
-  // what its copies lack before and after this message.
-  auto bound = [&](const edge_copies& copies, const torch::Tensor& v, double captured,
-                   double kept) {
-    if (p.keyframe || captured >= 1)
-      return weight_;  // the copy is v now: nothing lags
-    const auto r = copies.residuals_after(to, v);
-    const double lacked = r.left / (1 - captured);  // captured = (R - L) / R
-    return share_bound(weight_, lacked, r.left, r.cross, r.others, kept);
-  };
   double captured = 1;
   parts->push_back(model_copies_.send(to, z_, p.keyframe, &captured));
-  double limit = bound(model_copies_, z_, captured, model_kept);
-  if (options_.compensate) {
-    parts->push_back(tracker_copies_.send(to, tracker_, p.keyframe, &captured));
-    limit = std::min(limit, bound(tracker_copies_, tracker_, captured, tracker_kept));
+  // The share is bounded by what the copy lacks before and after this message.
+  double limit = weight_;  // a keyframe, or a copy that is z now: nothing lags
+  if (!p.keyframe && captured < 1) {
+    const auto r = model_copies_.residuals_after(to, z_);
+    const double lacked = r.left / (1 - captured);  // captured = (R - L) / R
+    limit = share_bound(weight_, lacked, r.left, r.cross, r.others, model_kept);
   }
   s = std::max(0.0, std::min(s, limit));
   p.weight = s;
@@ -336,8 +320,6 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   // copy lacks of z stays here and goes with the next messages.
   const double keep = weight_ / (weight_ - s), give = s / (weight_ - s);
   z_.mul_(keep).sub_(model_copies_.sent_copy(to), give);
-  if (options_.compensate)
-    tracker_.mul_(keep).sub_(tracker_copies_.sent_copy(to), give);
   weight_ -= s;
   unflatten_into(z_, 1.0, params);
   for (auto& part : *parts)

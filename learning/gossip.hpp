@@ -151,9 +151,12 @@ struct sparse_push_options {
   double density = 0.01;
   double consensus_step = 1;
   messages::value_type values = messages::value_type::float16;
-  /// SCSP (skew compensation on) and its moving average's decay.
+  /// SCSP (skew compensation on): how much of the previous steps the
+  /// correction keeps (beta) and how far it answers the pull of the
+  /// messages (g: a share g / (1 + g) of a steady drift is removed).
   bool compensate = false;
-  double drift_memory = 0.99;
+  double drift_memory = 0.98;
+  double drift_gain = 2.5;
 };
 
 /// Sparse-Push (Aketi, Singh, Rabaey 2021) as push-sum whose messages carry
@@ -173,13 +176,15 @@ struct sparse_push_options {
 /// copies equal: a message out of step (one lost on the way, or a peer
 /// restarted) merges its weight only, until the sender, seeing the peer
 /// come back, restarts the edge with a keyframe (the whole model).
-/// With `compensate` (SCSP), each platform also tracks the average step of
-/// the cluster: m, a moving average of its own steps, and c, a de-biased
-/// tracker gossiped like z through a second sparse part, which follows m's
-/// changes (c += (m' - m) / w), so that c estimates the mean of the m's;
-/// each step is corrected by c - m: a platform's systematic drift under
-/// label skew is replaced by the neighbourhood's (SCAFFOLD's control
-/// variates, estimated by gossip).
+/// With `compensate` (SCSP), each step is also corrected by k, a leaky
+/// integral of what moved z between two steps other than the steps
+/// themselves (merges, and the rest kept after a send):
+///   k <- beta k - (1 - beta) g (z before this step - z after the last),
+///   z <- z - k after the step.
+/// Under consensus every model moves as the average does, so the messages
+/// keep pulling a platform whose own steps drift (label skew) the other
+/// way; k turns that pull into its own steps, removing g / (1 + g) of a
+/// steady drift, with no byte sent (docs/ALGORITHMS.md, "SCSP").
 class sparse_push : public gossip_strategy {
 public:
   sparse_push(flat_layout layout, sparse_push_options options, double initial_weight = 1);
@@ -217,14 +222,12 @@ public:
   /// which at s = 0 is what the message removed, -(R - L). The bound is the
   /// largest e at which the share `kept` of that removal remains (the
   /// model's copies: a quarter, so that a message always shrinks their
-  /// residuals by at least a quarter of what it carried; SCSP's tracker: 0,
-  /// its residuals merely not growing) (docs/ALGORITHMS.md, "The share
-  /// bound").
+  /// residuals by at least a quarter of what it carried)
+  /// (docs/ALGORITHMS.md, "The share bound").
   static double share_bound(double w, double lacked, double left, double cross, size_t others,
                             double kept = model_kept);
-  /// What share_bound keeps of a message's removal, for the model's copies
-  /// and for SCSP's tracker's.
-  static constexpr double model_kept = 0.25, tracker_kept = 0;
+  /// What share_bound keeps of a message's removal.
+  static constexpr double model_kept = 0.25;
 
 private:
   struct out_edge {
@@ -239,14 +242,14 @@ private:
   sparse_push_options options_;
   double weight_;
   uint64_t generation_;
-  edge_copies model_copies_, tracker_copies_;
+  edge_copies model_copies_;
   std::map<std::string, out_edge> out_;
   std::map<std::string, in_edge> in_;
   std::set<std::string> live_;
   uint64_t out_of_step_ = 0;
   torch::Tensor z_;  // the model as sent and merged, flat
-  // SCSP: the moving average of own steps and the de-biased tracker.
-  torch::Tensor own_steps_, tracker_;
+  // SCSP: the correction k, and z as the last step left it.
+  torch::Tensor correction_, last_step_;
   torch::Tensor scratch_;
 };
 

@@ -612,13 +612,19 @@ BOOST_AUTO_TEST_CASE(sparse_push_refuses_what_it_cannot_merge) {
   BOOST_CHECK_THROW(sparse_push(l, sparse(0.5, 1.5)), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(skew_compensation_replaces_local_drift_with_the_average_step) {
+BOOST_AUTO_TEST_CASE(skew_compensation_turns_the_messages_pull_into_the_steps) {
   // Two platforms whose local steps pull apart every time (platform 0 +1,
   // platform 1 -1 in every entry: label skew in miniature; the average step
   // is 0). Sparse-Push mixes them but the drift keeps them a gap apart; SCSP
-  // tracks the average step and corrects each platform by it, so the gap
-  // closes.
-  auto gap_after = [](bool compensate) {
+  // takes the messages' steady pull into its steps, so the gap closes, the
+  // more the larger the gain (g / (1 + g) of the drift removed), and the
+  // messages carry no more than Sparse-Push's. The toy's drift is steady, so
+  // the gap is plain's over 1 + g.
+  struct outcome {
+    double gap;
+    size_t parts;
+  };
+  auto run = [](bool compensate, double gain) {
     auto l = layout();
     std::mt19937_64 rng(1);
     std::vector<std::unique_ptr<gossip_strategy>> p;
@@ -626,10 +632,12 @@ BOOST_AUTO_TEST_CASE(skew_compensation_replaces_local_drift_with_the_average_ste
     for (int i = 0; i < 2; ++i) {
       auto o = sparse(0.3, 0.5, compensate);
       o.drift_memory = 0.9;
+      o.drift_gain = gain;
       p.push_back(make_strategy(compensate ? "scsp" : "sparse-push", 2, 0.0, l, o));
       z.push_back(model(0.0f));
       p.back()->start(z.back());
     }
+    size_t parts = 0;
     for (int k = 0; k < 600; ++k) {
       z[0][0].add_(0.01f);
       z[0][1].add_(0.01f);
@@ -641,17 +649,41 @@ BOOST_AUTO_TEST_CASE(skew_compensation_replaces_local_drift_with_the_average_ste
         auto o = p[i]->after_step(z[i], 1, rng);
         bodies[i] = p[i]->payload(o.at(0), i ? "a" : "b", names(), z[i]);
         m[i] = message_of(o.at(0).weight, bodies[i]);
+        parts = std::max(parts, bodies[i].sparse.size());
       }
       p[1]->merge_sparse(z[1], "a", m[0]);
       p[0]->merge_sparse(z[0], "b", m[1]);
     }
-    return (flat_of(z[0]) - flat_of(z[1])).abs().max().item<double>();
+    return outcome{(flat_of(z[0]) - flat_of(z[1])).abs().max().item<double>(), parts};
   };
-  const double plain = gap_after(false), compensated = gap_after(true);
-  BOOST_TEST_MESSAGE("gap: sparse-push " << plain << ", scsp " << compensated);
-  BOOST_TEST(plain > 0.01);
-  BOOST_TEST(compensated < plain / 2);
+  const auto plain = run(false, 0), off = run(true, 0), compensated = run(true, 2.5),
+             weaker = run(true, 1);
+  BOOST_TEST_MESSAGE("gap: sparse-push " << plain.gap << ", scsp " << compensated.gap
+                                         << ", gain 1 " << weaker.gap);
+  BOOST_TEST(plain.gap > 0.01);
+  BOOST_TEST(off.gap == plain.gap);  // gain 0: Sparse-Push exactly
+  BOOST_TEST(std::abs(compensated.gap - plain.gap / 3.5) < 0.05 * plain.gap / 3.5);
+  BOOST_TEST(std::abs(weaker.gap - plain.gap / 2) < 0.05 * plain.gap / 2);
+  BOOST_TEST(compensated.parts == 1u);
+  BOOST_TEST(plain.parts == 1u);
   BOOST_TEST(make_strategy("scsp", 2, 0.0, layout(), sparse(0.5, 0.5))->name() == "scsp");
+  auto negative = sparse(0.5, 0.5, true);
+  negative.drift_gain = -1;
+  BOOST_CHECK_THROW(sparse_push(layout(), negative), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(skew_compensation_takes_a_restored_model_for_no_pull) {
+  // A platform restored from a checkpoint jumps to the saved model: no
+  // message moved it, so the next step must not be corrected for the jump.
+  auto l = layout();
+  std::mt19937_64 rng(1);
+  sparse_push s(l, sparse(0.5, 0.5, true));
+  auto z = model(0.0f);
+  s.start(z);
+  z = model(5.0f);
+  s.restored(z);
+  s.after_step(z, 0, rng);  // a step that moved nothing
+  BOOST_TEST((flat_of(z) - 5.0f).abs().max().item<double>() == 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

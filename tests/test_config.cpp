@@ -53,6 +53,8 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.strategy.topology == b.strategy.topology);
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
   BOOST_TEST(a.strategy.out_peers == b.strategy.out_peers);
+  BOOST_TEST(a.strategy.drift_memory == b.strategy.drift_memory);
+  BOOST_TEST(a.strategy.drift_gain == b.strategy.drift_gain);
   BOOST_TEST(a.edgegossip.aggregator == b.edgegossip.aggregator);
   BOOST_TEST(a.edgegossip.aggregation_ratio == b.edgegossip.aggregation_ratio);
   BOOST_TEST(a.edgegossip.selection == b.edgegossip.selection);
@@ -318,6 +320,8 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.train.lr = std::nan(""); }, "train.lr"},
       {[](cluster_config& c) { c.train.momentum = 1; }, "train.momentum"},
       {[](cluster_config& c) { c.train.momentum = -0.1; }, "train.momentum"},
+      {[](cluster_config& c) { c.strategy.drift_memory = 1; }, "strategy.drift_memory"},
+      {[](cluster_config& c) { c.strategy.drift_gain = -1; }, "strategy.drift_gain"},
       {[](cluster_config& c) { c.train.batch = 0; }, "train.batch"},
       {[](cluster_config& c) { c.train.epochs = 0; }, "train.epochs must be a positive integer, got 0"},
       {[](cluster_config& c) { c.train.max_iterations = -1; }, "train.max_iterations"},
@@ -555,6 +559,15 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
     change(c);
     BOOST_TEST(run_fingerprint(c) != run_fingerprint(a));
   }
+  // SCSP's gain counts for SCSP runs only (others keep their fingerprint).
+  auto scsp = a;
+  scsp.strategy.name = strategy_name::scsp;
+  auto stronger = scsp;
+  stronger.strategy.drift_gain = 5;
+  BOOST_TEST(run_fingerprint(stronger) != run_fingerprint(scsp));
+  auto plain = a;
+  plain.strategy.drift_gain = 5;
+  BOOST_TEST(run_fingerprint(plain) == run_fingerprint(a));
 }
 
 BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
