@@ -58,8 +58,7 @@ struct traffic_options {
                                       "sgp",
                                       "sparse-push:0.01",
                                       "sparse-push:0.03/8",
-                                      "sparse-push:0.005/2",
-                                      "scsp:0.005/2"};
+                                      "scsp:0.03/8"};
   double alpha = 0.1;          ///< Dirichlet concentration of the non-IID setting
   /// The IID target and, optionally, the non-IID one (default: 0.85, and
   /// 0.02 below dense SGP's final non-IID accuracy).

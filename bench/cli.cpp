@@ -63,8 +63,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
                                        "tta: strategies to compare; traffic: gosgd, sgp, "
                                        "sparse-push:DENSITY, scsp:DENSITY, a push-sum one "
                                        "with /H to gossip every H steps (default gosgd sgp "
-                                       "sparse-push:0.01 sparse-push:0.03/8 sparse-push:0.005/2 "
-                                       "scsp:0.005/2)");
+                                       "sparse-push:0.01 sparse-push:0.03/8 scsp:0.03/8)");
   bench->add_option("--set", st->tta_opt.overrides,
                     "tta, traffic: override a key, e.g. --set cluster.seed=2");
   bench->add_option("--alpha", st->traffic_opt.alpha,
