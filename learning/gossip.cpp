@@ -169,7 +169,7 @@ void sparse_push::start(const std::vector<torch::Tensor>& params) {
 
 void sparse_push::restored(const std::vector<torch::Tensor>& params) {
   flatten_into(params, 1.0, z_);
-  if (options_.compensate) {
+  if (options_.compensate && correction_.defined()) {
     // A checkpoint holds no correction: it starts again from 0, and the
     // jump to the restored model is no message's pull.
     correction_.zero_();
