@@ -162,6 +162,7 @@ void sparse_push::start(const std::vector<torch::Tensor>& params) {
   if (options_.compensate) {
     correction_ = torch::zeros_like(z_);
     last_step_ = z_.clone();
+    step_norm_ = 0;
   }
   out_.clear();
   in_.clear();
@@ -174,6 +175,7 @@ void sparse_push::restored(const std::vector<torch::Tensor>& params) {
     // jump to the restored model is no message's pull.
     correction_.zero_();
     last_step_.copy_(z_);
+    step_norm_ = 0;
   }
 }
 
@@ -228,7 +230,15 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   const double keep = weight_ / (weight_ + s), take = s / (weight_ + s);
   if (in_step) {
     const auto& copy = model_copies_.receive(from, model_part, message.keyframe, fresh);
+    // SCSP: a message that restarts its edge (a keyframe, or the first of a
+    // restarted sender) moves z once, toward wherever that peer is now: no
+    // drift to learn from, so the move is left out of the pull.
+    const bool restarts = options_.compensate && (message.keyframe || fresh);
+    if (restarts)
+      last_step_.sub_(z_);
     z_.mul_(keep).add_(copy, take);
+    if (restarts)
+      last_step_.add_(z_);
     unflatten_into(z_, 1.0, params);
   } else {
     ++out_of_step_;  // the weight alone: as if merging a copy equal to z
@@ -247,6 +257,14 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
     // what the messages moved z by since the last step, and z <- z - k.
     const double beta = options_.drift_memory, c = (1 - beta) * options_.drift_gain;
     correction_.mul_(beta).add_(last_step_, c).sub_(z_, c);
+    // |k| is held to the moving norm of the steps: a steady drift is part of
+    // a step, and a transient (a peer back from a stale checkpoint) must not
+    // turn into steps larger than the training's own.
+    const double step = torch::dist(z_, scratch_).item<double>();
+    step_norm_ = step_norm_ > 0 ? beta * step_norm_ + (1 - beta) * step : step;
+    const double k = correction_.norm().item<double>();
+    if (k > step_norm_)
+      correction_.mul_(step_norm_ / k);
     scratch_.sub_(correction_);
     last_step_.copy_(scratch_);
     unflatten_into(scratch_, 1.0, params);

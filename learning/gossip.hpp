@@ -180,11 +180,13 @@ struct sparse_push_options {
 /// integral of what moved z between two steps other than the steps
 /// themselves (merges, and the rest kept after a send):
 ///   k <- beta k - (1 - beta) g (z before this step - z after the last),
-///   z <- z - k after the step.
+///   z <- z - k after the step, |k| at most the steps' (moving) norm.
 /// Under consensus every model moves as the average does, so the messages
 /// keep pulling a platform whose own steps drift (label skew) the other
 /// way; k turns that pull into its own steps, removing g / (1 + g) of a
-/// steady drift, with no byte sent (docs/ALGORITHMS.md, "SCSP").
+/// steady drift, with no byte sent (docs/ALGORITHMS.md, "SCSP"). A message
+/// that restarts its edge (a keyframe, or the first of a restarted sender)
+/// moves z once, and is no drift: it is left out of the pull.
 class sparse_push : public gossip_strategy {
 public:
   sparse_push(flat_layout layout, sparse_push_options options, double initial_weight = 1);
@@ -248,8 +250,10 @@ private:
   std::set<std::string> live_;
   uint64_t out_of_step_ = 0;
   torch::Tensor z_;  // the model as sent and merged, flat
-  // SCSP: the correction k, and z as the last step left it.
+  // SCSP: the correction k, z as the last step left it, and the moving
+  // average of the steps' norm that bounds k.
   torch::Tensor correction_, last_step_;
+  double step_norm_ = 0;
   torch::Tensor scratch_;
 };
 

@@ -686,4 +686,51 @@ BOOST_AUTO_TEST_CASE(skew_compensation_takes_a_restored_model_for_no_pull) {
   BOOST_TEST((flat_of(z) - 5.0f).abs().max().item<double>() == 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(skew_compensation_is_held_to_the_steps) {
+  // A peer back from far away (a stale checkpoint, a restart) pulls a model
+  // hard once. The correction must not turn that into steps larger than the
+  // training's own (a cluster of SCSP nodes went to NaN after a node was
+  // killed and restarted before this bound), and the pull of a keyframe (an
+  // edge restarting) is no drift at all.
+  auto correction_over_step = [](bool keyframe) {
+    auto l = layout();
+    std::mt19937_64 rng(1);
+    const auto o = sparse(0.5, 0.5, true);
+    sparse_push a(l, o), b(l, o);
+    auto za = model(0.0f), zb = model(0.0f);
+    a.start(za);
+    b.start(zb);
+    b.peers_changed({"a"});
+    auto exchange = [&] {
+      auto ob = b.after_step(zb, 1, rng);
+      auto body = b.payload(ob.at(0), "a", names(), zb);
+      a.merge_sparse(za, "b", message_of(ob.at(0).weight, body));
+    };
+    for (int k = 0; k < 5; ++k) {
+      a.after_step(za, 0, rng);
+      exchange();
+    }
+    if (keyframe) {  // b saw a go and come back: its next message is whole
+      b.peers_changed({});
+      b.peers_changed({"a"});
+    }
+    zb[0].add_(100.0f);  // b's model far away
+    zb[1].add_(100.0f);
+    exchange();
+    const auto merged = flat_of(za);
+    za[0].add_(0.01f);  // a's step
+    za[1].add_(0.01f);
+    const auto stepped = flat_of(za);
+    a.after_step(za, 0, rng);
+    return (flat_of(za) - stepped).norm().item<double>() /
+           (stepped - merged).norm().item<double>();
+  };
+  const double pulled = correction_over_step(false), restarted = correction_over_step(true);
+  BOOST_TEST_MESSAGE("correction / step: " << pulled << " after a far message, " << restarted
+                                           << " after a far keyframe");
+  BOOST_TEST(pulled > 0.5);  // it answers the pull...
+  BOOST_TEST(pulled <= 1.0 + 1e-5);  // ...no further than a step
+  BOOST_TEST(restarted < 1e-3);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
