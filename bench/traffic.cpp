@@ -695,6 +695,7 @@ int traffic(const options& opt, const traffic_options& t) {
   // else the one with the fewest bytes to the target; else the least
   // compressed one (H / D), marked.
   std::string chosen;
+  double chosen_ratio = 0;  // its median bytes ratio against sgp
   int chosen_rank = -1;  // 2: reached within 1 point, 1: reached, 0: not reached
   for (auto& s : t.strategies) {
     if (family_of(s) != "sparse-push" || settings[0].seeds.empty())
@@ -703,11 +704,14 @@ int traffic(const options& opt, const traffic_options& t) {
     const bool reached = r.not_reached == 0;
     const bool close = with_sgp && r.vs_sgp_points.median() >= -1;  // (false for NaN: no sgp)
     const int rank = reached ? (close ? 2 : 1) : 0;
-    const bool better =
-      rank > 0 ? r.ratio.median() > figures(settings[0], chosen).ratio.median()
-               : compression_of(s) < compression_of(chosen);
-    if (chosen.empty() || rank > chosen_rank || (rank == chosen_rank && better)) {
+    const double ratio = r.ratio.median();
+    const bool better = rank > chosen_rank
+                        || (rank == chosen_rank && (rank > 0 ? ratio > chosen_ratio
+                                                             : compression_of(s)
+                                                                 < compression_of(chosen)));
+    if (better) {
       chosen = s;
+      chosen_ratio = ratio;
       chosen_rank = rank;
     }
   }

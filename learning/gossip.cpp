@@ -279,12 +279,12 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
   return orders;
 }
 
-// model_kept: keeping half of the removal ended 0.37 points further below SGP
+// kept: keeping half of the removal ended 0.37 points further below SGP
 // than keeping none on bench traffic (IID, density 0.005 every 2 steps, seed
 // 1); keeping none would leave the local steps free to grow the residuals
 // without a message ever shrinking them.
 double sparse_push::share_bound(double w, double lacked, double left, double cross,
-                                size_t others, double kept) {
+                                size_t others) {
   // E L e^2 + 2 (L + X) e + (L - R) <= -kept (R - L), i.e. a e^2 + b e + c <= 0
   // with c = -(1 - kept) (R - L) <= 0: e up to the larger root.
   const double removed = std::max(0.0, lacked - left);
@@ -329,7 +329,7 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   if (!p.keyframe && captured < 1) {
     const auto r = model_copies_.residuals_after(to, z_);
     const double lacked = r.left / (1 - captured);  // captured = (R - L) / R
-    limit = share_bound(weight_, lacked, r.left, r.cross, r.others, model_kept);
+    limit = share_bound(weight_, lacked, r.left, r.cross, r.others);
   }
   s = std::max(0.0, std::min(s, limit));
   p.weight = s;

@@ -222,14 +222,12 @@ public:
   /// residuals' energy sum_f |r_f|^2 changes by
   ///   (1 + e)^2 L + 2 e X + (E - 1) e^2 L - R    (R lacked, L left, X cross, E edges)
   /// which at s = 0 is what the message removed, -(R - L). The bound is the
-  /// largest e at which the share `kept` of that removal remains (the
-  /// model's copies: a quarter, so that a message always shrinks their
-  /// residuals by at least a quarter of what it carried)
-  /// (docs/ALGORITHMS.md, "The share bound").
-  static double share_bound(double w, double lacked, double left, double cross, size_t others,
-                            double kept = model_kept);
+  /// largest e at which `kept` of that removal remains (a quarter, so that
+  /// a message always shrinks the residuals by at least a quarter of what
+  /// it carried) (docs/ALGORITHMS.md, "The share bound").
+  static double share_bound(double w, double lacked, double left, double cross, size_t others);
   /// What share_bound keeps of a message's removal.
-  static constexpr double model_kept = 0.25;
+  static constexpr double kept = 0.25;
 
 private:
   struct out_edge {
