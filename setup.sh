@@ -18,6 +18,10 @@ packages=(
   libfaiss-dev zlib1g-dev liblapack-dev libblas-dev libssl-dev
   dataset-fashion-mnist gnuplot-nox stress-ng
   nlohmann-json3-dev tmux
+  # The data layer's readers: images (stb_image), NumPy arrays (xtensor).
+  libstb-dev libxtensor-dev
+  # The data tests read a real CSV data set that scikit-learn ships.
+  python3-sklearn
   # LibTorch calls the system BLAS (libblas.so.3) for every fully connected
   # layer; without this it is the reference BLAS, and LeNet-5 trains at 0.6x
   # the speed. The pthread build: its calls are safe from several threads

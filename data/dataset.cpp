@@ -1,0 +1,245 @@
+#include "data/dataset.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace eg::data {
+
+std::vector<int64_t> sample_shape::dims() const {
+  if (flat)
+    return {channels};
+  return {channels, height, width};
+}
+
+std::string sample_shape::to_string() const {
+  if (flat)
+    return std::to_string(channels) + " features";
+  return std::to_string(channels) + "x" + std::to_string(height) + "x" + std::to_string(width);
+}
+
+sample_shape sample_shape::parse(const std::string& text) {
+  auto fail = [&]() -> sample_shape {
+    throw data_error("sample shape '" + text +
+                     "' is neither CxHxW (e.g. 3x32x32) nor a number of features (e.g. \"13 "
+                     "features\")");
+  };
+  std::vector<int64_t> parts;
+  std::string rest = text;
+  const std::string suffix = " features";
+  bool features = false;
+  if (rest.size() > suffix.size() && rest.compare(rest.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    rest.resize(rest.size() - suffix.size());
+    features = true;
+  }
+  std::stringstream in(rest);
+  std::string piece;
+  while (std::getline(in, piece, 'x')) {
+    if (piece.empty() || piece.find_first_not_of("0123456789") != std::string::npos ||
+        piece.size() > 9)
+      return fail();
+    parts.push_back(std::stoll(piece));
+    if (parts.back() <= 0)
+      return fail();
+  }
+  if (parts.size() == 1)
+    return sample_shape::features(parts[0]);
+  if (parts.size() == 3 && !features)
+    return sample_shape::image(parts[0], parts[1], parts[2]);
+  return fail();
+}
+
+bool operator==(const sample_shape& a, const sample_shape& b) {
+  return a.flat == b.flat && a.channels == b.channels && a.height == b.height &&
+         a.width == b.width;
+}
+
+moments& moments::operator+=(const moments& o) {
+  if (sum.empty()) {
+    sum.assign(o.sum.size(), 0.0);
+    sum_squares.assign(o.sum_squares.size(), 0.0);
+  }
+  if (o.sum.size() != sum.size())
+    throw data_error("statistics of " + std::to_string(o.sum.size()) +
+                     " channels cannot be added to statistics of " + std::to_string(sum.size()));
+  for (size_t i = 0; i < sum.size(); ++i) {
+    sum[i] += o.sum[i];
+    sum_squares[i] += o.sum_squares[i];
+  }
+  count += o.count;
+  return *this;
+}
+
+normalisation moments::finish() const {
+  if (sum.empty() || count <= 0)
+    throw data_error("no samples to compute the normalisation from");
+  normalisation n;
+  for (size_t i = 0; i < sum.size(); ++i) {
+    const double mean = sum[i] / count;
+    const double var = std::max(0.0, sum_squares[i] / count - mean * mean);
+    const double sd = std::sqrt(var);
+    n.mean.push_back(mean);
+    n.std.push_back(sd > 1e-8 ? sd : 1.0);
+  }
+  return n;
+}
+
+namespace {
+
+/// float32 values as the model sees them before normalisation.
+torch::Tensor as_values(const dataset& d, const torch::Tensor& raw) {
+  if (d.images())
+    return raw.to(torch::kFloat32).div_(255.0);
+  return raw.to(torch::kFloat32);
+}
+
+torch::Tensor normalised(const dataset& d, torch::Tensor x) {
+  if (d.norm.empty())
+    return x;
+  const auto channels = static_cast<int64_t>(d.norm.mean.size());
+  auto mean = torch::tensor(std::vector<float>(d.norm.mean.begin(), d.norm.mean.end()));
+  auto sd = torch::tensor(std::vector<float>(d.norm.std.begin(), d.norm.std.end()));
+  if (d.images()) {
+    mean = mean.view({1, channels, 1, 1});
+    sd = sd.view({1, channels, 1, 1});
+  } else {
+    mean = mean.view({1, channels});
+    sd = sd.view({1, channels});
+  }
+  return x.sub_(mean).div_(sd);
+}
+
+} // namespace
+
+torch::Tensor dataset::batch(const torch::Tensor& indices) const {
+  return normalised(*this, as_values(*this, samples.index_select(0, indices)));
+}
+
+torch::Tensor dataset::range(int64_t begin, int64_t end) const {
+  begin = std::clamp<int64_t>(begin, 0, size());
+  end = std::clamp<int64_t>(end, begin, size());
+  return normalised(*this, as_values(*this, samples.narrow(0, begin, end - begin)));
+}
+
+std::vector<int64_t> dataset::label_vector() const {
+  if (!labels.defined())
+    return {};
+  auto l = labels.contiguous();
+  return std::vector<int64_t>(l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel());
+}
+
+std::vector<int64_t> dataset::class_counts() const {
+  std::vector<int64_t> counts(classes.size(), 0);
+  for (auto l : label_vector())
+    if (l >= 0 && l < static_cast<int64_t>(counts.size()))
+      ++counts[static_cast<size_t>(l)];
+  return counts;
+}
+
+moments dataset::local_moments() const {
+  moments m;
+  const int64_t c = shape.channels;
+  m.sum.assign(static_cast<size_t>(c), 0.0);
+  m.sum_squares.assign(static_cast<size_t>(c), 0.0);
+  const int64_t n = size();
+  if (n == 0)
+    return m;
+  // In chunks, in float64, so that 60,000 images cost no float copy of them all.
+  const int64_t chunk = 4096;
+  for (int64_t b = 0; b < n; b += chunk) {
+    auto x = as_values(*this, samples.narrow(0, b, std::min(chunk, n - b))).to(torch::kFloat64);
+    auto per = images() ? x.transpose(0, 1).reshape({c, -1}) : x.transpose(0, 1);
+    auto s = per.sum(1).contiguous();
+    auto q = per.pow(2).sum(1).contiguous();
+    for (int64_t i = 0; i < c; ++i) {
+      m.sum[static_cast<size_t>(i)] += s.data_ptr<double>()[i];
+      m.sum_squares[static_cast<size_t>(i)] += q.data_ptr<double>()[i];
+    }
+  }
+  m.count = static_cast<double>(n) * static_cast<double>(shape.height * shape.width);
+  return m;
+}
+
+dataset dataset::head(int64_t n) const {
+  dataset d = *this;
+  if (n > 0 && n < size()) {
+    d.samples = samples.narrow(0, 0, n);
+    d.labels = labels.narrow(0, 0, n);
+  }
+  return d;
+}
+
+dataset dataset::subset(const std::vector<int64_t>& indices) const {
+  dataset d = *this;
+  auto idx = torch::tensor(indices, torch::kInt64);
+  d.samples = samples.index_select(0, idx);
+  d.labels = labels.index_select(0, idx);
+  return d;
+}
+
+void dataset::relabel(const std::vector<std::string>& to, const std::string& where) {
+  std::vector<int64_t> map(classes.size(), -1);
+  for (size_t i = 0; i < classes.size(); ++i) {
+    auto f = std::find(to.begin(), to.end(), classes[i]);
+    if (f != to.end())
+      map[i] = f - to.begin();
+  }
+  auto counts = class_counts();
+  for (size_t i = 0; i < classes.size(); ++i)
+    if (map[i] < 0 && counts[i] > 0)
+      throw data_error(where + ": class '" + classes[i] + "' (" + std::to_string(counts[i]) +
+                       " samples) is not in the cluster's class list");
+  auto l = labels.contiguous().clone();
+  auto* p = l.data_ptr<int64_t>();
+  for (int64_t i = 0; i < l.numel(); ++i)
+    p[i] = map[static_cast<size_t>(p[i])];
+  labels = l;
+  classes = to;
+}
+
+void dataset::check(const std::string& where) const {
+  if (!samples.defined() || !labels.defined())
+    throw data_error(where + ": no samples");
+  if (samples.size(0) != labels.size(0))
+    throw data_error(where + ": " + std::to_string(samples.size(0)) + " samples but " +
+                     std::to_string(labels.size(0)) + " labels");
+  auto dims = shape.dims();
+  if (samples.dim() != static_cast<int64_t>(dims.size()) + 1 ||
+      samples.sizes().slice(1).vec() != dims)
+    throw data_error(where + ": samples are not of the shape " + shape.to_string());
+  if (images() ? samples.scalar_type() != torch::kUInt8 : samples.scalar_type() != torch::kFloat32)
+    throw data_error(where + std::string(": samples are not held as ") +
+                     (images() ? "bytes" : "float32"));
+  if (classes.empty())
+    throw data_error(where + ": no classes");
+  if (size() > 0) {
+    const auto lo = labels.min().item<int64_t>(), hi = labels.max().item<int64_t>();
+    if (lo < 0 || hi >= num_classes())
+      throw data_error(where + ": label " + std::to_string(lo < 0 ? lo : hi) +
+                       " is out of range 0.." + std::to_string(num_classes() - 1));
+  }
+}
+
+torch::Tensor augment(const torch::Tensor& batch, uint64_t seed) {
+  if (batch.dim() != 4)
+    return batch;
+  const int64_t n = batch.size(0), h = batch.size(2), w = batch.size(3);
+  const int64_t pad = 4;
+  auto padded = torch::constant_pad_nd(batch, {pad, pad, pad, pad}, 0);
+  auto out = torch::empty_like(batch);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto draws = torch::randint(0, 1 << 20, {n, 3}, gen, torch::kInt64).contiguous();
+  const auto* d = draws.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t dy = d[3 * i] % (2 * pad + 1), dx = d[3 * i + 1] % (2 * pad + 1);
+    auto crop = padded[i].narrow(1, dy, h).narrow(2, dx, w);
+    if (d[3 * i + 2] % 2)
+      crop = crop.flip({2});
+    out[i].copy_(crop);
+  }
+  return out;
+}
+
+} // namespace eg::data

@@ -1,0 +1,116 @@
+#pragma once
+// The data layer: a data set that owns its sample shape (C x H x W images or
+// F features), its class names and its normalisation. Images are held as
+// bytes and normalised per batch; features as float32. Readers are
+// registered by format (data/readers.hpp); the models ask a data set for
+// their input shape and class count, and nothing else knows them.
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace eg::data {
+
+/// A data set that is missing, malformed or refused; what() names the file
+/// (and the line or sample where there is one).
+class data_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The shape of one sample: an image of C x H x W, or F features (flat).
+struct sample_shape {
+  int64_t channels = 1;  ///< or the number of features, when flat
+  int64_t height = 28;
+  int64_t width = 28;
+  bool flat = false;
+
+  static sample_shape image(int64_t c, int64_t h, int64_t w) { return {c, h, w, false}; }
+  static sample_shape features(int64_t f) { return {f, 1, 1, true}; }
+  /// {C, H, W}, or {F}.
+  std::vector<int64_t> dims() const;
+  int64_t numel() const { return channels * height * width; }
+  /// "1x28x28", "3x32x32" or "13 features".
+  std::string to_string() const;
+  /// Parses to_string()'s forms ("CxHxW", "F features" or "F"); throws data_error.
+  static sample_shape parse(const std::string& text);
+};
+bool operator==(const sample_shape& a, const sample_shape& b);
+inline bool operator!=(const sample_shape& a, const sample_shape& b) { return !(a == b); }
+
+/// Per-channel (images) or per-feature mean and standard deviation of the
+/// values a model is given before normalisation (pixels / 255 for images).
+struct normalisation {
+  std::vector<double> mean;
+  std::vector<double> std;
+  bool empty() const { return mean.empty(); }
+};
+
+/// Sums of a data set's values per channel or feature: what nodes combine
+/// into the cluster's normalisation without sending a sample.
+struct moments {
+  std::vector<double> sum;
+  std::vector<double> sum_squares;
+  double count = 0;  ///< values summed per channel or feature
+  moments& operator+=(const moments& o);
+  /// The mean and standard deviation (a standard deviation of 0 becomes 1:
+  /// a constant channel is only centred). Throws data_error when empty.
+  normalisation finish() const;
+};
+
+class dataset {
+public:
+  /// [N, C, H, W] uint8 for images; [N, F] float32 for features.
+  torch::Tensor samples;
+  /// [N] int64, each in 0..classes.size() - 1.
+  torch::Tensor labels;
+  sample_shape shape;
+  /// Class names by output index.
+  std::vector<std::string> classes;
+  /// The data's labels were numbers (idx, CIFAR, NumPy, numeric CSV), and
+  /// `classes` only names them "0".."K-1": a cluster's class list then names
+  /// label k as its class k, where named labels (folders, CSV names) are
+  /// matched by name.
+  bool numbered_classes = false;
+  /// What batches are normalised with; empty: not normalised (pixels / 255).
+  normalisation norm;
+
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  int64_t num_classes() const { return static_cast<int64_t>(classes.size()); }
+  bool images() const { return !shape.flat; }
+
+  /// The samples at `indices` (int64) as float32 [B, dims...], normalised.
+  torch::Tensor batch(const torch::Tensor& indices) const;
+  /// The samples [begin, end) likewise.
+  torch::Tensor range(int64_t begin, int64_t end) const;
+  /// Every sample likewise (small sets: tests, aggregation).
+  torch::Tensor all() const { return range(0, size()); }
+  /// The labels as a vector.
+  std::vector<int64_t> label_vector() const;
+  /// Samples per class.
+  std::vector<int64_t> class_counts() const;
+
+  /// This data set's sums for the cluster's normalisation.
+  moments local_moments() const;
+
+  /// The first `n` samples (all when n <= 0 or n >= size()); shares memory.
+  dataset head(int64_t n) const;
+  /// The samples at `indices`, in that order (a copy).
+  dataset subset(const std::vector<int64_t>& indices) const;
+  /// The same data with other labels (names -> indices of `to`); throws
+  /// data_error naming `where` and the class when one is not in `to`.
+  void relabel(const std::vector<std::string>& to, const std::string& where);
+  /// Checks that labels, samples, shape and classes agree; throws data_error
+  /// naming `where`.
+  void check(const std::string& where) const;
+};
+
+/// Random crop (zero padding of 4, images only) and horizontal flip, applied
+/// to a normalised batch [B, C, H, W] in place of a copy, from `generator`
+/// seeds (one draw per sample). Features are returned as they are.
+torch::Tensor augment(const torch::Tensor& batch, uint64_t seed);
+
+} // namespace eg::data
