@@ -209,14 +209,18 @@ void write_outputs(self_ptr self) {
     fs::create_directories(dir);
     write_platform_csv((dir / "metrics.csv").string(), st.epochs.all_reports());
     write_cluster_csv((dir / "cluster.csv").string(), st.epochs.evaluated_epochs());
-    auto model = learning::make_classifier(st.args.settings.model, st.args.settings.seed);
+    const auto& data = st.args.data;
+    auto model = learning::make_classifier(
+      st.args.settings.model, st.args.settings.seed,
+      learning::model_shape{data.shape, static_cast<int64_t>(data.classes.size())});
     if (!st.averaged_model->empty())
       learning::load_model(*model, *st.averaged_model);
     learning::write_state_dict(*model, (dir / "model.pt").string());
     // The same model for Python with the normalisation built in:
     // torch.jit.load(path)(images) gives the class scores (docs/MODELS.md).
     try {
-      learning::write_torchscript(*model, (dir / "model_scripted.pt").string());
+      learning::write_torchscript(*model, data.norm, data.classes,
+                                  (dir / "model_scripted.pt").string());
     } catch (const std::exception& e) {
       spdlog::error("cannot write the TorchScript model: {}", e.what());
     }
@@ -485,7 +489,10 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
   auto& st = self->state;
   st.epochs = epoch_barrier{args.settings.barrier};
   st.evaluator = caf::actor_cast<caf::actor>(spawn_evaluator(
-    self->system(), {args.settings.model, args.settings.seed, args.test_set, st.averaged_model}));
+    self->system(), {args.settings.model, args.settings.seed,
+                     learning::model_shape{args.data.shape,
+                                           static_cast<int64_t>(args.data.classes.size())},
+                     args.test_set, st.averaged_model}));
   self->link_to(st.evaluator);
   st.args = std::move(args);
   if (st.args.resume) {

@@ -15,6 +15,7 @@
 #include "actors/epoch_barrier.hpp"
 #include "actors/inspection.hpp"
 #include "actors/interfaces.hpp"
+#include "data/shape.hpp"
 #include "config/config.hpp"
 #include "storage/store.hpp"
 
@@ -25,8 +26,11 @@
 #include <optional>
 #include <string>
 
+namespace eg::data {
+class dataset;
+}
 namespace eg::learning {
-struct dataset;
+using data::dataset;
 }
 
 namespace eg::actors {
@@ -51,6 +55,10 @@ struct balancer_settings {
 
 struct balancer_args {
   balancer_settings settings;
+  /// The data the model is built for: its shape, classes and normalisation
+  /// (the exported model carries them).
+  data::description data;
+  /// This node's test data; null where it has none.
   std::shared_ptr<const learning::dataset> test_set;
   node_actor node;        ///< told when the run is over
   bool interactive = false;  ///< redraw one progress line (a terminal) instead of log lines

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <limits>
 
 namespace eg::actors {
 
@@ -22,7 +23,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
     bool class_rows = true;
   };
   auto st = std::make_shared<state>();
-  st->model = learning::make_classifier(args.model, args.seed);
+  st->model = learning::make_classifier(args.model, args.seed, args.shape);
   st->names = learning::parameter_names(*st->model);
   st->like = learning::parameters(*st->model);
   // The average by class needs the output layer last, a row per class (every
@@ -30,7 +31,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
   st->class_rows = st->like.size() >= 2;
   for (size_t i = st->like.size() >= 2 ? st->like.size() - 2 : 0; i < st->like.size(); ++i)
     st->class_rows = st->class_rows && st->like[i].dim() > 0 &&
-                     st->like[i].size(0) == learning::num_classes;
+                     st->like[i].size(0) == args.shape.classes;
   st->args = std::move(args);
   return sys.spawn([st]() -> evaluator_actor::behavior_type {
     return {
@@ -52,7 +53,8 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
           }
           samples.push_back(i < weights.size() ? weights[i] : 1.0);
           classes.push_back(i < class_weights.size() ? class_weights[i] : std::vector<double>{});
-          by_class = by_class && classes.back().size() == static_cast<size_t>(learning::num_classes);
+          by_class = by_class &&
+                     classes.back().size() == static_cast<size_t>(st->args.shape.classes);
         }
         if (models.empty())
           return {0.0, 0.0, 0.0};
@@ -68,6 +70,10 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
         if (st->args.latest)
           *st->args.latest = learning::save_model(*st->model);
         const auto start = std::chrono::steady_clock::now();
+        if (!st->args.test_set) {
+          const double nan = std::numeric_limits<double>::quiet_NaN();
+          return {nan, nan, 0.0};
+        }
         auto eval = learning::evaluate(*st->model, *st->args.test_set);
         const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

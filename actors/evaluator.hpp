@@ -4,14 +4,18 @@
 // the balancer answers reports and the console while it runs.
 
 #include "actors/interfaces.hpp"
+#include "learning/model_shape.hpp"
 
 #include <caf/fwd.hpp>
 
 #include <memory>
 #include <string>
 
+namespace eg::data {
+class dataset;
+}
 namespace eg::learning {
-struct dataset;
+using data::dataset;
 }
 
 namespace eg::actors {
@@ -19,6 +23,9 @@ namespace eg::actors {
 struct evaluator_args {
   std::string model;  ///< train.model
   uint64_t seed = 1;
+  learning::model_shape shape;  ///< the data's: what the model is built for
+  /// May be null (a node without test data): the evaluation then gives
+  /// NaN loss and accuracy.
   std::shared_ptr<const learning::dataset> test_set;
   /// The averaged model is written here after each evaluation (for the run
   /// directory's model.pt); may be null.

@@ -486,7 +486,8 @@ void finish_epoch(self_ptr self) {
   // epochs and after the last (-1: not evaluated this epoch).
   const auto every = st.args.train.evaluate_every;
   r.test_loss = r.test_accuracy = -1;
-  if (every > 0 && ((st.epoch + 1) % every == 0 || st.epoch >= st.last_epoch)) {
+  if (every > 0 && st.args.test_set &&
+      ((st.epoch + 1) % every == 0 || st.epoch >= st.last_epoch)) {
     auto eval = learning::evaluate(st.trainer->model(), *st.args.test_set);
     r.test_loss = eval.loss;
     r.test_accuracy = eval.accuracy;
@@ -573,8 +574,11 @@ void resume(self_ptr self) {
 platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   auto& st = self->state;
   st.rng.seed(args.seed * 7919 + std::hash<std::string>{}(args.platform.name));
-  auto model = learning::make_classifier(args.train.model, args.seed);
+  const auto shape = learning::shape_of(*args.train_set);
+  auto model = learning::make_classifier(args.train.model, args.seed, shape);
   learning::sgd_options opt{args.train.lr, args.train.momentum, args.train.batch};
+  opt.augment = args.augment;
+  opt.augment_seed = args.seed * 7919 + std::hash<std::string>{}(args.platform.name);
   const auto device = learning::training_device(args.platform.device);
   st.trainer =
     std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt, device);
@@ -627,7 +631,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     } catch (const std::exception& e) {
       spdlog::error("[{}] its checkpoint does not fit this model ({}): starting afresh",
                     args.platform.name, e.what());
-      auto fresh = learning::make_classifier(args.train.model, args.seed);
+      auto fresh = learning::make_classifier(args.train.model, args.seed, shape);
       learning::load_model(*model, learning::save_model(*fresh));
       st.trainer =
         std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt, device);
@@ -894,6 +898,7 @@ platform_args platform_args::of(const config::cluster_config& cluster,
   pa.node_name = node;
   pa.platform = platform;
   pa.train = cluster.train;
+  pa.augment = cluster.data.augment;
   pa.strategy = cluster.strategy;
   pa.edgegossip = cluster.edgegossip;
   pa.seed = cluster.seed;

@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+namespace eg::data {
+class dataset;
+}
 namespace eg::learning {
-struct dataset;
+using data::dataset;
 struct aggregated_points;
 }
 namespace eg::storage {
@@ -29,6 +32,7 @@ struct platform_args {
   std::string node_name;                  ///< hosting node
   config::platform_config platform;       ///< name, threads, share, slowdown, interference
   config::train_config train;
+  bool augment = false;  ///< data.augment: random crop and flip of image batches
   config::strategy_config strategy;
   int64_t cluster_platforms = 1;          ///< M, for the initial gossip weight 1/M
   /// Every platform of the cluster in cluster-file order (the topology's

@@ -11,6 +11,7 @@
 #include "actors/report_files.hpp"
 #include "actors/stage.hpp"
 #include "actors/store.hpp"
+#include "data/load.hpp"
 #include "learning/aggregator.hpp"
 #include "messages/codec.hpp"
 #include "learning/dataset.hpp"
@@ -29,6 +30,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <malloc.h>
 #include <csignal>
 #include <filesystem>
@@ -65,6 +68,12 @@ config::cluster_config as_one_process(const config::cluster_config& cfg) {
     for (auto& c : n.corunners)
       local.corunners.push_back(c);
   }
+  for (auto& n : cfg.nodes)
+    if (!n.data_dir.empty())
+      throw config::config_error(
+        "node " + n.name + " has data of its own (nodes.data): each node reads its own "
+        "directory, so start the nodes with `edgegossip launch` or `edgegossip node`, not in "
+        "one process");
   one.nodes = {local};
   one.balancer_node = "local";
   for (auto& stage : one.stages)
@@ -94,6 +103,68 @@ void tune_allocator() {
 }
 
 namespace {
+
+/// A node's data, read and normalised.
+struct loaded_data {
+  learning::dataset train;
+  std::optional<learning::dataset> test;
+  std::string test_from;
+  bool own = false;  ///< the node's own directory, not the cluster's data set
+};
+
+/// Reads this node's data: its own directory (`override_dir`, from --data,
+/// or its nodes.data) or the cluster's data.dir, in the configured format,
+/// with the cluster's classes; the normalisation from the training data's
+/// per-channel (or per-feature) statistics. Throws data_error naming the
+/// problem.
+loaded_data load_node_data(const config::cluster_config& cfg, const config::node_config& me,
+                           const std::string& override_dir) {
+  data::source src;
+  loaded_data out;
+  out.own = !override_dir.empty() || !me.data_dir.empty();
+  src.dir = !override_dir.empty() ? override_dir : out.own ? me.data_dir : cfg.data.dir;
+  src.format = out.own && !me.data_format.empty() ? me.data_format : cfg.data.format;
+  src.test_dir = out.own ? me.test_dir : cfg.data.test_dir;
+  src.validation = cfg.data.validation;
+  data::read_options o;
+  o.classes = cfg.data.classes;
+  o.resize = cfg.data.resize;
+  o.on_bad_sample = cfg.data.on_bad_sample;
+  o.label_column = cfg.data.label_column;
+  // Decoded image folders are kept beside the node's store and reused while
+  // the files are unchanged.
+  o.cache_dir = (std::filesystem::path(cfg.storage_dir) / (me.name + "-data-cache")).string();
+  auto r = data::load(src, o, cfg.data.train_samples, cfg.data.test_samples, cfg.seed);
+  for (auto& w : r.warnings)
+    spdlog::warn("node {}: data: {}", me.name, w);
+  if (r.skipped > 0)
+    spdlog::warn("node {}: {} samples could not be read and were skipped "
+                 "(data.on_bad_sample = \"fail\" refuses them instead)",
+                 me.name, r.skipped);
+  if (out.own && cfg.data.classes.empty() && cfg.nodes.size() > 1)
+    throw data::data_error(
+      "node " + me.name + " reads data of its own ('" + src.dir +
+      "'): set data.classes in the cluster file (e.g. classes = [\"" +
+      (r.train.classes.empty() ? std::string("cat") : r.train.classes.front()) +
+      "\", ...]), so that every node maps each class to the same output whatever classes its "
+      "own data holds");
+  if (r.train.size() == 0)
+    throw data::data_error("'" + src.dir + "' holds no training samples");
+  const auto norm = r.train.local_moments().finish();
+  r.train.norm = norm;
+  if (r.test) {
+    r.test->norm = norm;
+    if (r.test->size() == 0)
+      r.test.reset();
+  }
+  if (cfg.data.augment && !r.train.images())
+    spdlog::warn("node {}: data.augment applies to images; the data has {}", me.name,
+                 r.train.shape.to_string());
+  out.train = std::move(r.train);
+  out.test = std::move(r.test);
+  out.test_from = out.test ? r.test_from : "none (" + r.test_from + ")";
+  return out;
+}
 
 /// The store key of a platform's aggregated points: they are reused while
 /// the shard and the aggregator's settings stay the same.
@@ -261,8 +332,16 @@ std::optional<stage_checkpoint> latest_stage_checkpoint(const storage::store& db
 /// trainer and, resuming, its newest checkpoint; the first stage with the
 /// data and the run.
 std::vector<stage_args> local_stages(const config::cluster_config& cfg, const std::string& node_name,
-                                     const storage::store& db, bool fresh) {
+                                     const storage::store& db, bool fresh,
+                                     const std::string& data_dir) {
   const auto& model = cfg.split.model;
+  // Every stage is built for the data's shape: a node hosting one reads the
+  // data (the first stage trains on it).
+  std::optional<loaded_data> data;
+  for (auto& sc : cfg.stages)
+    if (sc.node == node_name && !data)
+      data = load_node_data(cfg, cfg.node(node_name), data_dir);
+  const auto shape = data ? learning::shape_of(data->train) : learning::model_shape{};
   const int64_t layers = learning::layer_count(model);
   int64_t given = 0;
   for (auto& stage : cfg.stages)
@@ -295,7 +374,7 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
       stage_args a;
       a.index = k;
       a.trainer = std::make_shared<learning::stage_trainer>(
-        learning::make_stage(model, first, last, cfg.seed), o, cfg.seed + 1 + k);
+        learning::make_stage(model, first, last, cfg.seed, shape), o, cfg.seed + 1 + k);
       a.slowdown = sc.slowdown;
       a.fingerprint = fingerprint;
       a.resend_after = cfg.split.resend_after;
@@ -304,10 +383,10 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
       if (a.restore && a.restore->epochs_done >= cfg.train.epochs)
         a.restore.reset();  // that run is over: every stage starts a new one
       if (k == 0) {
-        a.train_set = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
-          cfg.data.dir, learning::split::train, cfg.data.train_samples));
-        a.test_set = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
-          cfg.data.dir, learning::split::test, cfg.data.test_samples));
+        a.train_set = std::make_shared<learning::dataset>(data->train);
+        if (!data->test)
+          throw data::data_error("a split run evaluates on test data: " + data->test_from);
+        a.test_set = std::make_shared<learning::dataset>(*data->test);
         a.batch = cfg.train.batch;
         a.in_flight = cfg.split.in_flight;
         a.seed = cfg.seed;
@@ -432,41 +511,76 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   const bool split = cfg.split.enabled();
   std::vector<stage_args> stages;
   if (split)
-    stages = local_stages(cfg, node_name, *db, opts.fresh);
+    stages = local_stages(cfg, node_name, *db, opts.fresh, opts.data_dir);
 
-  // Data: every node derives the same partition from the seed and keeps the
-  // shards of its own platforms.
+  // Data: a node with data of its own (nodes.data or --data) trains its
+  // platforms on exactly that, split among them; else every node reads the
+  // cluster's data set, derives the same partition from the seed and keeps
+  // the shards of its own platforms.
   std::shared_ptr<learning::dataset> train, test;
   learning::shards shards;
   auto all = cfg.platforms();
   std::map<std::string, std::shared_ptr<const learning::aggregated_points>> aggregated;
   auto all_shards = std::make_shared<std::map<std::string, std::vector<int64_t>>>();
+  learning::model_shape model_shape;
   if (!split) {
-    // The model and this node's devices, before anything starts: a
-    // torchscript file that is not a classifier, or a GPU this build cannot
-    // use, is an error naming the problem.
-    learning::make_classifier(cfg.train.model, cfg.seed);
     for (const auto& p : me.platforms)
       learning::training_device(p.device);
-    train = std::make_shared<learning::dataset>(learning::load_fashion_mnist(
-      cfg.data.dir, learning::split::train, cfg.data.train_samples));
-    test = std::make_shared<learning::dataset>(
-      learning::load_fashion_mnist(cfg.data.dir, learning::split::test, cfg.data.test_samples));
-    auto labels_t = train->labels.contiguous();
-    std::vector<int64_t> labels(labels_t.data_ptr<int64_t>(),
-                                labels_t.data_ptr<int64_t>() + labels_t.numel());
-    auto shares = resolved_shares(cfg);
-    shards = cfg.data.partition == "dirichlet"
-               ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
-                                               learning::num_classes, cfg.seed)
-               : learning::partition_iid(labels, shares, cfg.seed);
+    auto loaded = load_node_data(cfg, me, opts.data_dir);
+    train = std::make_shared<learning::dataset>(std::move(loaded.train));
+    if (loaded.test)
+      test = std::make_shared<learning::dataset>(std::move(*loaded.test));
+    model_shape = learning::shape_of(*train);
+    // The model, before anything starts: a torchscript file that is not a
+    // classifier for this data, or a model that cannot take its shape, is an
+    // error naming the problem.
+    learning::make_classifier(cfg.train.model, cfg.seed, model_shape);
+    spdlog::info("node {}: {} training samples of {} ({}, {} classes); test data: {}", node_name,
+                 train->size(), train->shape.to_string(), loaded.own ? "its own" : "the cluster's",
+                 train->num_classes(), loaded.test_from);
     std::vector<std::string> local_names;
     for (auto& p : me.platforms)
       local_names.push_back(p.name);
+    auto labels = train->label_vector();
+    if (loaded.own) {
+      // Its own data among its own platforms, by their shares; the other
+      // nodes' platforms have no shard here.
+      std::vector<double> shares;
+      for (auto& p : me.platforms)
+        shares.push_back(p.share);
+      double given = 0;
+      size_t unset = 0;
+      for (auto x : shares) {
+        given += x;
+        unset += x > 0 ? 0 : 1;
+      }
+      for (auto& x : shares)
+        if (x <= 0)
+          x = unset ? std::max(0.0, 1.0 - std::min(1.0, given)) / static_cast<double>(unset) : 0;
+      const double total = std::accumulate(shares.begin(), shares.end(), 0.0);
+      for (auto& x : shares)
+        x = total > 0 ? x / total : 1.0 / static_cast<double>(shares.size());
+      auto local = cfg.data.partition == "dirichlet"
+                     ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
+                                                     train->num_classes(), cfg.seed)
+                     : learning::partition_iid(labels, shares, cfg.seed);
+      shards.assign(all.size(), {});
+      for (size_t i = 0; i < all.size(); ++i)
+        for (size_t k = 0; k < me.platforms.size(); ++k)
+          if (me.platforms[k].name == all[i].name)
+            shards[i] = local[k];
+    } else {
+      auto shares = resolved_shares(cfg);
+      shards = cfg.data.partition == "dirichlet"
+                 ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
+                                                 train->num_classes(), cfg.seed)
+                 : learning::partition_iid(labels, shares, cfg.seed);
+    }
     if (cfg.strategy.edgegossip())
       aggregated = aggregate_local(cfg, all, shards, *train, local_names, *db);
     for (size_t i = 0; i < all.size(); ++i)
-      (*all_shards)[all[i].name] = shards[i];
+      if (!loaded.own || !shards[i].empty())
+        (*all_shards)[all[i].name] = shards[i];
   }
 
   shutdown_watchdog watchdog;  // destroyed after the actor system below
@@ -543,13 +657,15 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   std::map<std::string, uint64_t> sizes;
   for (size_t i = 0; i < all.size(); ++i)
     sizes[all[i].name] = shards[i].size();
-  nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)), test, {},
-                                 opts.interactive, fingerprint, std::nullopt};
+  nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)),
+                                 train ? train->describe() : data::description{},
+                                 test, {}, opts.interactive, fingerprint, std::nullopt};
   nargs.start_balancer = hosts_balancer && !unfinished && !split;
   nargs.stages = std::move(stages);
   if (cfg.strategy.parameter_server() && !split) {
     server_args sa;
     sa.model = cfg.train.model;
+    sa.shape = model_shape;
     sa.seed = cfg.seed;
     for (auto& p : all)
       sa.workers.push_back(p.name);

@@ -16,6 +16,9 @@ struct runtime_options {
   /// Start a new run even if the store holds an unfinished one with the
   /// same settings (which is otherwise resumed from its checkpoints).
   bool fresh = false;
+  /// `edgegossip node --data DIR`: this node's own data directory, in place
+  /// of the cluster file's.
+  std::string data_dir;
 };
 
 /// The whole cluster of `cfg` as a single node "local" hosting every

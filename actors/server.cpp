@@ -233,7 +233,7 @@ void expire_halves(self_ptr self) {
 
 server_impl::behavior_type server(self_ptr self, server_args args) {
   auto& st = self->state;
-  st.model = learning::make_classifier(args.model, args.seed);
+  st.model = learning::make_classifier(args.model, args.seed, args.shape);
   st.names = learning::parameter_names(*st.model);
   uint64_t version = 0;
   if (args.restore) {
@@ -243,7 +243,7 @@ server_impl::behavior_type server(self_ptr self, server_args args) {
       spdlog::info("server: continues from its checkpoint of version {}", version);
     } catch (const std::exception& e) {
       // The seed's model again: commits go on from there.
-      st.model = learning::make_classifier(args.model, args.seed);
+      st.model = learning::make_classifier(args.model, args.seed, args.shape);
       spdlog::error("server: its checkpoint of version {} does not load ({}): starting from "
                     "the initial model",
                     args.restore->iteration, e.what());

@@ -22,6 +22,7 @@
 // in the answer.
 
 #include "actors/interfaces.hpp"
+#include "learning/model_shape.hpp"
 #include "config/config.hpp"
 #include "learning/commit_schedule.hpp"
 #include "storage/store.hpp"
@@ -45,6 +46,7 @@ inline constexpr std::string_view server_name = "@server";
 
 struct server_args {
   std::string model;  ///< train.model
+  learning::model_shape shape;  ///< the data's: what the model is built for
   int64_t seed = 0;   ///< the cluster seed: the same initial model as every worker
   std::vector<std::string> workers;  ///< the cluster's platforms
   learning::commit_settings schedule;

@@ -429,7 +429,7 @@ void pump(self_ptr self) {
     auto index = torch::tensor(o.rows, torch::kLong);
     const auto kind = o.test ? work_kind::infer : work_kind::forward;
     auto m = tensor_message(o.id, {input_name(kind), labels_name(kind)},
-                            {data.images.index_select(0, index), data.labels.index_select(0, index)});
+                            {data.batch(index), data.labels.index_select(0, index)});
     enqueue(self, kind, std::move(m));
   }
 }

@@ -42,8 +42,11 @@
 #include <string>
 #include <vector>
 
+namespace eg::data {
+class dataset;
+}
 namespace eg::learning {
-struct dataset;
+using data::dataset;
 class stage_trainer;
 }
 namespace eg::messages {

@@ -47,7 +47,7 @@ struct trained {
 
 trained train_on(std::shared_ptr<const learning::dataset> data, const learning::dataset& test,
                  int epochs, uint64_t seed) {
-  auto model = learning::make_classifier("lenet5", seed);
+  auto model = learning::make_classifier("lenet5", seed, learning::shape_of(*data));
   std::vector<int64_t> all(static_cast<size_t>(data->size()));
   std::iota(all.begin(), all.end(), int64_t{0});
   learning::local_trainer trainer(model, data, all, learning::sgd_options{});
@@ -99,7 +99,7 @@ int aggregation(const options& opt, const aggregation_options& a) {
 
   // Baseline: one training epoch over the shard with a model that has
   // already trained one epoch (the state the ranking sees in a run).
-  auto model = learning::make_classifier("lenet5", 1);
+  auto model = learning::make_classifier("lenet5", 1, learning::shape_of(*train));
   learning::local_trainer trainer(model, train, shard, learning::sgd_options{});
   std::mt19937_64 rng(1);
   trainer.begin_epoch(learning::shuffled_plan(shard, 64, 1.0, rng));
@@ -195,7 +195,7 @@ int aggregation(const options& opt, const aggregation_options& a) {
     std::vector<int64_t> classes(agg.labels.data_ptr<int64_t>(),
                                  agg.labels.data_ptr<int64_t>() + agg.size());
     for (const auto& name : opt.models) {
-      auto m = learning::make_classifier(name, 1);
+      auto m = learning::make_classifier(name, 1, learning::shape_of(*train));
       learning::local_trainer t(m, train, shard, learning::sgd_options{});
       auto plan = learning::shuffled_plan(shard, 64, 1.0, rng);
       plan.batches.resize(60);

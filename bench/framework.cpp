@@ -25,7 +25,7 @@ namespace {
 double bare_loop(const learning::dataset& train, int64_t samples, int threads,
                  const std::string& name) {
   at::set_num_threads(threads);
-  auto model = learning::make_classifier(name, 1);
+  auto model = learning::make_classifier(name, 1, learning::shape_of(train));
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   std::vector<int64_t> order(static_cast<size_t>(train.size()));
   std::iota(order.begin(), order.end(), 0);
@@ -35,7 +35,7 @@ double bare_loop(const learning::dataset& train, int64_t samples, int threads,
   int64_t done = 0;
   for (int64_t b = 0; done < samples; b = (b + 64) % (train.size() - 64)) {
     auto idx = torch::from_blob(order.data() + b, {64}, torch::kInt64);
-    auto x = train.images.index_select(0, idx);
+    auto x = train.batch(idx);
     auto y = train.labels.index_select(0, idx);
     opt.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
@@ -103,7 +103,7 @@ double framework_model(const options& opt, const learning::dataset& train, int c
                                                                      : 6000;
   std::printf("\n%s (%lld parameters), batch 64, %lld samples per measurement, %d cores\n",
               model.c_str(),
-              static_cast<long long>(learning::parameter_count(*learning::make_classifier(model, 1))),
+              static_cast<long long>(learning::parameter_count(*learning::make_classifier(model, 1, learning::fashion_mnist_shape()))),
               static_cast<long long>(samples), cores);
   std::printf("%-34s %12s %8s\n", "configuration", "samples/s", "ratio");
   std::fflush(stdout);

@@ -346,7 +346,7 @@ int predictor(const options& opt, const predictor_options& p) {
     learning::load_fashion_mnist(opt.data_dir, learning::split::train, 20000));
   std::vector<int64_t> shard(static_cast<size_t>(train->size()));
   std::iota(shard.begin(), shard.end(), int64_t{0});
-  learning::local_trainer trainer(learning::make_classifier("lenet5", 1), train, shard,
+  learning::local_trainer trainer(learning::make_classifier("lenet5", 1, learning::shape_of(*train)), train, shard,
                                   learning::sgd_options{});
   std::mt19937_64 rng(1);
   auto dir = std::filesystem::absolute(std::filesystem::path(opt.out_dir) / "predictor");

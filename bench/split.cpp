@@ -67,7 +67,7 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   if (s.sg_hidden > 0)
     o.synthetic.hidden = s.sg_hidden;
   o.synthetic.conv_layers = s.sg_conv_layers;
-  auto trainers = learning::make_pipeline(s.model, su.cuts, seed, o);
+  auto trainers = learning::make_pipeline(s.model, su.cuts, seed, o, learning::shape_of(*train));
   std::vector<actors::stage_actor> stages;
   for (size_t k = 0; k < trainers.size(); ++k) {
     actors::stage_args a;

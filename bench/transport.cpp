@@ -10,6 +10,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/runtime.hpp"
 #include "learning/loans.hpp"
+#include "learning/dataset.hpp"
 #include "learning/model.hpp"
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
@@ -95,7 +96,7 @@ struct model_bytes {
 model_bytes lenet5() {
   model_bytes m;
   m.label = "LeNet-5";
-  auto model = learning::make_classifier("lenet5", 1);
+  auto model = learning::make_classifier("lenet5", 1, learning::fashion_mnist_shape());
   for (auto& p : model->parameters())
     m.tensors.push_back(p.detach().contiguous());
   return m;

@@ -6,7 +6,8 @@
 //               heartbeat_interval, peer_timeout, gossip_queue, gossip_max_wait,
 //               on_store_failure
 //   [cluster.tls] certificate, key, ca
-//   [data]      name, dir, partition, alpha, train_samples, test_samples
+//   [data]      name, dir, format, test_dir, validation, classes, resize, on_bad_sample,
+//               label_column, augment, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule,
 //               lr_warmup
 //   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
@@ -18,7 +19,7 @@
 //               resend_after
 //   [storage]   dir
 //   [output]    dir
-//   [[nodes]]   name, host, port, cpu_limit,
+//   [[nodes]]   name, host, port, cpu_limit, data, data_format, test_dir,
 //               cpu_schedule = [{at = 30.0, cores = 0.25}, ...]
 //   [[nodes.platforms]]
 //               name, threads, share, slowdown, device,
@@ -116,6 +117,9 @@ struct enum_rule {};
 struct bool_rule {};
 const bool_rule any_bool{};
 
+// An array of distinct, non-empty strings (class names).
+struct name_list {};
+
 const int_rule non_negative_int{0, INT64_MAX, "a non-negative integer"};
 const int_rule positive_int{1, INT64_MAX, "a positive integer"};
 const int_rule positive_u32{1, UINT32_MAX, "a positive integer"};
@@ -167,6 +171,15 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("data.alpha", c.data.alpha, positive);
   visit("data.train_samples", c.data.train_samples, non_negative_int);
   visit("data.test_samples", c.data.test_samples, non_negative_int);
+  visit("data.format", c.data.format,
+        text_rule{{"auto", "idx", "cifar", "image-folder", "csv", "npy", "torch"}, false});
+  visit("data.test_dir", c.data.test_dir, any_text);
+  visit("data.validation", c.data.validation, fraction);
+  visit("data.classes", c.data.classes, name_list{});
+  visit("data.resize", c.data.resize, any_bool);
+  visit("data.on_bad_sample", c.data.on_bad_sample, text_rule{{"skip", "fail"}, false});
+  visit("data.label_column", c.data.label_column, any_text);
+  visit("data.augment", c.data.augment, any_bool);
   visit("train.model", c.train.model,
         text_rule{{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", "torchscript:PATH"},
                    false});
@@ -264,6 +277,9 @@ void keys_of(N& n, Visit&& visit) {
   visit("host", n.host, non_empty);
   visit("port", n.port, port_number);
   visit("cpu_limit", n.cpu_limit, cpu_cores);
+  visit("data", n.data_dir, any_text);
+  visit("data_format", n.data_format, any_text);
+  visit("test_dir", n.test_dir, any_text);
   visit("cpu_schedule", n.cpu_schedule, table_list{});
   visit("platforms", n.platforms, table_list{});
   visit("corunners", n.corunners, table_list{});
@@ -329,6 +345,16 @@ std::string complaint(const std::string& key, const std::string& v, const text_r
 }
 
 std::string complaint(const std::string&, bool, bool_rule) { return {}; }
+
+std::string complaint(const std::string& key, const std::vector<std::string>& v, name_list) {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].empty()) return key + "[" + std::to_string(i) + "] must not be empty";
+    if (!seen.insert(v[i]).second) return key + " names '" + v[i] + "' twice";
+  }
+  if (v.size() == 1) return key + " must name at least 2 classes (or none: from the data)";
+  return {};
+}
 
 template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
 std::string complaint(const std::string&, E, enum_rule) {
@@ -456,6 +482,22 @@ template <class T>
 void read_value(const toml::node& n, const std::string& key, const source& src,
                 std::vector<T>& out, table_list);
 
+void read_value(const toml::node& n, const std::string& key, const source& src,
+                std::vector<std::string>& out, name_list rule) {
+  auto list = n.as_array();
+  if (!list) src.fail(n, key + " must be an array of strings, got " + describe(n));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < list->size(); ++i) {
+    auto v = (*list)[i].as_string();
+    if (!v)
+      src.fail((*list)[i], key + "[" + std::to_string(i) + "] must be a string, got " +
+                             describe((*list)[i]));
+    names.push_back(v->get());
+  }
+  if (auto c = complaint(key, names, rule); !c.empty()) src.fail(n, c);
+  out = std::move(names);
+}
+
 // Reads the keys of `t` into the fields `keys(visit)` declares.
 template <class Keys>
 void read_table(const toml::table& t, const std::string& path, const source& src, Keys&& keys) {
@@ -564,6 +606,13 @@ std::string toml_value(const std::string& v) {
 }
 
 std::string toml_value(bool v) { return v ? "true" : "false"; }
+
+std::string toml_value(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i ? ", " : "") + toml_value(names[i]);
+  return out + "]";
+}
 
 template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
 std::string toml_value(I v) {
@@ -901,6 +950,15 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << "|lr_warmup|" << cfg.train.lr_warmup;
   if (cfg.strategy.name == strategy_name::scsp)  // (likewise)
     text << "|drift_gain|" << cfg.strategy.drift_gain;
+  // The data as configured (likewise absent at the defaults).
+  if (cfg.data.format != "auto" || !cfg.data.classes.empty() || !cfg.data.test_dir.empty() ||
+      cfg.data.validation != 0 || cfg.data.augment || !cfg.data.label_column.empty()) {
+    text << "|data|" << cfg.data.format << '|' << cfg.data.test_dir << '|' << cfg.data.validation
+         << '|' << cfg.data.augment << '|' << cfg.data.label_column;
+    for (auto& c : cfg.data.classes)
+      text << '|' << c;
+  }
+
   for (auto& p : cfg.platforms())
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {

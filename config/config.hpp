@@ -119,11 +119,38 @@ struct node_config {
   /// node in a process of its own.
   double cpu_limit = 0;
   std::vector<cpu_step> cpu_schedule;  ///< the limit changes over time
+  /// The node's own data directory (its platforms split it among them);
+  /// empty: the cluster's data.dir, partitioned among every platform.
+  /// `edgegossip node --data DIR` overrides it.
+  std::string data_dir;
+  /// Its format ("" = data.format) and test data ("" = data.test_dir rules).
+  std::string data_format;
+  std::string test_dir;
 };
 
 struct data_config {
   std::string name = "fashion-mnist";
   std::string dir = "/usr/share/datasets/fashion-mnist";
+  /// "auto", "idx", "cifar", "image-folder", "csv", "npy" or "torch"
+  /// (data/readers.hpp).
+  std::string format = "auto";
+  /// The test data: empty = the data directory's own test split (its test/
+  /// or validation/ folder, or the format's test files).
+  std::string test_dir;
+  /// > 0: hold out this share of each node's training data as its test data
+  /// (where it has none of its own).
+  double validation = 0;
+  /// The cluster's classes by output; empty: the balancer node's data's.
+  std::vector<std::string> classes;
+  /// Images of another size than the cluster's are resized (else refused).
+  bool resize = true;
+  /// A sample that cannot be read: "skip" (counted, warned) or "fail".
+  std::string on_bad_sample = "skip";
+  /// CSV: the label column by name or number; empty: label/class/target/y,
+  /// else the last.
+  std::string label_column;
+  /// Random crop and horizontal flip of training images, seeded.
+  bool augment = false;
   std::string partition = "iid";   ///< "iid" or "dirichlet" (label skew)
   double alpha = 0.5;              ///< Dirichlet concentration for "dirichlet"
   int64_t train_samples = 0;       ///< 0: the whole training set; else the first N

@@ -5,6 +5,8 @@
 // registered by format (data/readers.hpp); the models ask a data set for
 // their input shape and class count, and nothing else knows them.
 
+#include "data/shape.hpp"
+
 #include <torch/types.h>
 
 #include <cstdint>
@@ -14,40 +16,6 @@
 
 namespace eg::data {
 
-/// A data set that is missing, malformed or refused; what() names the file
-/// (and the line or sample where there is one).
-class data_error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
-
-/// The shape of one sample: an image of C x H x W, or F features (flat).
-struct sample_shape {
-  int64_t channels = 1;  ///< or the number of features, when flat
-  int64_t height = 28;
-  int64_t width = 28;
-  bool flat = false;
-
-  static sample_shape image(int64_t c, int64_t h, int64_t w) { return {c, h, w, false}; }
-  static sample_shape features(int64_t f) { return {f, 1, 1, true}; }
-  /// {C, H, W}, or {F}.
-  std::vector<int64_t> dims() const;
-  int64_t numel() const { return channels * height * width; }
-  /// "1x28x28", "3x32x32" or "13 features".
-  std::string to_string() const;
-  /// Parses to_string()'s forms ("CxHxW", "F features" or "F"); throws data_error.
-  static sample_shape parse(const std::string& text);
-};
-bool operator==(const sample_shape& a, const sample_shape& b);
-inline bool operator!=(const sample_shape& a, const sample_shape& b) { return !(a == b); }
-
-/// Per-channel (images) or per-feature mean and standard deviation of the
-/// values a model is given before normalisation (pixels / 255 for images).
-struct normalisation {
-  std::vector<double> mean;
-  std::vector<double> std;
-  bool empty() const { return mean.empty(); }
-};
 
 /// Sums of a data set's values per channel or feature: what nodes combine
 /// into the cluster's normalisation without sending a sample.
@@ -79,6 +47,7 @@ public:
   normalisation norm;
 
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  description describe() const { return {shape, classes, norm}; }
   int64_t num_classes() const { return static_cast<int64_t>(classes.size()); }
   bool images() const { return !shape.flat; }
 

@@ -191,6 +191,10 @@ int main(int argc, char** argv) {
   auto* node = app.add_subcommand("node", "run one node of a cluster");
   node_opts.add_to(*node, true);
   node->add_option("-n,--node", node_name, "name of the node in the cluster file")->required();
+  std::string node_data;
+  node->add_option("--data", node_data,
+                   "this node's own data directory (its platforms train on it alone), in place "
+                   "of the cluster file's");
 
   common_options launch_opts;
   auto* launch = app.add_subcommand("launch", "start every node of a cluster file on this "
@@ -225,7 +229,9 @@ int main(int argc, char** argv) {
       auto cfg = node_opts.load();
       setup_logging(node_opts.verbose, false);
       cfg.node(node_name);  // names an unknown node before anything starts
-      auto outcome = eg::actors::run_node(cfg, node_name, {false, true, node_opts.fresh});
+      eg::actors::runtime_options o{false, true, node_opts.fresh};
+      o.data_dir = node_data;
+      auto outcome = eg::actors::run_node(cfg, node_name, o);
       return exit_code(node_name, outcome);
     }
     if (int rc = run_bench(); rc >= 0)

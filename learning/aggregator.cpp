@@ -339,7 +339,9 @@ aggregated_points aggregate(const dataset& train, const std::vector<int64_t>& sh
                               " outside the training set of " + std::to_string(train.size()));
 
   aggregated_points out;
-  auto point_shape = train.images.sizes().vec();
+  std::vector<int64_t> point_shape{0};
+  for (auto d : train.shape.dims())
+    point_shape.push_back(d);
   const auto n = static_cast<int64_t>(shard.size());
   if (n == 0) {
     point_shape[0] = 0;
@@ -350,7 +352,7 @@ aggregated_points aggregate(const dataset& train, const std::vector<int64_t>& sh
 
   auto start = steady::now();
   auto rows = torch::tensor(shard, torch::kLong);
-  auto x = train.images.index_select(0, rows).reshape({n, -1}).to(torch::kFloat).contiguous();
+  auto x = train.batch(rows).reshape({n, -1}).to(torch::kFloat).contiguous();
   auto reduced = detail::reduce(x, opt).contiguous();
   out.reduce_seconds = seconds_since(start);
 

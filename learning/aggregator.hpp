@@ -36,7 +36,7 @@ struct aggregator_options {
 aggregator_options aggregator_from_name(const std::string& name, int64_t ratio, uint64_t seed);
 
 struct aggregated_points {
-  torch::Tensor points;  ///< [M, 1, 28, 28] float32: mean of each subset's original points
+  torch::Tensor points;  ///< [M, sample dims...] float32: mean of each subset's normalised points
   torch::Tensor labels;  ///< [M] int64: the subset's class
   std::vector<std::vector<int64_t>> members;  ///< per aggregated point: its training-set indices
   double reduce_seconds = 0;  ///< generation time per step

@@ -1,40 +1,29 @@
 #pragma once
-// Fashion-MNIST (and any MNIST-format data set) read from IDX files, gzip'd
-// or raw, into memory as tensors.
+// The training and test data as the learning code sees it: data::dataset
+// (data/dataset.hpp), which owns its sample shape, classes and
+// normalisation. The readers by format are in data/readers.hpp; a node reads
+// its data with data/load.hpp.
 
-#include <torch/types.h>
+#include "data/dataset.hpp"
+#include "data/readers.hpp"
+#include "learning/model_shape.hpp"
 
-#include <cstdint>
-#include <stdexcept>
 #include <string>
 
 namespace eg::learning {
 
-/// A data set that is missing or malformed; what() names the file.
-class data_error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
+using data::data_error;
+using data::dataset;
+using data::split;
 
-struct dataset {
-  torch::Tensor images;  ///< [N, 1, 28, 28] float32, normalised (pixel_mean, pixel_std)
-  torch::Tensor labels;  ///< [N] int64, 0..9
-  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
-};
+/// Fashion-MNIST (IDX files in `dir`) with its class names, normalised by
+/// the loaded images' own statistics: for the tests and benchmarks, which
+/// measure on that data set. `limit` > 0 keeps the first `limit` samples.
+/// Throws data_error.
+dataset load_fashion_mnist(const std::string& dir, split which, int64_t limit = 0);
 
-enum class split { train, test };
-
-/// Reads `<dir>/{train,t10k}-images-idx3-ubyte[.gz]` and the matching labels
-/// file. `limit` > 0 keeps the first `limit` samples. Throws data_error.
-dataset load_fashion_mnist(const std::string& dir, split s, int64_t limit = 0);
-
-/// Number of classes of Fashion-MNIST.
-inline constexpr int64_t num_classes = 10;
-
-/// The normalisation of the images: pixels (bytes) / 255, less the mean,
-/// over the standard deviation, in float32. The exported model builds it in
-/// (learning/export.hpp).
-inline constexpr double pixel_mean = 0.2860;
-inline constexpr double pixel_std = 0.3530;
+/// Fashion-MNIST's model shape (1 x 28 x 28, 10 classes), for tests and
+/// benchmarks that build models without loading it.
+model_shape fashion_mnist_shape();
 
 } // namespace eg::learning

@@ -14,15 +14,28 @@ namespace eg::learning {
 
 namespace {
 
-// LeNet-5 for 28x28 inputs (the first convolution pads to keep 28x28).
+/// Images of at least `min_side` pixels a side, for `model`; throws
+/// std::invalid_argument naming the model and the shape otherwise.
+void need_images(const std::string& model, const model_shape& s, int64_t min_side) {
+  if (s.input.flat)
+    throw std::invalid_argument("model '" + model + "' needs images, the data has " +
+                                s.input.to_string() + " (use mlp or logreg for features)");
+  if (s.input.height < min_side || s.input.width < min_side)
+    throw std::invalid_argument("model '" + model + "' needs images of at least " +
+                                std::to_string(min_side) + "x" + std::to_string(min_side) +
+                                " pixels, the data's are " + s.input.to_string());
+}
+
+// LeNet-5 (the first convolution pads to keep the size: 28 -> 14 -> 5 after
+// the second convolution and pooling on 28 x 28; 32 -> 16 -> 6 on 32 x 32).
 class lenet5 : public classifier {
 public:
-  lenet5()
-      : conv1(torch::nn::Conv2dOptions(1, 6, 5).padding(2)),
+  explicit lenet5(const model_shape& s)
+      : conv1(torch::nn::Conv2dOptions(s.input.channels, 6, 5).padding(2)),
         conv2(torch::nn::Conv2dOptions(6, 16, 5)),
-        fc1(16 * 5 * 5, 120),
+        fc1(16 * ((s.input.height / 2 - 4) / 2) * ((s.input.width / 2 - 4) / 2), 120),
         fc2(120, 84),
-        fc3(84, 10) {
+        fc3(84, s.classes) {
     register_module("conv1", conv1);
     register_module("conv2", conv2);
     register_module("fc1", fc1);
@@ -59,10 +72,12 @@ private:
   torch::nn::Linear fc3;
 };
 
-// Multinomial logistic regression on the raw pixels.
+// Multinomial logistic regression on the raw pixels or features.
 class logreg : public classifier {
 public:
-  logreg() : fc(28 * 28, 10) { register_module("fc", fc); }
+  explicit logreg(const model_shape& s) : fc(s.input.numel(), s.classes) {
+    register_module("fc", fc);
+  }
 
   torch::Tensor forward(torch::Tensor x) override { return fc->forward(x.flatten(1)); }
 
@@ -74,42 +89,95 @@ private:
   torch::nn::Linear fc;
 };
 
+// A multilayer perceptron with two hidden layers of 128 and 64 (ReLU), for
+// flat features (a CSV of sensor readings) or flattened images.
+class mlp : public classifier {
+public:
+  explicit mlp(const model_shape& s)
+      : fc1(s.input.numel(), 128), fc2(128, 64), fc3(64, s.classes) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(fc1->forward(x.flatten(1)));
+    x = torch::relu(fc2->forward(x));
+    return fc3->forward(x);
+  }
+
+  std::string script() const override {
+    return "def logits(self, x):\n"
+           "    x = torch.relu(" + zoo::linear("x.flatten(1)", "fc1", fc1) + ")\n"
+           "    x = torch.relu(" + zoo::linear("x", "fc2", fc2) + ")\n"
+           "    return " + zoo::linear("x", "fc3", fc3) + "\n";
+  }
+
+private:
+  torch::nn::Linear fc1, fc2, fc3;
+};
+
 } // namespace
 
+std::string model_shape::to_string() const {
+  return input.to_string() + " -> " + std::to_string(classes) + " classes";
+}
+
+bool operator==(const model_shape& a, const model_shape& b) {
+  return a.input == b.input && a.classes == b.classes;
+}
+
+model_shape shape_of(const data::dataset& d) { return {d.shape, d.num_classes()}; }
+
 const std::vector<std::string>& zoo_models() {
-  static const std::vector<std::string> names{"lenet5", "logreg", "alexnet", "squeezenet",
-                                              "mobilenetv2"};
+  static const std::vector<std::string> names{"lenet5",     "logreg",     "mlp",
+                                              "alexnet",    "squeezenet", "mobilenetv2"};
   return names;
 }
 
-std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed) {
+std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed,
+                                            const model_shape& shape) {
   static const std::string scripted_prefix = "torchscript:";
+  if (shape.classes < 2)
+    throw std::invalid_argument("model '" + name + "' for " + std::to_string(shape.classes) +
+                                " classes: a classifier needs at least 2");
+  if (shape.input.numel() <= 0)
+    throw std::invalid_argument("model '" + name + "' for samples of no values");
   std::shared_ptr<classifier> model;
   if (name.compare(0, scripted_prefix.size(), scripted_prefix) == 0) {
-    model = zoo::scripted(name.substr(scripted_prefix.size()));
+    model = zoo::scripted(name.substr(scripted_prefix.size()), shape);
   } else {
     const auto& zoo = zoo_models();
     if (std::find(zoo.begin(), zoo.end(), name) == zoo.end())
       throw std::invalid_argument("unknown model '" + name +
-                                  "' (use lenet5, logreg, alexnet, squeezenet, mobilenetv2 or "
-                                  "torchscript:PATH)");
+                                  "' (use lenet5, logreg, mlp, alexnet, squeezenet, mobilenetv2 "
+                                  "or torchscript:PATH)");
+    if (name == "lenet5")
+      need_images(name, shape, 12);
+    else if (name == "alexnet")
+      need_images(name, shape, 16);
+    else if (name == "squeezenet" || name == "mobilenetv2")
+      need_images(name, shape, 8);
     // Initialisation draws from torch's global generator: seeding it and
     // building must not interleave with another thread doing the same.
     static std::mutex init_mutex;
     std::lock_guard<std::mutex> lock(init_mutex);
     torch::manual_seed(seed);
     if (name == "lenet5")
-      model = std::make_shared<lenet5>();
+      model = std::make_shared<lenet5>(shape);
     else if (name == "logreg")
-      model = std::make_shared<logreg>();
+      model = std::make_shared<logreg>(shape);
+    else if (name == "mlp")
+      model = std::make_shared<mlp>(shape);
     else if (name == "alexnet")
-      model = zoo::alexnet();
+      model = zoo::alexnet(shape);
     else if (name == "squeezenet")
-      model = zoo::squeezenet();
+      model = zoo::squeezenet(shape);
     else
-      model = zoo::mobilenetv2();
+      model = zoo::mobilenetv2(shape);
   }
   model->name_ = name;
+  model->shape_ = shape;
   return model;
 }
 

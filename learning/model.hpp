@@ -1,9 +1,14 @@
 #pragma once
-// The models: a classifier interface and LeNet-5 (about 60k parameters) in
-// the pytorch/examples style, logistic regression for scale tests, the zoo
-// (AlexNet, SqueezeNet, MobileNetV2 adapted to 28 x 28; learning/zoo.cpp) and
-// models scripted in Python ("torchscript:PATH"; learning/scripted.cpp).
-// docs/MODELS.md describes them.
+// The models: a classifier interface and LeNet-5 (about 60k parameters on
+// 28 x 28 images) in the pytorch/examples style, logistic regression and a
+// small MLP (for flat features too), the zoo (AlexNet, SqueezeNet,
+// MobileNetV2 in their CIFAR adaptations; learning/zoo.cpp) and models
+// scripted in Python ("torchscript:PATH"; learning/scripted.cpp). Each is
+// built for the data's sample shape and class count (model_shape), which
+// only the data knows. docs/MODELS.md describes them.
+
+#include "data/dataset.hpp"
+#include "learning/model_shape.hpp"
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -15,7 +20,8 @@
 
 namespace eg::learning {
 
-/// A model mapping a batch of images [B, 1, 28, 28] to logits [B, 10].
+/// A model mapping a batch of samples [B, shape.input.dims()...] to logits
+/// [B, shape.classes].
 class classifier : public torch::nn::Module {
 public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
@@ -29,21 +35,32 @@ public:
 
   /// The name make_classifier built it by ("lenet5", "torchscript:PATH", ...).
   const std::string& model_name() const { return name_; }
+  /// The shape it was built for.
+  const model_shape& shape() const { return shape_; }
+
+protected:
+  /// For models built otherwise than by make_classifier (a split model's stage).
+  void set_shape(const model_shape& s) { shape_ = s; }
 
 private:
-  friend std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed);
+  friend std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed,
+                                                     const model_shape& shape);
   std::string name_;
+  model_shape shape_;
 };
 
-/// The models of the zoo: lenet5, logreg, alexnet, squeezenet, mobilenetv2.
+/// The models of the zoo: lenet5, logreg, mlp, alexnet, squeezenet,
+/// mobilenetv2.
 const std::vector<std::string>& zoo_models();
 
-/// Builds a model of zoo_models(), or "torchscript:PATH" (a model scripted in
-/// Python, its forward mapping [B, 1, 28, 28] to [B, 10]); throws
-/// std::invalid_argument naming the problem otherwise. Zoo models'
-/// parameters are initialised from `seed`, so equal seeds give equal models;
-/// a scripted model starts from the weights in its file.
-std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed);
+/// Builds a model of zoo_models() for `shape`, or "torchscript:PATH" (a model
+/// scripted in Python, checked with one forward pass of a batch of that
+/// shape); throws std::invalid_argument naming the problem otherwise (a model
+/// for images given flat features, images too small for its poolings). Zoo
+/// models' parameters are initialised from `seed`, so equal seeds give equal
+/// models; a scripted model starts from the weights in its file.
+std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed,
+                                            const model_shape& shape);
 
 /// An evaluation scope: no gradients and eval mode until it ends; then the
 /// module's previous mode comes back, even when forward threw.

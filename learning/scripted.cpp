@@ -13,7 +13,7 @@ namespace eg::learning {
 
 namespace {
 
-std::string shape(const torch::Tensor& t) {
+std::string sizes_of(const torch::Tensor& t) {
   std::ostringstream s;
   s << t.sizes();
   return s.str();
@@ -23,7 +23,8 @@ std::string message(const c10::Error& e) { return e.what_without_backtrace(); }
 
 } // namespace
 
-scripted_classifier::scripted_classifier(const std::string& path) : path_(path) {
+scripted_classifier::scripted_classifier(const std::string& path, const model_shape& data_shape)
+    : path_(path) {
   const std::string what = "torchscript model '" + path + "': ";
   if (path.empty())
     throw std::invalid_argument("torchscript model: no file after 'torchscript:'");
@@ -69,27 +70,31 @@ scripted_classifier::scripted_classifier(const std::string& path) : path_(path) 
   if (count == 0)
     throw std::invalid_argument(what + "it has no parameters to train");
 
-  // The check: a batch of two images in eval mode, then train mode again.
+  // The check: a batch of two samples of the data's shape in eval mode,
+  // then train mode again.
+  std::vector<int64_t> dims{2};
+  for (auto d : data_shape.input.dims())
+    dims.push_back(d);
+  const std::string batch = "a batch of samples " + sizes_of(torch::zeros(dims));
+  const std::string scores_of = "class scores [2, " + std::to_string(data_shape.classes) + "]";
   torch::IValue out;
   {
     evaluation_scope scope(*this);
     try {
-      out = module_.forward({torch::zeros({2, 1, 28, 28})});
+      out = module_.forward({torch::zeros(dims)});
     } catch (const c10::Error& e) {
-      throw std::invalid_argument(what + "its forward fails on a batch of images [2, 1, 28, 28]: " +
-                                  message(e));
+      throw std::invalid_argument(what + "its forward fails on " + batch + ": " + message(e));
     } catch (const std::exception& e) {  // the interpreter's errors
-      throw std::invalid_argument(what + "its forward fails on a batch of images [2, 1, 28, 28]: " +
-                                  e.what());
+      throw std::invalid_argument(what + "its forward fails on " + batch + ": " + e.what());
     }
   }
   if (!out.isTensor())
-    throw std::invalid_argument(what + "its forward returns " + out.tagKind() +
-                                ", not a tensor of class scores [B, 10]");
+    throw std::invalid_argument(what + "its forward returns " + out.tagKind() + ", not " +
+                                scores_of);
   const auto scores = out.toTensor();
-  if (scores.dim() != 2 || scores.size(0) != 2 || scores.size(1) != num_classes)
-    throw std::invalid_argument(what + "its forward maps a batch of images [2, 1, 28, 28] to " +
-                                shape(scores) + ", not to class scores [2, 10]");
+  if (scores.dim() != 2 || scores.size(0) != 2 || scores.size(1) != data_shape.classes)
+    throw std::invalid_argument(what + "its forward maps " + batch + " to " + sizes_of(scores) +
+                                ", not to " + scores_of);
   if (!scores.is_floating_point())
     throw std::invalid_argument(what + "its forward returns " +
                                 std::string(c10::toString(scores.scalar_type())) +
@@ -107,8 +112,8 @@ void scripted_classifier::train(bool on) {
 
 namespace zoo {
 
-std::shared_ptr<classifier> scripted(const std::string& path) {
-  return std::make_shared<scripted_classifier>(path);
+std::shared_ptr<classifier> scripted(const std::string& path, const model_shape& shape) {
+  return std::make_shared<scripted_classifier>(path, shape);
 }
 
 } // namespace zoo

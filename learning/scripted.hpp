@@ -18,11 +18,11 @@ namespace eg::learning {
 /// (every platform loads the same file).
 class scripted_classifier : public classifier {
 public:
-  /// Loads `path` and checks that its forward maps a batch of images
-  /// [2, 1, 28, 28] to class scores [2, 10]; throws std::invalid_argument
+  /// Loads `path` and checks that its forward maps a batch of two samples of
+  /// `data_shape` to class scores [2, classes]; throws std::invalid_argument
   /// naming the file and the problem (no such file, not TorchScript, no
   /// parameters, buffers, a forward that fails or gives another shape).
-  explicit scripted_classifier(const std::string& path);
+  scripted_classifier(const std::string& path, const model_shape& data_shape);
 
   torch::Tensor forward(torch::Tensor x) override;
   void train(bool on = true) override;

@@ -77,10 +77,10 @@ const model_spec& spec(const std::string& model) {
   throw std::invalid_argument("unknown split model '" + model + "' (use " + known_models() + ")");
 }
 
-// Output shapes of every layer, from the input {1, 28, 28}.
-std::vector<std::vector<int64_t>> shapes(const model_spec& m) {
+// Output shapes of every layer, from the input of `shape`.
+std::vector<std::vector<int64_t>> shapes(const model_spec& m, const model_shape& shape) {
   std::vector<std::vector<int64_t>> out;
-  std::vector<int64_t> s{1, 28, 28};
+  std::vector<int64_t> s = shape.input.dims();
   for (const auto& l : m.layers) {
     if (l.conv) {
       int64_t h = s[1] + 2 * l.padding - l.kernel + 1;
@@ -89,6 +89,10 @@ std::vector<std::vector<int64_t>> shapes(const model_spec& m) {
         h /= 2;
         w /= 2;
       }
+      if (h < 1 || w < 1)
+        throw std::invalid_argument("split model '" + std::string(m.name) + "' needs larger images "
+                                    "than " + shape.input.to_string() + " (layer " + l.name +
+                                    " would output nothing)");
       s = {l.out, h, w};
     } else {
       s = {l.out};
@@ -96,6 +100,30 @@ std::vector<std::vector<int64_t>> shapes(const model_spec& m) {
     out.push_back(s);
   }
   return out;
+}
+
+// The model's layers for data of `shape`: the first convolution takes its
+// channels, the first fully connected layer what the convolutions leave, the
+// last layer outputs its classes.
+model_spec spec(const std::string& model, const model_shape& shape) {
+  model_spec m = spec(model);
+  if (shape.input.flat)
+    throw std::invalid_argument("split model '" + model + "' needs images, the data has " +
+                                shape.input.to_string());
+  if (shape.classes < 2)
+    throw std::invalid_argument("split model '" + model + "' for " +
+                                std::to_string(shape.classes) + " classes");
+  m.layers.front().in = shape.input.channels;
+  m.layers.back().out = shape.classes;
+  auto s = shapes(m, shape);
+  for (size_t i = 1; i < m.layers.size(); ++i)
+    if (!m.layers[i].conv && m.layers[i - 1].conv) {
+      int64_t flat = 1;
+      for (auto d : s[i - 1])
+        flat *= d;
+      m.layers[i].in = flat;
+    }
+  return m;
 }
 
 void check_range(const model_spec& m, int64_t first, int64_t last) {
@@ -147,20 +175,23 @@ std::vector<std::string> layer_names(const std::string& model) {
   return out;
 }
 
-std::vector<int64_t> activation_shape(const std::string& model, int64_t layer) {
-  const auto& m = spec(model);
+std::vector<int64_t> activation_shape(const std::string& model, int64_t layer,
+                                      const model_shape& shape) {
+  const auto m = spec(model, shape);
   const auto n = static_cast<int64_t>(m.layers.size());
   if (layer < -1 || layer >= n)
     throw std::invalid_argument("layer " + std::to_string(layer) + " is not in split model '" +
                                 model + "' (-1 for the input, 0.." + std::to_string(n - 1) + ")");
   if (layer == -1)
-    return {1, 28, 28};
-  return shapes(m)[static_cast<size_t>(layer)];
+    return shape.input.dims();
+  return shapes(m, shape)[static_cast<size_t>(layer)];
 }
 
-stage_module::stage_module(std::string model, int64_t first_layer, int64_t last_layer)
+stage_module::stage_module(std::string model, int64_t first_layer, int64_t last_layer,
+                           const model_shape& shape)
     : model_(std::move(model)), first_(first_layer), last_(last_layer) {
-  const auto& m = spec(model_);
+  set_shape(shape);
+  const auto m = spec(model_, shape);
   check_range(m, first_, last_);
   // Every layer of the model is built, in order, so that the parameters
   // drawn for first..last are those of the whole model; the others are
@@ -198,22 +229,23 @@ torch::Tensor stage_module::forward(torch::Tensor x) {
 bool stage_module::is_last() const { return last_ == layer_count(model_) - 1; }
 
 std::vector<int64_t> stage_module::input_shape() const {
-  return activation_shape(model_, first_ - 1);
+  return activation_shape(model_, first_ - 1, shape());
 }
 
 std::vector<int64_t> stage_module::output_shape() const {
-  return activation_shape(model_, last_);
+  return activation_shape(model_, last_, shape());
 }
 
 std::shared_ptr<stage_module> make_stage(const std::string& model, int64_t first_layer,
-                                         int64_t last_layer, uint64_t seed) {
-  check_range(spec(model), first_layer, last_layer);
+                                         int64_t last_layer, uint64_t seed,
+                                         const model_shape& shape) {
+  check_range(spec(model, shape), first_layer, last_layer);
   // Initialisation draws from torch's global generator: seeding it and
   // building must not interleave with another thread doing the same here.
   static std::mutex init_mutex;
   std::lock_guard<std::mutex> lock(init_mutex);
   torch::manual_seed(seed);
-  return std::make_shared<stage_module>(model, first_layer, last_layer);
+  return std::make_shared<stage_module>(model, first_layer, last_layer, shape);
 }
 
 std::vector<std::pair<int64_t, int64_t>> stage_ranges(const std::string& model,

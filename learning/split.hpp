@@ -43,9 +43,11 @@ int64_t layer_count(const std::string& model);
 /// The layers' names, in order ("conv1", ..., "fc3").
 std::vector<std::string> layer_names(const std::string& model);
 /// The shape, without the batch dimension, of what layer `layer` (0-based)
-/// outputs; layer -1 is the model's input, {1, 28, 28}. The last layer
-/// outputs {10} (the logits). Throws std::invalid_argument out of range.
-std::vector<int64_t> activation_shape(const std::string& model, int64_t layer);
+/// outputs for data of `shape`; layer -1 is the model's input (e.g.
+/// {1, 28, 28}). The last layer outputs {classes} (the logits). Throws
+/// std::invalid_argument out of range, or for data the model cannot take.
+std::vector<int64_t> activation_shape(const std::string& model, int64_t layer,
+                                      const model_shape& shape);
 
 /// Layers first..last (inclusive, 0-based) of a model, each with its
 /// activation and pooling. Parameters are named as the whole model's
@@ -55,7 +57,8 @@ std::vector<int64_t> activation_shape(const std::string& model, int64_t layer);
 class stage_module : public classifier {
 public:
   /// Use make_stage.
-  stage_module(std::string model, int64_t first_layer, int64_t last_layer);
+  stage_module(std::string model, int64_t first_layer, int64_t last_layer,
+               const model_shape& shape);
 
   /// Runs the stage's layers on x [B, input_shape()...].
   torch::Tensor forward(torch::Tensor x) override;
@@ -77,13 +80,15 @@ private:
   std::vector<std::shared_ptr<layer>> layers_;
 };
 
-/// Layers first_layer..last_layer (inclusive, 0-based) of `model`, with the
+/// Layers first_layer..last_layer (inclusive, 0-based) of `model` for data
+/// of `shape`, with the
 /// initial parameters those layers have in the whole model built from
 /// `seed` (the whole model is initialised, then cut), so a split model
 /// starts identical to the whole one. Throws std::invalid_argument for an
 /// unknown model or a bad layer range.
 std::shared_ptr<stage_module> make_stage(const std::string& model, int64_t first_layer,
-                                         int64_t last_layer, uint64_t seed);
+                                         int64_t last_layer, uint64_t seed,
+                                         const model_shape& shape);
 
 /// Layer ranges {first, last} of the stages when the model is cut after each
 /// layer of `cuts` (strictly increasing, each in [0, layer_count - 2]);
@@ -102,6 +107,9 @@ enum class sg_scaling {
 };
 
 struct synthetic_gradient_options {
+  /// The data's classes (cDNI's one-hot label); stage_trainer sets it from
+  /// its stage's model shape.
+  int64_t classes = 0;
   int64_t hidden = 256;      ///< width of the MLP's hidden layers (2-D activations)
   int64_t layers = 2;        ///< hidden layers of the MLP: 0 (linear), 1 or 2
   bool conditioned = true;   ///< cDNI: the one-hot label is an input too
@@ -272,11 +280,12 @@ private:
 
 /// The stages of `model` cut after the layers `cuts` (see stage_ranges),
 /// all from the whole model initialised by `seed`; the SG module of stage k
-/// is initialised from seed + 1 + k.
+/// is initialised from seed + 1 + k; for data of `shape`.
 std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& model,
                                                           const std::vector<int64_t>& cuts,
                                                           uint64_t seed,
-                                                          const stage_options& opt);
+                                                          const stage_options& opt,
+                                                          const model_shape& shape);
 
 // --- in-process reference pipeline ---------------------------------------------
 

@@ -51,7 +51,11 @@ stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options 
   optimizer_ = std::make_unique<torch::optim::SGD>(
       stage_->parameters(), torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
   if (opt_.mode == stage_mode::synthetic && !stage_->is_last())
-    sg_ = std::make_unique<synthetic_gradient>(stage_->output_shape(), opt_.synthetic, sg_seed_);
+  {
+    auto sg = opt_.synthetic;
+    sg.classes = stage_->shape().classes;
+    sg_ = std::make_unique<synthetic_gradient>(stage_->output_shape(), sg, sg_seed_);
+  }
   stage_->train();
 }
 
@@ -76,8 +80,10 @@ void stage_trainer::check_input(uint64_t batch, const torch::Tensor& input,
     throw stage_error(where + ": labels of shape " + shape_string(labels) + ", expected [" +
                       std::to_string(input.size(0)) + "] int64");
   if (labels.numel() > 0 &&
-      (labels.min().item<int64_t>() < 0 || labels.max().item<int64_t>() >= num_classes))
-    throw stage_error(where + ": a label is not in 0.." + std::to_string(num_classes - 1));
+      (labels.min().item<int64_t>() < 0 ||
+       labels.max().item<int64_t>() >= stage_->shape().classes))
+    throw stage_error(where + ": a label is not in 0.." +
+                      std::to_string(stage_->shape().classes - 1));
 }
 
 torch::Tensor stage_trainer::prepare_input(const torch::Tensor& input) const {
@@ -351,11 +357,12 @@ void stage_trainer::load(const std::string& bytes) {
 std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& model,
                                                           const std::vector<int64_t>& cuts,
                                                           uint64_t seed,
-                                                          const stage_options& opt) {
+                                                          const stage_options& opt,
+                                                          const model_shape& shape) {
   std::vector<std::shared_ptr<stage_trainer>> out;
   uint64_t k = 0;
   for (const auto& [first, last] : stage_ranges(model, cuts))
-    out.push_back(std::make_shared<stage_trainer>(make_stage(model, first, last, seed), opt,
+    out.push_back(std::make_shared<stage_trainer>(make_stage(model, first, last, seed, shape), opt,
                                                   seed + 1 + k++));
   return out;
 }
@@ -434,7 +441,7 @@ pipeline_result train_pipeline(const std::vector<std::shared_ptr<stage_trainer>>
       continue;
     const uint64_t batch = id++;
     auto index = torch::tensor(indices, torch::kInt64);
-    auto x = train.images.index_select(0, index);
+    auto x = train.batch(index);
     auto y = train.labels.index_select(0, index);
     in_transit t{batch, std::vector<torch::Tensor>(n - 1)};
     for (size_t k = 0; k + 1 < n; ++k) {

@@ -18,6 +18,7 @@ struct synthetic_gradient::net : torch::nn::Module {
   bool convolutional = false;
   bool conditioned = false;
   bool normalize_input = true;
+  int64_t classes = 0;
   std::vector<int64_t> shape;
   // MLP on [B, D]: D -> hidden (x layers) -> D; convolutional on
   // [B, C, H, W]: conv_layers 5x5 same-padded convolutions C -> C.
@@ -55,9 +56,13 @@ struct synthetic_gradient::net : torch::nn::Module {
       fc.push_back(register_module("fc" + std::to_string(opt.layers + 1), torch::nn::Linear(in, d)));
       first_width = opt.layers > 0 ? opt.hidden : d;
     }
+    classes = opt.classes;
+    if (conditioned && classes < 2)
+      throw std::invalid_argument("synthetic gradients conditioned on the label need the "
+                                  "data's class count");
     if (conditioned)
       label_map = register_module(
-          "label", torch::nn::Linear(torch::nn::LinearOptions(num_classes, first_width).bias(false)));
+          "label", torch::nn::Linear(torch::nn::LinearOptions(classes, first_width).bias(false)));
     scale = register_buffer("scale", torch::zeros({}));
     trained = register_buffer("trained", torch::zeros({}, torch::kInt64));
     error_sq = register_buffer("error_sq", torch::zeros({}, torch::kFloat64));
@@ -78,7 +83,7 @@ struct synthetic_gradient::net : torch::nn::Module {
     auto h = normalize_input ? input / input.pow(2).mean().sqrt().clamp_min(1e-12) : input;
     torch::Tensor label_term;
     if (conditioned)
-      label_term = label_map->forward(torch::one_hot(labels, num_classes).to(h.scalar_type()));
+      label_term = label_map->forward(torch::one_hot(labels, classes).to(h.scalar_type()));
     if (convolutional) {
       auto x = conv[0]->forward(h);
       if (conditioned)

@@ -55,7 +55,7 @@ std::shared_ptr<classifier> replica_on(const std::shared_ptr<classifier>& model,
                                        torch::Device device) {
   if (device.is_cpu())
     return model;
-  auto replica = make_classifier(model->model_name(), 0);
+  auto replica = make_classifier(model->model_name(), 0, model->shape());
   replica->to(device);
   return replica;
 }
@@ -140,7 +140,7 @@ void local_trainer::set_lr(double lr) {
 void local_trainer::begin_epoch(epoch_plan plan) {
   plan_ = std::move(plan);
   next_ = 0;
-  class_samples_.assign(static_cast<size_t>(num_classes), 0);
+  class_samples_.assign(static_cast<size_t>(train_->num_classes()), 0);
 }
 
 bool local_trainer::epoch_done() const { return next_ >= plan_.batches.size(); }
@@ -156,12 +156,17 @@ step_result local_trainer::step() {
   const auto start = std::chrono::steady_clock::now();
 
   auto index = torch::from_blob(batch.data(), {static_cast<int64_t>(batch.size())}, torch::kInt64);
-  auto x = train_->images.index_select(0, index);
+  // The samples as bytes (images) or features, normalised for this batch.
+  auto x = train_->batch(index);
+  if (opt_.augment && train_->images())
+    x = data::augment(x, opt_.augment_seed * 0x9e3779b97f4a7c15ull + steps_);
+  ++steps_;
   auto y = train_->labels.index_select(0, index);
   {
     const auto* label = y.data_ptr<int64_t>();
+    const auto classes = static_cast<int64_t>(class_samples_.size());
     for (int64_t k = 0; k < y.numel(); ++k)
-      if (label[k] >= 0 && label[k] < num_classes)
+      if (label[k] >= 0 && label[k] < classes)
         ++class_samples_[static_cast<size_t>(label[k])];
   }
 
@@ -205,7 +210,7 @@ evaluation evaluate_logits(const std::function<torch::Tensor(const torch::Tensor
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += batch) {
     const int64_t len = std::min(batch, n - begin);
-    auto x = data.images.narrow(0, begin, len);
+    auto x = data.range(begin, begin + len);
     auto y = data.labels.narrow(0, begin, len);
     auto logits = logits_of(x);
     loss += torch::nn::functional::cross_entropy(
@@ -213,7 +218,8 @@ evaluation evaluate_logits(const std::function<torch::Tensor(const torch::Tensor
                 .item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();
   }
-  return {loss / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
+  return {loss / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n),
+          correct, n};
 }
 
 evaluation evaluate(classifier& model, const dataset& data, int64_t batch) {

@@ -21,6 +21,10 @@ struct sgd_options {
   double lr = 0.01;
   double momentum = 0.9;
   int64_t batch = 64;
+  /// Random crop and horizontal flip of image batches (data.augment), drawn
+  /// from `augment_seed` and the step's count, so equal seeds repeat.
+  bool augment = false;
+  uint64_t augment_seed = 0;
 };
 
 /// The learning rate of epoch `epoch` (0-based) of a run of `epochs` under
@@ -55,8 +59,10 @@ struct step_result {
 };
 
 struct evaluation {
-  double loss = 0;
-  double accuracy = 0;
+  double loss = 0;      ///< mean over the samples
+  double accuracy = 0;  ///< correct / samples
+  int64_t correct = 0;
+  int64_t samples = 0;
 };
 
 /// The device a platform trains on: "cpu", "cuda" or "cuda:N". Throws
@@ -114,6 +120,7 @@ private:
   parameter_loans loans_;
   epoch_plan plan_;
   size_t next_ = 0;
+  uint64_t steps_ = 0;
   std::vector<uint64_t> class_samples_;
 };
 
@@ -121,8 +128,8 @@ private:
 /// train mode afterwards).
 evaluation evaluate(classifier& model, const dataset& data, int64_t batch = 1000);
 
-/// The same for any map from images to logits (`logits_of`, called without
-/// gradients on batches of at most `batch` images in order): e.g. the stages
+/// The same for any map from samples to logits (`logits_of`, called without
+/// gradients on normalised batches of at most `batch` samples in order): e.g. the stages
 /// of a split model chained.
 evaluation evaluate_logits(const std::function<torch::Tensor(const torch::Tensor&)>& logits_of,
                            const dataset& data, int64_t batch = 1000);

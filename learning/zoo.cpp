@@ -111,17 +111,21 @@ private:
 // fully connected layers) at half its convolution widths (32, 96, 192, 128,
 // 128 against 64, 192, 384, 256, 256) and hidden layers of 512 (against
 // 4096). 28 -> 14 (stride) -> 7 -> 3 -> 1 (poolings).
+/// The side after AlexNet's stride-2 first convolution and three 2 x 2
+/// poolings (28 -> 14 -> 7 -> 3 -> 1; 32 -> 16 -> 8 -> 4 -> 2).
+int64_t alexnet_side(int64_t side) { return (side + 1) / 2 / 2 / 2 / 2; }
+
 class alexnet_model : public classifier {
 public:
-  alexnet_model()
-      : conv1(nn::Conv2dOptions(1, 32, 3).stride(2).padding(1)),
+  explicit alexnet_model(const model_shape& s)
+      : conv1(nn::Conv2dOptions(s.input.channels, 32, 3).stride(2).padding(1)),
         conv2(nn::Conv2dOptions(32, 96, 3).padding(1)),
         conv3(nn::Conv2dOptions(96, 192, 3).padding(1)),
         conv4(nn::Conv2dOptions(192, 128, 3).padding(1)),
         conv5(nn::Conv2dOptions(128, 128, 3).padding(1)),
-        fc1(128, 512),
+        fc1(128 * alexnet_side(s.input.height) * alexnet_side(s.input.width), 512),
         fc2(512, 512),
-        fc3(512, 10),
+        fc3(512, s.classes),
         drop1(0.5),
         drop2(0.5) {
     register_module("conv1", conv1);
@@ -245,10 +249,10 @@ public:
 // (uniform) as torchvision's.
 class squeezenet_model : public classifier {
 public:
-  squeezenet_model()
-      : conv1(nn::Conv2dOptions(1, 32, 3).padding(1).bias(false)),
+  explicit squeezenet_model(const model_shape& s)
+      : conv1(nn::Conv2dOptions(s.input.channels, 32, 3).padding(1).bias(false)),
         conv1_norm(norm(32, fire_groups)),
-        conv10(nn::Conv2dOptions(256, 10, 1)),
+        conv10(nn::Conv2dOptions(256, s.classes, 1)),
         drop(0.5) {
     register_module("conv1", conv1);
     register_module("conv1_norm", conv1_norm);
@@ -371,12 +375,12 @@ public:
 // dropout 0.2, a linear layer to the classes. Initialised as torchvision's.
 class mobilenetv2_model : public classifier {
 public:
-  mobilenetv2_model()
-      : stem(nn::Conv2dOptions(1, 16, 3).padding(1).bias(false)),
+  explicit mobilenetv2_model(const model_shape& s)
+      : stem(nn::Conv2dOptions(s.input.channels, 16, 3).padding(1).bias(false)),
         stem_norm(norm(16)),
         head(nn::Conv2dOptions(160, 640, 1).bias(false)),
         head_norm(norm(640)),
-        fc(640, 10),
+        fc(640, s.classes),
         drop(0.2) {
     register_module("stem", stem);
     register_module("stem_norm", stem_norm);
@@ -440,9 +444,15 @@ private:
 
 } // namespace
 
-std::shared_ptr<classifier> alexnet() { return std::make_shared<alexnet_model>(); }
-std::shared_ptr<classifier> squeezenet() { return std::make_shared<squeezenet_model>(); }
-std::shared_ptr<classifier> mobilenetv2() { return std::make_shared<mobilenetv2_model>(); }
+std::shared_ptr<classifier> alexnet(const model_shape& s) {
+  return std::make_shared<alexnet_model>(s);
+}
+std::shared_ptr<classifier> squeezenet(const model_shape& s) {
+  return std::make_shared<squeezenet_model>(s);
+}
+std::shared_ptr<classifier> mobilenetv2(const model_shape& s) {
+  return std::make_shared<mobilenetv2_model>(s);
+}
 
 } // namespace zoo
 

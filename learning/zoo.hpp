@@ -14,15 +14,16 @@
 
 namespace eg::learning::zoo {
 
-/// CIFAR-style AlexNet, SqueezeNet 1.1 and MobileNetV2 adapted to 28 x 28
-/// grey images (docs/MODELS.md). Called with torch's generator seeded.
-std::shared_ptr<classifier> alexnet();
-std::shared_ptr<classifier> squeezenet();
-std::shared_ptr<classifier> mobilenetv2();
+/// CIFAR-style AlexNet, SqueezeNet 1.1 and MobileNetV2 for images of
+/// `shape` (docs/MODELS.md). Called with torch's generator seeded.
+std::shared_ptr<classifier> alexnet(const model_shape& shape);
+std::shared_ptr<classifier> squeezenet(const model_shape& shape);
+std::shared_ptr<classifier> mobilenetv2(const model_shape& shape);
 
-/// A model scripted in Python (learning/scripted.cpp): throws
-/// std::invalid_argument naming the file and the problem.
-std::shared_ptr<classifier> scripted(const std::string& path);
+/// A model scripted in Python (learning/scripted.cpp), checked with one
+/// forward pass of a batch of `shape`: throws std::invalid_argument naming
+/// the file and the problem.
+std::shared_ptr<classifier> scripted(const std::string& path, const model_shape& shape);
 
 /// TorchScript expressions computing what the module at `path` (e.g.
 /// "conv1", "b3.expand") computes on the expression `x`.

@@ -1,0 +1,56 @@
+#pragma once
+// What a data set is without its samples (no torch here, so that actors'
+// headers can name it): the shape of a sample, the normalisation, the
+// class names, and the error for bad data.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace eg::data {
+
+/// A data set that is missing, malformed or refused; what() names the file
+/// (and the line or sample where there is one).
+class data_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The shape of one sample: an image of C x H x W, or F features (flat).
+struct sample_shape {
+  int64_t channels = 0;  ///< or the number of features, when flat
+  int64_t height = 0;
+  int64_t width = 0;
+  bool flat = false;
+
+  static sample_shape image(int64_t c, int64_t h, int64_t w) { return {c, h, w, false}; }
+  static sample_shape features(int64_t f) { return {f, 1, 1, true}; }
+  /// {C, H, W}, or {F}.
+  std::vector<int64_t> dims() const;
+  int64_t numel() const { return channels * height * width; }
+  /// "1x28x28", "3x32x32" or "13 features".
+  std::string to_string() const;
+  /// Parses to_string()'s forms ("CxHxW", "F features" or "F"); throws data_error.
+  static sample_shape parse(const std::string& text);
+};
+bool operator==(const sample_shape& a, const sample_shape& b);
+inline bool operator!=(const sample_shape& a, const sample_shape& b) { return !(a == b); }
+
+/// Per-channel (images) or per-feature mean and standard deviation of the
+/// values a model is given before normalisation (pixels / 255 for images).
+struct normalisation {
+  std::vector<double> mean;
+  std::vector<double> std;
+  bool empty() const { return mean.empty(); }
+};
+
+/// What a data set is, without its samples: what a model is built for and
+/// what an exported model carries.
+struct description {
+  sample_shape shape;
+  std::vector<std::string> classes;
+  normalisation norm;
+};
+
+} // namespace eg::data
