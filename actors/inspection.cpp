@@ -345,7 +345,7 @@ void read(const json& j, const char* key, double& out) {
 
 json traffic_json(const messages::traffic& t) {
   return {{"values", t.values}, {"indices", t.indices}, {"weights", t.weights},
-          {"headers", t.headers}};
+          {"headers", t.headers}, {"packing_saved", t.packing_saved}};
 }
 
 messages::traffic traffic_from(const json& j) {
@@ -354,6 +354,8 @@ messages::traffic traffic_from(const json& j) {
   read(j, "indices", t.indices);
   read(j, "weights", t.weights);
   read(j, "headers", t.headers);
+  if (j.contains("packing_saved"))
+    read(j, "packing_saved", t.packing_saved);
   return t;
 }
 

@@ -34,9 +34,9 @@ struct mixer_state {
   mixer_args args;
   platform_actor platform;
   std::vector<peer> peers;
-  // Counters since the last stats request.
-  uint64_t bytes_sent = 0;
-  messages::traffic sent;      // bytes_sent by what they carried
+  // Counters since the last stats request. The bytes sent are sent.total():
+  // one count, by what the messages carried.
+  messages::traffic sent;
   messages::traffic received_parts;
   uint64_t messages_sent = 0;
   uint64_t messages_dropped = 0;  // the peer is gone, or its lane queue is full
@@ -68,14 +68,12 @@ void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::s
   e.payload = std::move(message.value);
   auto pieces = std::make_shared<const messages::gathered>(
     messages::encode_gathered(e, std::move(message.hold)));
-  const size_t size = pieces->size();
-  auto parts = messages::traffic_of(std::get<messages::weights>(e.payload), size);
+  auto parts = messages::traffic_of(std::get<messages::weights>(e.payload), pieces->sizes());
   if (!st.args.lane->send(to, target, std::move(pieces))) {
     ++st.messages_dropped;  // the lane's queue is full
     return;
   }
   st.sent += parts;
-  st.bytes_sent += size;
   ++st.messages_sent;
 }
 
@@ -84,7 +82,7 @@ void count_received(mixer_state& st, const held_weights& message) {
   auto& t = st.received[message.sender];
   ++t.messages;
   t.bytes += message.wire_bytes;
-  st.received_parts += messages::traffic_of(message.value, message.wire_bytes);
+  st.received_parts += messages::traffic_of(message.value, message.size());
 }
 
 bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
@@ -121,12 +119,11 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       // too, so that runs in one process and across nodes compare).
       messages::envelope e;
       e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
-      size_t size = 0;
-      messages::traffic parts;
       e.payload = message.value;
-      size = messages::wire_size(e);
-      parts = messages::traffic_of(message.value, size);
-      message.wire_bytes = size;
+      const auto size = messages::measure(e);
+      const auto parts = messages::traffic_of(message.value, size);
+      message.wire_bytes = size.wire;
+      message.unpacked_bytes = size.unpacked;
       if (to->handle.node() == self->node()) {
         // A peer in this process gets a copy of its own: the sender's
         // parameters are free again once it is made.
@@ -137,7 +134,6 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         self->send(to->handle, gossip_atom::value, std::move(message));
       }
       st.sent += parts;
-      st.bytes_sent += size;
       ++st.messages_sent;
     },
     [self](gossip_atom, held_weights& message) {
@@ -198,7 +194,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       auto& st = self->state;
       epoch_report r;
       r.platform = st.args.platform;
-      r.bytes_sent = st.bytes_sent;
+      r.bytes_sent = st.sent.total();
       r.sent = st.sent;
       r.received = st.received_parts;
       r.messages_sent = st.messages_sent;
@@ -207,7 +203,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         r.messages_received += t.messages;
         r.received_from.push_back(messages::peer_traffic{name, t.messages, t.bytes});
       }
-      st.bytes_sent = st.messages_sent = st.messages_dropped = 0;
+      st.messages_sent = st.messages_dropped = 0;
       st.sent = st.received_parts = {};
       st.received.clear();
       return r;

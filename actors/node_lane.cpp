@@ -19,7 +19,8 @@ held_weights decode_frame(const std::string& from, const std::string& cluster,
                           const std::string& what, const char* owner) {
   if (!message)
     throw messages::codec_error("empty message");
-  auto env = messages::decode(message->data(), message->size(), cluster);
+  messages::message_size size;
+  auto env = messages::decode(message->data(), message->size(), cluster, &size);
   auto* weights = std::get_if<messages::weights>(&env.payload);
   if (!weights)
     throw messages::codec_error("a frame that does not hold weights");
@@ -33,7 +34,8 @@ held_weights decode_frame(const std::string& from, const std::string& cluster,
   std::shared_ptr<const void> hold = env.storage;
   if (!hold)
     hold = message;
-  return held_weights{env.hdr.sender, std::move(*weights), std::move(hold), message->size()};
+  return held_weights{env.hdr.sender, std::move(*weights), std::move(hold), size.wire,
+                      size.unpacked};
 }
 
 /// A frame for a stage hosted here: its activations or gradient, from the

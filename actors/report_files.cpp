@@ -10,8 +10,9 @@ const char* platform_csv_header
   = "platform,node,epoch,ratio,wall_seconds,compute_seconds,samples,samples_per_second,"
     "iterations,train_loss,test_loss,test_accuracy,gossip_weight,bytes_sent,bytes_received,"
     "messages_sent,messages_received,messages_refused,peers_heard,heard_from,predicted_seconds,"
-    "sent_values,sent_indices,sent_weights,sent_headers,"
-    "received_values,received_indices,received_weights,received_headers";
+    "sent_values,sent_indices,sent_weights,sent_headers,sent_packing_saved,"
+    "received_values,received_indices,received_weights,received_headers,"
+    "received_packing_saved";
 
 namespace {
 
@@ -43,7 +44,8 @@ void write_platform_csv(const std::string& path,
       out << (i ? ";" : "") << r.received_from[i].peer;
     out << ',' << r.predicted_seconds;
     for (auto* t : {&r.sent, &r.received})
-      out << ',' << t->values << ',' << t->indices << ',' << t->weights << ',' << t->headers;
+      out << ',' << t->values << ',' << t->indices << ',' << t->weights << ',' << t->headers << ','
+          << t->packing_saved;
     out << '\n';
   }
 }

@@ -47,12 +47,13 @@ void refused(const char* what, const std::string& why) {
 template <class T>
 caf::error decode_as(caf::execution_unit* ctx, const std::vector<char>& in, const char* what,
                      T& out, messages::header* hdr = nullptr,
-                     std::shared_ptr<const void>* storage = nullptr) {
+                     std::shared_ptr<const void>* storage = nullptr,
+                     messages::message_size* size = nullptr) {
   auto id = identity_of(ctx);
   try {
     if (id.cluster_id.empty())
       throw messages::codec_error("this process belongs to no cluster");
-    auto env = messages::decode(in, id.cluster_id);
+    auto env = messages::decode(in, id.cluster_id, size);
     auto* body = std::get_if<T>(&env.payload);
     if (!body)
       throw messages::codec_error(std::string{"the message does not hold a "} + what);
@@ -168,13 +169,13 @@ caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
   messages::header hdr;
   messages::weights w;
   std::shared_ptr<const void> storage;
-  if (auto err = decode_as(ctx, *kept, "weights message", w, &hdr, &storage))
+  messages::message_size size;
+  if (auto err = decode_as(ctx, *kept, "weights message", w, &hdr, &storage, &size))
     return err;
-  const size_t size = kept->size();
   std::shared_ptr<const void> hold = storage;
   if (!hold)
     hold = kept;
-  x = messages::held_weights{hdr.sender, std::move(w), std::move(hold), size};
+  x = messages::held_weights{hdr.sender, std::move(w), std::move(hold), size.wire, size.unpacked};
   return {};
 }
 

@@ -88,14 +88,17 @@ table read_table(const fs::path& path) {
 }
 
 /// Bytes of gossip messages by what they carry (metrics.csv's sent_* columns).
+/// The unpacked messages' parts and what packing saved of them: the parts
+/// less packing_saved are the bytes sent (messages::traffic).
 struct parts {
-  double values = 0, indices = 0, weights = 0, headers = 0;
-  double total() const { return values + indices + weights + headers; }
+  double values = 0, indices = 0, weights = 0, headers = 0, packing_saved = 0;
+  double total() const { return values + indices + weights + headers - packing_saved; }
   parts& operator+=(const parts& o) {
     values += o.values;
     indices += o.indices;
     weights += o.weights;
     headers += o.headers;
+    packing_saved += o.packing_saved;
     return *this;
   }
 };
@@ -144,6 +147,7 @@ std::vector<point> read_run(const fs::path& dir, bool& has_parts) {
   for (auto c : {"epoch", "bytes_sent", "bytes_received", "messages_sent"})
     metrics.require(c);
   has_parts = metrics.has("sent_values");
+  const bool has_packing = metrics.has("sent_packing_saved");
   struct sums {
     double bytes = 0, received = 0, messages = 0;
     parts sent;
@@ -154,8 +158,16 @@ std::vector<point> read_run(const fs::path& dir, bool& has_parts) {
     s.bytes += metrics.number(r, "bytes_sent");
     s.received += metrics.number(r, "bytes_received");
     s.messages += metrics.number(r, "messages_sent");
-    s.sent += {metrics.number(r, "sent_values"), metrics.number(r, "sent_indices"),
-               metrics.number(r, "sent_weights"), metrics.number(r, "sent_headers")};
+    const parts row{metrics.number(r, "sent_values"), metrics.number(r, "sent_indices"),
+                    metrics.number(r, "sent_weights"), metrics.number(r, "sent_headers"),
+                    has_packing ? metrics.number(r, "sent_packing_saved") : 0.0};
+    // One count: a row whose parts are not its bytes is a defect, not noise.
+    if (has_packing && row.total() != metrics.number(r, "bytes_sent"))
+      throw std::runtime_error("bench traffic: a row of " + (dir / "metrics.csv").string()
+                               + " (epoch " + fixed(metrics.number(r, "epoch"), 0) + ") sends "
+                               + fixed(metrics.number(r, "bytes_sent"), 0)
+                               + " bytes, its parts add up to " + fixed(row.total(), 0));
+    s.sent += row;
   }
   std::vector<point> out;
   for (auto& r : cluster.rows) {
@@ -440,14 +452,15 @@ void print_table(const setting& st, const std::vector<std::string>& strategies,
   std::printf("\n%s: %s; target %.3f (%s); %u epochs%s\n", st.name.c_str(),
               st.description.c_str(), st.target, st.target_rule.c_str(), epochs,
               repeat > 1 ? ("; medians over " + std::to_string(repeat) + " seeds").c_str() : "");
-  std::printf("%-18s %9s %8s %10s %7s %6s %6s %6s %11s %11s %12s\n", "strategy", "final acc",
-              "vs sgp", "total MB", "values", "index", "weight", "header", "time to tgt",
-              "MB to tgt", "vs sgp");
-  std::printf("%-18s %9s %8s %10s %7s %6s %6s %6s %11s %11s %12s\n", "", "", "pts", "sent",
-              "%", "%", "%", "%", "s", "", "bytes");
+  std::printf("%-18s %9s %8s %10s %7s %6s %6s %6s %6s %11s %11s %12s\n", "strategy",
+              "final acc", "vs sgp", "total MB", "values", "index", "weight", "header", "packed",
+              "time to tgt", "MB to tgt", "vs sgp");
+  std::printf("%-18s %9s %8s %10s %7s %6s %6s %6s %6s %11s %11s %12s\n", "", "", "pts", "sent",
+              "%", "%", "%", "%", "-%", "s", "", "bytes");
   std::ofstream csv(csv_path);
   csv << "setting,strategy,final_accuracy,vs_sgp_points,total_bytes,values_share,"
-         "indices_share,weights_share,headers_share,target,time_to_target,bytes_to_target,"
+         "indices_share,weights_share,headers_share,packing_saved_share,target,time_to_target,"
+         "bytes_to_target,"
          "reached,ratio_vs_sgp,ratio_uses_totals\n";
   bool marked = false, partly = false;
   for (auto& s : strategies) {
@@ -464,14 +477,15 @@ void print_table(const setting& st, const std::vector<std::string>& strategies,
     }
     std::string ratio = ratio_text(r);
     marked = marked || r.ratio_marked;
-    std::printf("%-18s %9.4f %8s %10.2f %7s %6s %6s %6s %11s %11s %12s\n", s.c_str(),
+    std::printf("%-18s %9.4f %8s %10.2f %7s %6s %6s %6s %6s %11s %11s %12s\n", s.c_str(),
                 r.final_accuracy.median(),
                 s == "sgp" ? "-" : show_median(r.vs_sgp_points, "%+.2f").c_str(),
                 r.total_bytes.median() / mb,
                 parts_ok ? share(r.split.values, total).c_str() : "n/a",
                 parts_ok ? share(r.split.indices, total).c_str() : "n/a",
                 parts_ok ? share(r.split.weights, total).c_str() : "n/a",
-                parts_ok ? share(r.split.headers, total).c_str() : "n/a", time.c_str(),
+                parts_ok ? share(r.split.headers, total).c_str() : "n/a",
+                parts_ok ? share(r.split.packing_saved, total).c_str() : "n/a", time.c_str(),
                 bytes.c_str(), ratio.c_str());
     csv << st.name << ',' << s << ',' << r.final_accuracy.median() << ','
         << (r.vs_sgp_points.values.empty() ? 0 : r.vs_sgp_points.median()) << ','
@@ -479,7 +493,8 @@ void print_table(const setting& st, const std::vector<std::string>& strategies,
         << (parts_ok ? r.split.values / total : -1) << ','
         << (parts_ok ? r.split.indices / total : -1) << ','
         << (parts_ok ? r.split.weights / total : -1) << ','
-        << (parts_ok ? r.split.headers / total : -1) << ',' << st.target << ','
+        << (parts_ok ? r.split.headers / total : -1) << ','
+        << (parts_ok ? r.split.packing_saved / total : -1) << ',' << st.target << ','
         << (r.time_to.values.empty() ? -1 : r.time_to.median()) << ','
         << (r.bytes_to.values.empty() ? -1 : r.bytes_to.median()) << ','
         << (st.seeds.size() - r.not_reached) << '/' << st.seeds.size() << ','
@@ -626,7 +641,8 @@ int traffic(const options& opt, const traffic_options& t) {
 
   std::ofstream all(root / "traffic-seeds.csv");
   all << "setting,seed,strategy,epoch,training_seconds,averaged_accuracy,bytes_sent,"
-         "bytes_received,messages_sent,sent_values,sent_indices,sent_weights,sent_headers\n";
+         "bytes_received,messages_sent,sent_values,sent_indices,sent_weights,sent_headers,"
+         "sent_packing_saved\n";
   for (auto& st : settings) {
     if (t.settings != "both" && t.settings != st.name)
       continue;
@@ -650,7 +666,7 @@ int traffic(const options& opt, const traffic_options& t) {
           all << st.name << ',' << r.seed << ',' << s << ',' << p.epoch << ',' << p.seconds << ','
               << p.accuracy << ',' << p.bytes << ',' << p.received << ',' << p.messages << ','
               << p.sent.values << ',' << p.sent.indices << ',' << p.sent.weights << ','
-              << p.sent.headers << '\n';
+              << p.sent.headers << ',' << p.sent.packing_saved << '\n';
         all.flush();
         results.push_back(std::move(r));
       }
@@ -751,14 +767,14 @@ int traffic(const options& opt, const traffic_options& t) {
                 "against the first %u epochs of the run in one process\n",
                 platform_count, cfg.nodes.size(), static_cast<unsigned long long>(first_seed),
                 process_epochs, process_epochs);
-    std::printf("%-18s %9s %10s %10s %10s %8s %11s %11s %8s %6s %6s %6s %6s\n", "strategy",
-                "acc", "lane MB", "recv MB", "1-proc MB", "diff", "B/msg lane", "B/msg 1-pr",
-                "diff", "values", "index", "weight", "header");
+    std::printf("%-18s %9s %10s %10s %10s %8s %11s %11s %8s %6s %6s %6s %6s %6s\n",
+                "strategy", "acc", "lane MB", "recv MB", "1-proc MB", "diff", "B/msg lane",
+                "B/msg 1-pr", "diff", "values", "index", "weight", "header", "packed");
     std::fflush(stdout);
     std::ofstream csv(root / "traffic-processes.csv");
     csv << "strategy,epochs,accuracy,lane_bytes_sent,lane_bytes_received,lane_messages,"
            "one_process_bytes_sent,one_process_messages,bytes_per_message_lane,"
-           "bytes_per_message_one_process,values,indices,weights,headers\n";
+           "bytes_per_message_one_process,values,indices,weights,headers,packing_saved\n";
     double worst = 0;
     size_t compared = 0;
     for (auto& s : specs) {
@@ -782,7 +798,7 @@ int traffic(const options& opt, const traffic_options& t) {
         }
         double total = p.sent.total();
         bool parts_ok = r.has_parts && total > 0;
-        std::printf("%-18s %9.4f %10.2f %10.2f %10s %8s %11.0f %11s %8s %6s %6s %6s %6s   "
+        std::printf("%-18s %9.4f %10.2f %10.2f %10s %8s %11.0f %11s %8s %6s %6s %6s %6s %6s   "
                     "(%.0f s wall)\n",
                     s.c_str(), p.accuracy, p.bytes / mb, p.received / mb,
                     q ? fixed(q->bytes / mb, 2).c_str() : "n/a",
@@ -792,12 +808,13 @@ int traffic(const options& opt, const traffic_options& t) {
                     parts_ok ? share(p.sent.values, total).c_str() : "n/a",
                     parts_ok ? share(p.sent.indices, total).c_str() : "n/a",
                     parts_ok ? share(p.sent.weights, total).c_str() : "n/a",
-                    parts_ok ? share(p.sent.headers, total).c_str() : "n/a", r.wall_seconds);
+                    parts_ok ? share(p.sent.headers, total).c_str() : "n/a",
+                    parts_ok ? share(p.sent.packing_saved, total).c_str() : "n/a", r.wall_seconds);
         csv << s << ',' << process_epochs << ',' << p.accuracy << ',' << p.bytes << ','
             << p.received << ',' << p.messages << ',' << (q ? q->bytes : -1) << ','
             << (q ? q->messages : -1) << ',' << per_lane << ',' << (q ? per_one : -1) << ','
             << p.sent.values << ',' << p.sent.indices << ',' << p.sent.weights << ','
-            << p.sent.headers << '\n';
+            << p.sent.headers << ',' << p.sent.packing_saved << '\n';
       } catch (const std::exception& e) {
         std::printf("%-18s failed: %s\n", s.c_str(), e.what());
         process_summary += "; node processes: " + s + " failed";

@@ -44,6 +44,11 @@ std::string human_bytes(uint64_t b) {
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
+/// Bytes that may be negative (what packing saved, when it cost instead).
+std::string signed_bytes(int64_t b) {
+  return b < 0 ? "-" + human_bytes(static_cast<uint64_t>(-b)) : human_bytes(static_cast<uint64_t>(b));
+}
+
 std::string clock_text(double seconds) {
   auto s = static_cast<long>(std::max(0.0, seconds));
   return s >= 3600 ? fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60)
@@ -195,19 +200,20 @@ std::vector<std::string> history_lines(const in::history& h) {
   std::vector<std::string> out;
   out.push_back(fmt::format("history of platform {}: one row per completed epoch", h.platform));
   out.push_back(fmt::format("{:>5} {:>5} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>10} "
-                            "{:<35} {}",
+                            "{:<48} {}",
                             "EPOCH", "RATIO", "SAMPLES", "WALL S", "SAMPLES/S", "LOSS",
                             "TEST LOSS", "TEST ACC", "WEIGHT", "SENT", "RECEIVED",
-                            "SENT: VALUES/INDICES/WEIGHTS/HEADERS", "HEARD FROM"));
+                            "SENT: VALUES/INDICES/WEIGHTS/HEADERS -PACKING SAVED", "HEARD FROM"));
   for (auto& r : h.epochs) {
     std::string heard;
     for (auto& t : r.received_from)
       heard += (heard.empty() ? "" : " ") + t.peer;
-    const auto parts = fmt::format("{}/{}/{}/{}", human_bytes(r.sent.values),
+    // The unpacked parts less what packing saved: the bytes in SENT.
+    const auto parts = fmt::format("{}/{}/{}/{} -{}", human_bytes(r.sent.values),
                                    human_bytes(r.sent.indices), human_bytes(r.sent.weights),
-                                   human_bytes(r.sent.headers));
+                                   human_bytes(r.sent.headers), signed_bytes(r.sent.packing_saved));
     out.push_back(fmt::format(
-      "{:>5} {:>5} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>10} {:<35} {}", r.epoch + 1,
+      "{:>5} {:>5} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>10} {:<48} {}", r.epoch + 1,
       number(r.ratio, 2), r.samples, number(r.wall_seconds, 1),
       number(r.wall_seconds > 0 ? r.samples / r.wall_seconds : 0.0, 0), number(r.train_loss, 4),
       number(r.test_loss, 4), number(r.test_accuracy, 4), number(r.gossip_weight, 3),

@@ -187,10 +187,12 @@ void write_traffic(wire::Traffic::Builder out, const traffic& t) {
   out.setIndices(t.indices);
   out.setWeights(t.weights);
   out.setHeaders(t.headers);
+  out.setPackingSaved(t.packing_saved);
 }
 
 traffic read_traffic(wire::Traffic::Reader in) {
-  return traffic{in.getValues(), in.getIndices(), in.getWeights(), in.getHeaders()};
+  return traffic{in.getValues(), in.getIndices(), in.getWeights(), in.getHeaders(),
+                 in.getPackingSaved()};
 }
 
 // Large buffers are fresh memory for every message (glibc maps blocks over
@@ -504,7 +506,7 @@ held_weights copy_weights(const held_weights& w) {
   for (auto& p : w.value.sparse)
     total += aligned(p.index_bytes) + aligned(p.value_bytes);
   auto storage = std::make_shared<buffer>(total);
-  held_weights out{w.sender, w.value, nullptr, w.wire_bytes};
+  held_weights out{w.sender, w.value, nullptr, w.wire_bytes, w.unpacked_bytes};
   size_t at = 0;
   auto place = [&](const void* from, size_t bytes) {
     char* to = storage->data() + at;
@@ -526,22 +528,26 @@ held_weights copy_weights(const held_weights& w) {
   return out;
 }
 
-uint64_t traffic::total() const { return values + indices + weights + headers; }
+uint64_t traffic::total() const {
+  return static_cast<uint64_t>(static_cast<int64_t>(values + indices + weights + headers) -
+                               packing_saved);
+}
 
 traffic& traffic::operator+=(const traffic& o) {
   values += o.values;
   indices += o.indices;
   weights += o.weights;
   headers += o.headers;
+  packing_saved += o.packing_saved;
   return *this;
 }
 
 bool operator==(const traffic& a, const traffic& b) {
   return a.values == b.values && a.indices == b.indices && a.weights == b.weights &&
-         a.headers == b.headers;
+         a.headers == b.headers && a.packing_saved == b.packing_saved;
 }
 
-traffic traffic_of(const weights& w, size_t wire_bytes) {
+traffic traffic_of(const weights& w, message_size size) {
   traffic t;
   for (auto& v : w.tensors)
     t.values += v.bytes;
@@ -550,8 +556,13 @@ traffic traffic_of(const weights& w, size_t wire_bytes) {
     t.indices += p.index_bytes;
   }
   t.weights = sizeof w.gossip_weight;
-  uint64_t counted = t.values + t.indices + t.weights;
-  t.headers = wire_bytes > counted ? wire_bytes - counted : 0;
+  const uint64_t counted = t.values + t.indices + t.weights;
+  if (size.unpacked < counted)
+    throw codec_error("a message of " + std::to_string(size.unpacked) +
+                      " unpacked bytes cannot hold its own " + std::to_string(counted) +
+                      " bytes of values, indices and weight");
+  t.headers = size.unpacked - counted;
+  t.packing_saved = static_cast<int64_t>(size.unpacked) - static_cast<int64_t>(size.wire);
   return t;
 }
 
@@ -642,11 +653,13 @@ std::vector<char> encode(const envelope& e) {
   });
 }
 
-size_t wire_size(const envelope& e) {
+size_t wire_size(const envelope& e) { return measure(e).wire; }
+
+message_size measure(const envelope& e) {
   const bool packed = goes_packed(e);
   return build_and_write(e, [packed](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
                                      size_t bytes) {
-    return packed ? pack(*message).size() : bytes;
+    return message_size{packed ? pack(*message).size() : bytes, bytes};
   });
 }
 
@@ -655,6 +668,7 @@ gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold) {
   return build_and_write(e, [&](const std::shared_ptr<capnp::MallocMessageBuilder>& message,
                                 size_t bytes) {
     gathered g;
+    g.unpacked_ = bytes;
     if (packed) {
       // Nothing to reference: the packed bytes are the one piece.
       g.packed_ = pack(*message);
@@ -698,8 +712,9 @@ buffer gathered::flatten() const {
   return out;
 }
 
-envelope decode(const std::vector<char>& buffer, const std::string& cluster_id) {
-  return decode(buffer.data(), buffer.size(), cluster_id);
+envelope decode(const std::vector<char>& buffer, const std::string& cluster_id,
+                message_size* measured) {
+  return decode(buffer.data(), buffer.size(), cluster_id, measured);
 }
 
 namespace {
@@ -747,7 +762,8 @@ envelope decode_words(const capnp::word* parsed, size_t words, const char* base,
 /// which do not pack, and a keyframe's values are float16.
 constexpr size_t max_packed_expansion = 64;
 
-envelope decode_packed(const kj::byte* data, size_t size, const std::string& cluster_id) {
+envelope decode_packed(const kj::byte* data, size_t size, const std::string& cluster_id,
+                        message_size* measured) {
   auto packed = kj::arrayPtr(data, size);
   std::shared_ptr<kj::Array<capnp::word>> words;
   try {
@@ -775,18 +791,23 @@ envelope decode_packed(const kj::byte* data, size_t size, const std::string& clu
   }
   auto e = decode_words(words->begin(), words->size(),
                         reinterpret_cast<const char*>(words->begin()), cluster_id);
+  // `size` is what follows the marker; the marker went on the wire too.
+  if (measured)
+    *measured = {size + sizeof(packed_marker), words->size() * sizeof(capnp::word)};
   e.storage = std::move(words);
   return e;
 }
 
 } // namespace
 
-envelope decode(const char* data, size_t size, const std::string& cluster_id) {
+envelope decode(const char* data, size_t size, const std::string& cluster_id,
+                message_size* measured) {
   if (size == 0) throw codec_error("empty message");
   check_limit(size);
   const auto* bytes = reinterpret_cast<const kj::byte*>(data);
   if (size >= sizeof(packed_marker) && bytes[0] == packed_marker[0] && bytes[1] == packed_marker[1])
-    return decode_packed(bytes + sizeof(packed_marker), size - sizeof(packed_marker), cluster_id);
+    return decode_packed(bytes + sizeof(packed_marker), size - sizeof(packed_marker), cluster_id,
+                         measured);
   if (size % sizeof(capnp::word) != 0)
     throw codec_error("truncated or malformed message: " + std::to_string(size) +
                       " bytes is not a whole number of 8-byte words");
@@ -799,7 +820,10 @@ envelope decode(const char* data, size_t size, const std::string& cluster_id) {
     std::memcpy(aligned.begin(), data, size);
     parsed = aligned.begin();
   }
-  return decode_words(parsed, words, data, cluster_id);
+  auto e = decode_words(parsed, words, data, cluster_id);
+  if (measured)
+    *measured = {size, size};
+  return e;
 }
 
 } // namespace eg::messages

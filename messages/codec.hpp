@@ -182,21 +182,36 @@ struct peer_traffic {
   uint64_t bytes = 0;
 };
 
-/// Bytes of gossip messages by what they carry.
+/// A message's size: on the wire, and before Cap'n Proto's packed encoding
+/// (goes_packed()) dropped its zero bytes. The same for a message that goes
+/// unpacked.
+struct message_size {
+  size_t wire = 0;
+  size_t unpacked = 0;
+};
+
+/// Bytes of gossip messages by what they carry. The four parts are the
+/// unpacked message's bytes; `packing_saved` is what the packed encoding saved of
+/// them, so that the parts less packing_saved are the bytes on the wire,
+/// exactly (a packed sparse message whose values hold zero words can be
+/// smaller on the wire than its values and indices).
 struct traffic {
   uint64_t values = 0;   ///< tensor bytes and sparse values
   uint64_t indices = 0;  ///< sparse indices
   uint64_t weights = 0;  ///< the gossip / push-sum weight (8 bytes a message)
-  uint64_t headers = 0;  ///< everything else: envelope, names, shapes, framing
+  uint64_t headers = 0;  ///< the rest of the unpacked message: envelope, names, shapes, framing
+  int64_t packing_saved = 0;  ///< bytes packing saved (negative: its marker and tags cost more)
+  /// values + indices + weights + headers - packing_saved: the bytes on the wire.
   uint64_t total() const;
   traffic& operator+=(const traffic&);
 };
 bool operator==(const traffic& a, const traffic& b);
 inline bool operator!=(const traffic& a, const traffic& b) { return !(a == b); }
 
-/// How a message of `wire_bytes` bytes on the wire splits by category
-/// (headers: the rest, never negative; 0 when the categories exceed wire_bytes).
-traffic traffic_of(const weights& w, size_t wire_bytes);
+/// How a message of `size` splits by category; its total() is size.wire by
+/// construction. Throws codec_error when the unpacked size cannot hold the
+/// message's own values, indices and weight (a size of another message).
+traffic traffic_of(const weights& w, message_size size);
 
 /// Platform -> balancer at the end of each epoch.
 struct epoch_report {
@@ -265,6 +280,8 @@ struct held_weights {
   weights value;
   std::shared_ptr<const void> hold;
   size_t wire_bytes = 0;  ///< size of the message on the wire (traffic counters)
+  size_t unpacked_bytes = 0;  ///< and before packing (wire_bytes for a message not packed)
+  message_size size() const { return {wire_bytes, unpacked_bytes}; }
 };
 
 /// A copy whose tensors and sparse parts live in one buffer of its own (for
@@ -296,6 +313,8 @@ std::vector<char> encode(const envelope& e);
 /// a packed message, small by its nature, it packs to measure).
 /// Throws as encode() does.
 size_t wire_size(const envelope& e);
+/// The same, with the size before packing beside it.
+message_size measure(const envelope& e);
 
 /// A message whose tensor bytes stay where they are: its pieces (the
 /// segment table, the message's own segment, then each tensor's bytes in
@@ -321,6 +340,8 @@ public:
   const std::vector<piece>& pieces() const { return pieces_; }
   /// Bytes in all, as encode() would give them.
   size_t size() const { return size_; }
+  /// The same, with the size before packing beside it.
+  message_size sizes() const { return {size_, unpacked_}; }
   /// The pieces copied into one buffer (for a receiver in this process, or
   /// the middleman).
   buffer flatten() const;
@@ -333,6 +354,7 @@ private:
   std::shared_ptr<const void> builder_;       // the message's own segment(s)
   std::shared_ptr<const void> hold_;          // the tensors' memory
   size_t size_ = 0;
+  size_t unpacked_ = 0;
 };
 using shared_gathered = std::shared_ptr<const gathered>;
 
@@ -343,11 +365,14 @@ gathered encode_gathered(const envelope& e, std::shared_ptr<const void> hold);
 /// Decodes and checks a buffer, packed or not. Throws codec_error when it is
 /// not a well-formed message of this protocol version, or its cluster id is
 /// not `cluster_id`. Views point into `buffer`, or for a packed message into
-/// the envelope's `storage`.
-envelope decode(const std::vector<char>& buffer, const std::string& cluster_id);
+/// the envelope's `storage`. With `measured`, the message's size (on the
+/// wire and unpacked) is written there (traffic_of).
+envelope decode(const std::vector<char>& buffer, const std::string& cluster_id,
+                message_size* measured = nullptr);
 /// The same for `size` bytes at `data` (best 8-byte aligned: else they are
 /// copied once to be read).
-envelope decode(const char* data, size_t size, const std::string& cluster_id);
+envelope decode(const char* data, size_t size, const std::string& cluster_id,
+                message_size* measured = nullptr);
 
 /// Buffers larger than this are refused before decoding (1 GiB).
 inline constexpr size_t max_message_bytes = size_t{1} << 30;

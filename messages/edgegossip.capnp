@@ -104,12 +104,14 @@ struct PeerTraffic {
   bytes @2 :UInt64;
 }
 
-# Bytes of gossip messages by what they carry.
+# Bytes of gossip messages by what they carry: the parts of the unpacked
+# messages, less what packing saved, are the bytes on the wire.
 struct Traffic {
   values @0 :UInt64;   # tensor bytes and sparse values
   indices @1 :UInt64;  # sparse indices
   weights @2 :UInt64;  # the gossip / push-sum weight
-  headers @3 :UInt64;  # everything else
+  headers @3 :UInt64;  # the rest of the unpacked messages
+  packingSaved @4 :Int64;  # bytes the packed encoding saved (negative: it cost)
 }
 
 struct EpochReport {

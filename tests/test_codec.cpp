@@ -587,13 +587,14 @@ BOOST_AUTO_TEST_CASE(epoch_report_traffic_round_trip) {
   e.platform = "p4";
   e.bytes_sent = 1000;
   e.bytes_received = 2000;
-  e.sent = traffic{123456789012ull, 2, 3, 4};
+  e.sent = traffic{123456789012ull, 2, 3, 4, -5};
   e.received = traffic{5, 6000000000ull, 7, 8};
   epoch_report r = round_trip(e);
   BOOST_TEST(r.sent.values == 123456789012ull);
   BOOST_TEST(r.sent.indices == 2u);
   BOOST_TEST(r.sent.weights == 3u);
   BOOST_TEST(r.sent.headers == 4u);
+  BOOST_TEST(r.sent.packing_saved == -5);
   BOOST_TEST(r.received.values == 5u);
   BOOST_TEST(r.received.indices == 6000000000ull);
   BOOST_TEST(r.received.weights == 7u);
@@ -613,17 +614,19 @@ BOOST_AUTO_TEST_CASE(traffic_of_a_message_sums_to_its_size) {
   w.tensors = {t.view};
   w.sparse = {a.part, b.part};
   size_t size = encode(wrap(w)).size();
-  traffic split = traffic_of(w, size);
+  BOOST_TEST(measure(wrap(w)).wire == size);
+  BOOST_TEST(measure(wrap(w)).unpacked == size);  // a dense tensor: not packed
+  traffic split = traffic_of(w, measure(wrap(w)));
   BOOST_TEST(split.total() == size);
   BOOST_TEST(split.values == t.view.bytes + a.part.value_bytes + b.part.value_bytes);
   BOOST_TEST(split.indices == a.part.index_bytes + b.part.index_bytes);
   BOOST_TEST(split.weights == 8u);
   BOOST_TEST(split.headers == size - split.values - split.indices - 8);
   BOOST_TEST(split.headers > 0u);
-  // Too few wire bytes: no negative headers.
-  traffic small = traffic_of(w, 10);
-  BOOST_TEST(small.headers == 0u);
-  BOOST_TEST(small.values == split.values);
+  BOOST_TEST(split.packing_saved == 0);
+  // A size that cannot hold the message's own bytes is a mistake, not a
+  // message with no headers.
+  BOOST_CHECK_THROW(traffic_of(w, message_size{10, 10}), codec_error);
   // Sums.
   traffic sum;
   sum += split;
@@ -634,10 +637,63 @@ BOOST_AUTO_TEST_CASE(traffic_of_a_message_sums_to_its_size) {
   // A dense message has no index bytes.
   weights d;
   d.tensors = {t.view};
-  traffic dense = traffic_of(d, encode(wrap(d)).size());
+  traffic dense = traffic_of(d, measure(wrap(d)));
   BOOST_TEST(dense.indices == 0u);
   BOOST_TEST(dense.values == t.view.bytes);
   BOOST_TEST(dense.total() == encode(wrap(d)).size());
+}
+
+// A packed sparse message whose values pack well (zero words: a Sparse-Push
+// message of float16 values that rounded to 0) is smaller on the wire than
+// its own values and indices. Its parts, counted on the unpacked message,
+// less what packing saved, are still exactly its bytes on the wire, at the
+// sender (measure, encode_gathered) and at the receiver (decode).
+BOOST_AUTO_TEST_CASE(traffic_of_a_message_that_packs_well_sums_to_its_wire_bytes) {
+  std::mt19937_64 rng(35);
+  owned_sparse part = random_sparse(rng, 61706, 600, value_type::float16);
+  std::fill(part.values.begin(), part.values.end(), uint8_t{0});
+  weights w;
+  w.sparse = {part.part};
+  w.gossip_weight = 0.5;
+  w.iteration = 3;
+  auto e = wrap(w, "p0");
+  BOOST_REQUIRE(goes_packed(e));
+  const auto bytes = encode(e);
+  const message_size size = measure(e);
+  BOOST_TEST(size.wire == bytes.size());
+  BOOST_TEST(encode_gathered(e, nullptr).sizes().wire == bytes.size());
+  BOOST_TEST(encode_gathered(e, nullptr).sizes().unpacked == size.unpacked);
+  // The case that made a metrics row's parts exceed its bytes.
+  BOOST_TEST(part.part.value_bytes + part.part.index_bytes + 8 > bytes.size());
+  traffic sent = traffic_of(w, size);
+  BOOST_TEST(sent.total() == bytes.size());
+  BOOST_TEST(sent.values == part.part.value_bytes);
+  BOOST_TEST(sent.indices == part.part.index_bytes);
+  BOOST_TEST(sent.packing_saved > static_cast<int64_t>(sent.headers));
+  // The receiver counts the same from the bytes it took.
+  message_size got_size;
+  auto got = decode(bytes, cluster, &got_size);
+  BOOST_TEST(got_size.wire == size.wire);
+  BOOST_TEST(got_size.unpacked == size.unpacked);
+  traffic received = traffic_of(std::get<weights>(got.payload), got_size);
+  BOOST_TEST((received == sent));
+  // Random values barely pack: packing may then cost (its marker and tags),
+  // and the count still adds up.
+  owned_sparse noisy = random_sparse(rng, 61706, 600, value_type::float32);
+  weights n;
+  n.sparse = {noisy.part};
+  auto ne = wrap(n, "p0");
+  traffic t = traffic_of(n, measure(ne));
+  BOOST_TEST(t.total() == encode(ne).size());
+  // A message that does not go packed decodes with its own size twice.
+  owned_tensor dense = random_tensor(rng, "t", dtype::float32, {16});
+  weights d;
+  d.tensors = {dense.view};
+  auto db = encode(wrap(d));
+  message_size dd;
+  decode(db, cluster, &dd);
+  BOOST_TEST(dd.wire == db.size());
+  BOOST_TEST(dd.unpacked == db.size());
 }
 
 BOOST_AUTO_TEST_CASE(foreign_cluster_is_refused) {
@@ -725,11 +781,14 @@ BOOST_AUTO_TEST_CASE(packed_only_without_dense_tensors) {
   sparse.edge_seq = 271;
   sparse.generation = 0x9e3779b97f4a7c15ull;
   auto sparse_bytes = encode(wrap(sparse, "platform-3"));
-  traffic split = traffic_of(sparse, sparse_bytes.size());
+  traffic split = traffic_of(sparse, measure(wrap(sparse, "platform-3")));
   BOOST_TEST(split.total() == sparse_bytes.size());
-  BOOST_TEST(split.headers < 120u, split.headers << " header bytes");
+  const int64_t packed_headers = static_cast<int64_t>(split.headers) - split.packing_saved;
+  BOOST_TEST(packed_headers < 120, packed_headers << " header bytes after packing");
+  BOOST_TEST(split.packing_saved > 0);
   BOOST_TEST_MESSAGE("packed sparse message: " << sparse_bytes.size() << " bytes, of which "
-                                               << split.headers << " headers");
+                                               << split.headers << " headers unpacked, "
+                                               << split.packing_saved << " saved by packing");
 }
 
 BOOST_AUTO_TEST_CASE(malformed_packed_messages_are_refused) {
