@@ -26,8 +26,10 @@
 // Read with LibTorch's torch::pickle_load, which reads the zip archive that
 // torch.save writes by default (PyTorch >= 1.6), tensors and lists, dicts
 // and tuples of them, str, int, float. It does not read the legacy format
-// (torch.save(..., _use_new_zipfile_serialization=False)) nor NumPy arrays
-// inside the file: both are refused with what to do instead.
+// (torch.save(..., _use_new_zipfile_serialization=False)), nor NumPy arrays
+// inside the file, nor a dict of one entry anywhere in it (Python pickles it
+// with SETITEM, an opcode LibTorch 1.13's unpickler lacks; dicts of two
+// entries or more use SETITEMS): all are refused with what to do instead.
 
 namespace eg::data {
 namespace {
@@ -63,7 +65,10 @@ c10::IValue unpickle(const std::string& path) {
     return torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
     std::string why = first_line(e);
-    if (why.find("numpy") != std::string::npos)
+    if (why.find("Unknown opcode") != std::string::npos && why.find("0x73") != std::string::npos)
+      why += " (pickle's SETITEM, which Python writes for a dict of one entry and LibTorch "
+             "1.13 does not read: save dicts of two entries or more)";
+    else if (why.find("numpy") != std::string::npos)
       why += " (save tensors: torch.from_numpy(array))";
     else if (why.find("cuda") != std::string::npos || why.find("CUDA") != std::string::npos)
       why += " (save tensors on the CPU: tensor.cpu())";
