@@ -1,3 +1,4 @@
+#include "data/image.hpp"
 #include "data/readers.hpp"
 
 #include <torch/torch.h>
@@ -130,10 +131,6 @@ read_result read(const std::string& dir, const read_options& options) {
   if (height <= 0 || width <= 0 || height > 4096 || width > 4096)
     images_file.fail("images of " + std::to_string(height) + "x" + std::to_string(width) +
                      " pixels");
-  const auto own = sample_shape::image(1, height, width);
-  if (options.shape && *options.shape != own)
-    images_file.fail("images are " + own.to_string() + ", the cluster's samples are " +
-                     options.shape->to_string());
   auto pixels = images_file.payload(count * height * width);
 
   idx_file labels_file(p + "-labels-idx1-ubyte");
@@ -145,8 +142,10 @@ read_result read(const std::string& dir, const read_options& options) {
 
   read_result r;
   auto& d = r.data;
-  d.shape = own;
-  d.samples = pixels.view({count, 1, height, width});
+  // Another cluster shape: resized (and made RGB) where options.resize allows.
+  d.samples = fit_images(pixels.view({count, 1, height, width}), options,
+                         "'" + images_file.path() + "'", r.warnings);
+  d.shape = sample_shape::image(d.samples.size(1), d.samples.size(2), d.samples.size(3));
   d.labels = raw_labels.to(torch::kInt64);
   const int64_t classes = count > 0 ? raw_labels.max().item<int64_t>() + 1 : 0;
   for (int64_t k = 0; k < classes; ++k)
