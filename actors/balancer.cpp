@@ -448,11 +448,21 @@ caf::result<std::string> console_command(self_ptr self, const control& c,
 // -- joins --------------------------------------------------------------------------
 
 void joined(self_ptr self, const std::string& name, const std::string& node, caf::actor handle,
-            caf::actor predictor) {
+            caf::actor predictor, const std::string& data, uint64_t samples) {
   auto& st = self->state;
   if (!st.epochs.expects(name)) {
     spdlog::warn("balancer: platform '{}' of node '{}' is not in the cluster file; ignored", name,
                  node);
+    return;
+  }
+  // One model for the whole cluster: a platform whose data has another
+  // shape or other classes cannot gossip with the others.
+  const auto ours = data::signature(st.args.data);
+  if (!data.empty() && data != ours) {
+    spdlog::error("balancer: refused platform {} of node {}: its data is {}, the cluster's "
+                  "(this balancer's) is {}",
+                  name, node, data, ours);
+    console_send(self, name, caf::actor_cast<platform_actor>(handle), messages::verb::stop);
     return;
   }
   auto h = caf::actor_cast<platform_actor>(handle);
@@ -465,7 +475,7 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
   self->monitor(h);
   st.handles[name] = {h, caf::actor_cast<predictor_actor>(predictor)};
   const bool running = st.started && !st.finished;
-  auto j = st.epochs.join(name, node, running);
+  auto j = st.epochs.join(name, node, running, samples);
   st.console.joined(name, node, j.again);
   if (st.console.paused)  // the cluster is paused: so is a platform that joins now
     console_send(self, name, h, messages::verb::pause);
@@ -523,7 +533,9 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     },
     [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
-           caf::actor predictor) { joined(self, name, node, handle, predictor); },
+           caf::actor predictor, const std::string& data, uint64_t samples) {
+      joined(self, name, node, handle, predictor, data, samples);
+    },
     [self](report_atom, epoch_report& r) {
       auto& st = self->state;
       const auto now = clock::now();

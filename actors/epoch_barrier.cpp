@@ -62,12 +62,15 @@ bool epoch_barrier::expects(const std::string& name) const {
 }
 
 epoch_barrier::joined epoch_barrier::join(const std::string& name, const std::string& node,
-                                          bool running) {
+                                          bool running, uint64_t samples) {
   joined out;
   out.again = platforms_.count(name) > 0;
   auto size = settings_.shard_sizes.find(name);
   auto& entry = platforms_[name];
-  entry = platform{node, true, {}, size == settings_.shard_sizes.end() ? 0 : size->second, {}, 0};
+  entry = platform{node, true, {},
+                   samples > 0 ? samples
+                   : size == settings_.shard_sizes.end() ? 0 : size->second,
+                   {}, 0};
   entry.progress.platform = name;
   if (!running)
     return out;

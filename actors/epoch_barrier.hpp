@@ -124,7 +124,10 @@ public:
   /// then takes part from the next epoch (synchronous schedule: the epochs
   /// planned so far do not wait for it), or at once with the epoch the
   /// others are in (asynchronous: it gets its plan now, with r = 1).
-  joined join(const std::string& name, const std::string& node, bool running);
+  /// `samples` > 0: the platform's training samples, which its node knows
+  /// (data of its own) in place of the shard size in the settings.
+  joined join(const std::string& name, const std::string& node, bool running,
+              uint64_t samples = 0);
   /// A platform's monitor fired: it no longer holds an epoch back. False
   /// when it was not up.
   bool down(const std::string& name);

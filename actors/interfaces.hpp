@@ -204,7 +204,8 @@ using evaluator_actor = caf::typed_actor<
 using balancer_actor = caf::typed_actor<
   // From a node: a platform joined (name, node name, platform handle, its
   // predictor's handle).
-  caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor>,
+  caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor, std::string,
+                 uint64_t>,
   // From a node: its store cannot write (node name, why), for the console.
   caf::reacts_to<failed_atom, std::string, std::string>,
   // From its node: the node hosting the parameter server now ("": none

@@ -5,6 +5,7 @@
 #include "actors/predictor.hpp"
 #include "actors/report_files.hpp"
 #include "config/defaults.hpp"
+#include "data/dataset.hpp"
 #include "storage/store.hpp"
 
 #include <caf/all.hpp>
@@ -92,7 +93,8 @@ void announce_platforms(self_ptr self, const std::string& node) {
     if (e.what.node != node)
       continue;
     auto predictor = st.directory.find(messages::role::predictor, e.what.name);
-    self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle, predictor);
+    self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle, predictor,
+               e.what.data, e.what.samples);
   }
 }
 
@@ -309,7 +311,9 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     bind_mixer(pa.mixer, platform);
     self->link_to(platform);
     self->link_to(pa.mixer);
-    st.platforms.push_back(local_platform{name, platform, pa.mixer, pa.predictor});
+    st.platforms.push_back(local_platform{
+      name, pa.train_set ? data::signature(pa.train_set->describe()) : std::string{},
+      pa.shard.size(), platform, pa.mixer, pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
   for (auto& sa : st.args.stages) {
@@ -340,7 +344,8 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   for (auto& [k, stage] : st.stages)
     local(role::stage, stage_name(k), caf::actor_cast<caf::actor>(stage));
   for (auto& p : st.platforms) {
-    local(role::platform, p.name, caf::actor_cast<caf::actor>(p.platform));
+    st.directory.add({role::platform, p.name, st.args.name, p.data, p.samples},
+                     caf::actor_cast<caf::actor>(p.platform));
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
   }

@@ -28,6 +28,8 @@ namespace eg::actors {
 
 struct local_platform {
   std::string name;
+  std::string data;      ///< data::signature of its training data
+  uint64_t samples = 0;  ///< its shard's size
   platform_actor platform;
   mixer_actor mixer;
   predictor_actor predictor;

@@ -246,7 +246,11 @@ int aggregation(const options& opt, const aggregation_options& a) {
   std::string acc_summary;
   int64_t m = 0;
   for (auto& [combination, agg] : for_accuracy) {
-    auto data = std::make_shared<learning::dataset>(learning::dataset{agg.points, agg.labels});
+    // The points are normalised already: a data set of them as they are.
+    auto data = std::make_shared<learning::dataset>(*train);
+    data->samples = agg.points;
+    data->labels = agg.labels;
+    data->norm = {};
     auto t = train_on(data, test, a.accuracy_epochs, 1);
     m = agg.size();
     std::printf("  %-12s %6lld points  accuracy %.4f\n", combination.c_str(),
@@ -263,17 +267,13 @@ int aggregation(const options& opt, const aggregation_options& a) {
   std::shuffle(pick.begin(), pick.end(), rng);
   pick.resize(static_cast<size_t>(std::max<int64_t>(m, 1)));
   auto idx = torch::from_blob(pick.data(), {static_cast<int64_t>(pick.size())}, torch::kInt64);
-  auto random = std::make_shared<learning::dataset>(
-    learning::dataset{train->images.index_select(0, idx), train->labels.index_select(0, idx)});
+  auto random = std::make_shared<learning::dataset>(*train);
+  random->samples = train->samples.index_select(0, idx);
+  random->labels = train->labels.index_select(0, idx);
   auto random_acc = train_on(random, test, a.accuracy_epochs, 1).accuracy;
   std::printf("  %-12s %6lld points  accuracy %.4f  (baseline: random original points)\n",
               "random", static_cast<long long>(pick.size()), random_acc);
-  auto shard_data = std::make_shared<learning::dataset>();
-  {
-    auto sidx = torch::from_blob(shard.data(), {static_cast<int64_t>(shard.size())}, torch::kInt64);
-    shard_data->images = train->images.index_select(0, sidx);
-    shard_data->labels = train->labels.index_select(0, sidx);
-  }
+  auto shard_data = std::make_shared<learning::dataset>(train->subset(shard));
   auto full_acc = train_on(shard_data, test, 1, 1).accuracy;
   std::printf("  %-12s %6zu points  accuracy %.4f  (ceiling: the whole shard, 1 epoch)\n",
               "shard", shard.size(), full_acc);

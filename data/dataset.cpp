@@ -1,5 +1,6 @@
 #include "data/dataset.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -51,6 +52,13 @@ sample_shape sample_shape::parse(const std::string& text) {
   return fail();
 }
 
+std::string signature(const sample_shape& shape, const std::vector<std::string>& classes) {
+  std::string s = shape.to_string() + "; " + std::to_string(classes.size()) + " classes:";
+  for (size_t i = 0; i < classes.size(); ++i)
+    s += (i ? ", " : " ") + classes[i];
+  return s;
+}
+
 bool operator==(const sample_shape& a, const sample_shape& b) {
   return a.flat == b.flat && a.channels == b.channels && a.height == b.height &&
          a.width == b.width;
@@ -88,11 +96,12 @@ normalisation moments::finish() const {
 
 namespace {
 
-/// float32 values as the model sees them before normalisation.
-torch::Tensor as_values(const dataset& d, const torch::Tensor& raw) {
-  if (d.images())
+/// float32 values as the model sees them before normalisation, in a tensor
+/// of their own (normalised in place next: never the data set's memory).
+torch::Tensor as_values(const dataset&, const torch::Tensor& raw) {
+  if (raw.scalar_type() == torch::kUInt8)  // pixels
     return raw.to(torch::kFloat32).div_(255.0);
-  return raw.to(torch::kFloat32);
+  return raw.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
 }
 
 torch::Tensor normalised(const dataset& d, torch::Tensor x) {
@@ -209,9 +218,10 @@ void dataset::check(const std::string& where) const {
   if (samples.dim() != static_cast<int64_t>(dims.size()) + 1 ||
       samples.sizes().slice(1).vec() != dims)
     throw data_error(where + ": samples are not of the shape " + shape.to_string());
-  if (images() ? samples.scalar_type() != torch::kUInt8 : samples.scalar_type() != torch::kFloat32)
+  if (samples.scalar_type() != torch::kFloat32 &&
+      (!images() || samples.scalar_type() != torch::kUInt8))
     throw data_error(where + std::string(": samples are not held as ") +
-                     (images() ? "bytes" : "float32"));
+                     (images() ? "bytes or float32" : "float32"));
   if (classes.empty())
     throw data_error(where + ": no classes");
   if (size() > 0) {

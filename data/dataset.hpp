@@ -31,7 +31,8 @@ struct moments {
 
 class dataset {
 public:
-  /// [N, C, H, W] uint8 for images; [N, F] float32 for features.
+  /// [N, C, H, W] uint8 pixels for images (float32: values as they are,
+  /// e.g. already averaged points); [N, F] float32 for features.
   torch::Tensor samples;
   /// [N] int64, each in 0..classes.size() - 1.
   torch::Tensor labels;

@@ -53,4 +53,9 @@ struct description {
   normalisation norm;
 };
 
+/// What a model is built for, as text that nodes compare when a platform
+/// joins: the shape, then the classes ("1x28x28; 10 classes: a, b, ...").
+std::string signature(const sample_shape& shape, const std::vector<std::string>& classes);
+inline std::string signature(const description& d) { return signature(d.shape, d.classes); }
+
 } // namespace eg::data

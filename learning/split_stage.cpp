@@ -336,7 +336,7 @@ void stage_trainer::load(const std::string& bytes) {
   try {
     archive = unframe(bytes);
     auto trial = std::make_shared<stage_module>(stage_->model_name(), stage_->first_layer(),
-                                                stage_->last_layer());
+                                                stage_->last_layer(), stage_->shape());
     torch::optim::SGD trial_sgd(trial->parameters(),
                                 torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
     std::unique_ptr<synthetic_gradient> trial_sg;

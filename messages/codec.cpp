@@ -254,6 +254,8 @@ struct body_writer {
       components[i].setRole(to_string(h.components[i].role));
       components[i].setName(text(h.components[i].name));
       components[i].setNode(text(h.components[i].node));
+      components[i].setData(text(h.components[i].data));
+      components[i].setSamples(h.components[i].samples);
     }
   }
   void operator()(const plan& p) {
@@ -392,7 +394,8 @@ struct body_reader {
     h.node = str(in.getNode());
     h.secret_digest = str(in.getSecretDigest());
     for (auto c : in.getComponents())
-      h.components.push_back({parse_role(str(c.getRole())), str(c.getName()), str(c.getNode())});
+      h.components.push_back({parse_role(str(c.getRole())), str(c.getName()), str(c.getNode()),
+                              str(c.getData()), c.getSamples()});
     h.lane_port = in.getLanePort();
     h.nonce = str(in.getNonce());
     h.challenge = str(in.getChallenge());

@@ -135,6 +135,10 @@ struct component {
   messages::role role = role::node;
   std::string name;  ///< platform name for platform/mixer/predictor, else the node name
   std::string node;  ///< node hosting it
+  /// A platform's data: data::signature() of what its model is built for
+  /// (shape and classes), which must be the balancer's; "" for other roles.
+  std::string data;
+  uint64_t samples = 0;  ///< a platform's training samples (its shard)
 };
 
 /// Node handshake: who I am and what I host. The CAF message carrying it

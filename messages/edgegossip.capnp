@@ -66,6 +66,8 @@ struct Component {
   role @0 :Text;
   name @1 :Text;
   node @2 :Text;
+  data @3 :Text;      # a platform's data: sample shape and classes
+  samples @4 :UInt64; # a platform's training samples
 }
 
 struct Hello {

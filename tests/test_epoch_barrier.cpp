@@ -288,6 +288,26 @@ BOOST_AUTO_TEST_CASE(gosgd_plans_every_platform_on_its_whole_shard) {
   BOOST_TEST(b.planned_seconds(0) == 0.0);
 }
 
+// Nodes with data of their own: the balancer's node knows no other node's
+// shard, and each platform's join brings its own sample count.
+BOOST_AUTO_TEST_CASE(edgegossip_plans_with_the_sample_counts_platforms_join_with) {
+  auto s = edgegossip({"p0", "p1"});
+  s.shard_sizes.clear();
+  barrier unknown(s);
+  unknown.join("p0", "a", false);
+  unknown.join("p1", "b", false);
+  unknown.start(at(0));
+  BOOST_TEST(!unknown.plan(0, predictions({{"p0", 300}, {"p1", 30}}), at(0)).balanced);
+  barrier known(s);
+  known.join("p0", "a", false, 1500);
+  known.join("p1", "b", false, 1500);
+  known.start(at(0));
+  auto p = known.plan(0, predictions({{"p0", 300}, {"p1", 30}}), at(0));
+  BOOST_TEST(p.balanced);
+  BOOST_REQUIRE_EQUAL(p.plans.size(), 2u);
+  BOOST_TEST(p.plans.at("p1").ratio < p.plans.at("p0").ratio);
+}
+
 BOOST_AUTO_TEST_CASE(edgegossip_plans_algorithm_1_ratios) {
   auto b = joined(edgegossip({"p0", "p1", "p2", "p3"}));
   auto p = b.plan(0, unbalanced(), at(0));

@@ -1,0 +1,210 @@
+// Nodes that train on data of their own: real `edgegossip node` processes on
+// 127.0.0.1, each started with only its own image folder (--data), no data
+// set shared between them.
+#include "process.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+using namespace eg::test;
+
+namespace {
+
+const char* classes_toml =
+  "classes = [\"T-shirt-top\", \"Trouser\", \"Pullover\", \"Dress\", \"Coat\", \"Sandal\", "
+  "\"Shirt\", \"Sneaker\", \"Bag\", \"Ankle-boot\"]\n";
+
+/// A cluster file of three nodes a, b, c on free ports, image folders, the
+/// Fashion-MNIST folder names as the cluster's classes; no node data.
+std::string cluster_file(const temp_dir& dir, uint32_t epochs) {
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"own-data-test\"\nseed = 5\nbalancer = \"a\"\n"
+       << "[data]\nformat = \"image-folder\"\n" << classes_toml
+       << "[train]\nepochs = " << epochs << "\n"
+       << "[strategy]\nname = \"gosgd\"\nschedule = \"sync\"\nexchange_probability = 0.3\n"
+       << "[storage]\ndir = \"" << (dir / "store").string() << "\"\n"
+       << "[output]\ndir = \"" << (dir / "runs").string() << "\"\n";
+  for (auto name : {"a", "b", "c"})
+    toml << "[[nodes]]\nname = \"" << name << "\"\nhost = \"127.0.0.1\"\nport = " << free_port()
+         << "\n[[nodes.platforms]]\nname = \"p" << name << "\"\n";
+  const auto path = (dir / "cluster.toml").string();
+  write_file(path, toml.str());
+  return path;
+}
+
+/// Fashion-MNIST written as three nodes' PNG folders, mostly each its own
+/// classes (the project's script).
+void write_folders(const temp_dir& dir, int train, int test) {
+  process p({"python3", std::string(EG_SOURCE_DIR) + "/scripts/fashion-mnist-folders.py",
+             (dir / "folders").string(), "--skew", "0.8", "--train", std::to_string(train),
+             "--test", std::to_string(test)},
+            (dir / "folders.log").string());
+  BOOST_REQUIRE_MESSAGE(p.wait(std::chrono::seconds(300)) == 0, p.output());
+}
+
+/// A Python with torch ("python3", else Debian's /usr/bin/python3); empty
+/// where there is none.
+std::string python_with_torch() {
+  for (const std::string py : {"python3", "/usr/bin/python3"})
+    if (std::system((py + " -c 'import torch' > /dev/null 2>&1").c_str()) == 0)
+      return py;
+  return {};
+}
+
+/// The exported model in Python: its class names, and its accuracy on the
+/// PNG images of `test_dir` (grey 8-bit PNGs as the script writes them).
+const char* check_export_py = R"(
+import os, struct, sys, zlib
+import torch
+
+def png(path):
+    data = open(path, 'rb').read()
+    pos, w, h, idat = 8, 0, 0, b''
+    while pos < len(data):
+        n, kind = struct.unpack('>I4s', data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b'IHDR':
+            w, h = struct.unpack('>II', body[:8])
+        elif kind == b'IDAT':
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    rows = [raw[y * (w + 1) + 1:(y + 1) * (w + 1)] for y in range(h)]
+    assert all(raw[y * (w + 1)] == 0 for y in range(h)), 'filtered rows'
+    return torch.tensor(list(b''.join(rows)), dtype=torch.uint8).view(h, w)
+
+model = torch.jit.load(sys.argv[1])
+names = list(model.classes)
+print('classes', '|'.join(names))
+print('input_shape', list(model.input_shape))
+images, labels = [], []
+root = sys.argv[2]
+for c in sorted(os.listdir(root)):
+    for f in sorted(os.listdir(os.path.join(root, c))):
+        images.append(png(os.path.join(root, c, f)))
+        labels.append(names.index(c))
+x = torch.stack(images)
+with torch.no_grad():
+    predicted = model(x).argmax(1)
+correct = int((predicted == torch.tensor(labels)).sum())
+print('accuracy', correct / len(labels), len(labels))
+print('first', names[int(predicted[0])])
+)";
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
+  temp_dir dir;
+  write_folders(dir, 1500, 300);
+  const auto config = cluster_file(dir, 2);
+  std::vector<std::unique_ptr<process>> nodes;
+  for (auto name : {"a", "b", "c"})
+    nodes.push_back(std::make_unique<process>(
+      std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name, "--data",
+                               (dir / "folders" / name).string()},
+      (dir / (std::string(name) + ".log")).string()));
+  for (auto& n : nodes) {
+    auto code = n->wait(std::chrono::seconds(500));
+    BOOST_TEST_INFO("node output:\n" << n->output());
+    BOOST_REQUIRE_EQUAL(code, 0);
+  }
+  for (auto& n : nodes) {
+    // Each read exactly its own folder: 1,500 images, its own test folder.
+    BOOST_TEST_INFO(n->output());
+    BOOST_TEST(n->output().find("1500 training samples of 1x28x28 (its own, 10 classes)") !=
+               std::string::npos);
+    BOOST_TEST(n->output().find("/test'") != std::string::npos);
+  }
+  auto run = only_run_dir((dir / "runs").string());
+  auto cluster = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
+  const double averaged = std::stod(cluster.back()["averaged_accuracy"]);
+  BOOST_TEST(averaged > 0.3, "averaged model accuracy " << averaged << " (chance: 0.1)");
+  const auto python = python_with_torch();
+  if (python.empty()) {
+    BOOST_TEST_MESSAGE("python3 has no torch: the export's check in Python is skipped");
+    return;
+  }
+  // Python's torch.jit.load of the export: the class names, the input shape,
+  // and on the balancer node's test folder the accuracy the run reported.
+  write_file((dir / "check.py").string(), check_export_py);
+  process py({python, (dir / "check.py").string(), (run / "model_scripted.pt").string(),
+              (dir / "folders" / "a" / "test").string()},
+             (dir / "check.log").string());
+  BOOST_REQUIRE_MESSAGE(py.wait(std::chrono::seconds(120)) == 0, py.output());
+  const auto out = py.output();
+  BOOST_TEST_INFO(out);
+  BOOST_TEST(out.find("classes T-shirt-top|Trouser|Pullover|Dress|Coat|Sandal|Shirt|Sneaker|Bag|"
+                      "Ankle-boot") != std::string::npos);
+  BOOST_TEST(out.find("input_shape [1, 28, 28]") != std::string::npos);
+  const auto at = out.find("accuracy ");
+  BOOST_REQUIRE(at != std::string::npos);
+  const double in_python = std::stod(out.substr(at + 9));
+  BOOST_TEST(std::abs(in_python - averaged) <= 1.0 / 300 + 1e-9,
+             "Python " << in_python << ", the run " << averaged);
+}
+
+BOOST_AUTO_TEST_CASE(a_node_whose_data_has_a_class_outside_the_list_stops_naming_it) {
+  temp_dir dir;
+  const auto config = cluster_file(dir, 1);
+  // One PGM image in a folder named for no class of the list.
+  std::filesystem::create_directories(dir / "mine" / "train" / "Hat");
+  {
+    std::ofstream f((dir / "mine" / "train" / "Hat" / "1.pgm").string(), std::ios::binary);
+    f << "P5\n28 28\n255\n" << std::string(28 * 28, '\x40');
+  }
+  auto [code, out] = run_binary({"node", "--config", config, "--node", "a", "--data",
+                                 (dir / "mine").string()},
+                                (dir / "a.log").string(), std::chrono::seconds(60));
+  BOOST_TEST_INFO(out);
+  BOOST_TEST(code == 2);
+  BOOST_TEST(out.find("'Hat'") != std::string::npos);
+  BOOST_TEST(out.find("class list") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_data_directory_stops_the_node_naming_it) {
+  temp_dir dir;
+  const auto config = cluster_file(dir, 1);
+  const auto missing = (dir / "nowhere").string();
+  auto [code, out] = run_binary({"node", "--config", config, "--node", "a", "--data", missing},
+                                (dir / "a.log").string(), std::chrono::seconds(60));
+  BOOST_TEST_INFO(out);
+  BOOST_TEST(code == 2);
+  BOOST_TEST(out.find(missing) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_platform_whose_data_has_another_shape_is_refused_at_join) {
+  temp_dir dir;
+  write_folders(dir, 300, 50);
+  const auto config = cluster_file(dir, 1);
+  // Node c holds RGB 32 x 32 images of the same classes: another model.
+  for (auto cls : {"Trouser", "Bag"}) {
+    std::filesystem::create_directories(dir / "rgb" / "train" / cls);
+    for (int i = 0; i < 4; ++i) {
+      std::ofstream f((dir / "rgb" / "train" / cls / (std::to_string(i) + ".ppm")).string(),
+                      std::ios::binary);
+      f << "P6\n32 32\n255\n" << std::string(32 * 32 * 3, static_cast<char>(40 * i));
+    }
+  }
+  std::vector<std::unique_ptr<process>> nodes;
+  for (auto name : {"a", "b", "c"}) {
+    const auto data = std::string(name) == "c" ? dir / "rgb" : dir / "folders" / name;
+    nodes.push_back(std::make_unique<process>(
+      std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name, "--data",
+                               data.string()},
+      (dir / (std::string(name) + ".log")).string()));
+  }
+  const bool refused = nodes[0]->wait_for_output("refused platform pc of node c",
+                                                 std::chrono::seconds(120));
+  BOOST_TEST_INFO(nodes[0]->output());
+  BOOST_TEST(refused);
+  const auto log = nodes[0]->output();
+  BOOST_TEST(log.find("its data is 3x32x32") != std::string::npos);
+  BOOST_TEST(log.find("is 1x28x28") != std::string::npos);
+  for (auto& n : nodes)
+    n->signal(SIGKILL);
+}
