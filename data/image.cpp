@@ -65,6 +65,8 @@ bool read_whole(const std::string& path, const uint8_t*& data, size_t& size, std
     return false;
   }
   const auto want = static_cast<size_t>(st.st_size);
+  if (buffer.size() > (size_t{16} << 20) && want < (size_t{1} << 20))
+    std::vector<uint8_t>().swap(buffer);  // not kept at the size of one large photo
   if (buffer.size() < want + 1)
     buffer.resize(want + 1);
   size = 0;
