@@ -155,4 +155,12 @@ struct split_options {
 /// between stages, idle shares; a plot of accuracy against time.
 int split(const options& opt, const split_options& s);
 
+/// The data layer on Fashion-MNIST's training images written as a PNG image
+/// folder: the image-folder reader's decoding rate against a bare stbi_load
+/// loop, start-up from a warm cache, resident memory per sample, and LeNet-5
+/// training throughput from byte storage against float32 tensors normalised
+/// beforehand. options: data_dir (Fashion-MNIST), samples (images, default
+/// 60,000), threads.
+int data(const options& opt);
+
 } // namespace eg::bench

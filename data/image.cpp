@@ -6,7 +6,13 @@
 #include <stb/stb_image_resize.h>
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 #include <memory>
 
@@ -26,9 +32,10 @@ bool probe_image(const std::string& path, image_info& info, std::string& why) {
 
 namespace {
 
-/// Interleaved H x W x C to planar C x H x W.
-void to_planar(const uint8_t* hwc, int64_t pixels, int channels, uint8_t* out) {
-  if (channels == 1) {
+/// Interleaved H x W x `stride` to planar `channels` x H x W (the first
+/// `channels` of each pixel).
+void to_planar(const uint8_t* hwc, int64_t pixels, int stride, int channels, uint8_t* out) {
+  if (channels == 1 && stride == 1) {
     std::memcpy(out, hwc, static_cast<size_t>(pixels));
     return;
   }
@@ -36,8 +43,55 @@ void to_planar(const uint8_t* hwc, int64_t pixels, int channels, uint8_t* out) {
     uint8_t* plane = out + c * pixels;
     const uint8_t* in = hwc + c;
     for (int64_t i = 0; i < pixels; ++i)
-      plane[i] = in[i * channels];
+      plane[i] = in[i * stride];
   }
+}
+
+/// The whole of `path` in this thread's buffer: stb_image is then given
+/// the bytes (stbi_load_from_memory) instead of a FILE it reads 128 bytes at
+/// a time and seeks back in; for small images that is a good share of the
+/// time. False with the reason in `why`.
+bool read_whole(const std::string& path, const uint8_t*& data, size_t& size, std::string& why) {
+  thread_local std::vector<uint8_t> buffer;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = std::string("cannot open: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (int64_t{1} << 31)) {
+    why = st.st_size > 0 ? "larger than 2 GiB" : std::string("cannot stat: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  const auto want = static_cast<size_t>(st.st_size);
+  if (buffer.size() > (size_t{16} << 20) && want < (size_t{1} << 20))
+    std::vector<uint8_t>().swap(buffer);  // not kept at the size of one large photo
+  if (buffer.size() < want + 1)
+    buffer.resize(want + 1);
+  size = 0;
+  for (;;) {  // to the end, whatever the size said
+    if (size == buffer.size())
+      buffer.resize(buffer.size() * 2);
+    const ssize_t got = ::read(fd, buffer.data() + size, buffer.size() - size);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      why = std::string("read error: ") + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (got == 0)
+      break;
+    size += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  if (size > static_cast<size_t>(INT_MAX)) {
+    why = "larger than 2 GiB";
+    return false;
+  }
+  data = buffer.data();
+  return true;
 }
 
 // stb_image's reasons are terse ("bad IHDR len"); say whose they are.
@@ -49,9 +103,14 @@ std::string stb_reason(const char* what) {
 
 decoded decode_image_into(const std::string& path, int channels, int height, int width,
                           bool resize, uint8_t* out, image_info& info, std::string& why) {
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+  if (!read_whole(path, bytes, size, why))
+    return decoded::unreadable;
   int w = 0, h = 0, stored = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-    stbi_load(path.c_str(), &w, &h, &stored, channels), stbi_image_free);
+    stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &stored, channels),
+    stbi_image_free);
   if (!pixels) {
     why = stb_reason(stbi_failure_reason());
     return decoded::unreadable;
@@ -59,7 +118,7 @@ decoded decode_image_into(const std::string& path, int channels, int height, int
   info = {w, h, stored};
   const int64_t plane = static_cast<int64_t>(height) * width;
   if (w == width && h == height) {
-    to_planar(pixels.get(), plane, channels, out);
+    to_planar(pixels.get(), plane, channels, channels, out);
     return decoded::ok;
   }
   if (!resize)
@@ -71,7 +130,31 @@ decoded decode_image_into(const std::string& path, int channels, int height, int
           " (HxW)";
     return decoded::unreadable;
   }
-  to_planar(resized.data(), plane, channels, out);
+  to_planar(resized.data(), plane, channels, channels, out);
+  return decoded::ok;
+}
+
+decoded decode_image_as_stored(const std::string& path, int channels, int height, int width,
+                               uint8_t* out, image_info& info, std::string& why) {
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+  if (!read_whole(path, bytes, size, why))
+    return decoded::unreadable;
+  int w = 0, h = 0, stored = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+    stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &stored, 0), stbi_image_free);
+  if (!pixels) {
+    why = stb_reason(stbi_failure_reason());
+    return decoded::unreadable;
+  }
+  info = {w, h, stored};
+  const int kept = kept_channels(stored);
+  if (w != width || h != height || kept > channels)
+    return decoded::other_size;
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  to_planar(pixels.get(), plane, stored, kept, out);
+  for (int c = kept; c < channels; ++c)  // grey into RGB
+    std::memcpy(out + c * plane, out, static_cast<size_t>(plane));
   return decoded::ok;
 }
 

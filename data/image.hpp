@@ -41,6 +41,14 @@ enum class decoded { ok, unreadable, other_size };
 decoded decode_image_into(const std::string& path, int channels, int height, int width,
                           bool resize, uint8_t* out, image_info& info, std::string& why);
 
+/// Decodes `path` as stored and writes it planar at `out` where it is
+/// `height` x `width` with no more than `channels` kept channels (grey
+/// repeated into RGB, alpha dropped); else other_size, nothing written,
+/// and its size and channels in `info`. One pass over files most of which
+/// are the size guessed, without a pass over their headers first.
+decoded decode_image_as_stored(const std::string& path, int channels, int height, int width,
+                               uint8_t* out, image_info& info, std::string& why);
+
 /// Resizes one plane of bytes (stb_image_resize, its default filters).
 void resize_plane(const uint8_t* in, int in_w, int in_h, uint8_t* out, int out_w, int out_h);
 

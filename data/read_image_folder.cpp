@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -77,24 +78,42 @@ struct listing {
   int64_t ignored = 0;  ///< files in class folders that are not images
 };
 
+/// The names of `dir`'s folders (dirs) or regular files, hidden ones left
+/// out, sorted. readdir's entry types spare a stat per file (60,000 files
+/// are listed in a few hundredths of a second); links and file systems
+/// that give no type are stat'ed.
 std::vector<std::string> sorted_entries(const std::string& dir, bool dirs) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d)
+    throw data_error("'" + dir + "': cannot list: " + std::strerror(errno));
   std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name[0] == '.')
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d.get());
+    if (!e) {
+      if (errno != 0)
+        throw data_error("'" + dir + "': cannot list: " + std::strerror(errno));
+      break;
+    }
+    if (e->d_name[0] == '.')
       continue;
-    std::error_code sec;
-    if (dirs ? it->is_directory(sec) : it->is_regular_file(sec))
-      out.push_back(name);
+    bool is_dir = e->d_type == DT_DIR, is_file = e->d_type == DT_REG;
+    if (e->d_type == DT_LNK || e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      const std::string p = dir + "/" + e->d_name;
+      if (::stat(p.c_str(), &st) == 0) {
+        is_dir = S_ISDIR(st.st_mode);
+        is_file = S_ISREG(st.st_mode);
+      }
+    }
+    if (dirs ? is_dir : is_file)
+      out.emplace_back(e->d_name);
   }
-  if (ec)
-    throw data_error("'" + dir + "': cannot list: " + ec.message());
   std::sort(out.begin(), out.end());
   return out;
 }
 
-listing list(const std::string& dir) {
+listing list(const std::string& dir, bool times) {
   if (!is_directory(dir))
     throw data_error("data directory '" + dir + "' does not exist");
   listing l;
@@ -118,7 +137,7 @@ listing list(const std::string& dir) {
       entry e;
       e.path = cdir + "/" + name;
       struct stat st {};
-      if (::stat(e.path.c_str(), &st) == 0) {
+      if (times && ::stat(e.path.c_str(), &st) == 0) {
         e.size = st.st_size;
         e.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
       }
@@ -297,6 +316,7 @@ std::optional<read_result> load_cache(const std::string& path, uint64_t want, st
   }
   d.labels = torch::empty({n}, torch::kInt64);
   d.samples = torch::empty({n, ch, h, w}, torch::kUInt8);
+  prefer_huge_pages(d.samples.data_ptr(), static_cast<size_t>(d.samples.numel()));
   if (!c.read(d.labels.data_ptr<int64_t>(), static_cast<size_t>(n) * 8) ||
       !c.read(d.samples.data_ptr<uint8_t>(), static_cast<size_t>(n * ch * h * w))) {
     why = "truncated data";
@@ -361,21 +381,51 @@ std::string save_cache(const std::string& path, uint64_t print, const read_resul
 
 // -- decoding --------------------------------------------------------------------
 
-std::string size_text(int64_t c, int64_t h, int64_t w) {
-  return sample_shape::image(c, h, w).to_string();
+/// The most common (height, width) of `info` where `use`; among equals, the
+/// largest. {0, 0} where none.
+std::pair<int64_t, int64_t> most_common(const std::vector<image_info>& info,
+                                        const std::vector<char>& use, int64_t* count) {
+  std::map<std::pair<int64_t, int64_t>, int64_t> sizes;
+  for (size_t i = 0; i < info.size(); ++i)
+    if (use[i])
+      ++sizes[{info[i].height, info[i].width}];
+  std::pair<int64_t, int64_t> best{0, 0};
+  int64_t most = 0;
+  for (auto& [hw, c] : sizes)
+    if (c > most || (c == most && hw.first * hw.second > best.first * best.second)) {
+      most = c;
+      best = hw;
+    }
+  if (count)
+    *count = most;
+  return best;
 }
 
+enum : char { ok = 0, bad = 1, other_size = 2, pending = 3 };
+
 /// Decodes the listing's files; throws data_error.
+///
+/// With the cluster's shape: one pass, each image decoded into its slot in
+/// that shape. Without: the size and channels are guessed from the headers
+/// of a few files spread over the list, and one pass decodes every image of
+/// that size into its slot; the others are only measured, then decoded
+/// again in a second pass once the most common size and the channels of all
+/// are known (a second pass over all of them only where the guess was not
+/// the most common size).
 read_result decode(const std::string& dir, const listing& l, const read_options& options,
                    int threads) {
   const int64_t n = static_cast<int64_t>(l.files.size());
   std::vector<std::string> why(static_cast<size_t>(n));
-  std::vector<char> bad(static_cast<size_t>(n), 0);
+  std::vector<char> state(static_cast<size_t>(n), ok);
+  std::vector<image_info> info(static_cast<size_t>(n));
   std::vector<std::string> warnings;
+  auto path = [&](int64_t i) -> const std::string& { return l.files[static_cast<size_t>(i)].path; };
+  auto text = [](int64_t c, int64_t h, int64_t w) { return sample_shape::image(c, h, w).to_string(); };
 
-  int channels = 0;
+  const bool fixed = options.shape.has_value();
+  int channels = 1;
   int64_t height = 0, width = 0;
-  if (options.shape) {
+  if (fixed) {
     const auto& s = *options.shape;
     if (s.flat)
       throw data_error("'" + dir + "' holds images, the cluster's samples are " + s.to_string());
@@ -387,97 +437,122 @@ read_result decode(const std::string& dir, const listing& l, const read_options&
     height = s.height;
     width = s.width;
   } else {
-    // The headers first: the channels and the most common size.
-    std::vector<image_info> info(static_cast<size_t>(n));
-    parallel_for(n, threads, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        if (!probe_image(l.files[static_cast<size_t>(i)].path, info[static_cast<size_t>(i)],
-                         why[static_cast<size_t>(i)]))
-          bad[static_cast<size_t>(i)] = 1;
-    });
-    std::map<std::pair<int64_t, int64_t>, int64_t> sizes;
-    channels = 1;
-    for (int64_t i = 0; i < n; ++i) {
-      const auto& in = info[static_cast<size_t>(i)];
-      if (bad[static_cast<size_t>(i)])
-        continue;
-      ++sizes[{in.height, in.width}];
-      channels = std::max(channels, kept_channels(in.channels));
+    const int64_t probes = std::min<int64_t>(n, 32);
+    std::vector<image_info> seen(static_cast<size_t>(probes));
+    std::vector<char> read_ok(static_cast<size_t>(probes), 0);
+    for (int64_t k = 0; k < probes; ++k) {
+      std::string ignored;
+      read_ok[static_cast<size_t>(k)] =
+        probe_image(path(k * n / probes), seen[static_cast<size_t>(k)], ignored);
+      if (read_ok[static_cast<size_t>(k)])
+        channels = std::max(channels, kept_channels(seen[static_cast<size_t>(k)].channels));
     }
-    // The most common size; among equals, the largest.
-    int64_t best = 0;
-    for (auto& [hw, count] : sizes)
-      if (count > best || (count == best && hw.first * hw.second > height * width)) {
-        best = count;
-        std::tie(height, width) = hw;
+    std::tie(height, width) = most_common(seen, read_ok, nullptr);
+  }
+
+  auto allocate = [&](int64_t c, int64_t h, int64_t w) {
+    try {
+      auto t = torch::empty({n, c, h, w}, torch::kUInt8);
+      prefer_huge_pages(t.data_ptr(), static_cast<size_t>(t.numel()));
+      return t;
+    } catch (const c10::Error&) {
+      throw data_error("'" + dir + "': cannot allocate " + std::to_string(n) + " images of " +
+                       text(c, h, w));
+    }
+  };
+  auto samples = allocate(channels, height, width);
+  auto run = [&](char which, bool as_stored) {
+    uint8_t* out = samples.data_ptr<uint8_t>();
+    const int64_t per = channels * height * width;
+    parallel_for(n, threads, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const auto k = static_cast<size_t>(i);
+        if (state[k] != which)
+          continue;
+        const auto status =
+          as_stored ? decode_image_as_stored(path(i), channels, static_cast<int>(height),
+                                             static_cast<int>(width), out + i * per, info[k], why[k])
+                    : decode_image_into(path(i), channels, static_cast<int>(height),
+                                        static_cast<int>(width), fixed ? options.resize : true,
+                                        out + i * per, info[k], why[k]);
+        state[k] = status == decoded::ok           ? ok
+                   : status == decoded::unreadable ? bad
+                   : as_stored                     ? pending
+                                                   : other_size;
       }
-    if (sizes.size() > 1) {
-      int64_t first = -1, others = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const auto& in = info[static_cast<size_t>(i)];
-        if (!bad[static_cast<size_t>(i)] && (in.height != height || in.width != width)) {
-          ++others;
-          if (first < 0)
-            first = i;
-        }
+    });
+  };
+  run(ok, !fixed);
+
+  if (fixed) {
+    for (int64_t i = 0; i < n; ++i)
+      if (state[static_cast<size_t>(i)] == other_size) {
+        const auto& g = info[static_cast<size_t>(i)];
+        throw data_error("'" + path(i) + "' is " + text(kept_channels(g.channels), g.height, g.width) +
+                         ", the cluster's samples are " + text(channels, height, width) +
+                         " (resizing is off)");
       }
+  } else {
+    // Every image's size and channels are known now.
+    std::vector<char> readable(static_cast<size_t>(n));
+    int all_channels = 1;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<size_t>(i);
+      readable[k] = state[k] != bad;
+      if (readable[k])
+        all_channels = std::max(all_channels, kept_channels(info[k].channels));
+    }
+    int64_t common = 0;
+    const auto [h, w] = most_common(info, readable, &common);
+    if (h != height || w != width) {
+      // The guess was not the most common size: decode all again.
+      height = h;
+      width = w;
+      channels = all_channels;
+      samples = allocate(channels, height, width);
+      for (auto& s : state)
+        if (s == ok)
+          s = pending;
+    } else if (all_channels != channels) {
+      samples = convert_channels(samples, all_channels, "'" + dir + "'");
+      channels = all_channels;
+    }
+    int64_t first = -1, others = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& g = info[static_cast<size_t>(i)];
+      if (readable[static_cast<size_t>(i)] && (g.height != height || g.width != width)) {
+        ++others;
+        if (first < 0)
+          first = i;
+      }
+    }
+    if (first >= 0) {
       const auto& f = info[static_cast<size_t>(first)];
-      const std::string example = "'" + l.files[static_cast<size_t>(first)].path + "' is " +
-                                  size_text(channels, f.height, f.width);
+      const std::string example = "'" + path(first) + "' is " + text(channels, f.height, f.width);
       if (!options.resize)
-        throw data_error(example + ", " + std::to_string(best) + " other images of '" + dir +
-                         "' are " + size_text(channels, height, width) +
+        throw data_error(example + ", " + std::to_string(common) + " other images of '" + dir +
+                         "' are " + text(channels, height, width) +
                          " (mixed sizes; resizing is off)");
       warnings.push_back("'" + dir + "': " + std::to_string(others) +
                          " images of other sizes resized to the most common size, " +
-                         size_text(channels, height, width) + " (" + example + ")");
+                         text(channels, height, width) + " (" + example + ")");
     }
     if (height > 16384 || width > 16384)
-      throw data_error("'" + dir + "': images of " + size_text(channels, height, width) +
+      throw data_error("'" + dir + "': images of " + text(channels, height, width) +
                        " are too large to be held whole");
+    run(pending, false);
   }
 
-  const int64_t per = channels * height * width;
-  torch::Tensor samples;
-  try {
-    samples = torch::empty({n, channels, height, width}, torch::kUInt8);
-  } catch (const c10::Error&) {
-    throw data_error("'" + dir + "': cannot allocate " + std::to_string(n) + " images of " +
-                     size_text(channels, height, width));
-  }
-  uint8_t* out = samples.data_ptr<uint8_t>();
-  std::vector<image_info> got(static_cast<size_t>(n));
-  parallel_for(n, threads, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const auto k = static_cast<size_t>(i);
-      if (bad[k])
-        continue;
-      const auto status =
-        decode_image_into(l.files[k].path, channels, static_cast<int>(height),
-                          static_cast<int>(width), options.resize, out + i * per, got[k], why[k]);
-      if (status != decoded::ok)
-        bad[k] = status == decoded::other_size ? 2 : 1;
-    }
-  });
-
-  for (int64_t i = 0; i < n; ++i)
-    if (bad[static_cast<size_t>(i)] == 2) {
-      const auto& g = got[static_cast<size_t>(i)];
-      throw data_error("'" + l.files[static_cast<size_t>(i)].path + "' is " +
-                       size_text(channels, g.height, g.width) + ", the cluster's samples are " +
-                       size_text(channels, height, width) + " (resizing is off)");
-    }
   read_result r;
   std::vector<std::string> skipped;
   for (int64_t i = 0; i < n; ++i)
-    if (bad[static_cast<size_t>(i)]) {
-      const auto& path = l.files[static_cast<size_t>(i)].path;
+    if (state[static_cast<size_t>(i)] == bad) {
       if (options.on_bad_sample == "fail")
-        throw data_error("'" + path + "' cannot be decoded: " + why[static_cast<size_t>(i)]);
+        throw data_error("'" + path(i) + "' cannot be decoded: " + why[static_cast<size_t>(i)]);
       if (skipped.size() < 5)
-        warnings.push_back("'" + path + "' skipped: it cannot be decoded (" +
+        warnings.push_back("'" + path(i) + "' skipped: it cannot be decoded (" +
                            why[static_cast<size_t>(i)] + ")");
-      skipped.push_back(path);
+      skipped.push_back(path(i));
     }
   if (skipped.size() > 5)
     warnings.push_back("'" + dir + "': " + std::to_string(skipped.size() - 5) +
@@ -488,11 +563,13 @@ read_result decode(const std::string& dir, const listing& l, const read_options&
                      " images can be decoded (" + name_some(skipped, 3) + ")");
 
   // The samples decoded, moved down over the skipped ones.
+  uint8_t* out = samples.data_ptr<uint8_t>();
+  const int64_t per = channels * height * width;
   auto labels = torch::empty({n}, torch::kInt64);
   int64_t* lab = labels.data_ptr<int64_t>();
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (bad[static_cast<size_t>(i)])
+    if (state[static_cast<size_t>(i)] == bad)
       continue;
     if (kept != i)
       std::memmove(out + kept * per, out + i * per, static_cast<size_t>(per));
@@ -518,7 +595,7 @@ read_result read(const std::string& dir, const read_options& options) {
 read_result read_image_folder(const std::string& dir, const read_options& options, int threads) {
   if (options.on_bad_sample != "skip" && options.on_bad_sample != "fail")
     throw data_error("on_bad_sample is '" + options.on_bad_sample + "': it is skip or fail");
-  const auto l = list(dir);
+  const auto l = list(dir, !options.cache_dir.empty());
   std::vector<std::string> warnings;
   if (static_cast<size_t>(l.empty_classes.size()) == l.classes.size())
     throw data_error("'" + dir + "' holds no images: its class folders " +
@@ -558,7 +635,7 @@ read_result read_image_folder(const std::string& dir, const read_options& option
 
 std::vector<std::string> image_folder_files(const std::string& dir) {
   std::vector<std::string> out;
-  for (auto& e : list(dir).files)
+  for (auto& e : list(dir, false).files)
     out.push_back(e.path);
   return out;
 }

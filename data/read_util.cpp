@@ -2,12 +2,14 @@
 
 #include "data/dataset.hpp"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -87,6 +89,16 @@ void parallel_for(int64_t n, int threads,
   work();
   for (auto& t : pool)
     t.join();
+}
+
+void prefer_huge_pages(void* p, size_t n) {
+  constexpr uintptr_t page = 4096;
+  if (n < (size_t{4} << 20))
+    return;
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (end > begin)
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 std::string name_some(const std::vector<std::string>& items, size_t shown) {
