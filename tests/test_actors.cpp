@@ -16,9 +16,11 @@
 #include "storage/store.hpp"
 #include "actor_testing.hpp"
 #include "process.hpp"
+#include "sample_sets.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstring>
@@ -38,11 +40,14 @@ namespace {
 
 using fixture = test::actor_fixture;
 
+/// Fashion-MNIST's model shape.
+const learning::model_shape fashion = learning::fashion_mnist_shape();
+
 /// The weights of a fresh LeNet-5 (gossip weight w) as a platform sends
 /// them: views of its parameters, held with `hold` (the platform's loan).
 held_weights lenet_weights(const std::string& sender, double w,
                            std::shared_ptr<const void> hold = nullptr, uint64_t seed = 1) {
-  auto m = learning::make_classifier("lenet5", seed);
+  auto m = learning::make_classifier("lenet5", seed, fashion);
   held_weights h;
   h.sender = sender;
   h.value.gossip_weight = w;
@@ -51,6 +56,18 @@ held_weights lenet_weights(const std::string& sender, double w,
     h.wire_bytes += t.bytes;
   h.hold = std::make_shared<std::pair<std::shared_ptr<const void>,
                                       std::shared_ptr<learning::classifier>>>(std::move(hold), m);
+  return h;
+}
+
+/// `h` as the lane delivers it: with the sizes of its message on the wire
+/// and unpacked (which the mixer's traffic counters split by category).
+held_weights as_received(held_weights h, const std::string& cluster = "c") {
+  messages::envelope e;
+  e.hdr = {cluster, messages::protocol_version, h.sender};
+  e.payload = h.value;
+  const auto size = messages::measure(e);
+  h.wire_bytes = size.wire;
+  h.unpacked_bytes = size.unpacked;
   return h;
 }
 
@@ -77,13 +94,15 @@ messages::epoch_report stats_of(caf::scoped_actor& self, caf::scheduler::test_co
   return out;
 }
 
-/// A balancer's arguments for `cfg`, telling `node` when the run is over.
+/// A balancer's arguments for `cfg`, telling `node` when the run is over;
+/// the data is the test set's (Fashion-MNIST's without one).
 balancer_args balancer_args_of(const config::cluster_config& cfg,
                                std::shared_ptr<const learning::dataset> test_set,
                                caf::scoped_actor& node,
                                std::map<std::string, uint64_t> shard_sizes = {}) {
-  return {balancer_settings::of(cfg, std::move(shard_sizes)), std::move(test_set),
-          caf::actor_cast<node_actor>(node), false, {}, std::nullopt};
+  auto data = test_set ? test_set->describe() : test::fashion_description();
+  return {balancer_settings::of(cfg, std::move(shard_sizes)), std::move(data),
+          std::move(test_set), caf::actor_cast<node_actor>(node), false, {}, std::nullopt};
 }
 
 } // namespace
@@ -132,9 +151,10 @@ BOOST_FIXTURE_TEST_CASE(mixer_counts_received_weights_by_sender_and_passes_them_
   self->receive([](peers_atom, const std::vector<std::string>& live) {
     BOOST_TEST(live.empty());  // no peers known yet
   });
-  auto w = lenet_weights("p1", 0.5);
+  auto w = as_received(lenet_weights("p1", 0.5));
+  BOOST_TEST(w.wire_bytes > w.value.tensors.front().bytes);
   self->send(m, gossip_atom::value, w);
-  self->send(m, gossip_atom::value, lenet_weights("p2", 0.5));
+  self->send(m, gossip_atom::value, as_received(lenet_weights("p2", 0.5)));
   sched.run();
   int merges = 0;
   self->receive_while([&] { return self->mailbox().size() > 0; })(
@@ -146,6 +166,10 @@ BOOST_FIXTURE_TEST_CASE(mixer_counts_received_weights_by_sender_and_passes_them_
   BOOST_TEST(s.received_from[0].peer == "p1");
   BOOST_TEST(s.received_from[1].peer == "p2");
   BOOST_TEST(s.bytes_received == 2 * w.wire_bytes);
+  // By category, exactly the bytes received.
+  BOOST_TEST(s.received.total() == s.bytes_received);
+  BOOST_TEST(s.received.values >= 2 * w.value.tensors.front().bytes);
+  BOOST_TEST(s.received.weights == 16u);
 }
 
 BOOST_FIXTURE_TEST_CASE(mixer_drops_a_peer_that_goes_down_and_tells_its_platform, fixture) {
@@ -278,10 +302,14 @@ spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::strin
   return {sys.spawn(fake_platform, name, cluster, seen, uint64_t{1}, std::move(cuts)), seen};
 }
 
-/// Platform `name` of node `node` joins balancer `b` (with no predictor).
+/// Platform `name` of node `node` joins balancer `b` (with no predictor),
+/// its training data of data::signature `data` ("": not said) and
+/// `samples` training samples (0: the shard size in the settings).
 void join(caf::scoped_actor& self, const balancer_actor& b, const std::string& name,
-          const std::string& node, const platform_actor& p) {
-  self->send(b, join_atom::value, name, node, caf::actor_cast<caf::actor>(p), caf::actor{});
+          const std::string& node, const platform_actor& p, const std::string& data = {},
+          uint64_t samples = 0) {
+  self->send(b, join_atom::value, name, node, caf::actor_cast<caf::actor>(p), caf::actor{}, data,
+             samples);
 }
 
 epoch_report report(const std::string&, const std::string& platform, uint32_t epoch,
@@ -307,15 +335,49 @@ config::cluster_config two_platforms(const test::temp_dir& dir, const std::strin
   return cfg;
 }
 
-/// 20 random images: the balancer evaluates averaged models on them.
+/// 20 random images of 10 named classes: the balancer evaluates averaged
+/// models on them.
 std::shared_ptr<learning::dataset> tiny_test_set() {
-  auto test_set = std::make_shared<learning::dataset>();
-  test_set->images = torch::randn({20, 1, 28, 28});
-  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
+  auto test_set = std::make_shared<learning::dataset>(test::random_images(20));
+  for (auto& c : test_set->classes)
+    c = "class " + c;
+  test_set->numbered_classes = false;
   return test_set;
 }
 
 } // namespace
+
+BOOST_FIXTURE_TEST_CASE(balancer_refuses_platforms_whose_data_is_not_the_clusters, fixture) {
+  // One model for the cluster: a platform whose data has other classes (or
+  // another shape) cannot join; with the cluster's data, it can.
+  test::temp_dir dir;
+  auto cfg = two_platforms(dir, "sig", 1);
+  auto test_set = tiny_test_set();
+  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  const auto ours = data::signature(test_set->describe());
+  auto other_classes = test_set->classes;
+  other_classes.pop_back();
+  join(self, b, "p0", "local", p0, ours);
+  join(self, b, "p1", "local", p1, data::signature(test_set->shape, other_classes));
+  sched.run();
+  BOOST_TEST(seen0->empty());  // still waits for p1
+  BOOST_TEST(seen1->empty());
+  join(self, b, "p1", "local", p1,
+       data::signature(data::sample_shape::image(3, 28, 28), test_set->classes));
+  sched.run();
+  BOOST_TEST(seen0->empty());
+  join(self, b, "p1", "local", p1, ours);
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+  BOOST_TEST(seen1->back().epoch == 0u);
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
+  sched.run();
+}
 
 BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, fixture) {
   test::temp_dir dir;
@@ -426,7 +488,8 @@ BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixtu
   // averaged model is 3/4 of p0's model and 1/4 of p1's.
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "avg", 1);
-  auto b = spawn_balancer(sys, balancer_args_of(cfg, tiny_test_set(), self));
+  auto test_set = tiny_test_set();
+  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, 1);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id, 2);
   join(self, b, "p0", "local", p0);
@@ -442,10 +505,32 @@ BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixtu
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto dict = torch::pickle_load(bytes).toGenericDict();
-  auto a = learning::make_classifier("lenet5", 1)->named_parameters()["fc3.bias"];
-  auto c = learning::make_classifier("lenet5", 2)->named_parameters()["fc3.bias"];
+  auto a = learning::make_classifier("lenet5", 1, fashion)->named_parameters()["fc3.bias"];
+  auto c = learning::make_classifier("lenet5", 2, fashion)->named_parameters()["fc3.bias"];
   BOOST_TEST(!torch::allclose(a, c));
   BOOST_TEST(torch::allclose(dict.at("fc3.bias").toTensor(), 0.75 * a + 0.25 * c, 1e-5, 1e-6));
+  // The same model for Python carries the data's class names, its shape and
+  // its normalisation: its scores on the test set's bytes are the averaged
+  // model's on the normalised test set.
+  auto scripted = torch::jit::load(dir / ("runs/" + run + "/model_scripted.pt"));
+  std::vector<std::string> classes;
+  for (const auto& name : scripted.attr("classes").toListRef())
+    classes.push_back(name.toStringRef());
+  BOOST_TEST(classes == test_set->classes);
+  BOOST_TEST(classes.front() == "class 0");
+  BOOST_TEST(scripted.attr("input_shape").toIntVector() == (std::vector<int64_t>{1, 28, 28}));
+  auto averaged = learning::make_classifier("lenet5", 1, fashion);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : averaged->named_parameters())
+      p.value().copy_(dict.at(p.key()).toTensor());
+  }
+  torch::Tensor want;
+  {
+    learning::evaluation_scope scope(*averaged);
+    want = averaged->forward(test_set->all());
+  }
+  BOOST_TEST(torch::allclose(scripted.forward({test_set->samples}).toTensor(), want, 1e-4, 1e-4));
   self->send_exit(b, caf::exit_reason::user_shutdown);
   self->send_exit(p0, caf::exit_reason::user_shutdown);
   self->send_exit(p1, caf::exit_reason::user_shutdown);
@@ -493,7 +578,8 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
                                   std::shared_ptr<std::vector<uint32_t>>{}));
     auto pred = sys.spawn(fake_predictor, name, cfg.id, speed[i]);
     self->send(b, join_atom::value, name, std::string{"local"},
-               caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred));
+               caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred),
+               std::string{}, uint64_t{0});
   }
   sched.run();
   double expected[] = {1.0, 1.0, 1.0 / 3.0, 0.2};
@@ -701,7 +787,7 @@ caf::behavior lane_committer(caf::event_based_actor* self, server_actor server,
 
 /// A zero update of LeNet-5 from `worker`, numbered `number`.
 held_weights zero_update(const std::string& worker, uint64_t number) {
-  auto m = learning::make_classifier("lenet5", 1);
+  auto m = learning::make_classifier("lenet5", 1, fashion);
   auto zeros = std::make_shared<std::vector<torch::Tensor>>();
   for (auto& p : learning::parameters(*m))
     zeros->push_back(torch::zeros_like(p));
@@ -741,6 +827,7 @@ BOOST_FIXTURE_TEST_CASE(server_pairs_a_lane_commits_halves_and_answers_the_model
   });
   server_args args;
   args.model = "lenet5";
+  args.shape = fashion;
   args.seed = 1;
   args.workers = {"p0"};
   args.schedule.model = learning::sync_model::async;

@@ -51,11 +51,10 @@ int64_t expected_subsets(int64_t n_c, int64_t ratio) {
 void check_aggregation(const dataset& d, const std::vector<int64_t>& shard,
                        const aggregated_points& a, int64_t ratio, division divide) {
   const int64_t m = a.size();
-  BOOST_REQUIRE_EQUAL(a.points.dim(), 4);
-  BOOST_CHECK_EQUAL(a.points.size(0), m);
-  BOOST_CHECK_EQUAL(a.points.size(1), 1);
-  BOOST_CHECK_EQUAL(a.points.size(2), 28);
-  BOOST_CHECK_EQUAL(a.points.size(3), 28);
+  // [M, sample dims...]: [M, 1, 28, 28] for Fashion-MNIST.
+  auto dims = d.shape.dims();
+  dims.insert(dims.begin(), m);
+  BOOST_CHECK(a.points.sizes().vec() == dims);
   BOOST_CHECK(a.points.scalar_type() == torch::kFloat);
   BOOST_REQUIRE_EQUAL(a.labels.numel(), m);
   BOOST_CHECK(a.labels.scalar_type() == torch::kLong);
@@ -90,10 +89,11 @@ void check_aggregation(const dataset& d, const std::vector<int64_t>& shard,
     }
   }
 
-  // Eq. 1: a few aggregated points are the means of their members' images.
+  // Eq. 1: a few aggregated points are the means of their members' samples,
+  // as the models see them (normalised).
   for (int64_t j : {int64_t{0}, m / 2, m - 1}) {
     auto members = torch::tensor(a.members[static_cast<size_t>(j)], torch::kLong);
-    auto mean = d.images.index_select(0, members).mean(0);
+    auto mean = d.batch(members).mean(0);
     BOOST_CHECK(torch::allclose(a.points[j], mean, 1e-5, 1e-5));
   }
 }
@@ -108,19 +108,38 @@ bool same(const aggregated_points& a, const aggregated_points& b) {
 // class 1 a bright left column (1, 5) or a bright bottom row (3, 7).
 dataset hand_made() {
   dataset d;
-  d.images = torch::zeros({8, 1, 28, 28});
+  d.shape = eg::data::sample_shape::image(1, 28, 28);
+  d.classes = {"0", "1"};
+  // A little noise (bytes 0..3) so that members of a cluster are near, not equal.
+  d.samples = torch::randint(0, 4, {8, 1, 28, 28}, at::detail::createCPUGenerator(7),
+                             torch::kUInt8);
   d.labels = torch::tensor({0, 1, 0, 1, 0, 1, 0, 1}, torch::kLong);
   using torch::indexing::Slice;
   for (int64_t i : {0, 4})
-    d.images.index_put_({i, 0, Slice(0, 10), Slice(0, 10)}, 2.0);
+    d.samples.index_put_({i, 0, Slice(0, 10), Slice(0, 10)}, 250);
   for (int64_t i : {2, 6})
-    d.images.index_put_({i, 0, Slice(18, 28), Slice(18, 28)}, 2.0);
+    d.samples.index_put_({i, 0, Slice(18, 28), Slice(18, 28)}, 250);
   for (int64_t i : {1, 5})
-    d.images.index_put_({i, 0, Slice(), Slice(0, 3)}, 2.0);
+    d.samples.index_put_({i, 0, Slice(), Slice(0, 3)}, 250);
   for (int64_t i : {3, 7})
-    d.images.index_put_({i, 0, Slice(25, 28), Slice()}, 2.0);
-  // A little noise so that members of a cluster are near, not equal.
-  d.images.add_(0.01 * torch::randn({8, 1, 28, 28}, at::detail::createCPUGenerator(7)));
+    d.samples.index_put_({i, 0, Slice(25, 28), Slice()}, 250);
+  d.norm = d.local_moments().finish();
+  d.check("hand-made");
+  return d;
+}
+
+// Features: `n` samples of 6 features in 3 classes, each class two clusters
+// (at +-5 on one feature of its own), with a little noise.
+dataset clustered_features(int64_t n) {
+  dataset d;
+  d.shape = eg::data::sample_shape::features(6);
+  d.classes = {"a", "b", "c"};
+  auto gen = at::detail::createCPUGenerator(3);
+  d.samples = 0.1 * torch::randn({n, 6}, gen);
+  d.labels = torch::arange(n, torch::kLong) % 3;
+  for (int64_t i = 0; i < n; ++i)
+    d.samples[i][i % 3].add_((i / 3) % 2 ? 5.0 : -5.0);
+  d.check("features");
   return d;
 }
 
@@ -155,7 +174,7 @@ BOOST_AUTO_TEST_CASE(incremental_svd_dimensions_follow_the_paper) {
   BOOST_CHECK_EQUAL(internal::incremental_svd_dims(784, 20), 2);
   BOOST_CHECK_EQUAL(internal::incremental_svd_dims(784, 1000), 1);
 
-  auto x = fashion().images.narrow(0, 0, 500).reshape({500, -1});
+  auto x = fashion().range(0, 500).reshape({500, -1});
   for (auto [name, dims] : std::vector<std::pair<std::string, int64_t>>{
            {"svd-kmeans", 10}, {"isvd-lsh", 3}, {"hash-kmeans", 10}}) {
     auto r = internal::reduce(x, aggregator_from_name(name, 10, 1));
@@ -168,7 +187,7 @@ BOOST_AUTO_TEST_CASE(incremental_svd_dimensions_follow_the_paper) {
 // eigenvalues of Xc^T Xc) when V holds the top eigenvectors.
 BOOST_AUTO_TEST_CASE(svd_reductions_find_the_top_singular_subspace) {
   const int64_t n = 1000;
-  auto x = fashion().images.narrow(0, 0, n).reshape({n, -1});
+  auto x = fashion().range(0, n).reshape({n, -1});
   auto xc = (x - x.mean(0, true)).to(torch::kDouble);
   auto eigenvalues = std::get<0>(torch::linalg::eigh(xc.t().mm(xc), "L")).flip(0);
 
@@ -217,6 +236,27 @@ BOOST_AUTO_TEST_CASE(kmeans_finds_obvious_clusters) {
       BOOST_CHECK(as_set(a) == want);
       check_aggregation(d, shard, a, 2, division::kmeans);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(aggregation_of_features_gives_feature_points) {
+  const auto d = clustered_features(60);
+  std::vector<int64_t> shard(60);
+  std::iota(shard.begin(), shard.end(), 0);
+  for (const auto& name : combinations) {
+    BOOST_TEST_CONTEXT(name) {
+      const auto opt = aggregator_from_name(name, 5, 1);
+      const auto a = aggregate(d, shard, opt);
+      BOOST_TEST(a.points.sizes().vec() == (std::vector<int64_t>{a.size(), 6}));
+      check_aggregation(d, shard, a, 5, opt.divide);
+    }
+  }
+  // k-means finds the two clusters of each class when asked for two.
+  const auto a = aggregate(d, shard, aggregator_from_name("svd-kmeans", 10, 1));
+  BOOST_TEST(a.size() == 6);
+  for (const auto& members : a.members) {
+    for (int64_t i : members)
+      BOOST_TEST((i / 3) % 2 == (members.front() / 3) % 2, "member " << i);
   }
 }
 

@@ -109,7 +109,21 @@ cluster_config unusual_config() {
   c.output_dir = "out/runs";
   c.secret = "it's \"secret\"\n\t\\ λ";
   c.cpu_limiter = "cpulimit";
-  c.data = {"fashion-mnist-small", "/data/fm", "dirichlet", 0.1, 6000, 1000};
+  c.data.name = "fashion-mnist-small";
+  c.data.dir = "/data/fm";
+  c.data.partition = "dirichlet";
+  c.data.alpha = 0.1;
+  c.data.train_samples = 6000;
+  c.data.test_samples = 1000;
+  // The keys of one's own data, round-tripped too.
+  c.data.format = "image-folder";
+  c.data.test_dir = "/data/fm-test";
+  c.data.validation = 0.1;
+  c.data.classes = {"cat", "dog \"big\"", "λ"};
+  c.data.resize = false;
+  c.data.on_bad_sample = "fail";
+  c.data.label_column = "species";
+  c.data.augment = true;
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3, "cosine"};
   c.strategy = {strategy_name::edgegossip, schedule::async, topology_name::exponential,
                 1.0 / 3.0, 3};

@@ -74,7 +74,7 @@ BOOST_AUTO_TEST_CASE(every_zoo_model_trains_an_epoch_on_rgb_32x32_cifar_data) {
   for (const auto& name : learning::zoo_models()) {
     BOOST_TEST_CONTEXT("model " << name) {
       auto model = learning::make_classifier(name, 1, shape);
-      BOOST_TEST(model->shape() == shape);
+      BOOST_TEST((model->shape() == shape));
       learning::local_trainer t(model, train, iota(train->size()), {0.01, 0.9, 32});
       std::mt19937_64 rng(1);
       t.begin_epoch(learning::shuffled_plan(t.shard(), 32, 1.0, rng));

@@ -11,6 +11,7 @@
 #include "messages/secret.hpp"
 #include "actor_testing.hpp"
 #include "process.hpp"
+#include "sample_sets.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
@@ -278,17 +279,15 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   cfg.nodes[0].platforms.resize(2);
   cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
   cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
-  auto test_set = std::make_shared<learning::dataset>();
-  test_set->images = torch::randn({20, 1, 28, 28});
-  test_set->labels = torch::randint(0, 10, {20}, torch::kLong);
-  auto b = spawn_balancer(sys, {balancer_settings::of(cfg, {}), test_set,
+  auto test_set = std::make_shared<learning::dataset>(test::random_images(20));
+  auto b = spawn_balancer(sys, {balancer_settings::of(cfg, {}), test_set->describe(), test_set,
                                 caf::actor_cast<node_actor>(self), false, {}, {}});
   auto got0 = std::make_shared<std::vector<std::string>>();
   auto got1 = std::make_shared<std::vector<std::string>>();
   auto p0 = sys.spawn(controlled_platform, got0);
   auto p1 = sys.spawn(controlled_platform, got1);
   self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p0), caf::actor{});
+             caf::actor_cast<caf::actor>(p0), caf::actor{}, std::string{}, uint64_t{0});
   sched.run();
 
   // Before every platform joined: one row per configured platform.
@@ -309,7 +308,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   BOOST_TEST(s.events.back().kind == "store");
 
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1), caf::actor{});
+             caf::actor_cast<caf::actor>(p1), caf::actor{}, std::string{}, uint64_t{0});
   sched.run();
   auto r0 = report_of("p0", 0);
   r0.received_from = {{"p1", 2, 2000}};
@@ -371,7 +370,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto got2 = std::make_shared<std::vector<std::string>>();
   auto p1b = sys.spawn(controlled_platform, got2);
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1b), caf::actor{});
+             caf::actor_cast<caf::actor>(p1b), caf::actor{}, std::string{}, uint64_t{0});
   sched.run();
   BOOST_TEST((*got2 == std::vector<std::string>{"pause"}));
   s = in::snapshot_from_json(ask(b, "snapshot"));

@@ -9,6 +9,7 @@
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
 
+#include "sample_sets.hpp"
 #include "tensor_testing.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -118,13 +119,15 @@ std::vector<torch::Tensor> snapshot(torch::nn::Module& m) {
   return out;
 }
 
+/// `n` random 28 x 28 images of 10 classes (bytes, normalised by their own
+/// statistics), drawn from `seed`.
 std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
   torch::manual_seed(seed);
-  auto d = std::make_shared<dataset>();
-  d->images = torch::randn({n, 1, 28, 28});
-  d->labels = torch::randint(0, num_classes, {n}, torch::kInt64);
-  return d;
+  return std::make_shared<const dataset>(eg::test::random_images(n));
 }
+
+/// Fashion-MNIST's model shape.
+const model_shape fashion = fashion_mnist_shape();
 
 std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
@@ -140,19 +143,48 @@ BOOST_AUTO_TEST_SUITE(learning)
 
 BOOST_AUTO_TEST_CASE(dataset_loads_fashion_mnist) {
   auto train = load_fashion_mnist(data_dir, split::train, 2000);
-  BOOST_TEST(train.images.sizes().vec() == (std::vector<int64_t>{2000, 1, 28, 28}));
-  BOOST_TEST(train.images.scalar_type() == torch::kFloat32);
+  // The images held as bytes, as read; batches as the models see them.
+  BOOST_TEST(train.samples.sizes().vec() == (std::vector<int64_t>{2000, 1, 28, 28}));
+  BOOST_TEST(train.samples.scalar_type() == torch::kUInt8);
+  BOOST_TEST((train.shape == eg::data::sample_shape::image(1, 28, 28)));
+  BOOST_TEST(train.images());
   BOOST_TEST(train.labels.scalar_type() == torch::kInt64);
   BOOST_TEST(train.size() == 2000);
   BOOST_TEST(train.labels.min().item<int64_t>() == 0);
   BOOST_TEST(train.labels.max().item<int64_t>() == 9);
-  BOOST_TEST(std::abs(train.images.mean().item<double>()) < 0.1);
-  BOOST_TEST(std::abs(train.images.std().item<double>() - 1) < 0.1);
+  BOOST_TEST(train.num_classes() == 10);
+  BOOST_TEST(train.classes.front() == "T-shirt/top");
+  BOOST_TEST(train.classes.back() == "Ankle boot");
+  BOOST_TEST((shape_of(train) == fashion_mnist_shape()));
+  // Normalised by its own statistics: about Fashion-MNIST's usual 0.2860 and
+  // 0.3530, and batches of mean 0 and standard deviation 1.
+  BOOST_REQUIRE_EQUAL(train.norm.mean.size(), 1u);
+  BOOST_REQUIRE_EQUAL(train.norm.std.size(), 1u);
+  BOOST_TEST(std::abs(train.norm.mean[0] - 0.2860) < 0.01);
+  BOOST_TEST(std::abs(train.norm.std[0] - 0.3530) < 0.01);
+  const auto all = train.all();
+  BOOST_TEST(all.scalar_type() == torch::kFloat32);
+  BOOST_TEST(all.sizes().vec() == (std::vector<int64_t>{2000, 1, 28, 28}));
+  BOOST_TEST(std::abs(all.mean().item<double>()) < 1e-3);
+  BOOST_TEST(std::abs(all.std().item<double>() - 1) < 1e-3);
+  // A batch is those samples, normalised; a range likewise.
+  auto index = torch::tensor({7, 3, 1999}, torch::kInt64);
+  auto b = train.batch(index);
+  BOOST_TEST(b.sizes().vec() == (std::vector<int64_t>{3, 1, 28, 28}));
+  BOOST_TEST(torch::allclose(b, all.index_select(0, index)));
+  BOOST_TEST(torch::allclose(b[1], (train.samples[3].to(torch::kFloat32) / 255 -
+                                    train.norm.mean[0]) / train.norm.std[0],
+                             1e-5, 1e-5));
+  BOOST_TEST(torch::equal(train.range(10, 20), all.narrow(0, 10, 10)));
+  BOOST_TEST(train.range(1990, 2500).size(0) == 10);  // clamped to the data
+  // Batches are copies: the bytes are as they were.
+  BOOST_TEST(torch::equal(train.samples, load_fashion_mnist(data_dir, split::train, 2000).samples));
 
   auto test = load_fashion_mnist(data_dir, split::test);
   BOOST_TEST(test.size() == 10000);
-  BOOST_TEST(test.images.size(0) == 10000);
+  BOOST_TEST(test.samples.size(0) == 10000);
   BOOST_TEST(torch::bincount(test.labels).eq(1000).all().item<bool>());
+  BOOST_TEST(test.class_counts() == std::vector<int64_t>(10, 1000));
 }
 
 BOOST_AUTO_TEST_CASE(dataset_reads_raw_and_gzip_files) {
@@ -173,15 +205,47 @@ BOOST_AUTO_TEST_CASE(dataset_reads_raw_and_gzip_files) {
   auto test = load_fashion_mnist(dir.path.string(), split::test);
   BOOST_TEST(test.size() == 3);
   BOOST_TEST(test.labels[1].item<int64_t>() == 9);
+  // The bytes as they are in the file.
+  BOOST_TEST(test.samples.scalar_type() == torch::kUInt8);
+  BOOST_TEST(test.samples[0].max().item<int64_t>() == 0);
+  BOOST_TEST(test.samples[1].min().item<int64_t>() == 255);
+  BOOST_TEST(test.samples[2].eq(128).all().item<bool>());
+  // Normalised by the images' own statistics: pixels of 0, 1 and 128/255.
+  const double values[] = {0.0, 1.0, 128.0 / 255.0};
+  const double mean = (values[0] + values[1] + values[2]) / 3;
+  double var = 0;
+  for (double v : values)
+    var += (v - mean) * (v - mean) / 3;
+  BOOST_REQUIRE_EQUAL(test.norm.mean.size(), 1u);
+  // (pixels / 255 in float32, summed in float64)
+  BOOST_TEST(test.norm.mean[0] == mean, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(test.norm.std[0] == std::sqrt(var), boost::test_tools::tolerance(1e-6));
   const auto close = boost::test_tools::tolerance(1e-5f);
-  BOOST_TEST(test.images[0].max().item<float>() == (0 - 0.2860f) / 0.3530f, close);
-  BOOST_TEST(test.images[1].min().item<float>() == (1 - 0.2860f) / 0.3530f, close);
+  const auto x = test.all();
+  BOOST_TEST(x.scalar_type() == torch::kFloat32);
+  BOOST_TEST(x[0].max().item<float>() ==
+                 static_cast<float>((0 - test.norm.mean[0]) / test.norm.std[0]),
+             close);
+  BOOST_TEST(x[1].min().item<float>() ==
+                 static_cast<float>((1 - test.norm.mean[0]) / test.norm.std[0]),
+             close);
+  BOOST_TEST(x[2].min().item<float>() ==
+                 static_cast<float>((128.0 / 255.0 - test.norm.mean[0]) / test.norm.std[0]),
+             close);
 }
 
 BOOST_AUTO_TEST_CASE(dataset_missing_directory) {
   BOOST_CHECK_EXCEPTION(load_fashion_mnist("/nonexistent/fmnist", split::train), data_error,
-                        error_with({"'/nonexistent/fmnist/train-images-idx3-ubyte.gz'",
-                                    "no such file"}));
+                        error_with({"'/nonexistent/fmnist'", "does not exist"}));
+  // A directory without the files.
+  temp_dir dir;
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.path.string(), "no train data", "idx"}));
+  // The images without their labels.
+  write_tiny_set(dir, 3);
+  fs::remove(dir.file("train-labels-idx1-ubyte.gz"));
+  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
+                        error_with({dir.file("train-labels-idx1-ubyte.gz"), "no such file"}));
 }
 
 BOOST_AUTO_TEST_CASE(dataset_truncated_file) {
@@ -216,18 +280,29 @@ BOOST_AUTO_TEST_CASE(dataset_count_mismatch_and_bad_labels) {
   write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_header(2049, {2}) + std::string(2, '\1'));
   BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
                         error_with({dir.file("train-labels-idx1-ubyte.gz"), "2 labels for 3"}));
+  // A label past Fashion-MNIST's ten classes: the error names the data
+  // directory and the label.
   write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_header(2049, {3}) + std::string{1, 2, 10});
   BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
-                        error_with({dir.file("train-labels-idx1-ubyte.gz"), "label 10"}));
+                        error_with({dir.path.string(), "label 10", "10 classes"}));
 }
 
 BOOST_AUTO_TEST_CASE(dataset_wrong_image_size) {
+  // Images of another size than the cluster's are refused, naming the file
+  // and both sizes, when they are not to be resized.
   temp_dir dir;
   write_tiny_set(dir, 1);
   write_gz(dir.file("train-images-idx3-ubyte.gz"),
            idx_header(2051, {1, 32, 32}) + std::string(32 * 32, '\0'));
-  BOOST_CHECK_EXCEPTION(load_fashion_mnist(dir.path.string(), split::train), data_error,
-                        error_with({dir.file("train-images-idx3-ubyte.gz"), "32x32"}));
+  eg::data::read_options o;
+  o.shape = eg::data::sample_shape::image(1, 28, 28);
+  o.resize = false;
+  BOOST_CHECK_EXCEPTION(eg::data::read_split(dir.path.string(), "idx", o), data_error,
+                        error_with({dir.file("train-images-idx3-ubyte.gz"), "1x32x32", "1x28x28"}));
+  // Read as they are otherwise: a data set of 32 x 32 images.
+  auto d = load_fashion_mnist(dir.path.string(), split::train);
+  BOOST_TEST((d.shape == eg::data::sample_shape::image(1, 32, 32)));
+  BOOST_TEST(d.samples.sizes().vec() == (std::vector<int64_t>{1, 1, 32, 32}));
 }
 
 // --- partition ---------------------------------------------------------------
@@ -327,36 +402,59 @@ BOOST_AUTO_TEST_CASE(partitions_are_deterministic) {
 // --- model -------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(models_have_expected_sizes) {
-  auto lenet = make_classifier("lenet5", 1);
+  auto lenet = make_classifier("lenet5", 1, fashion);
+  BOOST_TEST((lenet->shape() == fashion));
+  BOOST_TEST(lenet->model_name() == "lenet5");
   BOOST_TEST(parameter_count(*lenet) == 61706);
   BOOST_TEST(lenet->forward(torch::zeros({3, 1, 28, 28})).sizes().vec() ==
              (std::vector<int64_t>{3, 10}));
-  auto logreg = make_classifier("logreg", 1);
+  auto logreg = make_classifier("logreg", 1, fashion);
   BOOST_TEST(parameter_count(*logreg) == 7850);
   BOOST_TEST(logreg->forward(torch::zeros({2, 1, 28, 28})).sizes().vec() ==
              (std::vector<int64_t>{2, 10}));
-  BOOST_CHECK_THROW(make_classifier("resnet", 1), std::invalid_argument);
+  // The MLP: 784 -> 128 -> 64 -> 10.
+  auto mlp = make_classifier("mlp", 1, fashion);
+  BOOST_TEST(parameter_count(*mlp) == 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10);
+  BOOST_TEST(mlp->forward(torch::zeros({2, 1, 28, 28})).sizes().vec() ==
+             (std::vector<int64_t>{2, 10}));
+  // Other shapes: the layers follow the data (LeNet-5 on 3 x 32 x 32 images
+  // of 100 classes: 3 input channels, 16 x 6 x 6 into fc1, 100 outputs).
+  const model_shape cifar100{eg::data::sample_shape::image(3, 32, 32), 100};
+  auto big = make_classifier("lenet5", 1, cifar100);
+  BOOST_TEST((big->shape() == cifar100));
+  BOOST_TEST(big->named_parameters()["conv1.weight"].sizes().vec() ==
+             (std::vector<int64_t>{6, 3, 5, 5}));
+  BOOST_TEST(big->named_parameters()["fc1.weight"].sizes().vec() ==
+             (std::vector<int64_t>{120, 16 * 6 * 6}));
+  BOOST_TEST(big->forward(torch::zeros({2, 3, 32, 32})).sizes().vec() ==
+             (std::vector<int64_t>{2, 100}));
+  // Fewer than two classes, or samples of nothing, are no classifier.
+  BOOST_CHECK_THROW(make_classifier("logreg", 1, {eg::data::sample_shape::features(4), 1}),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(make_classifier("logreg", 1, {eg::data::sample_shape::features(0), 3}),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(make_classifier("resnet", 1, fashion), std::invalid_argument);
   BOOST_TEST(parameter_names(*lenet).front() == "conv1.weight");
   BOOST_TEST(parameter_names(*lenet).size() == 10u);
 }
 
 BOOST_AUTO_TEST_CASE(equal_seeds_give_equal_models) {
-  auto a = make_classifier("lenet5", 42);
-  auto b = make_classifier("lenet5", 42);
-  auto c = make_classifier("lenet5", 43);
+  auto a = make_classifier("lenet5", 42, fashion);
+  auto b = make_classifier("lenet5", 42, fashion);
+  auto c = make_classifier("lenet5", 43, fashion);
   BOOST_TEST(all_equal(parameters(*a), parameters(*b)));
   BOOST_TEST(!all_equal(parameters(*a), parameters(*c)));
 
   // Built concurrently from several threads, models still match their seed.
   std::vector<std::vector<torch::Tensor>> reference;
   for (uint64_t seed = 0; seed < 4; ++seed)
-    reference.push_back(snapshot(*make_classifier("lenet5", seed)));
+    reference.push_back(snapshot(*make_classifier("lenet5", seed, fashion)));
   std::vector<int> ok(4, 1);
   std::vector<std::thread> threads;
   for (uint64_t seed = 0; seed < 4; ++seed)
     threads.emplace_back([&, seed] {
       for (int k = 0; k < 10; ++k)
-        if (!all_equal(parameters(*make_classifier("lenet5", seed)), reference[seed]))
+        if (!all_equal(parameters(*make_classifier("lenet5", seed, fashion)), reference[seed]))
           ok[seed] = 0;
     });
   for (auto& t : threads)
@@ -517,7 +615,7 @@ BOOST_AUTO_TEST_CASE(conv2d_relu_falls_back_to_torch) {
 
 BOOST_AUTO_TEST_CASE(lenet_forward_without_gradients_matches_training_forward) {
   torch::manual_seed(11);
-  auto model = make_classifier("lenet5", 3);
+  auto model = make_classifier("lenet5", 3, fashion);
   for (int64_t n : {1, 128}) {
     const auto x = torch::randn({n, 1, 28, 28});
     const auto trained = model->forward(x);
@@ -533,7 +631,7 @@ BOOST_AUTO_TEST_CASE(lenet_forward_without_gradients_matches_training_forward) {
 }
 
 BOOST_AUTO_TEST_CASE(lent_parameters_are_copied_only_while_a_loan_is_held) {
-  auto model = make_classifier("lenet5", 3);
+  auto model = make_classifier("lenet5", 3, fashion);
   auto params = parameters(*model);
   parameter_loans loans;
   // Given back before the next write: no copy, same storage.
@@ -560,7 +658,7 @@ BOOST_AUTO_TEST_CASE(lent_parameters_are_copied_only_while_a_loan_is_held) {
 }
 
 BOOST_AUTO_TEST_CASE(a_training_step_copies_parameters_still_lent) {
-  local_trainer trainer(make_classifier("lenet5", 1), random_set(256, 2), iota(256),
+  local_trainer trainer(make_classifier("lenet5", 1, fashion), random_set(256, 2), iota(256),
                         {0.01, 0.9, 64});
   std::mt19937_64 rng(1);
   trainer.begin_epoch(shuffled_plan(trainer.shard(), 64, 1.0, rng));
@@ -615,7 +713,7 @@ BOOST_AUTO_TEST_CASE(shuffled_plan_sizes) {
 
 BOOST_AUTO_TEST_CASE(trainer_steps_through_a_plan) {
   auto data = random_set(100, 1);
-  local_trainer t(make_classifier("logreg", 1), data, iota(100), {0.01, 0.9, 16});
+  local_trainer t(make_classifier("logreg", 1, fashion), data, iota(100), {0.01, 0.9, 16});
   std::mt19937_64 rng(1);
   BOOST_TEST(t.epoch_done());
   t.begin_epoch(shuffled_plan(t.shard(), t.options().batch, 1, rng));
@@ -633,7 +731,7 @@ BOOST_AUTO_TEST_CASE(trainer_steps_through_a_plan) {
   BOOST_TEST(samples == 100);
   BOOST_TEST(t.remaining() == 0u);
   BOOST_CHECK_THROW(t.step(), std::logic_error);
-  BOOST_CHECK_THROW(local_trainer(make_classifier("logreg", 1), data, {100}, {}),
+  BOOST_CHECK_THROW(local_trainer(make_classifier("logreg", 1, fashion), data, {100}, {}),
                     std::invalid_argument);
 }
 
@@ -669,7 +767,7 @@ BOOST_AUTO_TEST_CASE(learning_rate_schedules) {
   // moves a fresh model by half as much (momentum starts at zero).
   auto data = random_set(32, 3);
   auto moved = [&](double lr) {
-    local_trainer t(make_classifier("logreg", 1), data, iota(32), {0.04, 0.9, 32});
+    local_trainer t(make_classifier("logreg", 1, fashion), data, iota(32), {0.04, 0.9, 32});
     t.set_lr(lr);
     BOOST_TEST(t.options().lr == lr);
     std::mt19937_64 rng(1);
@@ -683,13 +781,13 @@ BOOST_AUTO_TEST_CASE(learning_rate_schedules) {
     return sum;
   };
   BOOST_TEST(moved(0.01) / moved(0.02) == 0.5, boost::test_tools::tolerance(1e-4));
-  local_trainer t(make_classifier("logreg", 1), data, iota(32), {0.04, 0.9, 32});
+  local_trainer t(make_classifier("logreg", 1, fashion), data, iota(32), {0.04, 0.9, 32});
   BOOST_CHECK_THROW(t.set_lr(0), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(evaluate_restores_mode) {
   auto data = random_set(50, 2);
-  auto model = make_classifier("lenet5", 1);
+  auto model = make_classifier("lenet5", 1, fashion);
   auto e = evaluate(*model, *data, 16);
   BOOST_TEST(model->is_training());
   BOOST_TEST(e.accuracy >= 0.0);
@@ -699,9 +797,67 @@ BOOST_AUTO_TEST_CASE(evaluate_restores_mode) {
   auto whole = evaluate(*model, *data, 1000);
   BOOST_TEST(whole.accuracy == e.accuracy);
   BOOST_TEST(whole.loss == e.loss, boost::test_tools::tolerance(1e-5));
+  // The counts behind the accuracy.
+  BOOST_TEST(e.samples == 50);
+  BOOST_TEST(whole.samples == 50);
+  BOOST_TEST(e.correct == whole.correct);
+  BOOST_TEST(e.accuracy == static_cast<double>(e.correct) / 50.0);
+  {
+    evaluation_scope scope(*model);
+    auto predicted = model->forward(data->all()).argmax(1);
+    BOOST_TEST(e.correct == predicted.eq(data->labels).sum().item<int64_t>());
+  }
   model->eval();
   evaluate(*model, *data);
   BOOST_TEST(!model->is_training());
+}
+
+BOOST_AUTO_TEST_CASE(models_learn_a_features_data_set) {
+  // 13 features of 3 classes (the arg-max of three fixed linear maps),
+  // shifted and scaled, normalised by their own statistics.
+  torch::manual_seed(5);
+  auto d = std::make_shared<dataset>(eg::test::random_features(300, 13, 3));
+  d->labels = d->samples.matmul(torch::randn({13, 3})).argmax(1);
+  d->samples = d->samples.mul(4).add(2);
+  d->norm = d->local_moments().finish();
+  BOOST_REQUIRE_NO_THROW(d->check("features"));
+  BOOST_REQUIRE_EQUAL(d->norm.mean.size(), 13u);
+  BOOST_TEST(std::abs(d->norm.mean[0] - 2) < 1.0);
+  BOOST_TEST(std::abs(d->norm.std[0] - 4) < 1.0);
+  const auto bytes_before = d->samples.clone();
+  // Batches are float32 [B, 13], of mean 0 and standard deviation 1 by feature.
+  auto all = d->all();
+  BOOST_TEST(all.sizes().vec() == (std::vector<int64_t>{300, 13}));
+  BOOST_TEST(all.mean(0).abs().max().item<double>() < 1e-4);
+  const auto sd = (all.pow(2).mean(0) - all.mean(0).pow(2)).sqrt();
+  BOOST_TEST((sd - 1).abs().max().item<double>() < 1e-4);
+  BOOST_TEST(torch::allclose(d->batch(torch::tensor({4}, torch::kInt64))[0], all[4]));
+  // The data is as it was: batches are copies.
+  BOOST_TEST(torch::equal(d->samples, bytes_before));
+
+  for (const std::string name : {"mlp", "logreg"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto model = make_classifier(name, 1, shape_of(*d));
+      BOOST_TEST((model->shape() == model_shape{eg::data::sample_shape::features(13), 3}));
+      BOOST_TEST(model->forward(torch::zeros({2, 13})).sizes().vec() ==
+                 (std::vector<int64_t>{2, 3}));
+      const auto before = evaluate(*model, *d);
+      local_trainer t(model, d, iota(300), {0.05, 0.9, 32});
+      std::mt19937_64 rng(1);
+      for (int epoch = 0; epoch < 20; ++epoch) {
+        t.begin_epoch(shuffled_plan(t.shard(), 32, 1, rng));
+        while (!t.epoch_done())
+          t.step();
+      }
+      const auto after = evaluate(*model, *d);
+      BOOST_TEST_MESSAGE(name << ": accuracy " << before.accuracy << " -> " << after.accuracy);
+      BOOST_TEST(after.samples == 300);
+      BOOST_TEST(after.accuracy > 0.85);
+      BOOST_TEST(after.loss < before.loss);
+      // Training and evaluating changed nothing of the data.
+      BOOST_TEST(torch::equal(d->samples, bytes_before));
+    }
+  }
 }
 
 // --- gossip ------------------------------------------------------------------
@@ -720,7 +876,7 @@ BOOST_AUTO_TEST_CASE(gosgd_merge_formula) {
   BOOST_CHECK_THROW(g.merge(x, xs, 0.5, 1, std::nan("")), std::invalid_argument);
 
   // Merging into a model's parameters works in place without autograd errors.
-  auto model = make_classifier("logreg", 1);
+  auto model = make_classifier("logreg", 1, fashion);
   auto params = parameters(*model);
   std::vector<torch::Tensor> zeros;
   for (const auto& p : params)
@@ -961,7 +1117,7 @@ BOOST_AUTO_TEST_CASE(gosgd_and_push_sum_conserve_weight) {
 }
 
 BOOST_AUTO_TEST_CASE(views_round_trip) {
-  auto model = make_classifier("lenet5", 3);
+  auto model = make_classifier("lenet5", 3, fashion);
   auto names = parameter_names(*model);
   auto params = parameters(*model);
   auto views = to_views(names, params);
@@ -1056,8 +1212,8 @@ BOOST_AUTO_TEST_CASE(average_by_class_gives_each_class_row_to_the_models_that_tr
 
 BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
   auto data = random_set(64, 4);
-  local_trainer a(make_classifier("lenet5", 1), data, iota(64), {0.05, 0.9, 32});
-  local_trainer b(make_classifier("lenet5", 2), data, iota(64), {0.05, 0.9, 32});
+  local_trainer a(make_classifier("lenet5", 1, fashion), data, iota(64), {0.05, 0.9, 32});
+  local_trainer b(make_classifier("lenet5", 2, fashion), data, iota(64), {0.05, 0.9, 32});
   std::mt19937_64 rng(1);
   a.begin_epoch(shuffled_plan(a.shard(), 32, 1, rng));
   a.step();  // momentum buffers now exist
@@ -1075,14 +1231,14 @@ BOOST_AUTO_TEST_CASE(model_and_optimizer_round_trip) {
   BOOST_TEST(all_equal(parameters(a.model()), parameters(b.model())));
 
   BOOST_CHECK_THROW(load_model(b.model(), "not an archive"), std::runtime_error);
-  BOOST_CHECK_THROW(load_model(b.model(), save_model(*make_classifier("logreg", 1))),
+  BOOST_CHECK_THROW(load_model(b.model(), save_model(*make_classifier("logreg", 1, fashion))),
                     std::runtime_error);
   BOOST_CHECK_THROW(load_optimizer(b.optimizer(), "garbage"), std::runtime_error);
 }
 
 BOOST_AUTO_TEST_CASE(state_dict_is_a_torch_zip) {
   temp_dir dir;
-  auto model = make_classifier("lenet5", 1);
+  auto model = make_classifier("lenet5", 1, fashion);
   auto path = dir.file("model.pt");
   write_state_dict(*model, path);
   std::ifstream in(path, std::ios::binary);
@@ -1112,7 +1268,9 @@ BOOST_AUTO_TEST_CASE(lenet_learns_fashion_mnist) {
   torch::set_num_threads(1);
   auto train = std::make_shared<const dataset>(load_fashion_mnist(data_dir, split::train, 6000));
   auto test = load_fashion_mnist(data_dir, split::test, 1000);
-  local_trainer t(make_classifier("lenet5", 1), train, iota(train->size()), {0.01, 0.9, 64});
+  test.norm = train->norm;  // the model sees the test data as it saw the training data
+  local_trainer t(make_classifier("lenet5", 1, shape_of(*train)), train, iota(train->size()),
+                  {0.01, 0.9, 64});
   std::mt19937_64 rng(1);
   for (int epoch = 0; epoch < 2; ++epoch) {
     t.begin_epoch(shuffled_plan(t.shard(), 64, 1, rng));

@@ -10,6 +10,7 @@
 #include "learning/serialize.hpp"
 #include "learning/trainer.hpp"
 
+#include "sample_sets.hpp"
 #include "tensor_testing.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -37,9 +38,14 @@ const std::string data_dir = "/usr/share/datasets/fashion-mnist";
 using temp_dir = eg::test::scratch_dir;
 using eg::test::all_equal;
 
-const std::vector<std::string> zoo{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2"};
+const std::vector<std::string> zoo{"lenet5",  "logreg",     "mlp",
+                                   "alexnet", "squeezenet", "mobilenetv2"};
 
-/// The first `n` test images and labels (normalised, as training sees them).
+/// Fashion-MNIST's model shape.
+const model_shape fashion = fashion_mnist_shape();
+
+/// The first `n` test images and labels (bytes; batches normalised by
+/// their own statistics, as training sees its data).
 std::shared_ptr<const dataset> test_images(int64_t n) {
   static std::map<int64_t, std::shared_ptr<const dataset>> cache;
   auto& d = cache[n];
@@ -48,10 +54,8 @@ std::shared_ptr<const dataset> test_images(int64_t n) {
   return d;
 }
 
-/// The images back as bytes [N, 28, 28], as torchvision's FashionMNIST holds them.
-torch::Tensor as_bytes(const torch::Tensor& normalised) {
-  return normalised.mul(pixel_std).add(pixel_mean).mul(255).round().to(torch::kUInt8).squeeze(1);
-}
+/// The images as bytes [N, 28, 28], as torchvision's FashionMNIST holds them.
+torch::Tensor as_bytes(const dataset& d) { return d.samples.squeeze(1); }
 
 std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
@@ -112,9 +116,9 @@ def forward(self, x):
 }
 
 /// make_classifier's error message for `name` (empty: it did not throw).
-std::string refusal(const std::string& name) {
+std::string refusal(const std::string& name, const model_shape& shape = fashion) {
   try {
-    make_classifier(name, 1);
+    make_classifier(name, 1, shape);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
@@ -134,14 +138,16 @@ BOOST_AUTO_TEST_CASE(zoo_models_map_images_to_class_scores) {
   // The counts README and docs/MODELS.md give.
   const std::map<std::string, int64_t> counts{{"lenet5", 61706},
                                               {"logreg", 7850},
+                                              {"mlp", 109386},
                                               {"alexnet", 896874},
                                               {"squeezenet", 185258},
                                               {"mobilenetv2", 590122}};
   BOOST_TEST(zoo_models() == zoo);
   for (const auto& name : zoo) {
     BOOST_TEST_CONTEXT(name) {
-      auto m = make_classifier(name, 1);
+      auto m = make_classifier(name, 1, fashion);
       BOOST_TEST(m->model_name() == name);
+      BOOST_TEST((m->shape() == fashion));
       BOOST_TEST_MESSAGE(name << ": " << parameter_count(*m) << " parameters");
       BOOST_TEST(parameter_count(*m) == counts.at(name));
       BOOST_TEST(m->forward(torch::randn({3, 1, 28, 28})).sizes().vec() ==
@@ -160,13 +166,82 @@ BOOST_AUTO_TEST_CASE(zoo_models_map_images_to_class_scores) {
   BOOST_TEST(contains(refusal("resnet"), "unknown model 'resnet'"));
 }
 
+BOOST_AUTO_TEST_CASE(zoo_models_take_the_datas_shape_and_classes) {
+  torch::set_num_threads(1);
+  // Colour images of 32 x 32 and 100 classes (CIFAR-100): every zoo model.
+  const model_shape cifar100{eg::data::sample_shape::image(3, 32, 32), 100};
+  for (const auto& name : zoo) {
+    BOOST_TEST_CONTEXT(name) {
+      auto m = make_classifier(name, 1, cifar100);
+      BOOST_TEST((m->shape() == cifar100));
+      BOOST_TEST(m->forward(torch::randn({2, 3, 32, 32})).sizes().vec() ==
+                 (std::vector<int64_t>{2, 100}));
+      {
+        evaluation_scope scope(*m);
+        BOOST_TEST(m->forward(torch::randn({1, 3, 32, 32})).sizes().vec() ==
+                   (std::vector<int64_t>{1, 100}));
+      }
+      // The output layer last, a row per class; no buffers.
+      auto params = parameters(*m);
+      BOOST_TEST(params.back().size(0) == 100);
+      BOOST_TEST(params[params.size() - 2].size(0) == 100);
+      BOOST_TEST(m->buffers().empty());
+      // More parameters than for Fashion-MNIST (3 channels, 100 classes).
+      BOOST_TEST(parameter_count(*m) > parameter_count(*make_classifier(name, 1, fashion)));
+      // Equal seeds, equal models, whatever the shape.
+      BOOST_TEST(all_equal(parameters(*m), parameters(*make_classifier(name, 1, cifar100))));
+      // A batch of another shape is not what it was built for.
+      BOOST_CHECK_THROW(m->forward(torch::randn({2, 1, 28, 28})), std::exception);
+    }
+  }
+
+  // Flat features (13 of them, 3 classes): the MLP and logistic regression.
+  const model_shape wine{eg::data::sample_shape::features(13), 3};
+  for (const std::string name : {"mlp", "logreg"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto m = make_classifier(name, 1, wine);
+      BOOST_TEST((m->shape() == wine));
+      BOOST_TEST(m->forward(torch::randn({5, 13})).sizes().vec() == (std::vector<int64_t>{5, 3}));
+    }
+  }
+  BOOST_TEST(parameter_count(*make_classifier("logreg", 1, wine)) == 13 * 3 + 3);
+  BOOST_TEST(parameter_count(*make_classifier("mlp", 1, wine)) ==
+             13 * 128 + 128 + 128 * 64 + 64 + 64 * 3 + 3);
+  // The image models refuse features, naming the model, the data and what to use.
+  for (const std::string name : {"lenet5", "alexnet", "squeezenet", "mobilenetv2"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const auto why = refusal(name, wine);
+      BOOST_TEST_MESSAGE(why);
+      BOOST_TEST(contains(why, "'" + name + "'"));
+      BOOST_TEST(contains(why, "13 features"));
+      BOOST_TEST(contains(why, "mlp or logreg"));
+    }
+  }
+  // Images too small for a model's poolings are refused, naming both.
+  const auto small = refusal("lenet5", {eg::data::sample_shape::image(1, 8, 8), 10});
+  BOOST_TEST_MESSAGE(small);
+  BOOST_TEST(contains(small, "'lenet5'"));
+  BOOST_TEST(contains(small, "1x8x8"));
+  BOOST_TEST(contains(refusal("alexnet", {eg::data::sample_shape::image(3, 12, 12), 10}),
+                      "3x12x12"));
+  BOOST_TEST(refusal("lenet5", {eg::data::sample_shape::image(1, 12, 12), 10}).empty());
+  BOOST_TEST(refusal("alexnet", {eg::data::sample_shape::image(1, 16, 16), 10}).empty());
+  // Small images that are taken work: 12 x 12 through LeNet-5's poolings.
+  BOOST_TEST(make_classifier("lenet5", 1, {eg::data::sample_shape::image(1, 12, 12), 4})
+                 ->forward(torch::randn({2, 1, 12, 12}))
+                 .sizes()
+                 .vec() == (std::vector<int64_t>{2, 4}));
+  // Fewer than two classes.
+  BOOST_TEST(contains(refusal("logreg", {eg::data::sample_shape::features(13), 1}), "at least 2"));
+}
+
 BOOST_AUTO_TEST_CASE(equal_seeds_give_equal_zoo_models_and_training) {
   torch::set_num_threads(1);
   auto data = test_images(64);
   for (const std::string name : {"alexnet", "squeezenet", "mobilenetv2"}) {
     BOOST_TEST_CONTEXT(name) {
-      auto a = make_classifier(name, 42), b = make_classifier(name, 42);
-      auto c = make_classifier(name, 43);
+      auto a = make_classifier(name, 42, fashion), b = make_classifier(name, 42, fashion);
+      auto c = make_classifier(name, 43, fashion);
       BOOST_TEST(all_equal(parameters(*a), parameters(*b)));
       BOOST_TEST(!all_equal(parameters(*a), parameters(*c)));
       // Dropout draws from the model's own generator: the same steps give
@@ -178,12 +253,12 @@ BOOST_AUTO_TEST_CASE(equal_seeds_give_equal_zoo_models_and_training) {
       tb.begin_epoch(plan);
       ta.step();
       torch::rand({1000});  // the global generator moves on
-      make_classifier("alexnet", 7);
+      make_classifier("alexnet", 7, fashion);
       tb.step();
       ta.step();
       tb.step();
       BOOST_TEST(all_equal(parameters(*a), parameters(*b)));
-      BOOST_TEST(!all_equal(parameters(*a), parameters(*make_classifier(name, 42))));
+      BOOST_TEST(!all_equal(parameters(*a), parameters(*make_classifier(name, 42, fashion))));
     }
   }
 }
@@ -193,7 +268,7 @@ BOOST_AUTO_TEST_CASE(zoo_models_lower_the_loss_on_a_small_batch) {
   auto data = test_images(64);
   for (const std::string name : {"alexnet", "squeezenet", "mobilenetv2"}) {
     BOOST_TEST_CONTEXT(name) {
-      auto m = make_classifier(name, 1);
+      auto m = make_classifier(name, 1, fashion);
       const double before = loss_on(*m, *data);
       local_trainer t(m, data, iota(64), {0.01, 0.9, 64});
       for (int k = 0; k < 15; ++k) {
@@ -239,22 +314,23 @@ BOOST_AUTO_TEST_CASE(exported_models_give_the_models_scores) {
   torch::set_num_threads(1);
   temp_dir dir;
   auto data = test_images(16);
-  const auto bytes = as_bytes(data->images);
+  const auto bytes = as_bytes(*data);
+  BOOST_REQUIRE(bytes.scalar_type() == torch::kUInt8);
   for (const auto& name : zoo) {
     BOOST_TEST_CONTEXT(name) {
-      auto m = make_classifier(name, 3);
+      auto m = make_classifier(name, 3, fashion);
       // A few steps first, so the export carries trained weights.
       local_trainer t(m, data, iota(16), {0.01, 0.9, 16});
       t.begin_epoch(epoch_plan{{iota(16)}});
       t.step();
       const auto file = dir.file(name + ".pt");
-      write_torchscript(*m, file);
+      write_torchscript(*m, data->norm, data->classes, file);
       BOOST_TEST(m->is_training());  // the export leaves the model's mode alone
       auto loaded = torch::jit::load(file);
       torch::Tensor want;
       {
         evaluation_scope scope(*m);
-        want = m->forward(data->images);
+        want = m->forward(data->all());
       }
       auto from_bytes = loaded.forward({bytes}).toTensor();
       auto from_floats =
@@ -267,12 +343,91 @@ BOOST_AUTO_TEST_CASE(exported_models_give_the_models_scores) {
         names.push_back(p.name);
       BOOST_TEST(names == parameter_names(*m));
       BOOST_CHECK_THROW(loaded.forward({torch::zeros({2, 3, 28, 28})}), std::exception);
+      // The class names and the input shape it carries.
+      std::vector<std::string> classes;
+      for (const auto& c : loaded.attr("classes").toListRef())
+        classes.push_back(c.toStringRef());
+      BOOST_TEST(classes == data->classes);
+      BOOST_TEST(classes.at(9) == "Ankle boot");
+      BOOST_TEST(loaded.attr("input_shape").toIntVector() == (std::vector<int64_t>{1, 28, 28}));
     }
   }
-  BOOST_CHECK_EXCEPTION(write_torchscript(*make_classifier("logreg", 1), "/nonexistent/dir/m.pt"),
+  const auto classes = eg::test::numbered_classes(10);
+  BOOST_CHECK_EXCEPTION(write_torchscript(*make_classifier("logreg", 1, fashion),
+                                          {{0.2860}, {0.3530}}, classes, "/nonexistent/dir/m.pt"),
                         std::runtime_error, [](const std::runtime_error& e) {
                           return contains(e.what(), "/nonexistent/dir/m.pt");
                         });
+  // Class names that are not one per output, or a normalisation of other
+  // channels, are refused.
+  auto logreg = make_classifier("logreg", 1, fashion);
+  BOOST_CHECK_THROW(export_module(*logreg, {}, eg::test::numbered_classes(9)),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(export_module(*logreg, {{0.5, 0.5, 0.5}, {0.2, 0.2, 0.2}}, classes),
+                    std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(exported_models_take_the_datas_shape_and_normalisation) {
+  torch::set_num_threads(1);
+  temp_dir dir;
+  // Colour images of 20 x 20, 4 classes, normalised per channel.
+  torch::manual_seed(9);
+  dataset d;
+  d.shape = eg::data::sample_shape::image(3, 20, 20);
+  d.classes = {"cat", "dog", "fox", "owl"};
+  d.samples = torch::cat({torch::randint(0, 128, {6, 1, 20, 20}, torch::kUInt8),
+                          torch::randint(0, 256, {6, 2, 20, 20}, torch::kUInt8)},
+                         1);  // the first channel darker
+  d.labels = torch::tensor({0, 1, 2, 3, 0, 1}, torch::kInt64);
+  d.norm = d.local_moments().finish();
+  BOOST_REQUIRE_EQUAL(d.norm.mean.size(), 3u);
+  BOOST_TEST(d.norm.mean[0] < 0.8 * d.norm.mean[1]);
+  for (const std::string name : {"lenet5", "mlp"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto m = make_classifier(name, 2, shape_of(d));
+      const auto file = dir.file(name + "-rgb.pt");
+      write_torchscript(*m, d.norm, d.classes, file);
+      auto loaded = torch::jit::load(file);
+      torch::Tensor want;
+      {
+        evaluation_scope scope(*m);
+        want = m->forward(d.all());
+      }
+      BOOST_TEST(want.sizes().vec() == (std::vector<int64_t>{6, 4}));
+      auto from_bytes = loaded.forward({d.samples}).toTensor();
+      BOOST_TEST(torch::allclose(from_bytes, want, 1e-4, 1e-4));
+      BOOST_TEST(torch::equal(from_bytes,
+                              loaded.forward({d.samples.to(torch::kFloat32).div(255)}).toTensor()));
+      std::vector<std::string> classes;
+      for (const auto& c : loaded.attr("classes").toListRef())
+        classes.push_back(c.toStringRef());
+      BOOST_TEST(classes == d.classes);
+      BOOST_TEST(loaded.attr("input_shape").toIntVector() == (std::vector<int64_t>{3, 20, 20}));
+      // Grey images are not colour images.
+      BOOST_CHECK_THROW(loaded.forward({torch::zeros({2, 20, 20}, torch::kUInt8)}), std::exception);
+    }
+  }
+  // Features: floats as they are, normalised per feature; no normalisation
+  // when none was given.
+  auto f = eg::test::random_features(8, 5, 3);
+  f.samples = f.samples.mul(3).add(1);
+  f.norm = f.local_moments().finish();
+  auto m = make_classifier("mlp", 4, shape_of(f));
+  auto exported = export_module(*m, f.norm, f.classes);
+  torch::Tensor want;
+  {
+    evaluation_scope scope(*m);
+    want = m->forward(f.all());
+  }
+  BOOST_TEST(torch::allclose(exported.forward({f.samples}).toTensor(), want, 1e-4, 1e-4));
+  BOOST_TEST(exported.attr("input_shape").toIntVector() == (std::vector<int64_t>{5}));
+  BOOST_CHECK_THROW(exported.forward({torch::zeros({2, 6})}), std::exception);
+  auto raw = export_module(*m, {}, f.classes);
+  {
+    evaluation_scope scope(*m);
+    want = m->forward(f.samples);
+  }
+  BOOST_TEST(torch::allclose(raw.forward({f.samples}).toTensor(), want, 1e-5, 1e-5));
 }
 
 BOOST_AUTO_TEST_CASE(torchscript_models_train_and_export) {
@@ -280,13 +435,14 @@ BOOST_AUTO_TEST_CASE(torchscript_models_train_and_export) {
   temp_dir dir;
   const auto file = dir.file("mlp.pt");
   write_mlp(file, 10);
-  auto m = make_classifier("torchscript:" + file, 1);
+  auto m = make_classifier("torchscript:" + file, 1, fashion);
   BOOST_TEST(m->model_name() == "torchscript:" + file);
   BOOST_TEST(parameter_names(*m) ==
              (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
   BOOST_TEST(parameter_count(*m) == 784 * 32 + 32 + 32 * 10 + 10);
   // Every platform starts from the file's weights, whatever its seed.
-  BOOST_TEST(all_equal(parameters(*m), parameters(*make_classifier("torchscript:" + file, 2))));
+  BOOST_TEST(
+    all_equal(parameters(*m), parameters(*make_classifier("torchscript:" + file, 2, fashion))));
 
   auto data = test_images(64);
   const double before = loss_on(*m, *data);
@@ -300,18 +456,18 @@ BOOST_AUTO_TEST_CASE(torchscript_models_train_and_export) {
   BOOST_TEST(after < 0.7 * before);
 
   // The checkpoint, state dict and export carry the trained weights.
-  auto again = make_classifier("torchscript:" + file, 1);
+  auto again = make_classifier("torchscript:" + file, 1, fashion);
   load_model(*again, save_model(*m));
   BOOST_TEST(all_equal(parameters(*again), parameters(*m)));
-  write_torchscript(*m, dir.file("export.pt"));
+  write_torchscript(*m, data->norm, data->classes, dir.file("export.pt"));
   auto exported = torch::jit::load(dir.file("export.pt"));
   torch::Tensor want;
   {
     evaluation_scope scope(*m);
-    want = m->forward(data->images);
+    want = m->forward(data->all());
   }
-  BOOST_TEST(torch::allclose(exported.forward({as_bytes(data->images)}).toTensor(), want, 1e-5,
-                             1e-5));
+  BOOST_TEST(torch::allclose(exported.forward({as_bytes(*data)}).toTensor(), want, 1e-5, 1e-5));
+  BOOST_TEST(exported.attr("classes").toListRef().size() == 10u);
 }
 
 BOOST_AUTO_TEST_CASE(torchscript_models_that_are_no_classifiers_are_refused) {
@@ -322,6 +478,10 @@ BOOST_AUTO_TEST_CASE(torchscript_models_that_are_no_classifiers_are_refused) {
   BOOST_TEST(contains(five, dir.file("five.pt")));
   BOOST_TEST(contains(five, "[2, 5]"));
   BOOST_TEST(contains(five, "not to class scores [2, 10]"));
+  // It is a classifier of 5 classes.
+  BOOST_TEST(refusal("torchscript:" + dir.file("five.pt"),
+                     {eg::data::sample_shape::image(1, 28, 28), 5})
+                 .empty());
 
   write_mlp(dir.file("buffer.pt"), 10, /*with_buffer=*/true);
   BOOST_TEST(contains(refusal("torchscript:" + dir.file("buffer.pt")), "buffers (running_mean)"));
@@ -338,7 +498,7 @@ BOOST_AUTO_TEST_CASE(torchscript_models_that_are_no_classifiers_are_refused) {
   for (const auto& [name, inputs, body, expect] :
        {std::tuple<std::string, int64_t, std::string, std::string>{
           "rgb", 3 * 28 * 28, "    return torch.linear(x.flatten(1), self.w, None)\n",
-          "its forward fails on a batch of images [2, 1, 28, 28]"},
+          "its forward fails on a batch of samples [2, 1, 28, 28]"},
         std::tuple<std::string, int64_t, std::string, std::string>{
           "tuple", 28 * 28, "    y = torch.linear(x.flatten(1), self.w, None)\n    return y, y\n",
           "its forward returns Tuple"}}) {
@@ -351,6 +511,10 @@ BOOST_AUTO_TEST_CASE(torchscript_models_that_are_no_classifiers_are_refused) {
     BOOST_TEST_MESSAGE(why);
     BOOST_TEST(contains(why, expect));
   }
+  // The colour model takes colour images.
+  BOOST_TEST(refusal("torchscript:" + dir.file("rgb.pt"),
+                     {eg::data::sample_shape::image(3, 28, 28), 10})
+                 .empty());
 }
 
 BOOST_AUTO_TEST_CASE(python_reads_the_export_with_the_accuracy_cpp_computes) {
@@ -363,10 +527,12 @@ BOOST_AUTO_TEST_CASE(python_reads_the_export_with_the_accuracy_cpp_computes) {
   torch::set_num_threads(1);
   temp_dir dir;
   // LeNet-5 trained on 2,000 images, then its accuracy on 1,000 test images
-  // as the run reports it (evaluate()).
+  // as the run reports it (evaluate(), the test images normalised as the
+  // training images were).
   auto train = std::make_shared<const dataset>(load_fashion_mnist(data_dir, split::train, 2000));
-  auto test = test_images(1000);
-  auto m = make_classifier("lenet5", 1);
+  auto test = std::make_shared<dataset>(*test_images(1000));
+  test->norm = train->norm;
+  auto m = make_classifier("lenet5", 1, shape_of(*train));
   local_trainer t(m, train, iota(train->size()), {0.05, 0.9, 64});
   std::mt19937_64 rng(1);
   for (int epoch = 0; epoch < 3; ++epoch) {
@@ -375,10 +541,10 @@ BOOST_AUTO_TEST_CASE(python_reads_the_export_with_the_accuracy_cpp_computes) {
       t.step();
   }
   const auto e = evaluate(*m, *test);
-  write_torchscript(*m, dir.file("model_scripted.pt"));
+  write_torchscript(*m, train->norm, train->classes, dir.file("model_scripted.pt"));
   // The test images as torchvision holds them (bytes), and their labels.
   c10::Dict<std::string, torch::Tensor> images;
-  images.insert("images", as_bytes(test->images));
+  images.insert("images", as_bytes(*test));
   images.insert("labels", test->labels);
   const auto pickled = torch::pickle_save(images);
   std::ofstream(dir.file("test.pt"), std::ios::binary)
@@ -391,13 +557,27 @@ BOOST_AUTO_TEST_CASE(python_reads_the_export_with_the_accuracy_cpp_computes) {
                               "test = torch.load('" + dir.file("test.pt") + "')\n"
                               "scores = model(test['images'])\n"
                               "correct = (scores.argmax(1) == test['labels']).sum().item()\n"
-                              "print('correct', correct)\n",
+                              "print('correct', correct)\n"
+                              "print('first', model.classes[int(scores[0].argmax())])\n"
+                              "print('classes', '|'.join(model.classes))\n"
+                              "print('shape', list(model.input_shape))\n",
                               dir);
   int correct = -1;
   std::sscanf(out.substr(out.find("correct")).c_str(), "correct %d", &correct);
   BOOST_TEST_MESSAGE("C++ accuracy " << e.accuracy << ", Python " << correct / 1000.0);
   BOOST_TEST(e.accuracy > 0.5);
   BOOST_TEST(correct == static_cast<int>(std::lround(e.accuracy * 1000)));
+  BOOST_TEST(e.correct == correct);
+  // The class names and the input shape, as README reads them.
+  BOOST_TEST(contains(out, "classes T-shirt/top|Trouser|Pullover|Dress|Coat|Sandal|Shirt|Sneaker|"
+                           "Bag|Ankle boot\n"));
+  BOOST_TEST(contains(out, "shape [1, 28, 28]\n"));
+  torch::Tensor first;
+  {
+    evaluation_scope scope(*m);
+    first = m->forward(test->range(0, 1));
+  }
+  BOOST_TEST(contains(out, "first " + train->classes.at(first.argmax(1).item<int64_t>()) + "\n"));
 }
 
 BOOST_AUTO_TEST_CASE(a_model_scripted_in_python_trains) {
@@ -423,7 +603,7 @@ BOOST_AUTO_TEST_CASE(a_model_scripted_in_python_trains) {
              "        return self.net(x)\n"
              "torch.jit.script(Net()).save('" + dir.file("net.pt") + "')\n",
              dir);
-  auto m = make_classifier("torchscript:" + dir.file("net.pt"), 1);
+  auto m = make_classifier("torchscript:" + dir.file("net.pt"), 1, fashion);
   BOOST_TEST(parameter_names(*m).front() == "net.0.weight");
   auto data = test_images(64);
   const double before = loss_on(*m, *data);

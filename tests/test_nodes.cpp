@@ -17,6 +17,7 @@
 #include "storage/store.hpp"
 #include "node_testing.hpp"
 #include "process.hpp"
+#include "sample_sets.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
@@ -55,10 +56,7 @@ constexpr uint16_t first_port = 4101;
 
 /// 20 random images: a platform's data and the balancer's test set.
 std::shared_ptr<learning::dataset> tiny_set() {
-  auto d = std::make_shared<learning::dataset>();
-  d->images = torch::randn({20, 1, 28, 28});
-  d->labels = torch::randint(0, 10, {20}, torch::kLong);
-  return d;
+  return std::make_shared<learning::dataset>(test::random_images(20));
 }
 
 struct fixture {
@@ -181,8 +179,8 @@ struct fixture {
       pa.store = n.store;
       args.platforms.push_back(std::move(pa));
     }
-    args.balancer = balancer_args{balancer_settings::of(cfg, sizes), data, {}, false,
-                                  config::run_fingerprint(cfg), std::nullopt};
+    args.balancer = balancer_args{balancer_settings::of(cfg, sizes), data->describe(), data, {},
+                                  false, config::run_fingerprint(cfg), std::nullopt};
     args.start_balancer = start_balancer;
     args.load_run_state = [db] { return storage::load_run_state(*db); };
     n.node = spawn_node(sys, std::move(args));

@@ -26,12 +26,12 @@ std::string cluster_file(const temp_dir& dir, uint32_t epochs) {
        << "[data]\nformat = \"image-folder\"\n" << classes_toml
        << "[train]\nepochs = " << epochs << "\n"
        << "[strategy]\nname = \"gosgd\"\nschedule = \"sync\"\nexchange_probability = 0.3\n"
-       << "[storage]\ndir = \"" << (dir / "store").string() << "\"\n"
-       << "[output]\ndir = \"" << (dir / "runs").string() << "\"\n";
+       << "[storage]\ndir = \"" << (dir.path / "store").string() << "\"\n"
+       << "[output]\ndir = \"" << (dir.path / "runs").string() << "\"\n";
   for (auto name : {"a", "b", "c"})
     toml << "[[nodes]]\nname = \"" << name << "\"\nhost = \"127.0.0.1\"\nport = " << free_port()
          << "\n[[nodes.platforms]]\nname = \"p" << name << "\"\n";
-  const auto path = (dir / "cluster.toml").string();
+  const auto path = (dir.path / "cluster.toml").string();
   write_file(path, toml.str());
   return path;
 }
@@ -40,9 +40,9 @@ std::string cluster_file(const temp_dir& dir, uint32_t epochs) {
 /// classes (the project's script).
 void write_folders(const temp_dir& dir, int train, int test) {
   process p({"python3", std::string(EG_SOURCE_DIR) + "/scripts/fashion-mnist-folders.py",
-             (dir / "folders").string(), "--skew", "0.8", "--train", std::to_string(train),
+             (dir.path / "folders").string(), "--skew", "0.8", "--train", std::to_string(train),
              "--test", std::to_string(test)},
-            (dir / "folders.log").string());
+            (dir.path / "folders.log").string());
   BOOST_REQUIRE_MESSAGE(p.wait(std::chrono::seconds(300)) == 0, p.output());
 }
 
@@ -105,8 +105,8 @@ BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
   for (auto name : {"a", "b", "c"})
     nodes.push_back(std::make_unique<process>(
       std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name, "--data",
-                               (dir / "folders" / name).string()},
-      (dir / (std::string(name) + ".log")).string()));
+                               (dir.path / "folders" / name).string()},
+      (dir.path / (std::string(name) + ".log")).string()));
   for (auto& n : nodes) {
     auto code = n->wait(std::chrono::seconds(500));
     BOOST_TEST_INFO("node output:\n" << n->output());
@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
                std::string::npos);
     BOOST_TEST(n->output().find("/test'") != std::string::npos);
   }
-  auto run = only_run_dir((dir / "runs").string());
+  auto run = only_run_dir((dir.path / "runs").string());
   auto cluster = read_csv((run / "cluster.csv").string());
   BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
   const double averaged = std::stod(cluster.back()["averaged_accuracy"]);
@@ -131,10 +131,10 @@ BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
   }
   // Python's torch.jit.load of the export: the class names, the input shape,
   // and on the balancer node's test folder the accuracy the run reported.
-  write_file((dir / "check.py").string(), check_export_py);
-  process py({python, (dir / "check.py").string(), (run / "model_scripted.pt").string(),
-              (dir / "folders" / "a" / "test").string()},
-             (dir / "check.log").string());
+  write_file((dir.path / "check.py").string(), check_export_py);
+  process py({python, (dir.path / "check.py").string(), (run / "model_scripted.pt").string(),
+              (dir.path / "folders" / "a" / "test").string()},
+             (dir.path / "check.log").string());
   BOOST_REQUIRE_MESSAGE(py.wait(std::chrono::seconds(120)) == 0, py.output());
   const auto out = py.output();
   BOOST_TEST_INFO(out);
@@ -152,14 +152,14 @@ BOOST_AUTO_TEST_CASE(a_node_whose_data_has_a_class_outside_the_list_stops_naming
   temp_dir dir;
   const auto config = cluster_file(dir, 1);
   // One PGM image in a folder named for no class of the list.
-  std::filesystem::create_directories(dir / "mine" / "train" / "Hat");
+  std::filesystem::create_directories(dir.path / "mine" / "train" / "Hat");
   {
-    std::ofstream f((dir / "mine" / "train" / "Hat" / "1.pgm").string(), std::ios::binary);
+    std::ofstream f((dir.path / "mine" / "train" / "Hat" / "1.pgm").string(), std::ios::binary);
     f << "P5\n28 28\n255\n" << std::string(28 * 28, '\x40');
   }
   auto [code, out] = run_binary({"node", "--config", config, "--node", "a", "--data",
-                                 (dir / "mine").string()},
-                                (dir / "a.log").string(), std::chrono::seconds(60));
+                                 (dir.path / "mine").string()},
+                                (dir.path / "a.log").string(), std::chrono::seconds(60));
   BOOST_TEST_INFO(out);
   BOOST_TEST(code == 2);
   BOOST_TEST(out.find("'Hat'") != std::string::npos);
@@ -169,9 +169,9 @@ BOOST_AUTO_TEST_CASE(a_node_whose_data_has_a_class_outside_the_list_stops_naming
 BOOST_AUTO_TEST_CASE(a_missing_data_directory_stops_the_node_naming_it) {
   temp_dir dir;
   const auto config = cluster_file(dir, 1);
-  const auto missing = (dir / "nowhere").string();
+  const auto missing = (dir.path / "nowhere").string();
   auto [code, out] = run_binary({"node", "--config", config, "--node", "a", "--data", missing},
-                                (dir / "a.log").string(), std::chrono::seconds(60));
+                                (dir.path / "a.log").string(), std::chrono::seconds(60));
   BOOST_TEST_INFO(out);
   BOOST_TEST(code == 2);
   BOOST_TEST(out.find(missing) != std::string::npos);
@@ -183,20 +183,20 @@ BOOST_AUTO_TEST_CASE(a_platform_whose_data_has_another_shape_is_refused_at_join)
   const auto config = cluster_file(dir, 1);
   // Node c holds RGB 32 x 32 images of the same classes: another model.
   for (auto cls : {"Trouser", "Bag"}) {
-    std::filesystem::create_directories(dir / "rgb" / "train" / cls);
+    std::filesystem::create_directories(dir.path / "rgb" / "train" / cls);
     for (int i = 0; i < 4; ++i) {
-      std::ofstream f((dir / "rgb" / "train" / cls / (std::to_string(i) + ".ppm")).string(),
+      std::ofstream f((dir.path / "rgb" / "train" / cls / (std::to_string(i) + ".ppm")).string(),
                       std::ios::binary);
       f << "P6\n32 32\n255\n" << std::string(32 * 32 * 3, static_cast<char>(40 * i));
     }
   }
   std::vector<std::unique_ptr<process>> nodes;
   for (auto name : {"a", "b", "c"}) {
-    const auto data = std::string(name) == "c" ? dir / "rgb" : dir / "folders" / name;
+    const auto data = std::string(name) == "c" ? dir.path / "rgb" : dir.path / "folders" / name;
     nodes.push_back(std::make_unique<process>(
       std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name, "--data",
                                data.string()},
-      (dir / (std::string(name) + ".log")).string()));
+      (dir.path / (std::string(name) + ".log")).string()));
   }
   const bool refused = nodes[0]->wait_for_output("refused platform pc of node c",
                                                  std::chrono::seconds(120));

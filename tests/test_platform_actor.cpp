@@ -18,6 +18,7 @@
 #include "messages/codec.hpp"
 #include "storage/store.hpp"
 #include "actor_testing.hpp"
+#include "sample_sets.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <caf/all.hpp>
@@ -176,7 +177,8 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
     [self](kick_atom, const caf::actor& platform, const plan& p) {
       self->send(caf::actor_cast<platform_actor>(platform), plan_atom::value, p);
     },
-    [](join_atom, const std::string&, const std::string&, const caf::actor&, const caf::actor&) {},
+    [](join_atom, const std::string&, const std::string&, const caf::actor&, const caf::actor&,
+       const std::string&, uint64_t) {},
     [](failed_atom, const std::string&, const std::string&) {},
     [](server_atom, const std::string&) {},
     [rec](report_atom, const epoch_report& r) { rec->reports.push_back(r); },
@@ -195,12 +197,9 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
 std::shared_ptr<const learning::dataset> train_set() {
   static auto data = [] {
     torch::manual_seed(42);
-    auto d = std::make_shared<learning::dataset>();
-    d->images = torch::randn({200, 1, 28, 28});
     auto labels = torch::arange(200, torch::kLong) % 5;
     labels.slice(0, 100, 200).add_(5);
-    d->labels = labels;
-    return d;
+    return std::make_shared<const learning::dataset>(test::random_images(200, labels));
   }();
   return data;
 }
@@ -208,13 +207,15 @@ std::shared_ptr<const learning::dataset> train_set() {
 std::shared_ptr<const learning::dataset> test_set() {
   static auto data = [] {
     torch::manual_seed(43);
-    auto d = std::make_shared<learning::dataset>();
-    d->images = torch::randn({20, 1, 28, 28});
-    d->labels = torch::randint(0, 10, {20}, torch::kLong);
+    auto d = std::make_shared<learning::dataset>(test::random_images(20));
+    d->norm = train_set()->norm;  // as training normalises
     return d;
   }();
   return data;
 }
+
+/// Fashion-MNIST's model shape (the random images' too).
+const learning::model_shape fashion = learning::fashion_mnist_shape();
 
 struct rig_options {
   int64_t shard = 100;      // points 100 .. 100 + shard - 1
@@ -227,6 +228,8 @@ struct rig_options {
   config::topology_name topology = config::topology_name::uniform;
   int64_t overlap = 0;      // push-sum's tau (0: no waiting)
   int64_t gossip_every = 1; // push-sum's local steps per gossip round
+  bool with_test_set = true; // false: a node without test data
+  bool augment = false;      // data.augment: random crops and flips
 };
 
 /// Ends the actors it is given when it goes (a failed BOOST_REQUIRE
@@ -289,7 +292,8 @@ struct rig {
     a.members = {"p0", "p1", "p2", "p3"};
     a.seed = 1;
     a.train_set = train_set();
-    a.test_set = test_set();
+    a.test_set = o.with_test_set ? test_set() : nullptr;
+    a.augment = o.augment;
     a.shard.resize(static_cast<size_t>(o.shard));
     std::iota(a.shard.begin(), a.shard.end(), int64_t{100});
     a.mixer = ender.add(sys.spawn(fake_mixer, rec));
@@ -373,7 +377,7 @@ control_of(caf::scoped_actor& self, caf::scheduler::test_coordinator& sched,
 /// A model's parameters as a weights message, with gossip weight w and the
 /// sender's rate r (0: not given).
 held_weights model_weights(const std::string& model, uint64_t seed, double w, double r = 0) {
-  auto m = learning::make_classifier(model, seed);
+  auto m = learning::make_classifier(model, seed, fashion);
   held_weights h;
   h.sender = "p1";
   h.value.gossip_weight = w;
@@ -572,6 +576,31 @@ BOOST_FIXTURE_TEST_CASE(a_predictor_restores_saved_samples_and_survives_corrupt_
 
 // -- platform --------------------------------------------------------------------
 
+BOOST_FIXTURE_TEST_CASE(a_platform_without_test_data_trains_and_is_not_evaluated, fixture) {
+  // A node without test data, with augmented batches: an epoch trains, its
+  // report says it was not evaluated.
+  auto trained = [&](bool augment) {
+    rig_options o;
+    o.with_test_set = false;
+    o.augment = augment;
+    rig r{sys, self, sched, o};
+    send_plan(self, r, plan_of(0, 1.0, 1));
+    sched.run();
+    BOOST_REQUIRE_EQUAL(r.rec->reports.size(), 1u);
+    auto& rep = r.rec->reports[0];
+    BOOST_TEST(rep.samples == 100u);
+    BOOST_TEST(std::isfinite(rep.train_loss));
+    BOOST_TEST(rep.test_loss == -1.0);
+    BOOST_TEST(rep.test_accuracy == -1.0);
+    return tensors_of(weights_of(self, sched, r.platform));
+  };
+  const auto plain = trained(false);
+  const auto augmented = trained(true);
+  // The same plan (the same seed), other batches: other weights.
+  BOOST_TEST(!same(plain, augmented));
+  BOOST_TEST(same(augmented, trained(true)));  // augmentation is seeded
+}
+
 BOOST_FIXTURE_TEST_CASE(an_epoch_trains_its_share_and_reports_it_everywhere, fixture) {
   rig r{sys, self, sched};
   auto initial = tensors_of(weights_of(self, sched, r.platform));
@@ -633,7 +662,7 @@ BOOST_FIXTURE_TEST_CASE(an_epoch_trains_its_share_and_reports_it_everywhere, fix
   auto now = weights_of(self, sched, r.platform);
   auto trained = tensors_of(now);
   BOOST_TEST(!same(trained, initial));
-  auto restored = learning::make_classifier("logreg", 7);
+  auto restored = learning::make_classifier("logreg", 7, fashion);
   learning::load_model(*restored, cp.model);
   BOOST_TEST(same(learning::parameters(*restored), trained));
   BOOST_TEST(now.value.iteration == 3u);
@@ -1010,7 +1039,7 @@ BOOST_FIXTURE_TEST_CASE(control_checkpoints_on_request_and_refuses_other_verbs, 
   BOOST_TEST(rec.checkpoints[0].epochs == 0u);
   BOOST_TEST(rec.checkpoints[0].iterations == 0u);
   BOOST_TEST(rec.checkpoints[0].weight == 0.25);
-  auto initial = learning::make_classifier("logreg", 7);
+  auto initial = learning::make_classifier("logreg", 7, fashion);
   learning::load_model(*initial, rec.checkpoints[0].model);
   BOOST_TEST(same(learning::parameters(*initial), tensors_of(weights_of(self, sched, r.platform))));
   for (auto v : {messages::verb::snapshot, messages::verb::history}) {

@@ -1,4 +1,5 @@
 // links: eg_learning
+#include "learning/dataset.hpp"
 #include "learning/ranking.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -150,7 +151,7 @@ BOOST_AUTO_TEST_CASE(rank_by_loss_descending_nan_last) {
 }
 
 BOOST_AUTO_TEST_CASE(aggregated_losses_match_per_sample_cross_entropy) {
-  auto model = make_classifier("logreg", 1);
+  auto model = make_classifier("logreg", 1, fashion_mnist_shape());
   // More than one forward batch of 1000.
   const auto a = random_points(2300, 3);
   model->train();
@@ -173,7 +174,7 @@ BOOST_AUTO_TEST_CASE(aggregated_losses_match_per_sample_cross_entropy) {
 }
 
 BOOST_AUTO_TEST_CASE(aggregated_losses_leave_no_gradients_and_restore_the_mode) {
-  auto model = make_classifier("logreg", 2);
+  auto model = make_classifier("logreg", 2, fashion_mnist_shape());
   model->train();
   auto a = random_points(5, 4);
   aggregated_losses(*model, a);

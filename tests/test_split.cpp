@@ -6,6 +6,7 @@
 #include "learning/split_driver.hpp"
 #include "learning/trainer.hpp"
 
+#include "sample_sets.hpp"
 #include "tensor_testing.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -23,6 +24,10 @@ using namespace eg::learning;
 namespace {
 
 const std::string data_dir = "/usr/share/datasets/fashion-mnist";
+
+/// Fashion-MNIST's model shape: 1 x 28 x 28, 10 classes.
+const model_shape fashion = fashion_mnist_shape();
+constexpr int64_t num_classes = 10;
 
 // Checks that the exception's message holds all `parts`.
 template <typename E>
@@ -96,16 +101,16 @@ BOOST_AUTO_TEST_CASE(models_list_their_layers_and_shapes) {
   const std::vector<std::vector<int64_t>> conv8 = {{8, 14, 14}, {8, 14, 14}, {16, 7, 7},
                                                    {16, 7, 7},  {32, 3, 3},  {128},
                                                    {64},        {10}};
-  BOOST_TEST(activation_shape("lenet5", -1) == (std::vector<int64_t>{1, 28, 28}));
+  BOOST_TEST(activation_shape("lenet5", -1, fashion) == (std::vector<int64_t>{1, 28, 28}));
   for (const auto& [model, expected] : {std::pair{std::string("lenet5"), lenet},
                                         std::pair{std::string("conv8"), conv8}}) {
     const int64_t n = layer_count(model);
     auto x = torch::randn({3, 1, 28, 28});
     for (int64_t l = 0; l < n; ++l) {
-      BOOST_TEST(activation_shape(model, l) == expected[static_cast<size_t>(l)]);
+      BOOST_TEST(activation_shape(model, l, fashion) == expected[static_cast<size_t>(l)]);
       // Each layer alone maps its input shape to its output shape.
-      auto stage = make_stage(model, l, l, 1);
-      BOOST_TEST(stage->input_shape() == activation_shape(model, l - 1));
+      auto stage = make_stage(model, l, l, 1, fashion);
+      BOOST_TEST(stage->input_shape() == activation_shape(model, l - 1, fashion));
       x = stage->forward(x);
       std::vector<int64_t> got(x.sizes().begin() + 1, x.sizes().end());
       BOOST_TEST(got == expected[static_cast<size_t>(l)], model << " layer " << l);
@@ -113,14 +118,69 @@ BOOST_AUTO_TEST_CASE(models_list_their_layers_and_shapes) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(split_models_take_the_datas_shape_and_classes) {
+  // Colour images of 32 x 32 and 100 classes.
+  const model_shape cifar100{eg::data::sample_shape::image(3, 32, 32), 100};
+  const std::vector<std::vector<int64_t>> lenet = {{6, 16, 16}, {16, 6, 6}, {120}, {84}, {100}};
+  const std::vector<std::vector<int64_t>> conv8 = {{8, 16, 16}, {8, 16, 16}, {16, 8, 8},
+                                                   {16, 8, 8},  {32, 4, 4},  {128},
+                                                   {64},        {100}};
+  BOOST_TEST(activation_shape("conv8", -1, cifar100) == (std::vector<int64_t>{3, 32, 32}));
+  for (const auto& [model, expected] : {std::pair{std::string("lenet5"), lenet},
+                                        std::pair{std::string("conv8"), conv8}}) {
+    auto x = torch::randn({2, 3, 32, 32});
+    for (int64_t l = 0; l < layer_count(model); ++l) {
+      BOOST_TEST(activation_shape(model, l, cifar100) == expected[static_cast<size_t>(l)]);
+      auto stage = make_stage(model, l, l, 1, cifar100);
+      BOOST_TEST((stage->shape() == cifar100));
+      x = stage->forward(x);
+      std::vector<int64_t> got(x.sizes().begin() + 1, x.sizes().end());
+      BOOST_TEST(got == expected[static_cast<size_t>(l)], model << " layer " << l);
+    }
+  }
+  // The whole split LeNet-5 is the project's LeNet-5 for that shape too.
+  auto whole = make_classifier("lenet5", 11, cifar100);
+  auto stage = make_stage("lenet5", 0, 4, 11, cifar100);
+  BOOST_TEST(parameter_names(*stage) == parameter_names(*whole));
+  BOOST_TEST(all_equal(parameters(*stage), parameters(*whole)));
+  auto x = torch::randn({4, 3, 32, 32});
+  BOOST_TEST(torch::equal(stage->forward(x), whole->forward(x)));
+  // A pipeline for it: labels up to 99 are taken, 100 is not.
+  auto stages = make_pipeline("lenet5", {1}, 2, options(stage_mode::synthetic), cifar100);
+  BOOST_TEST(stages[0]->synthetic()->options().classes == 100);
+  auto y = torch::tensor({0, 42, 99, 7}, torch::kInt64);
+  auto h = stages[0]->forward(1, x, y).output;
+  BOOST_TEST(h.sizes().vec() == (std::vector<int64_t>{4, 16, 6, 6}));
+  auto l = stages[1]->loss_step(1, h, y);
+  BOOST_TEST(l.samples == 4);
+  BOOST_TEST(std::isfinite(l.loss));
+  BOOST_CHECK_EXCEPTION(stages[1]->loss_step(2, h, torch::full({4}, 100, torch::kInt64)),
+                        stage_error, message_with<stage_error>({"not in 0..99"}));
+
+  // Features, images too small, fewer than two classes: refused, naming the model.
+  using E = std::invalid_argument;
+  const model_shape wine{eg::data::sample_shape::features(13), 3};
+  BOOST_CHECK_EXCEPTION(make_stage("lenet5", 0, 1, 1, wine), E,
+                        message_with<E>({"lenet5", "13 features"}));
+  BOOST_CHECK_EXCEPTION(activation_shape("conv8", 0, wine), E,
+                        message_with<E>({"conv8", "13 features"}));
+  BOOST_CHECK_EXCEPTION(make_pipeline("lenet5", {1}, 1, options(stage_mode::backprop),
+                                      {eg::data::sample_shape::image(1, 8, 8), 10}),
+                        E, message_with<E>({"lenet5", "1x8x8"}));
+  BOOST_CHECK_EXCEPTION(
+    make_stage("lenet5", 0, 1, 1, {eg::data::sample_shape::image(1, 28, 28), 1}), E,
+    message_with<E>({"lenet5", "1 classes"}));
+}
+
 BOOST_AUTO_TEST_CASE(unknown_model_or_bad_range_is_refused) {
   using E = std::invalid_argument;
   BOOST_CHECK_EXCEPTION(layer_count("resnet"), E, message_with<E>({"resnet", "lenet5, conv8"}));
-  BOOST_CHECK_EXCEPTION(make_stage("resnet", 0, 1, 1), E, message_with<E>({"resnet"}));
-  BOOST_CHECK_EXCEPTION(make_stage("lenet5", 0, 5, 1), E, message_with<E>({"0..5", "5 layers"}));
-  BOOST_CHECK_EXCEPTION(make_stage("lenet5", 3, 2, 1), E, message_with<E>({"3..2"}));
-  BOOST_CHECK_EXCEPTION(make_stage("conv8", -1, 2, 1), E, message_with<E>({"-1..2"}));
-  BOOST_CHECK_EXCEPTION(activation_shape("lenet5", 5), E, message_with<E>({"layer 5"}));
+  BOOST_CHECK_EXCEPTION(make_stage("resnet", 0, 1, 1, fashion), E, message_with<E>({"resnet"}));
+  BOOST_CHECK_EXCEPTION(make_stage("lenet5", 0, 5, 1, fashion), E,
+                        message_with<E>({"0..5", "5 layers"}));
+  BOOST_CHECK_EXCEPTION(make_stage("lenet5", 3, 2, 1, fashion), E, message_with<E>({"3..2"}));
+  BOOST_CHECK_EXCEPTION(make_stage("conv8", -1, 2, 1, fashion), E, message_with<E>({"-1..2"}));
+  BOOST_CHECK_EXCEPTION(activation_shape("lenet5", 5, fashion), E, message_with<E>({"layer 5"}));
   BOOST_CHECK_EXCEPTION(stage_ranges("lenet5", {2, 1}), E, message_with<E>({"cut after layer 1"}));
   BOOST_CHECK_EXCEPTION(stage_ranges("lenet5", {4}), E, message_with<E>({"0..3"}));
   BOOST_CHECK_THROW(parse_stage_mode("async"), E);
@@ -129,14 +189,14 @@ BOOST_AUTO_TEST_CASE(unknown_model_or_bad_range_is_refused) {
 }
 
 BOOST_AUTO_TEST_CASE(whole_lenet5_stage_is_the_project_lenet5) {
-  auto whole = make_classifier("lenet5", 11);
-  auto stage = make_stage("lenet5", 0, 4, 11);
+  auto whole = make_classifier("lenet5", 11, fashion);
+  auto stage = make_stage("lenet5", 0, 4, 11, fashion);
   BOOST_TEST(parameter_names(*stage) == parameter_names(*whole));
   BOOST_TEST(all_equal(parameters(*stage), parameters(*whole)));
   auto [x, y] = random_batch(8, 3);
   BOOST_TEST(torch::equal(stage->forward(x), whole->forward(x)));
   // The stages of a split hold the whole model's layers.
-  auto upper = make_stage("lenet5", 2, 4, 11);
+  auto upper = make_stage("lenet5", 2, 4, 11, fashion);
   BOOST_TEST(parameter_names(*upper) ==
              (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
                                        "fc3.weight", "fc3.bias"}));
@@ -152,6 +212,7 @@ BOOST_AUTO_TEST_CASE(sg_module_starts_at_zero) {
   for (bool conditioned : {false, true}) {
     synthetic_gradient_options o;
     o.conditioned = conditioned;
+    o.classes = num_classes;
     for (int64_t layers : {0, 1, 2}) {
       o.layers = layers;
       synthetic_gradient mlp({84}, o, 1);
@@ -241,6 +302,7 @@ BOOST_AUTO_TEST_CASE(sg_module_conditioned_uses_the_label) {
   auto run = [&](bool conditioned) {
     synthetic_gradient_options o;
     o.conditioned = conditioned;
+    o.classes = num_classes;
     o.hidden = 64;
     o.lr = 3e-3;
     o.scaling = sg_scaling::none;  // targets of order 1
@@ -259,9 +321,20 @@ BOOST_AUTO_TEST_CASE(sg_module_conditioned_uses_the_label) {
   BOOST_TEST(with < without / 10);
   synthetic_gradient_options o;
   o.conditioned = true;
+  // cDNI's one-hot label needs the data's class count.
+  BOOST_CHECK_EXCEPTION(synthetic_gradient({16}, o, 1), std::invalid_argument,
+                        message_with<std::invalid_argument>({"class count"}));
+  o.classes = num_classes;
   synthetic_gradient sg({16}, o, 1);
   BOOST_CHECK_EXCEPTION(sg.predict(torch::randn({4, 16}), {}), stage_error,
                         message_with<stage_error>({"cDNI needs labels [4]"}));
+  // Of other class counts: a label map of that many columns.
+  o.classes = 100;
+  synthetic_gradient hundred({16}, o, 1);
+  auto y = torch::tensor({0, 57, 99}, torch::kInt64);
+  BOOST_TEST(hundred.predict(torch::randn({3, 16}), y).sizes().vec() ==
+             (std::vector<int64_t>{3, 16}));
+  BOOST_TEST(std::isfinite(hundred.train(torch::randn({3, 16}), y, torch::randn({3, 16}))));
 }
 
 // --- backprop split == whole model -------------------------------------------------
@@ -276,10 +349,11 @@ BOOST_AUTO_TEST_CASE(backprop_split_matches_the_whole_model) {
       // The whole model: one stage of all layers, and (for lenet5) the
       // project's own LeNet-5.
       auto whole = model == "lenet5" ? std::static_pointer_cast<classifier>(
-                                           make_classifier("lenet5", 17))
+                                           make_classifier("lenet5", 17, fashion))
                                      : std::static_pointer_cast<classifier>(
-                                           make_stage(model, 0, layer_count(model) - 1, 17));
-      auto stages = make_pipeline(model, cuts, 17, options(stage_mode::backprop));
+                                           make_stage(model, 0, layer_count(model) - 1, 17,
+                                                      fashion));
+      auto stages = make_pipeline(model, cuts, 17, options(stage_mode::backprop), fashion);
       BOOST_TEST(pipeline_parameter_names(stages) == parameter_names(*whole));
       BOOST_TEST(all_equal(pipeline_parameters(stages), parameters(*whole)));
 
@@ -334,9 +408,9 @@ BOOST_AUTO_TEST_CASE(backprop_split_matches_the_whole_model) {
 BOOST_AUTO_TEST_CASE(whole_model_as_one_stage_steps_like_local_trainer_sgd) {
   // The baseline: one stage of all layers trains as torch's SGD would.
   auto [x, y] = random_batch(16, 4);
-  auto stages = make_pipeline("lenet5", {}, 3, options(stage_mode::backprop));
+  auto stages = make_pipeline("lenet5", {}, 3, options(stage_mode::backprop), fashion);
   BOOST_REQUIRE_EQUAL(stages.size(), 1u);
-  auto reference = make_classifier("lenet5", 3);
+  auto reference = make_classifier("lenet5", 3, fashion);
   torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   for (int i = 0; i < 3; ++i) {
     auto l = stages[0]->loss_step(static_cast<uint64_t>(i), x, y);
@@ -358,7 +432,7 @@ BOOST_AUTO_TEST_CASE(stage_refuses_bad_messages) {
     BOOST_TEST_CONTEXT(to_string(mode)) {
       stage_options o = options(mode);
       o.max_in_flight = 2;
-      auto stages = make_pipeline("lenet5", {0, 2}, 1, o);  // conv1 | conv2 fc1 | fc2 fc3
+      auto stages = make_pipeline("lenet5", {0, 2}, 1, o, fashion);  // conv1 | conv2 fc1 | fc2 fc3
       auto& middle = *stages[1];
       auto [x, y] = random_batch(4, 2);
       auto h = stages[0]->forward(1, x, y).output;  // [4, 6, 14, 14]
@@ -422,8 +496,11 @@ BOOST_AUTO_TEST_CASE(synthetic_mode_updates_at_once_and_hands_a_gradient_down) {
   sg.gate_rate = 0;  // predictions as learnt, from the first target on
   stage_options o = options(stage_mode::synthetic);
   o.synthetic = sg;
-  auto stages = make_pipeline("lenet5", {0, 2}, 5, o);
+  auto stages = make_pipeline("lenet5", {0, 2}, 5, o, fashion);
   BOOST_TEST(stages[0]->synthetic() != nullptr);
+  // The stages' SG modules are conditioned on the data's classes.
+  BOOST_TEST(stages[0]->synthetic()->options().classes == num_classes);
+  BOOST_TEST(stages[1]->synthetic()->options().classes == num_classes);
   BOOST_TEST(stages[1]->synthetic() != nullptr);
   BOOST_TEST(stages[2]->synthetic() == nullptr);  // the last stage holds the loss
   auto [x, y] = random_batch(8, 6);
@@ -467,9 +544,10 @@ BOOST_AUTO_TEST_CASE(synthetic_split_lenet5_trains) {
   torch::set_num_threads(1);
   auto train = load_fashion_mnist(data_dir, eg::learning::split::train, 6000);
   auto test = load_fashion_mnist(data_dir, eg::learning::split::test, 2000);
+  test.norm = train.norm;  // the test images normalised as the training images are
   stage_options o = options(stage_mode::synthetic);
   o.sgd.lr = 0.01;
-  auto stages = make_pipeline("lenet5", {1}, 1, o);
+  auto stages = make_pipeline("lenet5", {1}, 1, o, fashion);
   auto lower_before = snapshot(stages[0]->parameters());
   const double chance = evaluate(stages, test).accuracy;
   std::mt19937_64 rng(1);
@@ -501,16 +579,14 @@ BOOST_AUTO_TEST_CASE(pipeline_with_late_gradients_runs_in_both_modes) {
   // Gradients three batches late: in backprop mode a stage recomputes a
   // batch whose graph its own steps made stale.
   torch::manual_seed(3);
-  dataset d;
-  d.images = torch::randn({96, 1, 28, 28});
-  d.labels = torch::randint(0, num_classes, {96}, torch::kInt64);
+  const dataset d = eg::test::random_images(96);
   std::vector<int64_t> all(96);
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = static_cast<int64_t>(i);
   std::mt19937_64 rng(2);
   auto plan = shuffled_plan(all, 16, 1.0, rng);
   for (auto mode : {stage_mode::backprop, stage_mode::synthetic}) {
-    auto stages = make_pipeline("conv8", {1, 4}, 2, options(mode));
+    auto stages = make_pipeline("conv8", {1, 4}, 2, options(mode), fashion);
     auto before = snapshot(pipeline_parameters(stages));
     auto r = train_pipeline(stages, d, plan, 3);
     BOOST_TEST(r.batches == 6);
@@ -522,7 +598,7 @@ BOOST_AUTO_TEST_CASE(pipeline_with_late_gradients_runs_in_both_modes) {
   }
   stage_options o = options(stage_mode::synthetic);
   o.max_in_flight = 2;
-  auto stages = make_pipeline("lenet5", {1}, 2, o);
+  auto stages = make_pipeline("lenet5", {1}, 2, o, fashion);
   BOOST_CHECK_THROW(train_pipeline(stages, d, plan, 3), std::invalid_argument);
 }
 
@@ -533,18 +609,16 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_refusals) {
   sg.conditioned = true;
   stage_options o = options(stage_mode::synthetic);
   o.synthetic = sg;
-  auto a = make_pipeline("lenet5", {2}, 1, o);
+  auto a = make_pipeline("lenet5", {2}, 1, o, fashion);
   torch::manual_seed(4);
-  dataset d;
-  d.images = torch::randn({64, 1, 28, 28});
-  d.labels = torch::randint(0, num_classes, {64}, torch::kInt64);
+  const dataset d = eg::test::random_images(64);
   std::vector<int64_t> all(64);
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = static_cast<int64_t>(i);
   std::mt19937_64 rng(3);
   train_pipeline(a, d, shuffled_plan(all, 16, 1.0, rng), 1);
 
-  auto b = make_pipeline("lenet5", {2}, 99, o);  // other initial values
+  auto b = make_pipeline("lenet5", {2}, 99, o, fashion);  // other initial values
   for (size_t k = 0; k < a.size(); ++k)
     b[k]->load(a[k]->save());
   BOOST_TEST(all_equal(snapshot(pipeline_parameters(a)), snapshot(pipeline_parameters(b))));
@@ -574,10 +648,10 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_refusals) {
                         message_with<stage_error>({"cannot load the stage checkpoint"}));
   BOOST_CHECK_EXCEPTION(b[0]->load(a[1]->save()), stage_error,
                         message_with<stage_error>({"lenet5 layers 3..4", "lenet5 layers 0..2"}));
-  auto backprop = make_pipeline("lenet5", {2}, 1, options(stage_mode::backprop));
+  auto backprop = make_pipeline("lenet5", {2}, 1, options(stage_mode::backprop), fashion);
   BOOST_CHECK_EXCEPTION(b[0]->load(backprop[0]->save()), stage_error,
                         message_with<stage_error>({"backprop", "synthetic"}));
-  auto other = make_pipeline("conv8", {2}, 1, o);
+  auto other = make_pipeline("conv8", {2}, 1, o, fashion);
   BOOST_CHECK_EXCEPTION(b[0]->load(other[0]->save()), stage_error,
                         message_with<stage_error>({"conv8"}));
   BOOST_TEST(all_equal(kept, snapshot(b[0]->parameters())));
@@ -723,7 +797,7 @@ BOOST_AUTO_TEST_CASE(driver_epoch_plans_depend_on_seed_and_epoch_only) {
 BOOST_AUTO_TEST_CASE(stage_forgets_batches_the_pipeline_lost) {
   stage_options o;
   o.mode = stage_mode::backprop;
-  auto stages = make_pipeline("lenet5", {1}, 3, o);
+  auto stages = make_pipeline("lenet5", {1}, 3, o, fashion);
   auto x = torch::randn({4, 1, 28, 28});
   auto y = torch::tensor({1, 2, 3, 4}, torch::kLong);
   stages[0]->forward(5, x, y);
@@ -731,7 +805,7 @@ BOOST_AUTO_TEST_CASE(stage_forgets_batches_the_pipeline_lost) {
   stages[0]->forward(9, x, y);
   BOOST_TEST(stages[0]->forget_before(7) == 2u);
   BOOST_TEST(stages[0]->in_flight() == 1u);
-  auto shape = activation_shape("lenet5", 1);
+  auto shape = activation_shape("lenet5", 1, fashion);
   shape.insert(shape.begin(), 4);
   BOOST_CHECK_THROW(stages[0]->backward(5, torch::zeros(shape)), stage_error);
   stages[0]->backward(9, torch::zeros(shape));  // a batch still in flight

@@ -25,16 +25,17 @@ namespace {
 
 const std::string data_dir = "/usr/share/datasets/fashion-mnist";
 
-struct data {
+struct fashion_data {
   std::shared_ptr<const learning::dataset> train, test;
 };
 
-const data& fashion() {
-  static data d = [] {
-    data x;
+const fashion_data& fashion() {
+  static fashion_data d = [] {
+    fashion_data x;
     x.train = std::make_shared<learning::dataset>(
       learning::load_fashion_mnist(data_dir, learning::split::train, 4096));
     auto test = learning::load_fashion_mnist(data_dir, learning::split::test, 2000);
+    test.norm = x.train->norm;  // the test images normalised as the training images are
     x.test = std::make_shared<learning::dataset>(std::move(test));
     return x;
   }();
@@ -54,7 +55,7 @@ struct pipeline {
     sys = std::make_unique<caf::actor_system>(cfg);
     learning::stage_options o;
     o.mode = mode;
-    trainers = learning::make_pipeline(model, cuts, 1, o);
+    trainers = learning::make_pipeline(model, cuts, 1, o, learning::shape_of(*fashion().train));
     for (size_t k = 0; k < trainers.size(); ++k) {
       stage_args a;
       a.trainer = trainers[k];
