@@ -33,11 +33,13 @@ std::function<int()> add_subcommand(CLI::App& app) {
                                             "aggregator costs and accuracy), predictor (prediction "
                                             "error under co-runners), scale (platforms per "
                                             "process, node processes), split (one model across "
-                                            "stages: whole, backprop, synthetic gradients)");
+                                            "stages: whole, backprop, synthetic gradients), data "
+                                            "(image decoding, warm-cache start-up, memory per "
+                                            "sample, training from bytes)");
   bench->add_option("name", st->name, "benchmark to run")
     ->required()
     ->check(CLI::IsMember({"tta", "traffic", "framework", "transport", "aggregation", "predictor",
-                           "scale", "split"}));
+                           "scale", "split", "data"}));
   bench->add_option("-c,--config", st->tta_opt.config_file,
                     "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
   bench->add_option("--profile", st->tta_opt.profile,
@@ -169,6 +171,8 @@ std::function<int()> add_subcommand(CLI::App& app) {
     }
     if (st->name == "transport")
       return transport(st->opt, st->transport_opt);
+    if (st->name == "data")
+      return data(st->opt);
     return framework(st->opt);
   };
 }

@@ -87,7 +87,9 @@ node_data load(const source& src, const read_options& options, int64_t train_lim
   } else if (!layout) {
     const std::string format =
       src.format == "auto" ? detect_format(src.dir, split::train) : src.format;
-    if (reader_for(format).holds(src.dir, split::test)) {
+    // An image folder has no test files of its own: root/<class>/ is all
+    // training data (its test split is a test/ folder beside train/).
+    if (format != "image-folder" && reader_for(format).holds(src.dir, split::test)) {
       t.which = split::test;
       test = read_split(src.dir, format, t);
       out.test_from = "the " + format + " test files of '" + src.dir + "'";
