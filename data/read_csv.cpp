@@ -89,8 +89,9 @@ std::string csv_file(const std::string& dir, split which, bool strict) {
 
 bool holds(const std::string& dir, split which) { return !csv_file(dir, which, false).empty(); }
 
-/// A number filling the whole field (a leading + allowed).
-bool parse_number(std::string_view s, double& v) {
+/// A number (double or integer) filling the whole field (a leading + allowed).
+template <class T>
+bool parse_whole(std::string_view s, T& v) {
   if (!s.empty() && s[0] == '+')
     s.remove_prefix(1);
   if (s.empty())
@@ -99,14 +100,8 @@ bool parse_number(std::string_view s, double& v) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-bool parse_integer(std::string_view s, int64_t& v) {
-  if (!s.empty() && s[0] == '+')
-    s.remove_prefix(1);
-  if (s.empty())
-    return false;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && end == s.data() + s.size();
-}
+bool parse_number(std::string_view s, double& v) { return parse_whole(s, v); }
+bool parse_integer(std::string_view s, int64_t& v) { return parse_whole(s, v); }
 
 bool is_number(const std::string& s) {
   double v = 0;
