@@ -81,8 +81,11 @@ config::cluster_config as_one_process(const config::cluster_config& cfg) {
   return one;
 }
 
-std::vector<double> resolved_shares(const config::cluster_config& cfg) {
-  auto ps = cfg.platforms();
+namespace {
+
+/// Shares of `ps`: explicit ones, the rest split equally among those
+/// without one.
+std::vector<double> resolve_shares(const std::vector<config::platform_config>& ps) {
   double given = 0;
   size_t unset = 0;
   for (auto& p : ps) {
@@ -94,6 +97,12 @@ std::vector<double> resolved_shares(const config::cluster_config& cfg) {
     shares.push_back(p.share > 0 ? p.share
                                  : std::max(0.0, 1.0 - given) / static_cast<double>(unset));
   return shares;
+}
+
+} // namespace
+
+std::vector<double> resolved_shares(const config::cluster_config& cfg) {
+  return resolve_shares(cfg.platforms());
 }
 
 void tune_allocator() {
@@ -163,6 +172,36 @@ loaded_data load_node_data(const config::cluster_config& cfg, const config::node
   out.train = std::move(r.train);
   out.test = std::move(r.test);
   out.test_from = out.test ? r.test_from : "none (" + r.test_from + ")";
+  return out;
+}
+
+/// Every platform's shard of `train` (by cfg.platforms() order, `all`): a
+/// node with data of its own splits it among its own platforms by their
+/// shares (the other nodes' platforms have no shard here); else every node
+/// derives the same partition of the cluster's data from the seed.
+learning::shards partition_shards(const config::cluster_config& cfg,
+                                  const config::node_config& me,
+                                  const std::vector<config::platform_config>& all,
+                                  const learning::dataset& train, bool own) {
+  const auto labels = train.label_vector();
+  auto split = [&](const std::vector<double>& shares) {
+    return cfg.data.partition == "dirichlet"
+             ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
+                                             train.num_classes(), cfg.seed)
+             : learning::partition_iid(labels, shares, cfg.seed);
+  };
+  if (!own)
+    return split(resolved_shares(cfg));
+  auto shares = resolve_shares(me.platforms);
+  const double total = std::accumulate(shares.begin(), shares.end(), 0.0);
+  for (auto& x : shares)
+    x = total > 0 ? x / total : 1.0 / static_cast<double>(shares.size());
+  const auto local = split(shares);
+  learning::shards out(all.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t k = 0; k < me.platforms.size(); ++k)
+      if (me.platforms[k].name == all[i].name)
+        out[i] = local[k];
   return out;
 }
 
@@ -541,41 +580,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     std::vector<std::string> local_names;
     for (auto& p : me.platforms)
       local_names.push_back(p.name);
-    auto labels = train->label_vector();
-    if (loaded.own) {
-      // Its own data among its own platforms, by their shares; the other
-      // nodes' platforms have no shard here.
-      std::vector<double> shares;
-      for (auto& p : me.platforms)
-        shares.push_back(p.share);
-      double given = 0;
-      size_t unset = 0;
-      for (auto x : shares) {
-        given += x;
-        unset += x > 0 ? 0 : 1;
-      }
-      for (auto& x : shares)
-        if (x <= 0)
-          x = unset ? std::max(0.0, 1.0 - std::min(1.0, given)) / static_cast<double>(unset) : 0;
-      const double total = std::accumulate(shares.begin(), shares.end(), 0.0);
-      for (auto& x : shares)
-        x = total > 0 ? x / total : 1.0 / static_cast<double>(shares.size());
-      auto local = cfg.data.partition == "dirichlet"
-                     ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
-                                                     train->num_classes(), cfg.seed)
-                     : learning::partition_iid(labels, shares, cfg.seed);
-      shards.assign(all.size(), {});
-      for (size_t i = 0; i < all.size(); ++i)
-        for (size_t k = 0; k < me.platforms.size(); ++k)
-          if (me.platforms[k].name == all[i].name)
-            shards[i] = local[k];
-    } else {
-      auto shares = resolved_shares(cfg);
-      shards = cfg.data.partition == "dirichlet"
-                 ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
-                                                 train->num_classes(), cfg.seed)
-                 : learning::partition_iid(labels, shares, cfg.seed);
-    }
+    shards = partition_shards(cfg, me, all, *train, loaded.own);
     if (cfg.strategy.edgegossip())
       aggregated = aggregate_local(cfg, all, shards, *train, local_names, *db);
     for (size_t i = 0; i < all.size(); ++i)

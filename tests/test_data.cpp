@@ -796,7 +796,7 @@ BOOST_AUTO_TEST_CASE(auto_detection_picks_each_format) {
   write_npy(dir / "n/x_train.npy", "<f4", {2, 1}, f.data(), 8);
   write_npy(dir / "n/y_train.npy", "<i8", {2}, y.data(), 16);
   write_png(dir / "i/cat/a.png", 3, 3, 1, 0);
-  write_text(dir / "i/readme.md", "images");
+  write_text(dir / "i/notes.txt", "images");  // not an image: ignored
   fs::create_directories(dir.path / "split/train/cat");  // train/ and test/: not a folder of classes
   write_png(dir / "split/train/cat/a.png", 3, 3, 1, 0);
   BOOST_TEST(detect_format(dir / "c", split::test) == "cifar");
