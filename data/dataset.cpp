@@ -104,32 +104,35 @@ torch::Tensor as_values(const dataset&, const torch::Tensor& raw) {
   return raw.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
 }
 
-torch::Tensor normalised(const dataset& d, torch::Tensor x) {
-  if (d.norm.empty())
-    return x;
-  const auto channels = static_cast<int64_t>(d.norm.mean.size());
-  auto mean = torch::tensor(std::vector<float>(d.norm.mean.begin(), d.norm.mean.end()));
-  auto sd = torch::tensor(std::vector<float>(d.norm.std.begin(), d.norm.std.end()));
-  if (d.images()) {
-    mean = mean.view({1, channels, 1, 1});
-    sd = sd.view({1, channels, 1, 1});
-  } else {
-    mean = mean.view({1, channels});
-    sd = sd.view({1, channels});
-  }
-  return x.sub_(mean).div_(sd);
-}
-
 } // namespace
 
+std::pair<torch::Tensor, torch::Tensor> dataset::norm_tensors(torch::Device device) const {
+  if (norm.empty())
+    return {};
+  const auto channels = static_cast<int64_t>(norm.mean.size());
+  auto mean = torch::tensor(std::vector<float>(norm.mean.begin(), norm.mean.end()));
+  auto sd = torch::tensor(std::vector<float>(norm.std.begin(), norm.std.end()));
+  const std::vector<int64_t> view =
+    images() ? std::vector<int64_t>{1, channels, 1, 1} : std::vector<int64_t>{1, channels};
+  return {mean.view(view).to(device), sd.view(view).to(device)};
+}
+
+torch::Tensor dataset::input(const torch::Tensor& raw,
+                             const std::pair<torch::Tensor, torch::Tensor>& norm_on_device) const {
+  auto x = as_values(*this, raw);
+  if (norm_on_device.first.defined())
+    x.sub_(norm_on_device.first).div_(norm_on_device.second);
+  return x;
+}
+
 torch::Tensor dataset::batch(const torch::Tensor& indices) const {
-  return normalised(*this, as_values(*this, samples.index_select(0, indices)));
+  return input(samples.index_select(0, indices), norm_tensors(torch::kCPU));
 }
 
 torch::Tensor dataset::range(int64_t begin, int64_t end) const {
   begin = std::clamp<int64_t>(begin, 0, size());
   end = std::clamp<int64_t>(end, begin, size());
-  return normalised(*this, as_values(*this, samples.narrow(0, begin, end - begin)));
+  return input(samples.narrow(0, begin, end - begin), norm_tensors(torch::kCPU));
 }
 
 std::vector<int64_t> dataset::label_vector() const {

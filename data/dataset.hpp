@@ -58,6 +58,13 @@ public:
   torch::Tensor range(int64_t begin, int64_t end) const;
   /// Every sample likewise (small sets: tests, aggregation).
   torch::Tensor all() const { return range(0, size()); }
+  /// `norm` as tensors on `device`, shaped to broadcast over a batch
+  /// ([1, C, 1, 1] or [1, F]); both undefined when there is none.
+  std::pair<torch::Tensor, torch::Tensor> norm_tensors(torch::Device device) const;
+  /// Rows of `samples` (on any device, e.g. a copy of the set on a GPU) as
+  /// float32 input there, normalised with norm_tensors() of that device.
+  torch::Tensor input(const torch::Tensor& raw,
+                      const std::pair<torch::Tensor, torch::Tensor>& norm_on_device) const;
   /// The labels as a vector.
   std::vector<int64_t> label_vector() const;
   /// Samples per class.

@@ -48,6 +48,37 @@ T required(T p, const char* what) {
   return p;
 }
 
+/// Whether the parameters can live in one flat buffer: all float32.
+bool flattenable(const std::vector<torch::Tensor>& params) {
+  if (params.empty())
+    return false;
+  for (const auto& p : params)
+    if (!p.defined() || p.scalar_type() != torch::kFloat32)
+      return false;
+  return true;
+}
+
+/// One buffer of `options` holding `params` end to end; each parameter
+/// becomes a view of it (the same tensor: modules, optimizers and gossip
+/// keep their handles), its values copied in when `copy_values`.
+torch::Tensor flatten_into(const std::vector<torch::Tensor>& params,
+                           const torch::TensorOptions& options, bool copy_values) {
+  int64_t total = 0;
+  for (const auto& p : params)
+    total += p.numel();
+  auto flat = torch::empty({total}, options);
+  torch::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (const auto& p : params) {
+    auto view = flat.narrow(0, at, p.numel()).view(p.sizes());
+    if (copy_values)
+      view.copy_(p.detach());
+    p.set_data(view);
+    at += p.numel();
+  }
+  return flat;
+}
+
 /// The model that steps on `device`: `model` itself on the CPU, else a
 /// model of the same name moved there (its weights are copied in before
 /// each step).
@@ -102,10 +133,51 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
     if (i < 0 || i >= n)
       throw std::invalid_argument("local_trainer: sample " + std::to_string(i) +
                                   " is not in the training set of " + std::to_string(n));
-  if (replica_ != model_)
+  if (replica_ != model_) {
     replica_params_ = replica_->parameters();
+    if (replica_params_.size() != params_.size())
+      throw std::logic_error("local_trainer: the replica of '" + model_->model_name() +
+                             "' has other parameters than the model");
+    if (flattenable(params_) && flattenable(replica_params_)) {
+      // The replica's values come from the model before every step.
+      device_flat_ = flatten_into(replica_params_, replica_params_.front().options(), false);
+      gather_host();
+    }
+    // The training set stays as it is stored (bytes for images): a step
+    // converts and normalises its batch on the device.
+    device_samples_ = train_->samples.to(device_);
+    device_labels_ = train_->labels.to(device_);
+    host_labels_ = train_->labels.contiguous();
+  }
+  norm_ = train_->norm_tensors(device_);
   model_->train();
   replica_->train();
+}
+
+bool local_trainer::gather_host() {
+  if (host_flat_.defined()) {
+    bool moved = false;
+    for (size_t i = 0; i < params_.size() && !moved; ++i)
+      moved = params_[i].data_ptr() != host_at_[i];
+    if (!moved)
+      return false;
+  }
+  // A fresh buffer: whoever holds the old one (a message in flight) keeps
+  // what it holds.
+  host_flat_ = flatten_into(params_, params_.front().options().pinned_memory(true), true);
+  host_at_.clear();
+  for (const auto& p : params_)
+    host_at_.push_back(p.data_ptr());
+  return true;
+}
+
+bool local_trainer::host_written() const {
+  if (host_version_.size() != params_.size())
+    return true;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i]._version() != host_version_[i])
+      return true;
+  return false;
 }
 
 double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint32_t epochs) {
@@ -141,6 +213,24 @@ void local_trainer::begin_epoch(epoch_plan plan) {
   plan_ = std::move(plan);
   next_ = 0;
   class_samples_.assign(static_cast<size_t>(train_->num_classes()), 0);
+  if (!replica_params_.empty()) {
+    // The whole epoch's indices to the device at once: a step then selects
+    // its batch there.
+    std::vector<int64_t> all;
+    all.reserve(static_cast<size_t>(plan_.samples()));
+    batch_start_.clear();
+    for (const auto& b : plan_.batches) {
+      batch_start_.push_back(static_cast<int64_t>(all.size()));
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    const int64_t n = train_->size();
+    for (int64_t i : all)
+      if (i < 0 || i >= n)
+        throw std::invalid_argument("local_trainer: sample " + std::to_string(i) +
+                                    " is not in the training set of " + std::to_string(n));
+    device_plan_ = torch::from_blob(all.data(), {static_cast<int64_t>(all.size())}, torch::kInt64)
+                     .to(device_);
+  }
 }
 
 bool local_trainer::epoch_done() const { return next_ >= plan_.batches.size(); }
@@ -152,12 +242,14 @@ size_t local_trainer::remaining() const {
 step_result local_trainer::step() {
   if (epoch_done())
     throw std::logic_error("local_trainer::step: the epoch's plan is used up");
+  if (!replica_params_.empty())
+    return device_step();
   auto& batch = plan_.batches[next_++];
   const auto start = std::chrono::steady_clock::now();
 
   auto index = torch::from_blob(batch.data(), {static_cast<int64_t>(batch.size())}, torch::kInt64);
   // The samples as bytes (images) or features, normalised for this batch.
-  auto x = train_->batch(index);
+  auto x = train_->input(train_->samples.index_select(0, index), norm_);
   if (opt_.augment && train_->images())
     x = data::augment(x, opt_.augment_seed * 0x9e3779b97f4a7c15ull + steps_);
   ++steps_;
@@ -170,31 +262,78 @@ step_result local_trainer::step() {
         ++class_samples_[static_cast<size_t>(label[k])];
   }
 
-  if (!replica_params_.empty()) {
-    // The weights to the GPU (gossip may have changed them since the last
-    // step), the batch with them.
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i)
-      replica_params_[i].copy_(params_[i], /*non_blocking=*/false);
-    x = x.to(device_);
-    y = y.to(device_);
-  }
   optimizer_.zero_grad();
   auto loss = torch::nn::functional::cross_entropy(replica_->forward(x), y);
   loss.backward();
   loans_.before_write(params_);
   optimizer_.step();
-  if (!replica_params_.empty()) {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i)
-      params_[i].copy_(replica_params_[i]);
-  }
 
   step_result r;
   r.loss = loss.item<double>();
   r.samples = static_cast<int64_t>(batch.size());
   r.compute_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+step_result local_trainer::device_step() {
+  const size_t k = next_++;
+  const auto& batch = plan_.batches[k];
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const auto* label = host_labels_.data_ptr<int64_t>();
+    const auto classes = static_cast<int64_t>(class_samples_.size());
+    for (int64_t i : batch)
+      if (label[i] >= 0 && label[i] < classes)
+        ++class_samples_[static_cast<size_t>(label[i])];
+  }
+  {
+    // The weights to the device when anything wrote them since the last
+    // step (a merge, a checkpoint loaded): one copy, queued before the
+    // step's work. Otherwise the device holds them already: they are what
+    // the last step copied back.
+    torch::NoGradGuard no_grad;
+    if (host_flat_.defined()) {
+      const bool regathered = gather_host();
+      if (regathered || host_written())
+        device_flat_.copy_(host_flat_, /*non_blocking=*/true);
+    } else {
+      for (size_t i = 0; i < params_.size(); ++i)
+        replica_params_[i].copy_(params_[i]);
+    }
+  }
+  auto index = device_plan_.narrow(0, batch_start_[k], static_cast<int64_t>(batch.size()));
+  auto x = train_->input(device_samples_.index_select(0, index), norm_);
+  if (opt_.augment && train_->images())
+    x = data::augment(x, opt_.augment_seed * 0x9e3779b97f4a7c15ull + steps_);
+  ++steps_;
+  auto y = device_labels_.index_select(0, index);
+  optimizer_.zero_grad();
+  auto loss = torch::nn::functional::cross_entropy(replica_->forward(x), y);
+  loss.backward();
+  optimizer_.step();
+  {
+    // And back, into parameters no message holds any more.
+    torch::NoGradGuard no_grad;
+    loans_.before_write(params_);
+    if (host_flat_.defined()) {
+      gather_host();
+      host_flat_.copy_(device_flat_, /*non_blocking=*/true);
+    } else {
+      for (size_t i = 0; i < params_.size(); ++i)
+        params_[i].copy_(replica_params_[i]);
+    }
+  }
+  step_result r;
+  // Waits for the step and both copies (one stream): the parameters hold
+  // the step's result from here on.
+  r.loss = loss.item<double>();
+  host_version_.clear();
+  for (const auto& p : params_)
+    host_version_.push_back(p._version());
+  r.samples = static_cast<int64_t>(batch.size());
+  r.compute_seconds =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 

@@ -78,6 +78,18 @@ public:
   /// it after (one copy each way), so gossip, checkpoints and evaluation see
   /// the model on the CPU as everywhere else. On the CPU model() trains
   /// itself.
+  ///
+  /// On a GPU the model's float parameters are views of one pinned host
+  /// buffer and the replica's of one device buffer, so that each way is a
+  /// single asynchronous copy, waited for once with the step's loss; the
+  /// training set is copied to the device once and each epoch's plan with
+  /// it. Whoever replaces a parameter's storage (a loan's copy-on-write, a
+  /// checkpoint loaded) changes nothing for the others: the next step finds
+  /// it moved and gathers the parameters into a fresh buffer. A step copies
+  /// the weights to the device only when they changed since the last one:
+  /// whoever writes the parameters does so through tensor operations (their
+  /// version counters show it), as gossip, the parameter server and
+  /// checkpoints do; a write through a raw pointer would not be seen.
   local_trainer(std::shared_ptr<classifier> model, std::shared_ptr<const dataset> train,
                 std::vector<int64_t> shard, sgd_options opt,
                 torch::Device device = torch::kCPU);
@@ -95,6 +107,9 @@ public:
   const std::vector<uint64_t>& class_samples() const { return class_samples_; }
 
   classifier& model() { return *model_; }
+  /// The model that steps: model() itself on the CPU, its copy on the
+  /// device otherwise (equal to model() after every step).
+  classifier& replica() { return *replica_; }
   std::shared_ptr<classifier> model_ptr() { return model_; }
   torch::optim::SGD& optimizer() { return optimizer_; }
   /// The parameters lent to messages in flight (gossip sends them without
@@ -122,6 +137,25 @@ private:
   size_t next_ = 0;
   uint64_t steps_ = 0;
   std::vector<uint64_t> class_samples_;
+
+  // On a device only.
+  step_result device_step();
+  /// Gathers the parameters into a fresh pinned buffer (and makes them
+  /// views of it) when any of them is no longer where the last one put it;
+  /// returns whether it did.
+  bool gather_host();
+  /// Whether a tensor operation wrote a parameter since the last step
+  /// copied them back (their version counters moved).
+  bool host_written() const;
+  std::vector<int64_t> host_version_;  ///< the parameters' versions after the last step
+  torch::Tensor host_flat_;    ///< pinned; the model's parameters are views of it (undefined: one copy a parameter)
+  std::vector<const void*> host_at_;  ///< where each parameter lay when host_flat_ was made
+  torch::Tensor device_flat_;  ///< the replica's parameters are views of it
+  torch::Tensor device_samples_, device_labels_;  ///< the training set on the device
+  torch::Tensor host_labels_;  ///< contiguous labels on the CPU, for class_samples()
+  std::pair<torch::Tensor, torch::Tensor> norm_;  ///< the normalisation on the training device
+  torch::Tensor device_plan_;  ///< the epoch's batches, end to end, on the device
+  std::vector<int64_t> batch_start_;  ///< where each batch begins in device_plan_
 };
 
 /// Loss and accuracy of `model` on `data` (no gradients, eval mode, restores
