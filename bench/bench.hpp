@@ -24,11 +24,19 @@ struct options {
   /// framework, aggregation: the models measured (default: lenet5, alexnet,
   /// squeezenet, mobilenetv2).
   std::vector<std::string> models{"lenet5", "alexnet", "squeezenet", "mobilenetv2"};
+  /// framework: "cpu", or "cuda" / "cuda:N": one platform on that device
+  /// against a bare loop there.
+  std::string device = "cpu";
+  /// framework on a device: the batch sizes measured.
+  std::vector<int64_t> batches{64, 512};
 };
 
 /// Training throughput inside the actor system (1, 2 and 4 platforms in one
 /// process, gossip on) against a bare LibTorch loop of the same model, batch
-/// and threads, for each model of options::models.
+/// and threads, for each model of options::models. With options::device a
+/// GPU: one platform there (alone, and beside a CPU platform it gossips
+/// with) against a bare loop on the same device, for each batch of
+/// options::batches.
 int framework(const options& opt);
 
 struct tta_options {

@@ -45,8 +45,9 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--profile", st->tta_opt.profile,
                     "tta: heterogeneity profile: static (slowdowns 1 1 3 5), shifting (load "
                     "moving between platforms), skewed (label skew), corunners (node processes, "
-                    "real CPU limits and stress-ng); default static")
-    ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners"}));
+                    "real CPU limits and stress-ng), gpu (one platform on the GPU, three on "
+                    "a CPU core each; needs a CUDA build); default static")
+    ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners", "gpu"}));
   auto* repeat = bench->add_option("--repeat", st->tta_opt.repeat,
                     "tta, traffic, split: seeds 1..N (tta, traffic: from cluster.seed), median (and range) of every figure")
     ->check(CLI::Range(1, 100));
@@ -119,6 +120,12 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "framework, aggregation: models to measure (default lenet5 alexnet "
                     "squeezenet mobilenetv2)")
     ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2"}));
+  bench->add_option("--device", st->opt.device,
+                    "framework: cpu (default), or cuda / cuda:N: a platform on that GPU against "
+                    "a bare loop there");
+  bench->add_option("--batches", st->opt.batches,
+                    "framework on a GPU: batch sizes (default 64 512)")
+    ->check(CLI::PositiveNumber);
   bench->add_option("--samples", st->opt.samples,
                     "samples per measurement (split: training images; framework: default 60000 "
                     "for lenet5, 6000 for the larger models)");

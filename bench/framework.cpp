@@ -1,10 +1,13 @@
 #include "bench/bench.hpp"
+#include "bench/common.hpp"
 
 #include "actors/runtime.hpp"
 #include "learning/dataset.hpp"
 #include "learning/model.hpp"
+#include "learning/trainer.hpp"
 
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -48,10 +51,110 @@ double bare_loop(const learning::dataset& train, int64_t samples, int threads,
          / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// The same loop on a GPU, written as one would without the framework: the
+/// training set on the device (copied before the clock starts), a shuffled
+/// order drawn there, `batch` samples selected there each step, SGD 0.01
+/// momentum 0.9, the loss read back each step. Ten untimed steps first
+/// (kernels loaded, library handles made). Returns samples/s.
+double bare_device_loop(const torch::Tensor& images, const torch::Tensor& labels,
+                        int64_t samples, int64_t batch, const std::string& name,
+                        torch::Device device) {
+  auto model = learning::make_classifier(name, 1);
+  model->to(device);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  const int64_t n = images.size(0);
+  auto order = torch::randperm(n, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  int64_t at = 0;
+  auto step = [&] {
+    if (at + batch > n)
+      at = 0;
+    auto idx = order.narrow(0, at, batch);
+    at += batch;
+    auto x = images.index_select(0, idx);
+    auto y = labels.index_select(0, idx);
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss.item<double>();
+  };
+  for (int i = 0; i < 10; ++i)
+    step();
+  torch::cuda::synchronize();
+  auto start = std::chrono::steady_clock::now();
+  int64_t done = 0;
+  while (done < samples) {
+    step();
+    done += batch;
+  }
+  return static_cast<double>(done)
+         / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 struct framework_result {
   double samples_per_second = 0;  ///< all platforms together
   double epoch_seconds = 0;
 };
+
+/// A GPU platform's own throughput in a run of the actor system: its
+/// samples over its training time, summed over the run's epochs.
+struct device_run {
+  double samples_per_second = 0;
+  uint64_t samples = 0;
+  double seconds = 0;
+  uint64_t peer_samples = 0;  ///< the CPU platform's, when there is one
+};
+
+/// `epochs` epochs of `samples` training samples in one process: a platform
+/// "gpu" on `device` with batch `batch`, and with `cpu_peer` a platform
+/// "cpu" on `cpu_threads` threads that trains `cpu_share` of the samples;
+/// GoSGD gossip between them (p = 0.05).
+device_run in_actors_on_device(const options& opt, const std::string& model, int64_t samples,
+                               uint32_t epochs, int64_t batch, bool cpu_peer, double cpu_share,
+                               int cpu_threads) {
+  auto cfg = config::default_config();
+  cfg.id = "bench-framework-device";
+  cfg.train.model = model;
+  cfg.train.batch = batch;
+  cfg.data.dir = opt.data_dir;
+  cfg.data.train_samples = samples;
+  cfg.data.test_samples = 200;
+  cfg.train.epochs = epochs;
+  cfg.train.evaluate_every = 0;
+  auto dir = std::filesystem::path(opt.out_dir) / "framework";
+  cfg.storage_dir = (dir / "data").string();
+  cfg.output_dir = (dir / (std::string("runs-device-") + (cpu_peer ? "2" : "1"))).string();
+  std::filesystem::remove_all(cfg.output_dir);
+  cfg.nodes[0].platforms.clear();
+  config::platform_config gpu{"gpu", 1, cpu_peer ? 1.0 - cpu_share : 1.0, 1.0, {}};
+  gpu.device = opt.device;
+  cfg.nodes[0].platforms.push_back(gpu);
+  if (cpu_peer)
+    cfg.nodes[0].platforms.push_back({"cpu", cpu_threads, cpu_share, 1.0, {}});
+  auto run = actors::run_node(cfg, "local", {}).run;
+  std::ifstream in(std::filesystem::path(cfg.output_dir) / run / "metrics.csv");
+  std::string line;
+  std::getline(in, line);
+  device_run r;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');)
+      cells.push_back(c);
+    if (cells.size() < 7)
+      continue;
+    if (cells[0] == "gpu") {
+      r.seconds += std::stod(cells[4]);
+      r.samples += static_cast<uint64_t>(std::stoull(cells[6]));
+    } else {
+      r.peer_samples += static_cast<uint64_t>(std::stoull(cells[6]));
+    }
+  }
+  if (r.seconds <= 0)
+    throw std::runtime_error("bench framework: the run wrote no epoch of platform gpu");
+  r.samples_per_second = static_cast<double>(r.samples) / r.seconds;
+  return r;
+}
 
 /// One epoch of `platforms` platforms (threads each) in one process, GoSGD
 /// gossip on; throughput = all samples / the slowest platform's epoch time.
@@ -142,9 +245,88 @@ double framework_model(const options& opt, const learning::dataset& train, int c
   return worst;
 }
 
+/// One model on a GPU, for each batch size: the bare device loop before and
+/// after, one GPU platform alone in actors, and the GPU platform with a CPU
+/// platform beside it, gossip on. The samples of a measurement are sized
+/// from a short bare run to last about 2 s (or --samples). Returns the
+/// worst ratio; appends "model bB: 1p=.. +cpu=.." to `summary`.
+double framework_device_model(const options& opt, const torch::Tensor& images,
+                              const torch::Tensor& labels, const std::string& model,
+                              torch::Device device, std::string& summary) {
+  const int64_t n = images.size(0);
+  double worst = 1e9;
+  for (int64_t batch : opt.batches) {
+    // A short bare run sizes the measurements: about 2 s of the bare loop
+    // each (the platforms' runs also load the data and write their outputs).
+    const double probe = bare_device_loop(images, labels, 30 * batch, batch, model, device);
+    int64_t samples = opt.samples > 0 ? opt.samples
+                                      : std::max<int64_t>(20 * batch,
+                                                          static_cast<int64_t>(probe * 2.0));
+    // Whole epochs of at most the training set each.
+    const auto epochs = static_cast<uint32_t>((samples + n - 1) / n);
+    const int64_t per_epoch = (samples + epochs - 1) / epochs;
+    samples = per_epoch * epochs;
+    std::printf("\n%s (%lld parameters) on %s, batch %lld, %u epoch(s) of %lld samples per "
+                "measurement\n",
+                model.c_str(),
+                static_cast<long long>(
+                  learning::parameter_count(*learning::make_classifier(model, 1))),
+                device.str().c_str(), static_cast<long long>(batch), epochs,
+                static_cast<long long>(per_epoch));
+    std::printf("%-44s %12s %8s\n", "configuration", "samples/s", "ratio");
+    std::fflush(stdout);
+    const double before = bare_device_loop(images, labels, samples, batch, model, device);
+    auto alone = in_actors_on_device(opt, model, per_epoch, epochs, batch, false, 0, 1);
+    // The CPU platform trains a small share, so that it does not outlast
+    // the GPU platform by much; it exchanges models with it all the while.
+    auto mixed = in_actors_on_device(opt, model, per_epoch, epochs, batch, true, 0.02, 4);
+    const double after = bare_device_loop(images, labels, samples, batch, model, device);
+    const double bare = (before + after) / 2;
+    std::printf("%-44s %12.0f %8s  (%.0f before the platforms, %.0f after)\n",
+                "bare LibTorch loop on the device", bare, "1.00", before, after);
+    const double r1 = alone.samples_per_second / bare;
+    const double r2 = mixed.samples_per_second / bare;
+    std::printf("%-44s %12.0f %8.2f  (%llu samples in %.2f s)\n",
+                "1 platform on the device in actors", alone.samples_per_second, r1,
+                static_cast<unsigned long long>(alone.samples), alone.seconds);
+    std::printf("%-44s %12.0f %8.2f  (%llu samples in %.2f s; the CPU platform %llu)\n",
+                "the same beside a CPU platform, gossip on", mixed.samples_per_second, r2,
+                static_cast<unsigned long long>(mixed.samples), mixed.seconds,
+                static_cast<unsigned long long>(mixed.peer_samples));
+    std::fflush(stdout);
+    worst = std::min({worst, r1, r2});
+    summary += " " + model + " b" + std::to_string(batch) + ": 1p=" + fixed(r1, 2) +
+               " +cpu=" + fixed(r2, 2) + " (bare " + fixed(bare, 0) + "/s);";
+  }
+  return worst;
+}
+
+int framework_on_device(const options& opt) {
+  const auto device = learning::training_device(opt.device);
+  if (device.is_cpu())
+    throw std::invalid_argument("bench framework: --device " + opt.device + " is the CPU");
+  actors::tune_allocator();
+  auto train = learning::load_fashion_mnist(opt.data_dir, learning::split::train);
+  auto images = train.images.to(device);
+  auto labels = train.labels.to(device);
+  std::printf("framework: training throughput of a platform on %s in actors against a bare "
+              "LibTorch loop of the same model on the same device\n",
+              device.str().c_str());
+  double worst = 1e9;
+  std::string summary;
+  for (const auto& model : opt.models)
+    worst = std::min(worst, framework_device_model(opt, images, labels, model, device, summary));
+  std::printf("summary: framework throughput on %s / bare device loop:%s (goal >= 0.90, worst "
+              "%.2f)\n",
+              device.str().c_str(), summary.c_str(), worst);
+  return 0;
+}
+
 } // namespace
 
 int framework(const options& opt) {
+  if (opt.device != "cpu")
+    return framework_on_device(opt);
   const int cores = opt.threads > 0 ? opt.threads
                                     : static_cast<int>(std::thread::hardware_concurrency());
   actors::tune_allocator();  // the same allocator settings as the nodes

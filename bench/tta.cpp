@@ -13,6 +13,7 @@
 #include "config/config.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,8 +34,18 @@ struct point {
   double prediction_error = -1;  // EdgeGossip: the balancer's, mean over platforms (-1: none)
 };
 
+/// One platform over a run (metrics.csv): what it trained and how fast.
+struct platform_figures {
+  std::string name;
+  uint64_t samples = 0;
+  double seconds = 0;             // training time, summed over its epochs
+  double first_ratio = 0, last_ratio = 0;  // r_i of its first and last epochs
+  double samples_per_second() const { return seconds > 0 ? samples / seconds : 0; }
+};
+
 struct outcome {
   std::string strategy;
+  std::vector<platform_figures> platforms;  // filled for clusters with a GPU platform
   std::vector<point> curve;
   std::vector<double> time_to;  // per target; -1: not reached
   double mean_time = -1;        // mean of time_to; -1: a target not reached
@@ -73,6 +84,36 @@ std::vector<point> read_curve(const fs::path& csv) {
       cells.push_back(c);
     out.push_back({static_cast<uint32_t>(std::stoul(cells[e])), std::stod(cells[t]),
                    std::stod(cells[a]), std::stod(cells[pe])});
+  }
+  return out;
+}
+
+/// Each platform's figures from a run's metrics.csv (platform, node, epoch,
+/// ratio, wall_seconds, compute_seconds, samples, ...).
+std::vector<platform_figures> read_platforms(const fs::path& csv) {
+  std::ifstream in(csv);
+  if (!in)
+    throw std::runtime_error("cannot read " + csv.string());
+  std::string line;
+  std::getline(in, line);
+  std::vector<platform_figures> out;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');)
+      cells.push_back(c);
+    if (cells.size() < 7)
+      throw std::runtime_error("a short row in " + csv.string());
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const platform_figures& f) { return f.name == cells[0]; });
+    if (it == out.end()) {
+      out.push_back({cells[0]});
+      it = std::prev(out.end());
+      it->first_ratio = std::stod(cells[3]);
+    }
+    it->last_ratio = std::stod(cells[3]);
+    it->seconds += std::stod(cells[4]);
+    it->samples += static_cast<uint64_t>(std::stoull(cells[6]));
   }
   return out;
 }
@@ -154,6 +195,22 @@ profile make_profile(const std::string& name) {
     p.cfg.data.partition = "dirichlet";
     p.cfg.data.alpha = 0.1;
     p.targets = {0.55, 0.60, 0.65};
+  } else if (name == "gpu") {
+    // A mixed cluster: the first platform trains on the GPU, the other three
+    // on one CPU core each; no emulated slowdown, the GPU is the fast one.
+    p.description = "4 platforms: one on the GPU (cuda), three on one CPU core each, IID";
+    p.cfg = config::default_config();
+    p.cfg.id = "bench-tta-gpu";
+    auto& ps = p.cfg.nodes[0].platforms;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      ps[i].slowdown = 1;
+      ps[i].threads = 1;
+      ps[i].interference.clear();
+    }
+    if (!ps.empty()) {
+      ps[0].name = "gpu";
+      ps[0].device = "cuda";
+    }
   } else if (name == "corunners") {
     // Four node processes of one platform each, with real CPU limits
     // (cgroup quotas, or a duty cycle where cgroups are not writable) and
@@ -186,7 +243,7 @@ profile make_profile(const std::string& name) {
     p.cfg.balancer_node = "a";
   } else {
     throw config::config_error("bench tta: unknown profile '" + name
-                               + "' (static, shifting, skewed or corunners)");
+                               + "' (static, shifting, skewed, corunners or gpu)");
   }
   return p;
 }
@@ -218,6 +275,12 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   o.strategy = s;
   o.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   o.curve = read_curve(csv);
+  bool device = false;
+  for (const auto& n : cfg.nodes)
+    for (const auto& p : n.platforms)
+      device = device || p.device != "cpu";
+  if (device && !prof.processes)
+    o.platforms = read_platforms(csv.parent_path() / "metrics.csv");
   double sum = 0;
   bool all = true;
   for (double target : prof.targets) {
@@ -339,6 +402,24 @@ int tta(const options& opt, const tta_options& t) {
                   t.epochs, o.final_accuracy, headline,
                   o.time_to.back() < 0 ? "not reached"
                                        : ("after " + fixed(o.time_to.back(), 1) + " s").c_str());
+      if (!o.platforms.empty()) {
+        // What each platform trained: its share of all samples against its
+        // share of the cluster's speed (samples/s, summed over platforms).
+        double speed = 0;
+        uint64_t samples = 0;
+        for (const auto& f : o.platforms) {
+          speed += f.samples_per_second();
+          samples += f.samples;
+        }
+        for (const auto& f : o.platforms)
+          std::printf("    %-8s %9.0f samples/s (%5.1f %% of the cluster's), trained %8llu "
+                      "samples (%5.1f %%), r %.3f in its first epoch, %.3f in its last\n",
+                      f.name.c_str(), f.samples_per_second(),
+                      speed > 0 ? 100 * f.samples_per_second() / speed : 0.0,
+                      static_cast<unsigned long long>(f.samples),
+                      samples ? 100.0 * static_cast<double>(f.samples) / samples : 0.0,
+                      f.first_ratio, f.last_ratio);
+      }
       std::fflush(stdout);
       results.push_back(std::move(o));
     }

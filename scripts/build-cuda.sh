@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Builds edgegossip against a CUDA LibTorch (-DEDGEGOSSIP_CUDA=ON), on a
+# machine that has a compiler, CMake, ninja and PyTorch with CUDA for Python
+# but not the project's other libraries and no package archive to install
+# them from. Those come as Debian bookworm packages (.deb files, downloaded
+# on a Debian machine with --download), unpacked into a prefix with dpkg -x:
+# nothing is installed.
+#
+#   scripts/build-cuda.sh --download DIR
+#       on Debian bookworm: apt-get download the packages below into DIR
+#   scripts/build-cuda.sh [--debs DIR] [--prefix DIR] [--build DIR] [--torch DIR] [--cpu] [TARGET...]
+#       --debs DIR    unpack DIR/*.deb into the prefix first
+#       --prefix DIR  the unpacked packages (default: .deps/prefix)
+#       --build DIR   the build directory (default: build-cuda)
+#       --torch DIR   LibTorch's CMake prefix (default: Python's torch,
+#                     torch.utils.cmake_prefix_path)
+#       --cpu         EDGEGOSSIP_CUDA=OFF: the same build against a CPU LibTorch
+#                     (to check the prefix where no GPU is)
+#       TARGET...     what to build (default: everything)
+#
+# The programs need the prefix's libraries: the script writes the line that
+# finds them to BUILD/env.sh (`. build-cuda/env.sh` before running them).
+# Every compile error is shown at once (ninja -k 0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The project's libraries and what they need beyond a plain Linux system
+# with a C++ compiler (OpenMP included) and Python's torch. LAPACK comes
+# without liblapack-dev (its static library is large and unused): the
+# script makes the links to it that the alternatives system would make.
+packages=(
+  libcaf-dev libcaf-core0.17 libcaf-io0.17 libcaf-openssl0.17
+  libcapnp-dev libcapnp-0.9.2 capnproto
+  librocksdb-dev librocksdb7.8 libgflags-dev libgflags2.2 libsnappy-dev libsnappy1v5
+  libbz2-dev libbz2-1.0 liblz4-dev liblz4-1 libzstd-dev libzstd1 zlib1g-dev zlib1g
+  libboost-test-dev libboost-test1.74-dev libboost-test1.74.0 libboost1.74-dev
+  libtomlplusplus-dev libtomlplusplus3 libcli11-dev
+  libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
+  libfaiss-dev libblas-dev libblas3 liblapack3 libgfortran5 libquadmath0
+  libssl-dev libssl3 nlohmann-json3-dev
+)
+
+debs="" prefix=".deps/prefix" build="build-cuda" torch_prefix="" cuda=ON
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --download)
+      mkdir -p "$2"
+      (cd "$2" && apt-get download "${packages[@]}")
+      exit 0 ;;
+    --debs) debs=$2; shift 2 ;;
+    --prefix) prefix=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --torch) torch_prefix=$2; shift 2 ;;
+    --cpu) cuda=OFF; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -*) echo "build-cuda: unknown option $1" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
+arch=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+libdir="$prefix/usr/lib/$arch"
+
+if [ -n "$debs" ]; then
+  shopt -s nullglob
+  files=("$debs"/*.deb)
+  if [ ${#files[@]} -eq 0 ]; then
+    echo "build-cuda: no .deb files in $debs" >&2
+    exit 2
+  fi
+  for f in "${files[@]}"; do
+    dpkg -x "$f" "$prefix"
+  done
+  # Links that point at the system's root (zlib's, for one) point into the
+  # prefix instead, where the file is there.
+  while IFS= read -r -d '' link; do
+    target=$(readlink "$link")
+    case "$target" in
+      /*) if [ -e "$prefix$target" ]; then ln -sfn "$prefix$target" "$link"; fi ;;
+    esac
+  done < <(find "$prefix" -type l -print0)
+  # What update-alternatives would link: the reference BLAS and LAPACK.
+  mkdir -p "$libdir"
+  [ -e "$libdir/blas/libblas.so.3" ] && ln -sfn blas/libblas.so.3 "$libdir/libblas.so.3"
+  [ -e "$libdir/blas/libblas.so.3" ] && ln -sfn blas/libblas.so.3 "$libdir/libblas.so"
+  [ -e "$libdir/lapack/liblapack.so.3" ] && ln -sfn lapack/liblapack.so.3 "$libdir/liblapack.so.3"
+  [ -e "$libdir/lapack/liblapack.so.3" ] && ln -sfn lapack/liblapack.so.3 "$libdir/liblapack.so"
+  echo "build-cuda: unpacked ${#files[@]} packages into $prefix"
+fi
+if [ ! -d "$prefix/usr/include/caf" ]; then
+  echo "build-cuda: $prefix holds no CAF headers: give --debs DIR (see --download)" >&2
+  exit 2
+fi
+
+if [ -z "$torch_prefix" ]; then
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || {
+    echo "build-cuda: Python has no torch: give --torch DIR (LibTorch's share/cmake)" >&2
+    exit 2
+  }
+fi
+if [ ! -e "$torch_prefix/Torch/TorchConfig.cmake" ]; then
+  echo "build-cuda: no Torch/TorchConfig.cmake below $torch_prefix" >&2
+  exit 2
+fi
+torch_lib=$(cd "$torch_prefix/../../lib" 2>/dev/null && pwd || true)
+
+export LD_LIBRARY_PATH="$libdir:$prefix/lib/$arch:$libdir/blas:$libdir/lapack${torch_lib:+:$torch_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$prefix/usr/bin:$PATH"
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DEDGEGOSSIP_CUDA="$cuda" \
+  -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" \
+  -DTorch_DIR="$torch_prefix/Torch"
+mkdir -p "$build"
+echo "export LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH\"" > "$build/env.sh"
+ninja -C "$build" -k 0 -j "$(nproc)" "${targets[@]}"
+echo "build-cuda: built in $build; before running its programs: . $build/env.sh"
