@@ -29,13 +29,11 @@ namespace tt = boost::test_tools;
 
 namespace {
 
-struct cuda_present {
-  tt::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    tt::assertion_result r(torch::cuda::is_available());
-    r.message() << "no CUDA device: this LibTorch has no CUDA, or no GPU is visible";
-    return r;
-  }
-};
+tt::assertion_result cuda_present(boost::unit_test::test_unit_id) {
+  tt::assertion_result r(torch::cuda::is_available());
+  r.message() << "no CUDA device: this LibTorch has no CUDA, or no GPU is visible";
+  return r;
+}
 
 std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
   torch::manual_seed(seed);
@@ -129,7 +127,7 @@ double reference_loss(const std::string& name, const std::vector<torch::Tensor>&
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(gpu, *boost::unit_test::precondition(cuda_present()))
+BOOST_AUTO_TEST_SUITE(gpu, *boost::unit_test::precondition(cuda_present))
 
 BOOST_AUTO_TEST_CASE(a_gpu_step_leaves_the_model_on_the_cpu_equal_to_its_replica) {
   auto data = random_set(256, 1);
