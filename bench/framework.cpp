@@ -57,9 +57,9 @@ double bare_loop(const learning::dataset& train, int64_t samples, int threads,
 /// momentum 0.9, the loss read back each step. Ten untimed steps first
 /// (kernels loaded, library handles made). Returns samples/s.
 double bare_device_loop(const torch::Tensor& images, const torch::Tensor& labels,
-                        int64_t samples, int64_t batch, const std::string& name,
-                        torch::Device device) {
-  auto model = learning::make_classifier(name, 1);
+                        const learning::model_shape& shape, int64_t samples, int64_t batch,
+                        const std::string& name, torch::Device device) {
+  auto model = learning::make_classifier(name, 1, shape);
   model->to(device);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   const int64_t n = images.size(0);
@@ -251,14 +251,15 @@ double framework_model(const options& opt, const learning::dataset& train, int c
 /// from a short bare run to last about 2 s (or --samples). Returns the
 /// worst ratio; appends "model bB: 1p=.. +cpu=.." to `summary`.
 double framework_device_model(const options& opt, const torch::Tensor& images,
-                              const torch::Tensor& labels, const std::string& model,
-                              torch::Device device, std::string& summary) {
+                              const torch::Tensor& labels, const learning::model_shape& shape,
+                              const std::string& model, torch::Device device,
+                              std::string& summary) {
   const int64_t n = images.size(0);
   double worst = 1e9;
   for (int64_t batch : opt.batches) {
     // A short bare run sizes the measurements: about 2 s of the bare loop
     // each (the platforms' runs also load the data and write their outputs).
-    const double probe = bare_device_loop(images, labels, 30 * batch, batch, model, device);
+    const double probe = bare_device_loop(images, labels, shape, 30 * batch, batch, model, device);
     int64_t samples = opt.samples > 0 ? opt.samples
                                       : std::max<int64_t>(20 * batch,
                                                           static_cast<int64_t>(probe * 2.0));
@@ -270,17 +271,17 @@ double framework_device_model(const options& opt, const torch::Tensor& images,
                 "measurement\n",
                 model.c_str(),
                 static_cast<long long>(
-                  learning::parameter_count(*learning::make_classifier(model, 1))),
+                  learning::parameter_count(*learning::make_classifier(model, 1, shape))),
                 device.str().c_str(), static_cast<long long>(batch), epochs,
                 static_cast<long long>(per_epoch));
     std::printf("%-44s %12s %8s\n", "configuration", "samples/s", "ratio");
     std::fflush(stdout);
-    const double before = bare_device_loop(images, labels, samples, batch, model, device);
+    const double before = bare_device_loop(images, labels, shape, samples, batch, model, device);
     auto alone = in_actors_on_device(opt, model, per_epoch, epochs, batch, false, 0, 1);
     // The CPU platform trains a small share, so that it does not outlast
     // the GPU platform by much; it exchanges models with it all the while.
     auto mixed = in_actors_on_device(opt, model, per_epoch, epochs, batch, true, 0.02, 4);
-    const double after = bare_device_loop(images, labels, samples, batch, model, device);
+    const double after = bare_device_loop(images, labels, shape, samples, batch, model, device);
     const double bare = (before + after) / 2;
     std::printf("%-44s %12.0f %8s  (%.0f before the platforms, %.0f after)\n",
                 "bare LibTorch loop on the device", bare, "1.00", before, after);
@@ -307,15 +308,18 @@ int framework_on_device(const options& opt) {
     throw std::invalid_argument("bench framework: --device " + opt.device + " is the CPU");
   actors::tune_allocator();
   auto train = learning::load_fashion_mnist(opt.data_dir, learning::split::train);
-  auto images = train.images.to(device);
+  // As a plain program would hold it: the whole set as normalised floats
+  // on the device.
+  auto images = train.all().to(device);
   auto labels = train.labels.to(device);
+  const auto shape = learning::shape_of(train);
   std::printf("framework: training throughput of a platform on %s in actors against a bare "
               "LibTorch loop of the same model on the same device\n",
               device.str().c_str());
   double worst = 1e9;
   std::string summary;
   for (const auto& model : opt.models)
-    worst = std::min(worst, framework_device_model(opt, images, labels, model, device, summary));
+    worst = std::min(worst, framework_device_model(opt, images, labels, shape, model, device, summary));
   std::printf("summary: framework throughput on %s / bare device loop:%s (goal >= 0.90, worst "
               "%.2f)\n",
               device.str().c_str(), summary.c_str(), worst);

@@ -143,9 +143,17 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
       device_flat_ = flatten_into(replica_params_, replica_params_.front().options(), false);
       gather_host();
     }
-    // The training set stays as it is stored (bytes for images): a step
-    // converts and normalises its batch on the device.
+    // The training set on the device, once.
+    // Converted and normalised there once when that copy is small
+    // (Fashion-MNIST's 60,000 images as floats: 188 MB): a step then only
+    // selects its batch. A larger set stays as stored (bytes for images) and
+    // each step converts its own batch.
     device_samples_ = train_->samples.to(device_);
+    constexpr int64_t whole_float_set_limit = int64_t(2) << 30;  // bytes
+    if (device_samples_.numel() * static_cast<int64_t>(sizeof(float)) <= whole_float_set_limit) {
+      device_samples_ = train_->input(device_samples_, train_->norm_tensors(device_));
+      device_samples_converted_ = true;
+    }
     device_labels_ = train_->labels.to(device_);
     host_labels_ = train_->labels.contiguous();
   }
@@ -303,7 +311,8 @@ step_result local_trainer::device_step() {
     }
   }
   auto index = device_plan_.narrow(0, batch_start_[k], static_cast<int64_t>(batch.size()));
-  auto x = train_->input(device_samples_.index_select(0, index), norm_);
+  auto x = device_samples_converted_ ? device_samples_.index_select(0, index)
+                                     : train_->input(device_samples_.index_select(0, index), norm_);
   if (opt_.augment && train_->images())
     x = data::augment(x, opt_.augment_seed * 0x9e3779b97f4a7c15ull + steps_);
   ++steps_;

@@ -152,6 +152,7 @@ private:
   std::vector<const void*> host_at_;  ///< where each parameter lay when host_flat_ was made
   torch::Tensor device_flat_;  ///< the replica's parameters are views of it
   torch::Tensor device_samples_, device_labels_;  ///< the training set on the device
+  bool device_samples_converted_ = false;  ///< device_samples_ holds the model's input already
   torch::Tensor host_labels_;  ///< contiguous labels on the CPU, for class_samples()
   std::pair<torch::Tensor, torch::Tensor> norm_;  ///< the normalisation on the training device
   torch::Tensor device_plan_;  ///< the epoch's batches, end to end, on the device

@@ -84,13 +84,18 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 g++ --version | head -1; cmake --version | head -1; echo "ninja $(ninja --version)"; nproc; uname -r
 
 step build 420 bash scripts/build-cuda.sh --debs "$debs" --build "$build" edgegossip test_gpu
-if [ ! -x "$build/edgegossip" ] || [ ! -x "$build/test_gpu" ]; then
+if [ ! -x "$build/edgegossip" ]; then
   echo "measure-gpu: the build did not finish"
   exit 1
 fi
 . "$build/env.sh"
 
-step test 120 "$build/test_gpu" --log_level=test_suite
+if [ -x "$build/test_gpu" ]; then
+  step test 120 "$build/test_gpu" --log_level=test_suite
+else
+  echo "=== test: test_gpu did not build"
+  failed=1
+fi
 step "framework lenet5" 90 "$build/edgegossip" bench framework --device cuda --models lenet5 \
   --batches $batches --data "$data" --out "$results"
 step "tta gpu" 200 "$build/edgegossip" bench tta --profile gpu --epochs "$epochs" \

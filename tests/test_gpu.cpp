@@ -13,6 +13,7 @@
 #include "learning/trainer.hpp"
 #include "messages/codec.hpp"
 
+#include "sample_sets.hpp"
 #include "tensor_testing.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -35,12 +36,17 @@ tt::assertion_result cuda_present(boost::unit_test::test_unit_id) {
   return r;
 }
 
+/// Random images held as bytes, as the readers hold them: the GPU
+/// platform converts and normalises them on the device, the CPU platform on
+/// the CPU.
 std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
   torch::manual_seed(seed);
-  auto d = std::make_shared<dataset>();
-  d->images = torch::randn({n, 1, 28, 28});
-  d->labels = torch::randint(0, num_classes, {n}, torch::kInt64);
-  return d;
+  return std::make_shared<dataset>(eg::test::random_images(n));
+}
+
+const model_shape& fashion() {
+  static const model_shape s = fashion_mnist_shape();
+  return s;
 }
 
 std::vector<int64_t> iota(int64_t n) {
@@ -109,7 +115,7 @@ std::vector<torch::Tensor> receive(const message_in_flight& m, classifier& like)
 /// computed on the GPU apart from any trainer.
 double reference_loss(const std::string& name, const std::vector<torch::Tensor>& weights,
                       const dataset& data, const std::vector<int64_t>& batch) {
-  auto m = make_classifier(name, 9);
+  auto m = make_classifier(name, 9, fashion());
   {
     torch::NoGradGuard no_grad;
     auto ps = parameters(*m);
@@ -119,7 +125,7 @@ double reference_loss(const std::string& name, const std::vector<torch::Tensor>&
   m->to(torch::kCUDA);
   m->train();
   auto index = torch::tensor(batch, torch::kInt64);
-  auto x = data.images.index_select(0, index).to(torch::kCUDA);
+  auto x = data.batch(index).to(torch::kCUDA);
   auto y = data.labels.index_select(0, index).to(torch::kCUDA);
   torch::NoGradGuard no_grad;
   return torch::nn::functional::cross_entropy(m->forward(x), y).item<double>();
@@ -131,13 +137,13 @@ BOOST_AUTO_TEST_SUITE(gpu, *boost::unit_test::precondition(cuda_present))
 
 BOOST_AUTO_TEST_CASE(a_gpu_step_leaves_the_model_on_the_cpu_equal_to_its_replica) {
   auto data = random_set(256, 1);
-  local_trainer g(make_classifier("lenet5", 1), data, iota(256), {0.05, 0.9, 32},
+  local_trainer g(make_classifier("lenet5", 1, fashion()), data, iota(256), {0.05, 0.9, 32},
                   training_device("cuda"));
   BOOST_REQUIRE(g.device().is_cuda());
   BOOST_REQUIRE(&g.replica() != &g.model());
   const auto initial = clones(parameters(g.model()));
   g.begin_epoch(fixed_plan(256, 32, 4));
-  std::vector<uint64_t> classes(static_cast<size_t>(num_classes), 0);
+  std::vector<uint64_t> classes(static_cast<size_t>(data->num_classes()), 0);
   for (int k = 0; k < 4; ++k) {
     auto r = g.step();
     BOOST_TEST(r.samples == 32);
@@ -157,8 +163,9 @@ BOOST_AUTO_TEST_CASE(a_gpu_step_leaves_the_model_on_the_cpu_equal_to_its_replica
 BOOST_AUTO_TEST_CASE(gossip_between_a_gpu_and_a_cpu_platform_keeps_weights_exact) {
   auto data = random_set(512, 7);
   const sgd_options opt{0.05, 0.9, 32};
-  local_trainer g(make_classifier("lenet5", 1), data, iota(512), opt, training_device("cuda"));
-  local_trainer c(make_classifier("lenet5", 2), data, iota(512), opt);
+  local_trainer g(make_classifier("lenet5", 1, fashion()), data, iota(512), opt,
+                  training_device("cuda"));
+  local_trainer c(make_classifier("lenet5", 2, fashion()), data, iota(512), opt);
   gosgd gs(0.5, 1.0), cs(0.5, 1.0);
   auto gp = parameters(g.model());
   auto cp = parameters(c.model());
@@ -212,13 +219,13 @@ BOOST_AUTO_TEST_CASE(with_no_learning_rate_a_gpu_step_returns_the_weights_it_was
   // (which replaces the parameters' storage). MobileNetV2: 158 tensors,
   // GroupNorm's among them.
   auto data = random_set(64, 3);
-  local_trainer g(make_classifier("mobilenetv2", 1), data, iota(64), {0.0, 0.9, 8},
+  local_trainer g(make_classifier("mobilenetv2", 1, fashion()), data, iota(64), {0.0, 0.9, 8},
                   training_device("cuda"));
   g.begin_epoch(fixed_plan(64, 8, 4));
   auto gp = parameters(g.model());
   BOOST_TEST_MESSAGE("mobilenetv2: " << gp.size() << " parameter tensors");
 
-  auto other = make_classifier("mobilenetv2", 5);
+  auto other = make_classifier("mobilenetv2", 5, fashion());
   gosgd gs(0.5, 1.0);
   g.loans().before_write(gp);
   gs.merge(gp, parameters(*other), 0.5);
@@ -227,7 +234,7 @@ BOOST_AUTO_TEST_CASE(with_no_learning_rate_a_gpu_step_returns_the_weights_it_was
   BOOST_TEST(eg::test::all_equal(parameters(g.model()), merged));
   BOOST_TEST(eg::test::all_equal(on_cpu(parameters(g.replica())), merged));
 
-  auto checkpoint = make_classifier("mobilenetv2", 6);
+  auto checkpoint = make_classifier("mobilenetv2", 6, fashion());
   load_model(g.model(), save_model(*checkpoint));
   g.step();
   BOOST_TEST(eg::test::all_equal(parameters(g.model()), parameters(*checkpoint)));
