@@ -2,6 +2,7 @@
 // Benchmarks reachable as `edgegossip bench NAME`. Each runs its baseline in
 // the same run, prints its figures and ends with a one-line summary.
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

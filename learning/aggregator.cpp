@@ -58,7 +58,7 @@ uint64_t derived_seed(uint64_t seed, uint64_t stream) {
 int faiss_seed(uint64_t seed) { return static_cast<int>(seed & 0x7fffffff); }
 
 torch::Tensor orthonormal_basis(const torch::Tensor& y) {
-  return std::get<0>(torch::linalg::qr(y, "reduced"));
+  return std::get<0>(torch::linalg_qr(y, "reduced"));
 }
 
 // The top k right singular vectors [d, k] of the centred points by randomized
@@ -79,7 +79,7 @@ torch::Tensor top_right_singular_vectors(const torch::Tensor& xc, int64_t k, uin
     auto z = orthonormal_basis(q.t().mm(xc).t()).contiguous();
     q = orthonormal_basis(xc.mm(z));
   }
-  auto vh = std::get<2>(torch::linalg::svd(q.t().mm(xc), /*full_matrices=*/false, c10::nullopt));
+  auto vh = std::get<2>(torch::linalg_svd(q.t().mm(xc), /*full_matrices=*/false));
   return vh.narrow(0, 0, std::min(k, width)).t();
 }
 

@@ -1,4 +1,5 @@
 #include "learning/conv.hpp"
+#include "learning/variant_compat.hpp"
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -366,12 +367,12 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 /// group, zeros, a bias, 5 x 5, equal padding on both axes), or -1.
 int64_t kernel_padding(const torch::nn::Conv2dImpl& conv) {
   const auto& o = conv.options;
-  const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  const auto* pad = compat::get_if<torch::ExpandingArray<2>>(&o.padding());
   if (!pad || (*pad)->at(0) != (*pad)->at(1) || (*pad)->at(0) < 0)
     return -1;
   const bool plain = o.stride()->at(0) == 1 && o.stride()->at(1) == 1 &&
                      o.dilation()->at(0) == 1 && o.dilation()->at(1) == 1 && o.groups() == 1 &&
-                     !o.transposed() && c10::get_if<torch::enumtype::kZeros>(&o.padding_mode()) &&
+                     !o.transposed() && compat::get_if<torch::enumtype::kZeros>(&o.padding_mode()) &&
                      o.kernel_size()->at(0) == kernel && o.kernel_size()->at(1) == kernel &&
                      o.bias() && conv.bias.defined();
   return plain ? (*pad)->at(0) : -1;

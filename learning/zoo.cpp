@@ -15,6 +15,7 @@
 #include "learning/zoo.hpp"
 
 #include "learning/pooling.hpp"
+#include "learning/variant_compat.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -47,8 +48,8 @@ std::string number(double v) {
 
 std::string conv(const std::string& x, const std::string& path, const torch::nn::Conv2d& m) {
   const auto& o = m->options;
-  const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
-  if (!pad || o.transposed() || !c10::get_if<torch::enumtype::kZeros>(&o.padding_mode()))
+  const auto* pad = compat::get_if<torch::ExpandingArray<2>>(&o.padding());
+  if (!pad || o.transposed() || !compat::get_if<torch::enumtype::kZeros>(&o.padding_mode()))
     throw std::logic_error("zoo::conv: " + path + " is not a plain zero-padded convolution");
   return "torch.conv2d(" + x + ", self." + path + ".weight, " +
          (o.bias() ? "self." + path + ".bias" : std::string("None")) + ", " + ints(o.stride()) +

@@ -38,6 +38,7 @@ packages=(
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libfaiss-dev libblas-dev libblas3 liblapack3 libgfortran5 libquadmath0
   libssl-dev libssl3 nlohmann-json3-dev
+  libstb-dev libstb0 libxtensor-dev xtl-dev
 )
 
 debs="" prefix=".deps/prefix" build="build-cuda" torch_prefix="" cuda=ON
@@ -82,6 +83,10 @@ if [ -n "$debs" ]; then
       /*) if [ -e "$prefix$target" ]; then ln -sfn "$prefix$target" "$link"; fi ;;
     esac
   done < <(find "$prefix" -type l -print0)
+  # CMake package files that name the system's paths (Snappy's, for one)
+  # name the prefix's.
+  find "$prefix" -name '*.cmake' -path '*cmake*' -print0 |
+    xargs -0 -r sed -i -E "s#([\"; ])/usr/(lib|include|bin)([/\"; )])#\1$prefix/usr/\2\3#g; s#\"/usr\"#\"$prefix/usr\"#g"
   # What update-alternatives would link: the reference BLAS and LAPACK.
   mkdir -p "$libdir"
   [ -e "$libdir/blas/libblas.so.3" ] && ln -sfn blas/libblas.so.3 "$libdir/libblas.so.3"
@@ -115,6 +120,13 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" \
   -DTorch_DIR="$torch_prefix/Torch"
 mkdir -p "$build"
-echo "export LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH\"" > "$build/env.sh"
+# The pip wheel's libtorch.so (2.11) exports std::filesystem functions of
+# its own; a program that binds to those (remove_all, for one) calls a null
+# pointer and crashes. The compiler's libstdc++ loaded first is found first.
+stdcxx=$(g++ -print-file-name=libstdc++.so.6)
+{
+  echo "export LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH\""
+  if [ -e "$stdcxx" ]; then echo "export LD_PRELOAD=\"$stdcxx\""; fi
+} > "$build/env.sh"
 ninja -C "$build" -k 0 -j "$(nproc)" "${targets[@]}"
 echo "build-cuda: built in $build; before running its programs: . $build/env.sh"

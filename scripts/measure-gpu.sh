@@ -90,8 +90,8 @@ if [ ! -x "$build/edgegossip" ]; then
 fi
 . "$build/env.sh"
 
-if [ -x "$build/test_gpu" ]; then
-  step test 120 "$build/test_gpu" --log_level=test_suite
+if [ -x "$build/tests/test_gpu" ]; then
+  step test 120 "$build/tests/test_gpu" --log_level=test_suite
 else
   echo "=== test: test_gpu did not build"
   failed=1

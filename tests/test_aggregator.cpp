@@ -189,7 +189,7 @@ BOOST_AUTO_TEST_CASE(svd_reductions_find_the_top_singular_subspace) {
   const int64_t n = 1000;
   auto x = fashion().range(0, n).reshape({n, -1});
   auto xc = (x - x.mean(0, true)).to(torch::kDouble);
-  auto eigenvalues = std::get<0>(torch::linalg::eigh(xc.t().mm(xc), "L")).flip(0);
+  auto eigenvalues = std::get<0>(torch::linalg_eigh(xc.t().mm(xc), "L")).flip(0);
 
   auto r = internal::reduce(x, aggregator_from_name("svd-kmeans", 10, 1)).to(torch::kDouble);
   auto gram = r.t().mm(r);
@@ -201,7 +201,7 @@ BOOST_AUTO_TEST_CASE(svd_reductions_find_the_top_singular_subspace) {
   // The Hebbian rows converge towards the top 3 eigenvectors: the variance
   // of the points projected on the span of X' comes close to the best rank 3.
   auto h = internal::reduce(x, aggregator_from_name("isvd-lsh", 10, 1)).to(torch::kDouble);
-  auto basis = std::get<0>(torch::linalg::qr(h, "reduced"));
+  auto basis = std::get<0>(torch::linalg_qr(h, "reduced"));
   const double captured = basis.t().mm(xc).pow(2).sum().item<double>();
   const double best = eigenvalues.narrow(0, 0, 3).sum().item<double>();
   BOOST_TEST_MESSAGE("incremental SVD captures " << captured / best
