@@ -65,6 +65,11 @@ struct balancer_state {
   inspection::console_state console;
   /// Gathers still waiting for answers.
   std::vector<std::weak_ptr<pending_gather>> gathers;
+  /// The nodes whose test data the averaged model is tested on: their
+  /// testers and test samples (from the node, as they peer).
+  std::map<std::string, std::pair<tester_actor, uint64_t>> testers;
+  /// Nodes already said to have no test data (said once a run).
+  std::set<std::string> untested;
 
   uint32_t last_epoch() const { return epochs.last_epoch(); }
 };
@@ -324,6 +329,9 @@ void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_we
                answers.size());
 }
 
+void test_average(self_ptr self, held_weights averaged,
+                  std::function<void(std::vector<storage::node_test>)> done);
+
 /// All live platforms reported `epoch`: averages their current models.
 void evaluate_average(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
@@ -351,9 +359,11 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       }
       if (push_sum && !answers.empty())
         keep_push_sum_mass(self, epoch, answers, weights);
-      auto done = [self, epoch](double loss, double accuracy, double seconds) {
+      const auto start = clock::now();
+      auto done = [self, epoch, start](std::vector<storage::node_test> tests) {
         auto& st = self->state;
-        st.epochs.evaluation_done(epoch, loss, accuracy, seconds);
+        const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+        st.epochs.evaluation_done(epoch, std::move(tests), seconds);
         if (epoch < st.last_epoch())
           save_run_state(self);  // the last one is saved by finish, marked finished
         epoch_evaluated(self, epoch);
@@ -362,12 +372,62 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
         ->request(caf::actor_cast<evaluator_actor>(st.evaluator), caf::infinite,
                   evaluate_atom::value, std::move(answers), std::move(samples),
                   std::move(classes))
-        .then(done, [self, done](caf::error& err) {
-          spdlog::error("balancer: the averaged model was not evaluated: {}",
-                        self->system().render(err));
-          done(0, 0, 0);
-        });
+        .then(
+          [self, done](held_weights& averaged) {
+            if (averaged.value.tensors.empty())
+              return done({});
+            test_average(self, std::move(averaged), done);
+          },
+          [self, done](caf::error& err) {
+            spdlog::error("balancer: the averaged model was not made: {}",
+                          self->system().render(err));
+            done({});
+          });
     });
+}
+
+/// Every node with test data tests the averaged model on it; `done` gets
+/// the answers (a node that does not answer within the weights timeout, or
+/// refuses, is left out of this epoch's accuracy and named).
+void test_average(self_ptr self, held_weights averaged,
+                  std::function<void(std::vector<storage::node_test>)> done) {
+  auto& st = self->state;
+  for (auto& n : st.args.settings.layout.nodes)
+    if (!st.testers.count(n.name) && st.untested.insert(n.name).second)
+      spdlog::info("balancer: node {} has no test data: the cluster's accuracy leaves it out",
+                   n.name);
+  struct pending {
+    size_t waiting = 0;
+    std::vector<storage::node_test> tests;
+    std::function<void(std::vector<storage::node_test>)> done;
+    void settle() {
+      if (--waiting == 0 && done) {
+        std::sort(tests.begin(), tests.end(),
+                  [](auto& a, auto& b) { return a.node < b.node; });
+        auto d = std::move(done);
+        done = nullptr;
+        d(std::move(tests));
+      }
+    }
+  };
+  auto p = std::make_shared<pending>();
+  p->done = std::move(done);
+  p->waiting = st.testers.size();
+  if (p->waiting == 0)
+    return p->done({});
+  for (auto& [node, tester] : st.testers)
+    self->request(tester.first, defaults::weights_timeout, test_atom::value, averaged)
+      .then(
+        [p, node = node](double loss_sum, uint64_t correct, uint64_t samples) {
+          p->tests.push_back({node, correct, samples,
+                              samples ? loss_sum / static_cast<double>(samples) : 0.0});
+          p->settle();
+        },
+        [self, p, node = node](caf::error& err) {
+          spdlog::warn("balancer: node {} did not test the averaged model: {}", node,
+                       self->system().render(err));
+          p->settle();
+        });
 }
 
 std::chrono::microseconds micros(double seconds) {
@@ -502,7 +562,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     self->system(), {args.settings.model, args.settings.seed,
                      learning::model_shape{args.data.shape,
                                            static_cast<int64_t>(args.data.classes.size())},
-                     args.test_set, st.averaged_model}));
+                     st.averaged_model}));
   self->link_to(st.evaluator);
   st.args = std::move(args);
   if (st.args.resume) {
@@ -532,6 +592,14 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       self->state.console.store_failed(node, why);
     },
     [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
+    [self](testers_atom, const std::vector<std::string>& nodes,
+           const std::vector<caf::actor>& testers, const std::vector<uint64_t>& samples) {
+      auto& st = self->state;
+      st.testers.clear();
+      for (size_t i = 0; i < nodes.size() && i < testers.size() && i < samples.size(); ++i)
+        if (testers[i] && samples[i] > 0)
+          st.testers[nodes[i]] = {caf::actor_cast<tester_actor>(testers[i]), samples[i]};
+    },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
            caf::actor predictor, const std::string& data, uint64_t samples) {
       joined(self, name, node, handle, predictor, data, samples);

@@ -58,8 +58,6 @@ struct balancer_args {
   /// The data the model is built for: its shape, classes and normalisation
   /// (the exported model carries them).
   data::description data;
-  /// This node's test data; null where it has none.
-  std::shared_ptr<const learning::dataset> test_set;
   node_actor node;        ///< told when the run is over
   bool interactive = false;  ///< redraw one progress line (a terminal) instead of log lines
   std::string fingerprint;  ///< config::run_fingerprint of the cluster

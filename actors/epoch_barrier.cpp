@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 
 namespace eg::actors {
 namespace {
@@ -403,6 +404,23 @@ const storage::cluster_epoch& epoch_barrier::evaluation_done(uint32_t epoch, dou
   return e;
 }
 
+const storage::cluster_epoch& epoch_barrier::evaluation_done(
+  uint32_t epoch, std::vector<storage::node_test> tests, double seconds) {
+  double loss = 0;
+  uint64_t correct = 0, samples = 0;
+  for (auto& t : tests) {
+    loss += t.loss * static_cast<double>(t.samples);
+    correct += t.correct;
+    samples += t.samples;
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  evaluation_done(epoch, samples ? loss / static_cast<double>(samples) : nan,
+                  samples ? static_cast<double>(correct) / samples : nan, seconds);
+  auto& e = evaluated_[epoch];
+  e.tests = std::move(tests);
+  return e;
+}
+
 std::vector<storage::cluster_epoch> epoch_barrier::evaluated_epochs() const {
   std::vector<storage::cluster_epoch> out;
   for (auto& [_, e] : evaluated_)
@@ -433,16 +451,30 @@ bool epoch_barrier::all_evaluated() const {
 
 // -- what users read -----------------------------------------------------------------
 
+std::string accuracy_text(const storage::cluster_epoch& e) {
+  if (std::isnan(e.averaged_accuracy))
+    return "n/a (no node tested it)";
+  std::string out = fmt::format("{:.4f}", e.averaged_accuracy);
+  if (e.tests.size() > 1 || (e.tests.size() == 1 && e.tests[0].node != "local")) {
+    out += " (";
+    for (size_t i = 0; i < e.tests.size(); ++i)
+      out += fmt::format("{}{} {:.4f} of {}", i ? ", " : "", e.tests[i].node,
+                         e.tests[i].accuracy(), e.tests[i].samples);
+    out += ")";
+  }
+  return out;
+}
+
 std::string epoch_barrier::epoch_line(uint32_t epoch) const {
   auto i = evaluated_.find(epoch);
   const auto e = i == evaluated_.end() ? storage::cluster_epoch{} : i->second;
   return fmt::format("epoch {}/{}: {:.1f} s ({:.1f} s training, {:.1f} s waiting for messages, "
                      "{:.1f} s evaluating), {} samples ({:.0f}/s), averaged model accuracy "
-                     "{:.4f}, {} platforms up{}",
+                     "{}, {} platforms up{}",
                      epoch + 1, settings_.last_epoch + 1, e.wall_seconds,
                      slowest_training(epoch), e.network_seconds, e.evaluation_seconds,
                      e.samples, e.epoch_seconds > 0 ? e.samples / e.epoch_seconds : 0.0,
-                     e.averaged_accuracy, e.platforms_up,
+                     accuracy_text(e), e.platforms_up,
                      e.prediction_error >= 0
                        ? fmt::format(", predicted epoch times off by {:.1f} %",
                                      100 * e.prediction_error)

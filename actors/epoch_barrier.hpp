@@ -222,6 +222,12 @@ public:
   /// accuracy, and the seconds evaluating took.
   const storage::cluster_epoch& evaluation_done(uint32_t epoch, double loss, double accuracy,
                                                 double seconds);
+  /// The same from the nodes' tests of the averaged model on their own test
+  /// data: the loss and accuracy over all their samples (NaN when no node
+  /// tested it), each node's kept beside them.
+  const storage::cluster_epoch& evaluation_done(uint32_t epoch,
+                                                std::vector<storage::node_test> tests,
+                                                double seconds);
   /// Closes evaluated `epoch` at `now`: the wall time since the epoch before
   /// ended (what the user waited) and, of it, the time waiting for messages.
   const storage::cluster_epoch& close(uint32_t epoch, clock::time_point now);
@@ -265,5 +271,10 @@ private:
   clock::time_point last_epoch_end_;
   double clock_offset_ = 0;  ///< seconds of the run before this balancer (resuming)
 };
+
+/// The averaged model's accuracy as the epoch line and the console show it:
+/// the cluster's over every node's test data, then each node's ("n/a" when
+/// no node tested it).
+std::string accuracy_text(const storage::cluster_epoch& e);
 
 } // namespace eg::actors

@@ -1,5 +1,6 @@
 #include "actors/evaluator.hpp"
 
+#include "actors/wire.hpp"
 #include "learning/dataset.hpp"
 #include "learning/gossip.hpp"
 #include "learning/model.hpp"
@@ -9,8 +10,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
-#include <chrono>
-#include <limits>
+#include <string>
 
 namespace eg::actors {
 
@@ -37,8 +37,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
     return {
       [st](evaluate_atom, const std::vector<held_weights>& answers,
            const std::vector<double>& weights,
-           const std::vector<std::vector<double>>& class_weights)
-        -> caf::result<double, double, double> {
+           const std::vector<std::vector<double>>& class_weights) -> held_weights {
         std::vector<std::vector<torch::Tensor>> models;
         std::vector<double> samples;
         std::vector<std::vector<double>> classes;
@@ -57,7 +56,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
                      classes.back().size() == static_cast<size_t>(st->args.shape.classes);
         }
         if (models.empty())
-          return {0.0, 0.0, 0.0};
+          return {};
         // By points trained, and each class's output row by the points of
         // that class (learning::average_by_class).
         auto avg = by_class ? learning::average_by_class(models, samples, classes)
@@ -69,15 +68,44 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
         }
         if (st->args.latest)
           *st->args.latest = learning::save_model(*st->model);
-        const auto start = std::chrono::steady_clock::now();
-        if (!st->args.test_set) {
-          const double nan = std::numeric_limits<double>::quiet_NaN();
-          return {nan, nan, 0.0};
+        held_weights out;
+        out.sender = "average";
+        out.value.gossip_weight = 1;
+        out.value.tensors = learning::to_views(st->names, st->like);
+        return messages::copy_weights(out);
+      },
+    };
+  });
+}
+
+tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
+  struct state {
+    tester_args args;
+    std::shared_ptr<learning::classifier> model;
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> like;
+  };
+  auto st = std::make_shared<state>();
+  st->model = learning::make_classifier(args.model, args.seed, args.shape);
+  st->names = learning::parameter_names(*st->model);
+  st->like = learning::parameters(*st->model);
+  st->args = std::move(args);
+  return sys.spawn([st]() -> tester_actor::behavior_type {
+    return {
+      [st](test_atom, const held_weights& averaged) -> caf::result<double, uint64_t, uint64_t> {
+        try {
+          auto values = learning::from_views(averaged.value.tensors, st->names, st->like);
+          torch::NoGradGuard guard;
+          for (size_t i = 0; i < values.size(); ++i)
+            st->like[i].copy_(values[i]);
+        } catch (const std::exception& e) {
+          return make_error(ec::bad_request,
+                            std::string("the averaged model does not fit this node's: ") +
+                              e.what());
         }
         auto eval = learning::evaluate(*st->model, *st->args.test_set);
-        const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        return {eval.loss, eval.accuracy, seconds};
+        return {eval.loss * static_cast<double>(eval.samples),
+                static_cast<uint64_t>(eval.correct), static_cast<uint64_t>(eval.samples)};
       },
     };
   });

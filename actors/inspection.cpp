@@ -174,8 +174,8 @@ void console_state::cut(uint32_t epoch, double limit, const std::string& names) 
 void console_state::epoch_done(const actors::epoch_barrier& epochs, uint32_t epoch) {
   auto i = epochs.evaluated().find(epoch);
   const auto e = i == epochs.evaluated().end() ? storage::cluster_epoch{} : i->second;
-  note("epoch", fmt::format("epoch {}/{}: averaged model accuracy {:.4f}, {} platforms up",
-                            epoch + 1, epochs.last_epoch() + 1, e.averaged_accuracy,
+  note("epoch", fmt::format("epoch {}/{}: averaged model accuracy {}, {} platforms up",
+                            epoch + 1, epochs.last_epoch() + 1, actors::accuracy_text(e),
                             e.platforms_up));
   std::string who;
   for (auto& [name, _] : epochs.reports(epoch))

@@ -70,6 +70,8 @@ using where_atom = caf::atom_constant<caf::atom("where")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using server_atom = caf::atom_constant<caf::atom("server")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using test_atom = caf::atom_constant<caf::atom("test")>;
+using testers_atom = caf::atom_constant<caf::atom("testers")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -191,14 +193,19 @@ using server_actor = caf::typed_actor<
   // The global model, a copy (averaging, inspection).
   caf::replies_to<weights_atom>::with<held_weights>>;
 
-// -- evaluator: the balancer's model averaging and test-set evaluation -----------
+// -- evaluator: the balancer's model averaging -------------------------------------
 using evaluator_actor = caf::typed_actor<
   // The platforms' models with each one's weight in the average and its
   // per-class weights of the output layer (empty: by weight alone): the
-  // averaged model's test loss and accuracy, and the seconds evaluating took
-  // (all 0 when no model could be averaged).
+  // averaged model (no tensors when no model could be averaged).
   caf::replies_to<evaluate_atom, std::vector<held_weights>, std::vector<double>,
-                  std::vector<std::vector<double>>>::with<double, double, double>>;
+                  std::vector<std::vector<double>>>::with<held_weights>>;
+
+// -- tester: a node's test of the averaged model on its own test data ------------
+using tester_actor = caf::typed_actor<
+  // The averaged model: the summed cross-entropy, the correct answers and
+  // the samples of this node's test data (no sample leaves the node).
+  caf::replies_to<test_atom, held_weights>::with<double, uint64_t, uint64_t>>;
 
 // -- balancer: one per cluster; plans epochs, gathers reports -------------------
 using balancer_actor = caf::typed_actor<
@@ -211,6 +218,10 @@ using balancer_actor = caf::typed_actor<
   // From its node: the node hosting the parameter server now ("": none
   // reachable), for the console.
   caf::reacts_to<server_atom, std::string>,
+  // From its node: the nodes whose test data the averaged model is tested
+  // on, their testers and their test samples.
+  caf::reacts_to<testers_atom, std::vector<std::string>, std::vector<caf::actor>,
+                 std::vector<uint64_t>>,
   // From a platform: its report at the end of an epoch.
   caf::reacts_to<report_atom, epoch_report>,
   // From a platform: its report of the epoch so far.

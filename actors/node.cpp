@@ -34,6 +34,24 @@ std::string lane_of(const node_state& st, const std::string& node) {
   return l != st.lanes.end() && l->second.port != 0 ? messages::to_string(l->second) : std::string{};
 }
 
+/// Tells a balancer hosted here which nodes test the averaged model on
+/// their own test data.
+void publish_testers(self_ptr self) {
+  auto& st = self->state;
+  if (!st.balancer)
+    return;
+  std::vector<std::string> nodes;
+  std::vector<caf::actor> testers;
+  std::vector<uint64_t> samples;
+  for (auto& e : st.directory.of_role(messages::role::tester)) {
+    nodes.push_back(e.what.node);
+    testers.push_back(e.handle);
+    samples.push_back(e.what.samples);
+  }
+  self->send(*st.balancer, testers_atom::value, std::move(nodes), std::move(testers),
+             std::move(samples));
+}
+
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self) {
   auto& st = self->state;
@@ -46,6 +64,7 @@ void publish_peers(self_ptr self) {
   }
   for (auto& p : st.platforms)
     self->send(p.mixer, peers_atom::value, names, handles, lanes);
+  publish_testers(self);
   // A split run: every local stage learns where all the stages are.
   if (!st.stages.empty()) {
     const auto n = st.args.settings.stage_nodes.size();
@@ -188,6 +207,7 @@ void start_balancer(self_ptr self, bool continuing) {
                    caf::actor_cast<caf::actor>(*st.balancer));
   for (auto& n : st.args.settings.nodes)
     announce_platforms(self, n.name);
+  publish_testers(self);
   // Continuing, it goes on with the platforms of the live nodes, announced
   // just now, instead of waiting for every configured platform.
   if (continuing)
@@ -341,6 +361,14 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   };
   local(role::node, st.args.name, caf::actor_cast<caf::actor>(self));
   local(role::store, st.args.name, caf::actor_cast<caf::actor>(st.args.store));
+  if (st.args.tester) {
+    const auto samples = st.args.tester->samples;
+    auto tester = spawn_tester(self->system(), std::move(*st.args.tester));
+    st.args.tester.reset();
+    self->link_to(tester);
+    st.directory.add({role::tester, st.args.name, st.args.name, {}, samples},
+                     caf::actor_cast<caf::actor>(tester));
+  }
   for (auto& [k, stage] : st.stages)
     local(role::stage, stage_name(k), caf::actor_cast<caf::actor>(stage));
   for (auto& p : st.platforms) {

@@ -9,6 +9,7 @@
 // ends the process's run once every local platform is done.
 
 #include "actors/balancer.hpp"
+#include "actors/evaluator.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/platform.hpp"
 #include "actors/server.hpp"
@@ -75,6 +76,9 @@ struct node_args {
   std::vector<platform_args> platforms;
   /// What a balancer hosted here is started with (`node` is filled in).
   balancer_args balancer;
+  /// This node's test data, for its tester (the averaged model tested on
+  /// it each epoch); none where the node has no test data.
+  std::optional<tester_args> tester;
   /// Start the balancer at once (this node hosts it and the run is new).
   /// Otherwise a balancer is started here only by the succession: when no
   /// live node before this one (cluster.balancer first, then file order)

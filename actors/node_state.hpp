@@ -157,6 +157,7 @@ bool from_cluster(self_ptr self);
 std::string lane_of(const node_state& st, const std::string& node);
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self);
+void publish_testers(self_ptr self);
 /// Tells the local balancer about the platforms of `node`.
 void announce_platforms(self_ptr self, const std::string& node);
 /// Two balancers: ours stops if the other's node is before ours in the

@@ -54,13 +54,22 @@ void write_cluster_csv(const std::string& path, const std::vector<cluster_epoch>
   auto out = open_for_writing(path);
   out << "epoch,elapsed_seconds,epoch_seconds,samples,samples_per_second,averaged_loss,"
          "averaged_accuracy,platforms_up,training_seconds,prediction_error,wall_seconds,"
-         "network_seconds,evaluation_seconds\n";
+         "network_seconds,evaluation_seconds,test_samples,node_tests\n";
   for (auto& e : epochs) {
     auto rate = e.epoch_seconds > 0 ? static_cast<double>(e.samples) / e.epoch_seconds : 0.0;
     out << e.epoch << ',' << e.elapsed_seconds << ',' << e.epoch_seconds << ',' << e.samples
         << ',' << rate << ',' << e.averaged_loss << ',' << e.averaged_accuracy << ','
         << e.platforms_up << ',' << e.training_seconds << ',' << e.prediction_error << ','
-        << e.wall_seconds << ',' << e.network_seconds << ',' << e.evaluation_seconds << '\n';
+        << e.wall_seconds << ',' << e.network_seconds << ',' << e.evaluation_seconds << ',';
+    // Each node's test of the averaged model: node=accuracy/samples, ';' between.
+    uint64_t tested = 0;
+    for (auto& t : e.tests)
+      tested += t.samples;
+    out << tested << ',';
+    for (size_t i = 0; i < e.tests.size(); ++i)
+      out << (i ? ";" : "") << e.tests[i].node << '=' << e.tests[i].accuracy() << '/'
+          << e.tests[i].samples;
+    out << '\n';
   }
 }
 

@@ -562,10 +562,12 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   std::map<std::string, std::shared_ptr<const learning::aggregated_points>> aggregated;
   auto all_shards = std::make_shared<std::map<std::string, std::vector<int64_t>>>();
   learning::model_shape model_shape;
+  bool own_data = false;
   if (!split) {
     for (const auto& p : me.platforms)
       learning::training_device(p.device);
     auto loaded = load_node_data(cfg, me, opts.data_dir);
+    own_data = loaded.own;
     train = std::make_shared<learning::dataset>(std::move(loaded.train));
     if (loaded.test)
       test = std::make_shared<learning::dataset>(std::move(*loaded.test));
@@ -664,7 +666,26 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     sizes[all[i].name] = shards[i].size();
   nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)),
                                  train ? train->describe() : data::description{},
-                                 test, {}, opts.interactive, fingerprint, std::nullopt};
+                                 {}, opts.interactive, fingerprint, std::nullopt};
+  if (test && !split) {
+    // The averaged model is tested on every node's test data. Nodes that all
+    // read the cluster's data set hold the same test set: each tests its own
+    // part (every n-th sample), so that together they test it once.
+    auto tested = test;
+    if (!own_data && cfg.nodes.size() > 1) {
+      const auto n = static_cast<int64_t>(cfg.nodes.size());
+      int64_t at = 0;
+      while (at < n && cfg.nodes[static_cast<size_t>(at)].name != node_name)
+        ++at;
+      std::vector<int64_t> part;
+      for (int64_t k = at; k < test->size(); k += n)
+        part.push_back(k);
+      tested = std::make_shared<learning::dataset>(test->subset(part));
+    }
+    if (tested->size() > 0)
+      nargs.tester = tester_args{cfg.train.model, cfg.seed, model_shape, tested,
+                                 static_cast<uint64_t>(tested->size())};
+  }
   nargs.start_balancer = hosts_balancer && !unfinished && !split;
   nargs.stages = std::move(stages);
   if (cfg.strategy.parameter_server() && !split) {

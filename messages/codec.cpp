@@ -481,7 +481,8 @@ body read_body(wire::Envelope::Body::Reader in, const body_reader& read) {
 
 namespace {
 constexpr const char* role_names[] = {"node",     "platform", "mixer",            "predictor",
-                                      "balancer", "store",    "parameter_server", "stage"};
+                                      "balancer", "store",    "parameter_server", "stage",
+                                      "tester"};
 constexpr const char* verb_names[] = {"pause", "resume", "checkpoint", "stop", "snapshot", "history"};
 
 template <class Enum, size_t N>

@@ -124,6 +124,7 @@ enum class role : uint8_t {
   store,
   parameter_server,  ///< ADSP's parameter server
   stage,             ///< one stage of a model split across machines
+  tester,            ///< a node's test of the averaged model on its own test data
 };
 const char* to_string(role r);
 /// The role of that name; throws codec_error for an unknown one.

@@ -190,6 +190,14 @@ struct ClusterEpoch {
   wallSeconds @9 :Float64;
   networkSeconds @10 :Float64;
   evaluationSeconds @11 :Float64;
+  tests @12 :List(NodeTest);  # each node's test of the averaged model on its own test data
+}
+
+struct NodeTest {
+  node @0 :Text;
+  correct @1 :UInt64;
+  samples @2 :UInt64;
+  loss @3 :Float64;
 }
 
 # The balancer's record of a run, kept in every node's store so that a

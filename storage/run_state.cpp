@@ -52,6 +52,13 @@ std::string frame_run_state(const run_state& r) {
     o.setWallSeconds(e.wall_seconds);
     o.setNetworkSeconds(e.network_seconds);
     o.setEvaluationSeconds(e.evaluation_seconds);
+    auto tests = o.initTests(static_cast<unsigned>(e.tests.size()));
+    for (unsigned k = 0; k < e.tests.size(); ++k) {
+      tests[k].setNode(e.tests[k].node);
+      tests[k].setCorrect(e.tests[k].correct);
+      tests[k].setSamples(e.tests[k].samples);
+      tests[k].setLoss(e.tests[k].loss);
+    }
   }
   auto reports = out.initReports(static_cast<unsigned>(r.reports.size()));
   for (unsigned i = 0; i < r.reports.size(); ++i)
@@ -71,13 +78,17 @@ std::optional<run_state> parse_run_state(const std::string& value, std::string& 
     r.run = str(in.getRun());
     r.finished = in.getFinished();
     r.started_unix = in.getStartedUnix();
-    for (auto e : in.getEpochs())
+    for (auto e : in.getEpochs()) {
       r.epochs.push_back(cluster_epoch{e.getEpoch(), e.getElapsedSeconds(), e.getEpochSeconds(),
                                        e.getSamples(), e.getAveragedLoss(),
                                        e.getAveragedAccuracy(), e.getPlatformsUp(),
                                        e.getTrainingSeconds(), e.getPredictionError(),
                                        e.getWallSeconds(), e.getNetworkSeconds(),
-                                       e.getEvaluationSeconds()});
+                                       e.getEvaluationSeconds(), {}});
+      for (auto t : e.getTests())
+        r.epochs.back().tests.push_back(
+          {str(t.getNode()), t.getCorrect(), t.getSamples(), t.getLoss()});
+    }
     for (auto d : in.getReports())
       r.reports.push_back(str(d));
     return r;

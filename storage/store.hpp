@@ -114,6 +114,16 @@ void prune_checkpoints(store& s, const std::string& platform, size_t keep);
 inline constexpr std::string_view server_checkpoint = "@server";
 
 /// One epoch of the whole cluster, as the balancer saw it.
+/// One node's test of the averaged model on its own test data: the
+/// cluster's accuracy is the sum of `correct` over the sum of `samples`.
+struct node_test {
+  std::string node;
+  uint64_t correct = 0;
+  uint64_t samples = 0;
+  double loss = 0;  ///< mean cross-entropy over its samples
+  double accuracy() const { return samples ? static_cast<double>(correct) / samples : 0.0; }
+};
+
 struct cluster_epoch {
   uint32_t epoch = 0;
   double elapsed_seconds = 0;  ///< since training started, at the epoch's last report
@@ -138,6 +148,9 @@ struct cluster_epoch {
   double wall_seconds = 0;
   double network_seconds = 0;
   double evaluation_seconds = 0;
+  /// Each node's test of the averaged model (nodes with test data that
+  /// answered); averaged_loss and averaged_accuracy are their totals.
+  std::vector<node_test> tests;
 };
 
 /// The balancer's record of a run. Every node's store keeps the latest one

@@ -2,6 +2,7 @@
 // is delivered by an explicit sched.run() / run_once(), time only moves with
 // advance_time().
 #include "actors/balancer.hpp"
+#include "actors/evaluator.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/mixer.hpp"
 #include "actors/server.hpp"
@@ -102,7 +103,24 @@ balancer_args balancer_args_of(const config::cluster_config& cfg,
                                std::map<std::string, uint64_t> shard_sizes = {}) {
   auto data = test_set ? test_set->describe() : test::fashion_description();
   return {balancer_settings::of(cfg, std::move(shard_sizes)), std::move(data),
-          std::move(test_set), caf::actor_cast<node_actor>(node), false, {}, std::nullopt};
+          caf::actor_cast<node_actor>(node), false, {}, std::nullopt};
+}
+
+/// Spawns the balancer of `args` and, as a node with test data would, tells
+/// it of a tester of `test_set` on node "local" (none: no node has test data).
+balancer_actor spawn_tested_balancer(caf::actor_system& sys, const config::cluster_config& cfg,
+                                     balancer_args args,
+                                     std::shared_ptr<const learning::dataset> test_set) {
+  auto b = spawn_balancer(sys, std::move(args));
+  if (test_set) {
+    const auto n = static_cast<uint64_t>(test_set->size());
+    auto t = spawn_tester(sys, {cfg.train.model, cfg.seed, learning::shape_of(*test_set),
+                                test_set, n});
+    caf::anon_send(b, testers_atom::value, std::vector<std::string>{"local"},
+                   std::vector<caf::actor>{caf::actor_cast<caf::actor>(t)},
+                   std::vector<uint64_t>{n});
+  }
+  return b;
 }
 
 } // namespace
@@ -353,7 +371,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_refuses_platforms_whose_data_is_not_the_cluster
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "sig", 1);
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   const auto ours = data::signature(test_set->describe());
@@ -383,7 +401,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "bal", 3);
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);
@@ -445,7 +463,8 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_cuts_a_platform_past_the_epoch_deadline, fixt
     test::temp_dir dir;
     auto cfg = two_platforms(dir, "cut-" + strategy, 2);
     config::apply_override(cfg, "strategy.name=" + strategy);
-    auto b = spawn_balancer(sys, balancer_args_of(cfg, tiny_test_set(), self));
+    auto test_set = tiny_test_set();
+    auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
     auto cuts0 = std::make_shared<std::vector<uint32_t>>();
     auto cuts1 = std::make_shared<std::vector<uint32_t>>();
     auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, cuts0);
@@ -489,7 +508,7 @@ BOOST_FIXTURE_TEST_CASE(averaged_model_weighs_platforms_by_points_trained, fixtu
   test::temp_dir dir;
   auto cfg = two_platforms(dir, "avg", 1);
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id, 1);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id, 2);
   join(self, b, "p0", "local", p0);
@@ -566,7 +585,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   cfg.output_dir = dir / "runs";
   auto test_set = tiny_test_set();
   std::map<std::string, uint64_t> sizes{{"p0", 1500}, {"p1", 1500}, {"p2", 1500}, {"p3", 1500}};
-  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self, sizes));
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self, sizes), test_set);
   // Throughputs 300, 300, 100, 60 points/s: the paper's 3x and 5x unbalance.
   double speed[] = {300, 300, 100, 60};
   std::vector<std::shared_ptr<std::vector<messages::plan>>> seen;
@@ -628,7 +647,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
   auto args = balancer_args_of(cfg, test_set, self);
   args.fingerprint = saved.fingerprint;
   args.resume = saved;
-  auto b = spawn_balancer(sys, args);
+  auto b = spawn_tested_balancer(sys, cfg, args, test_set);
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);
@@ -699,7 +718,7 @@ BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fix
   auto cfg = two_platforms(dir, "late", 3);
   cfg.quorum = 1;
   auto test_set = tiny_test_set();
-  auto b = spawn_balancer(sys, balancer_args_of(cfg, test_set, self));
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
   auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
   auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
   join(self, b, "p0", "local", p0);

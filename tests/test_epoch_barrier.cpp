@@ -535,6 +535,32 @@ BOOST_AUTO_TEST_CASE(an_epoch_is_measured_evaluated_and_closed) {
                                         "acc 0.8500 | 1:11");
 }
 
+BOOST_AUTO_TEST_CASE(the_averaged_models_accuracy_is_over_every_nodes_test_data) {
+  // Node a tested it on 100 samples (80 right), b on 300 (150 right): the
+  // cluster's accuracy is 230 / 400, not the mean of 0.8 and 0.5.
+  auto b = joined(settings({"p0", "p1"}, 2));
+  b.plan(0, {}, at(0));
+  reports(b, "p0", 0, 3, 300, 3.0);
+  reports(b, "p1", 0, 4, 100, 4.0);
+  BOOST_REQUIRE(b.begin_evaluation(0, at(5)));
+  auto& e = b.evaluation_done(0, {{"a", 80, 100, 0.4}, {"b", 150, 300, 1.2}}, 0.5);
+  BOOST_TEST(e.averaged_accuracy == 230.0 / 400, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(e.averaged_loss == (0.4 * 100 + 1.2 * 300) / 400, boost::test_tools::tolerance(1e-12));
+  BOOST_REQUIRE_EQUAL(e.tests.size(), 2u);
+  b.close(0, at(6));
+  BOOST_TEST(b.epoch_line(0).find("averaged model accuracy 0.5750 (a 0.8000 of 100, b 0.5000 "
+                                  "of 300)") != std::string::npos,
+             b.epoch_line(0));
+  // No node tested epoch 2: no accuracy, and the line says so.
+  b.plan(1, {}, at(6));
+  reports(b, "p0", 1, 9, 300, 3.0);
+  reports(b, "p1", 1, 10, 100, 4.0);
+  BOOST_REQUIRE(b.begin_evaluation(1, at(10)));
+  auto& none = b.evaluation_done(1, std::vector<storage::node_test>{}, 0);
+  BOOST_TEST(std::isnan(none.averaged_accuracy));
+  BOOST_TEST(b.epoch_line(1).find("accuracy n/a (no node tested it)") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(the_prediction_error_of_an_edgegossip_epoch) {
   auto b = joined(edgegossip({"p0", "p1"}));
   b.plan(0, predictions({{"p0", 300}, {"p1", 150}}), at(0));  // both predicted 5 s

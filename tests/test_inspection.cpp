@@ -280,7 +280,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   cfg.nodes[0].platforms[0] = {"p0", 1, 0.5, 1, {}};
   cfg.nodes[0].platforms[1] = {"p1", 1, 0.5, 1, {}};
   auto test_set = std::make_shared<learning::dataset>(test::random_images(20));
-  auto b = spawn_balancer(sys, {balancer_settings::of(cfg, {}), test_set->describe(), test_set,
+  auto b = spawn_balancer(sys, {balancer_settings::of(cfg, {}), test_set->describe(),
                                 caf::actor_cast<node_actor>(self), false, {}, {}});
   auto got0 = std::make_shared<std::vector<std::string>>();
   auto got1 = std::make_shared<std::vector<std::string>>();

@@ -179,8 +179,10 @@ struct fixture {
       pa.store = n.store;
       args.platforms.push_back(std::move(pa));
     }
-    args.balancer = balancer_args{balancer_settings::of(cfg, sizes), data->describe(), data, {},
+    args.balancer = balancer_args{balancer_settings::of(cfg, sizes), data->describe(), {},
                                   false, config::run_fingerprint(cfg), std::nullopt};
+    args.tester = tester_args{cfg.train.model, cfg.seed, learning::shape_of(*data), data,
+                              static_cast<uint64_t>(data->size())};
     args.start_balancer = start_balancer;
     args.load_run_state = [db] { return storage::load_run_state(*db); };
     n.node = spawn_node(sys, std::move(args));

@@ -181,6 +181,8 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
        const std::string&, uint64_t) {},
     [](failed_atom, const std::string&, const std::string&) {},
     [](server_atom, const std::string&) {},
+    [](testers_atom, const std::vector<std::string>&, const std::vector<caf::actor>&,
+       const std::vector<uint64_t>&) {},
     [rec](report_atom, const epoch_report& r) { rec->reports.push_back(r); },
     [rec](progress_atom, const epoch_report& r) { rec->progress.push_back(r); },
     [](tick_atom) {},
