@@ -88,6 +88,20 @@ succession::verdict succession::when_none(const std::string& me, bool dialling,
   return verdict::wait;  // not a node of the cluster
 }
 
+bool succession::majority(const std::string& me, const std::set<std::string>& reachable,
+                          int64_t needed) const {
+  size_t reach = 0;
+  bool holds_first = false;
+  for (size_t i = 0; i < order_.size(); ++i)
+    if (order_[i] == me || reachable.count(order_[i])) {
+      ++reach;
+      holds_first = holds_first || i == 0;
+    }
+  if (needed > 0)
+    return static_cast<int64_t>(reach) >= needed;
+  return 2 * reach > order_.size() || (2 * reach == order_.size() && holds_first);
+}
+
 bool dials(const std::vector<std::string>& file_order, const std::string& me,
            const std::string& other) {
   for (auto& n : file_order) {

@@ -66,6 +66,15 @@ public:
   enum class verdict { wait, retry, elect };
   verdict when_none(const std::string& me, bool dialling, const std::set<std::string>& lost) const;
 
+  /// Whether `me`, reaching the nodes `reachable` (its live peers), is on
+  /// the side of a cut network that may host the balancer or the parameter
+  /// server: it reaches, itself included, `needed` nodes of the order (0:
+  /// more than half of them; exactly half when its side holds the first
+  /// node of the order, the cluster's balancer node, which wins a tie). At
+  /// most one side of any cut can say yes, so a run never splits in two.
+  bool majority(const std::string& me, const std::set<std::string>& reachable,
+                int64_t needed = 0) const;
+
   /// Two balancers (a successor, and the node that came back): whether the
   /// one on `me` gives way to the one on `other`.
   bool gives_way(const std::string& me, const std::string& other) const {

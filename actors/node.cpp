@@ -214,6 +214,32 @@ void start_balancer(self_ptr self, bool continuing) {
     self->send(*st.balancer, start_atom::value);
 }
 
+/// Whether this node, with the peers it reaches now, is on the side of a
+/// cut network that may start `what` (succession::majority); says once why
+/// not, and again once it is.
+bool on_majority_side(self_ptr self, const char* what) {
+  auto& st = self->state;
+  std::set<std::string> reachable;
+  for (auto& [name, _] : st.peers)
+    reachable.insert(name);
+  const bool yes = st.succession.majority(st.args.name, reachable, st.args.settings.majority);
+  const auto n = st.args.settings.nodes.size();
+  if (!yes && !st.minority) {
+    spdlog::warn("[{}] reaches {} of the cluster's {} nodes, not a majority{}: not starting {} "
+                 "here; its platforms wait for the run the other side keeps",
+                 st.args.name, reachable.size() + 1, n,
+                 st.args.settings.majority > 0
+                   ? " (cluster.majority = " + std::to_string(st.args.settings.majority) + ")"
+                   : std::string{},
+                 what);
+  } else if (yes && st.minority) {
+    spdlog::info("[{}] reaches {} of the cluster's {} nodes again", st.args.name,
+                 reachable.size() + 1, n);
+  }
+  st.minority = !yes;
+  return yes;
+}
+
 /// The succession says this node hosts the balancer now; first every peer
 /// is asked which balancer it follows. A node that was itself stopped (a
 /// SIGSTOP, a machine suspended, a long swap) wakes up having timed out
@@ -246,6 +272,10 @@ void confirm_election(self_ptr self) {
       return;
     }
     st.deferred_election.clear();
+    if (!on_majority_side(self, "a balancer")) {
+      self->delayed_send(self, defaults::election_retry, elect_atom::value);
+      return;
+    }
     spdlog::warn("[{}] no balancer in the cluster: starting one here", st.args.name);
     start_balancer(self, true);
     rehello(self);
@@ -587,6 +617,10 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
           self->delayed_send(self, defaults::election_retry, serve_atom::value);
           return;
         case succession::verdict::elect:
+          if (!on_majority_side(self, "a parameter server")) {
+            self->delayed_send(self, defaults::election_retry, serve_atom::value);
+            return;
+          }
           spdlog::warn("[{}] no parameter server in the cluster: starting one here", st.args.name);
           start_server(self, true);
           rehello(self);
@@ -646,6 +680,7 @@ node_settings node_settings::of(const config::cluster_config& cluster) {
   s.output_dir = cluster.output_dir;
   s.nodes = cluster.nodes;
   s.balancer = cluster.balancer().name;
+  s.majority = cluster.majority;
   if (cluster.strategy.parameter_server() && !cluster.split.enabled())
     s.server = cluster.server().name;
   if (cluster.split.enabled())

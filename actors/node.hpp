@@ -53,6 +53,9 @@ struct node_settings {
   std::string output_dir;
   std::vector<config::node_config> nodes;
   std::string balancer;  ///< the node named to host the balancer
+  /// cluster.majority: nodes a side must reach to host the balancer or the
+  /// parameter server (0: more than half).
+  int64_t majority = 0;
   /// The node named to host the parameter server (strategy.server; "" for
   /// strategies without one).
   std::string server;

@@ -56,6 +56,9 @@ struct node_state {
   actors::succession succession;           // who hosts the balancer when its node is lost
   actors::succession server_succession;    // who hosts the parameter server when its node is lost
   std::map<std::string, node_actor> peers;  // connected remote nodes by name
+  /// This node last found itself on the minority side of a cut (it may not
+  /// start a balancer or a parameter server there).
+  bool minority = false;
   std::set<std::string> dialling;
   std::set<std::string> tls_checked;  // peers whose certificate passed probe_tls just now
   std::map<std::string, int> dial_failures;

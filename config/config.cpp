@@ -2,7 +2,7 @@
 // default (default_config()), except that [[nodes]], when present, replaces
 // the default nodes entirely.
 //
-//   [cluster]   id, seed, balancer, secret, quorum, transport, cpu_limiter,
+//   [cluster]   id, seed, balancer, secret, quorum, majority, transport, cpu_limiter,
 //               heartbeat_interval, peer_timeout, gossip_queue, gossip_max_wait,
 //               on_store_failure
 //   [cluster.tls] certificate, key, ca
@@ -155,6 +155,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("cluster.balancer", c.balancer_node, any_text);
   visit("cluster.secret", c.secret, any_text);
   visit("cluster.quorum", c.quorum, non_negative_int);
+  visit("cluster.majority", c.majority, non_negative_int);
   visit("cluster.transport", c.transport, enum_rule{});
   visit("cluster.cpu_limiter", c.cpu_limiter, text_rule{{"auto", "cgroup", "cpulimit"}, false});
   visit("cluster.heartbeat_interval", c.heartbeat_interval, positive);
@@ -881,6 +882,9 @@ void validate(const cluster_config& cfg) {
   if (cfg.quorum > static_cast<int64_t>(cfg.platforms().size()))
     throw config_error("cluster.quorum is " + std::to_string(cfg.quorum) + " but the cluster has " +
                        std::to_string(cfg.platforms().size()) + " platforms");
+  if (cfg.majority > static_cast<int64_t>(cfg.nodes.size()))
+    throw config_error("cluster.majority is " + std::to_string(cfg.majority) +
+                       " but the cluster has " + std::to_string(cfg.nodes.size()) + " nodes");
   if (!cfg.balancer_node.empty() &&
       std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
                    [&](const node_config& n) { return n.name == cfg.balancer_node; }))

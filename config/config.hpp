@@ -343,6 +343,11 @@ struct cluster_config {
   /// Platforms that must have joined for a new run to start (0: all of
   /// them); the others join the running run when their nodes start.
   int64_t quorum = 0;
+  /// Nodes a side of a cut network must reach (itself included) to start or
+  /// continue the balancer or the parameter server; 0: more than half of the
+  /// nodes, an even split going to the side of cluster.balancer's node. The
+  /// other side's platforms wait for it, so that a run never splits in two.
+  int64_t majority = 0;
   /// Liveness: every node connection carries a heartbeat this often
   /// (seconds); a peer from which nothing arrived for `peer_timeout` seconds
   /// is down for gossip and for the epoch barrier, as a node whose process

@@ -321,6 +321,8 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.id = ""; }, "cluster.id must not be empty"},
       {[](cluster_config& c) { c.seed = ~0ull; }, "cluster.seed"},
       {[](cluster_config& c) { c.balancer_node = "nowhere"; }, "cluster.balancer"},
+      {[](cluster_config& c) { c.majority = 99; }, "cluster.majority is 99 but the cluster has"},
+      {[](cluster_config& c) { c.majority = -1; }, "cluster.majority"},
       {[](cluster_config& c) { c.data.name = ""; }, "data.name"},
       {[](cluster_config& c) { c.data.dir = ""; }, "data.dir"},
       {[](cluster_config& c) { c.data.partition = "random"; }, "data.partition"},

@@ -3,6 +3,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <set>
+
 using eg::actors::dials;
 using eg::actors::succession;
 using eg::messages::component;
@@ -61,6 +63,47 @@ BOOST_AUTO_TEST_CASE(a_node_elects_itself_only_when_all_before_it_are_lost) {
   BOOST_TEST((s.when_none("c", false, {"a", "b"}) == v::elect));
   BOOST_TEST((s.when_none("c", true, {"a", "b"}) == v::retry));  // still dialling
   BOOST_TEST((s.when_none("x", false, {"a", "b", "c"}) == v::wait));
+}
+
+BOOST_AUTO_TEST_CASE(only_one_side_of_a_cut_may_host_the_balancer) {
+  // Three nodes, b cut off: b alone is a minority, a and c together the
+  // majority; and never both sides of one cut.
+  succession three({"a", "b", "c"}, "a");
+  BOOST_TEST(!three.majority("b", {}));
+  BOOST_TEST(three.majority("c", {"a"}));
+  BOOST_TEST(three.majority("a", {"c"}));
+  BOOST_TEST(!three.majority("a", {}));  // the balancer's own node cut off
+  BOOST_TEST(three.majority("b", {"c"}));
+  BOOST_TEST(three.majority("a", {"b", "c"}));
+  BOOST_TEST(!three.majority("b", {"x", "y"}));  // strangers are no nodes of it
+  // Four nodes cut two and two: the side of the balancer's node (c) wins.
+  succession four({"a", "b", "c", "d"}, "c");
+  BOOST_TEST(four.majority("c", {"d"}));
+  BOOST_TEST(!four.majority("a", {"b"}));
+  BOOST_TEST(!four.majority("b", {}));
+  // Every split of the four: exactly one side, or none, may host it.
+  const std::vector<std::string> nodes{"a", "b", "c", "d"};
+  for (unsigned mask = 0; mask < 16; ++mask) {
+    std::set<std::string> left, right;
+    for (unsigned i = 0; i < 4; ++i)
+      (mask & (1u << i) ? left : right).insert(nodes[i]);
+    auto may = [&](const std::set<std::string>& side) {
+      if (side.empty())
+        return false;
+      auto peers = side;
+      auto me = *peers.begin();
+      peers.erase(me);
+      return four.majority(me, peers);
+    };
+    BOOST_TEST(!(may(left) && may(right)), "split " << mask);
+    BOOST_TEST((may(left) || may(right)), "split " << mask);
+  }
+  // cluster.majority = 1: any node alone may (a two-node cluster that fails
+  // over, accepting that a cut then splits the run).
+  succession two({"a", "b"}, "a");
+  BOOST_TEST(!two.majority("b", {}));
+  BOOST_TEST(two.majority("a", {}));
+  BOOST_TEST(two.majority("b", {}, 1));
 }
 
 BOOST_AUTO_TEST_CASE(the_earlier_node_in_the_file_dials) {
