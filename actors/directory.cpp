@@ -9,6 +9,12 @@ void directory::add(messages::component what, caf::actor handle) {
   entries_.push_back({std::move(what), std::move(handle)});
 }
 
+void directory::set_samples(messages::role r, const std::string& node, uint64_t samples) {
+  for (auto& e : entries_)
+    if (e.what.role == r && e.what.node == node)
+      e.what.samples = samples;
+}
+
 void directory::replace_node(const std::string& node, const std::vector<messages::component>& what,
                              const std::vector<caf::actor>& handles) {
   if (what.size() != handles.size())

@@ -32,6 +32,9 @@ public:
   void remove_node(const std::string& node);
   /// Forgets the component of role `r` hosted by `node`.
   void remove(messages::role r, const std::string& node);
+  /// Sets the count a component of role `r` hosted by `node` announces
+  /// (a balancer's: the epochs of the run it evaluated).
+  void set_samples(messages::role r, const std::string& node, uint64_t samples);
 
   /// The handle of the component of role `r` named `name` (null if none).
   caf::actor find(messages::role r, const std::string& name) const;
@@ -79,6 +82,14 @@ public:
   /// one on `me` gives way to the one on `other`.
   bool gives_way(const std::string& me, const std::string& other) const {
     return rank(other) < rank(me);
+  }
+  /// The same for two balancers of one run that each evaluated some epochs
+  /// of it (two sides of a cut met again): the one that went further stays,
+  /// so that the epochs the majority trained are not thrown away for an
+  /// older state; with as many epochs, the order decides.
+  bool gives_way(const std::string& me, uint64_t my_epochs, const std::string& other,
+                 uint64_t other_epochs) const {
+    return other_epochs != my_epochs ? other_epochs > my_epochs : gives_way(me, other);
   }
 
 private:

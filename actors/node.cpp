@@ -124,14 +124,26 @@ namespace {
 /// stops if it is the other one.
 template <class Handle>
 void give_way(self_ptr self, messages::role role, const succession& order,
-              std::optional<Handle>& mine, const char* what) {
+              std::optional<Handle>& mine, const char* what, bool by_progress) {
   auto& st = self->state;
   if (!mine)
     return;
+  uint64_t my_progress = 0;
   for (auto& e : st.directory.of_role(role))
-    if (e.what.node != st.args.name && order.gives_way(st.args.name, e.what.node)) {
-      spdlog::warn("[{}] node {} hosts the {} too: stopping ours", st.args.name, e.what.node,
-                   what);
+    if (e.what.node == st.args.name)
+      my_progress = e.what.samples;
+  for (auto& e : st.directory.of_role(role))
+    if (e.what.node != st.args.name &&
+        (by_progress ? order.gives_way(st.args.name, my_progress, e.what.node, e.what.samples)
+                     : order.gives_way(st.args.name, e.what.node))) {
+      spdlog::warn("[{}] node {} hosts the {} too{}: stopping ours", st.args.name, e.what.node,
+                   what,
+                   by_progress && e.what.samples != my_progress
+                     ? fmt::format(" ({} epochs evaluated against our {})", e.what.samples,
+                                   my_progress)
+                     : std::string{});
+      if (role == messages::role::balancer)
+        st.balancer_paused = false;
       self->unlink_from(*mine);
       self->send_exit(*mine, caf::exit_reason::user_shutdown);
       mine.reset();
@@ -145,13 +157,40 @@ void give_way(self_ptr self, messages::role role, const succession& order,
 
 void resolve_balancers(self_ptr self) {
   auto& st = self->state;
-  give_way(self, messages::role::balancer, st.succession, st.balancer, "balancer");
+  give_way(self, messages::role::balancer, st.succession, st.balancer, "balancer", true);
+}
+
+void check_balancer_majority(self_ptr self) {
+  auto& st = self->state;
+  if (!st.balancer || st.finished || st.split())
+    return;
+  std::set<std::string> reachable;
+  for (auto& [name, _] : st.peers)
+    reachable.insert(name);
+  const bool majority =
+    st.succession.majority(st.args.name, reachable, st.args.settings.majority);
+  if (majority == !st.balancer_paused)
+    return;
+  st.balancer_paused = !majority;
+  messages::control c;
+  c.verb = majority ? messages::verb::resume : messages::verb::pause;
+  if (majority)
+    spdlog::info("[{}] reaches {} of the cluster's {} nodes again: the balancer here resumes "
+                 "its platforms",
+                 st.args.name, reachable.size() + 1, st.args.settings.nodes.size());
+  else
+    spdlog::warn("[{}] reaches {} of the cluster's {} nodes, not a majority: the balancer here "
+                 "pauses its platforms until it does (the other side may go on with the run)",
+                 st.args.name, reachable.size() + 1, st.args.settings.nodes.size());
+  self->request(*st.balancer, defaults::handshake_timeout, inspect_atom::value, c,
+                std::string{"majority"})
+    .then([](const std::string&) {}, [](caf::error&) {});
 }
 
 void resolve_servers(self_ptr self) {
   auto& st = self->state;
   give_way(self, messages::role::parameter_server, st.server_succession, st.server,
-           "parameter server");
+           "parameter server", false);
 }
 
 void start_server(self_ptr self, bool continuing) {
@@ -201,9 +240,12 @@ void start_balancer(self_ptr self, bool continuing) {
     else
       args.resume = storage::run_state{args.fingerprint, "", false, {}, {}, 0};
   }
+  // What it announces: the epochs of the run evaluated so far.
+  const uint64_t evaluated = args.resume ? args.resume->epochs.size() : 0;
   st.balancer = spawn_balancer(self->system(), std::move(args));
   self->link_to(*st.balancer);
-  st.directory.add({messages::role::balancer, st.args.name, st.args.name},
+  st.balancer_paused = false;
+  st.directory.add({messages::role::balancer, st.args.name, st.args.name, {}, evaluated},
                    caf::actor_cast<caf::actor>(*st.balancer));
   for (auto& n : st.args.settings.nodes)
     announce_platforms(self, n.name);
@@ -441,6 +483,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
         return;
       spdlog::warn("[{}] node {} is down ({})", st.args.name, name, caf::to_string(dm.reason));
       publish_peers(self);
+      check_balancer_majority(self);
       if (had_balancer && !st.split())
         self->delayed_send(self, defaults::succession_delay, elect_atom::value);
       // The server's node, or one before this node in the server's
@@ -585,6 +628,11 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       // off when the balancer finished) do not keep the node up.
       std::string problem;
       auto r = storage::parse_run_state(state, problem);
+      // Our own balancer's progress goes into our hello: two balancers that
+      // meet after a cut keep the one that went further.
+      if (r && st.balancer && self->current_sender() &&
+          self->current_sender()->address() == st.balancer->address())
+        st.directory.set_samples(messages::role::balancer, st.args.name, r->epochs.size());
       if (r && r->finished && !st.finished && !st.over_armed) {
         st.over_armed = true;
         st.run = r->run;

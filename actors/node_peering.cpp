@@ -114,6 +114,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
               [](caf::error&) {});
   }
   resolve_balancers(self);
+  check_balancer_majority(self);
   resolve_servers(self);
   publish_peers(self);
   announce_platforms(self, h->node);

@@ -59,6 +59,9 @@ struct node_state {
   /// This node last found itself on the minority side of a cut (it may not
   /// start a balancer or a parameter server there).
   bool minority = false;
+  /// The balancer hosted here paused its platforms: this node reaches no
+  /// majority (check_balancer_majority).
+  bool balancer_paused = false;
   std::set<std::string> dialling;
   std::set<std::string> tls_checked;  // peers whose certificate passed probe_tls just now
   std::map<std::string, int> dial_failures;
@@ -161,6 +164,9 @@ std::string lane_of(const node_state& st, const std::string& node);
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self);
 void publish_testers(self_ptr self);
+/// The balancer hosted here pauses its platforms while this node reaches
+/// no majority of the nodes, and resumes them once it does again.
+void check_balancer_majority(self_ptr self);
 /// Tells the local balancer about the platforms of `node`.
 void announce_platforms(self_ptr self, const std::string& node);
 /// Two balancers: ours stops if the other's node is before ours in the

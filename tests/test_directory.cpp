@@ -106,6 +106,23 @@ BOOST_AUTO_TEST_CASE(only_one_side_of_a_cut_may_host_the_balancer) {
   BOOST_TEST(two.majority("b", {}, 1));
 }
 
+BOOST_AUTO_TEST_CASE(of_two_balancers_the_one_further_in_the_run_stays) {
+  // a (first in the order) was cut off and paused at 2 epochs; b's
+  // successor went on to 6 with the majority: a's gives way, not b's.
+  succession s({"a", "b", "c"}, "a");
+  BOOST_TEST(s.gives_way("a", 2, "b", 6));
+  BOOST_TEST(!s.gives_way("b", 6, "a", 2));
+  // As far as each other: the order decides, as without a cut.
+  BOOST_TEST(!s.gives_way("a", 4, "b", 4));
+  BOOST_TEST(s.gives_way("b", 4, "a", 4));
+  // The directory carries a balancer's progress into the hello.
+  eg::actors::directory d;
+  d.add({role::balancer, "a", "a"}, {});
+  d.set_samples(role::balancer, "a", 5);
+  BOOST_REQUIRE_EQUAL(d.of_role(role::balancer).size(), 1u);
+  BOOST_TEST(d.of_role(role::balancer).front().what.samples == 5u);
+}
+
 BOOST_AUTO_TEST_CASE(the_earlier_node_in_the_file_dials) {
   std::vector<std::string> file{"a", "b", "c"};
   BOOST_TEST(dials(file, "a", "c"));
