@@ -13,19 +13,36 @@
 #include <string>
 
 namespace eg::actors {
+namespace {
+
+/// A model of the run's architecture that takes the values it is given:
+/// the evaluator's average, a tester's copy of it.
+struct model_slot {
+  std::shared_ptr<learning::classifier> model;
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> like;  ///< its parameters
+
+  model_slot(const std::string& name, uint64_t seed, const learning::model_shape& shape)
+      : model(learning::make_classifier(name, seed, shape)),
+        names(learning::parameter_names(*model)),
+        like(learning::parameters(*model)) {}
+
+  void load(const std::vector<torch::Tensor>& values) {
+    torch::NoGradGuard guard;
+    for (size_t i = 0; i < values.size() && i < like.size(); ++i)
+      like[i].copy_(values[i]);
+  }
+};
+
+} // namespace
 
 evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
-  struct state {
+  struct state : model_slot {
+    using model_slot::model_slot;
     evaluator_args args;
-    std::shared_ptr<learning::classifier> model;
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> like;
     bool class_rows = true;
   };
-  auto st = std::make_shared<state>();
-  st->model = learning::make_classifier(args.model, args.seed, args.shape);
-  st->names = learning::parameter_names(*st->model);
-  st->like = learning::parameters(*st->model);
+  auto st = std::make_shared<state>(args.model, args.seed, args.shape);
   // The average by class needs the output layer last, a row per class (every
   // zoo model); a model scripted in Python may end otherwise.
   st->class_rows = st->like.size() >= 2;
@@ -61,11 +78,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
         // that class (learning::average_by_class).
         auto avg = by_class ? learning::average_by_class(models, samples, classes)
                             : learning::average(models, samples);
-        {
-          torch::NoGradGuard guard;
-          for (size_t i = 0; i < avg.size(); ++i)
-            st->like[i].copy_(avg[i]);
-        }
+        st->load(avg);
         if (st->args.latest)
           *st->args.latest = learning::save_model(*st->model);
         held_weights out;
@@ -79,25 +92,17 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
 }
 
 tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
-  struct state {
+  struct state : model_slot {
+    using model_slot::model_slot;
     tester_args args;
-    std::shared_ptr<learning::classifier> model;
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> like;
   };
-  auto st = std::make_shared<state>();
-  st->model = learning::make_classifier(args.model, args.seed, args.shape);
-  st->names = learning::parameter_names(*st->model);
-  st->like = learning::parameters(*st->model);
+  auto st = std::make_shared<state>(args.model, args.seed, args.shape);
   st->args = std::move(args);
   return sys.spawn([st]() -> tester_actor::behavior_type {
     return {
       [st](test_atom, const held_weights& averaged) -> caf::result<double, uint64_t, uint64_t> {
         try {
-          auto values = learning::from_views(averaged.value.tensors, st->names, st->like);
-          torch::NoGradGuard guard;
-          for (size_t i = 0; i < values.size(); ++i)
-            st->like[i].copy_(values[i]);
+          st->load(learning::from_views(averaged.value.tensors, st->names, st->like));
         } catch (const std::exception& e) {
           return make_error(ec::bad_request,
                             std::string("the averaged model does not fit this node's: ") +

@@ -90,4 +90,12 @@ std::string fixed(double v, int digits) {
   return b;
 }
 
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  for (std::string c; std::getline(ss, c, ',');)
+    cells.push_back(c);
+  return cells;
+}
+
 } // namespace eg::bench

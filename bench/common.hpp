@@ -30,4 +30,8 @@ struct spread {
 /// `v` with `digits` decimals.
 std::string fixed(double v, int digits);
 
+/// The cells of one line of the run directory's CSV files (no cell there
+/// holds a comma: lists inside a cell are separated by ';').
+std::vector<std::string> csv_cells(const std::string& line);
+
 } // namespace eg::bench

@@ -137,10 +137,7 @@ device_run in_actors_on_device(const options& opt, const std::string& model, int
   std::getline(in, line);
   device_run r;
   while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');)
-      cells.push_back(c);
+    auto cells = csv_cells(line);
     if (cells.size() < 7)
       continue;
     if (cells[0] == "gpu") {
@@ -182,10 +179,7 @@ framework_result in_actors(const options& opt, int platforms, int threads, int64
   framework_result r;
   double total = 0;
   while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');)
-      cells.push_back(c);
+    auto cells = csv_cells(line);
     r.epoch_seconds = std::max(r.epoch_seconds, std::stod(cells[4]));
     total += std::stod(cells[6]);
   }

@@ -9,6 +9,7 @@
 // child process (this binary, a hidden option), so its memory is its own.
 
 #include "bench/bench.hpp"
+#include "bench/common.hpp"
 #include "bench/ports.hpp"
 
 #include "actors/runtime.hpp"
@@ -98,19 +99,12 @@ std::vector<row> read_csv(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in)
     throw std::runtime_error("bench scale: no " + path.string());
-  auto split = [](const std::string& line) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');)
-      cells.push_back(c);
-    return cells;
-  };
   std::string line;
   std::getline(in, line);
-  auto cols = split(line);
+  auto cols = csv_cells(line);
   std::vector<row> rows;
   while (std::getline(in, line)) {
-    auto cells = split(line);
+    auto cells = csv_cells(line);
     row r;
     for (size_t i = 0; i < cols.size() && i < cells.size(); ++i)
       r[cols[i]] = cells[i];

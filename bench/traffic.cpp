@@ -62,13 +62,6 @@ struct table {
   }
 };
 
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> cells;
-  std::stringstream ss(line);
-  for (std::string c; std::getline(ss, c, ',');)
-    cells.push_back(c);
-  return cells;
-}
 
 table read_table(const fs::path& path) {
   std::ifstream in(path);
@@ -78,12 +71,12 @@ table read_table(const fs::path& path) {
   t.path = path;
   std::string line;
   std::getline(in, line);
-  auto cols = split(line);
+  auto cols = csv_cells(line);
   for (size_t i = 0; i < cols.size(); ++i)
     t.columns[cols[i]] = i;
   while (std::getline(in, line))
     if (!line.empty())
-      t.rows.push_back(split(line));
+      t.rows.push_back(csv_cells(line));
   return t;
 }
 

@@ -62,12 +62,7 @@ std::vector<point> read_curve(const fs::path& csv) {
     throw std::runtime_error("cannot read " + csv.string());
   std::string line;
   std::getline(in, line);
-  std::vector<std::string> cols;
-  {
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');)
-      cols.push_back(c);
-  }
+  const auto cols = csv_cells(line);
   auto col = [&](const std::string& name) {
     for (size_t i = 0; i < cols.size(); ++i)
       if (cols[i] == name)
@@ -78,10 +73,7 @@ std::vector<point> read_curve(const fs::path& csv) {
        pe = col("prediction_error");
   std::vector<point> out;
   while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');)
-      cells.push_back(c);
+    auto cells = csv_cells(line);
     out.push_back({static_cast<uint32_t>(std::stoul(cells[e])), std::stod(cells[t]),
                    std::stod(cells[a]), std::stod(cells[pe])});
   }
@@ -98,10 +90,7 @@ std::vector<platform_figures> read_platforms(const fs::path& csv) {
   std::getline(in, line);
   std::vector<platform_figures> out;
   while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');)
-      cells.push_back(c);
+    auto cells = csv_cells(line);
     if (cells.size() < 7)
       throw std::runtime_error("a short row in " + csv.string());
     auto it = std::find_if(out.begin(), out.end(),
