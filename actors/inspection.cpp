@@ -237,7 +237,12 @@ snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barr
   h.epochs = epochs.last_epoch() + 1;
   if (!epochs.evaluated().empty()) {
     h.evaluated_epoch = epochs.evaluated().rbegin()->first;
-    h.averaged_accuracy = epochs.evaluated().rbegin()->second.averaged_accuracy;
+    const auto& e = epochs.evaluated().rbegin()->second;
+    h.averaged_accuracy = e.averaged_accuracy;
+    for (size_t i = 0; i < e.tests.size() && (e.tests.size() > 1 || e.tests[0].node != "local");
+         ++i)
+      h.accuracy_by_node += fmt::format("{}{} {:.4f} of {}", i ? ", " : "", e.tests[i].node,
+                                        e.tests[i].accuracy(), e.tests[i].samples);
   }
   h.via = via;
   if (!h.server.empty() && !console.server.empty())
@@ -451,6 +456,7 @@ std::string to_json(const snapshot& s) {
                   {"epochs", c.epochs},
                   {"evaluated_epoch", c.evaluated_epoch},
                   {"averaged_accuracy", c.averaged_accuracy},
+                  {"accuracy_by_node", c.accuracy_by_node},
                   {"platforms_up", c.platforms_up},
                   {"platforms_down", c.platforms_down},
                   {"balancer", c.balancer},
@@ -527,6 +533,8 @@ snapshot snapshot_from_json(const std::string& text) {
     read(c, "epochs", h.epochs);
     read(c, "evaluated_epoch", h.evaluated_epoch);
     read(c, "averaged_accuracy", h.averaged_accuracy);
+    if (c.contains("accuracy_by_node"))  // absent from a node that predates it
+      read(c, "accuracy_by_node", h.accuracy_by_node);
     read(c, "platforms_up", h.platforms_up);
     read(c, "platforms_down", h.platforms_down);
     read(c, "balancer", h.balancer);

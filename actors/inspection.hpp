@@ -60,7 +60,7 @@ struct cluster_header {
   uint32_t epoch = 0;       ///< the furthest epoch a platform is in (0-based)
   uint32_t epochs = 0;      ///< epochs of the run
   int64_t evaluated_epoch = -1;  ///< latest epoch whose averaged model was evaluated
-  double averaged_accuracy = 0;  ///< of that epoch
+  double averaged_accuracy = 0;  ///< of that epoch, over every node's test data
   uint32_t platforms_up = 0;
   uint32_t platforms_down = 0;
   std::string balancer;     ///< node hosting the balancer
@@ -70,6 +70,9 @@ struct cluster_header {
   /// other strategies), and the newest version of its model a worker pulled.
   std::string server;
   uint64_t server_version = 0;
+  /// Each node's share of averaged_accuracy: "a 0.8000 of 100, b 0.5000 of
+  /// 300" ("" for one node's own, or none).
+  std::string accuracy_by_node;
 };
 
 /// A split run's header (strategy "split MODEL"): its rows are the stages.

@@ -66,8 +66,9 @@ std::vector<std::string> header_lines(const in::snapshot& s, const std::string& 
                             c.id, c.run.empty() ? "-" : c.run, c.strategy, c.schedule,
                             c.via.empty() ? "?" : c.via, address));
   std::string acc = c.evaluated_epoch >= 0
-                      ? fmt::format("{} (epoch {})", number(c.averaged_accuracy, 4),
-                                    c.evaluated_epoch + 1)
+                      ? fmt::format("{} (epoch {}{}{})", number(c.averaged_accuracy, 4),
+                                    c.evaluated_epoch + 1, c.accuracy_by_node.empty() ? "" : "; ",
+                                    c.accuracy_by_node)
                       : std::string{"-"};
   const bool split = in::is_split(c);
   out.push_back(fmt::format("state {} | elapsed {} | epoch {}/{} | {} {} | {} {} up, {} down{}",

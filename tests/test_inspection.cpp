@@ -170,6 +170,7 @@ BOOST_AUTO_TEST_CASE(snapshot_json_round_trip) {
   p.exchange_rate = 0.05;
   p.checkpoint_epochs = 2;
   p.checkpoint_at = 11.0;
+  s.cluster.accuracy_by_node = "a 0.8000 of 100, b 0.8164 of 300";
   s.platforms = {p};
   s.nodes = {{"a", "127.0.0.1", 47101, "up", true, {"p0"}, ""},
              {"b", "10.0.0.2", 47102, "down", false, {}, "No space left on device"}};
@@ -180,6 +181,7 @@ BOOST_AUTO_TEST_CASE(snapshot_json_round_trip) {
   BOOST_TEST(back.cluster.state == "paused");
   BOOST_TEST(back.cluster.evaluated_epoch == 1);
   BOOST_TEST(back.cluster.averaged_accuracy == 0.8123);
+  BOOST_TEST(back.cluster.accuracy_by_node == "a 0.8000 of 100, b 0.8164 of 300");
   BOOST_TEST(back.cluster.via == "b");
   BOOST_TEST(back.cluster.server.empty());
   BOOST_REQUIRE_EQUAL(back.platforms.size(), 1u);
