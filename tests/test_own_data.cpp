@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace eg::test;
@@ -139,11 +140,25 @@ BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
   BOOST_REQUIRE_EQUAL(cluster.size(), 3u);
   const double averaged = std::stod(cluster.back()["averaged_accuracy"]);
   BOOST_TEST(averaged > 0.3, "averaged model accuracy " << averaged << " (chance: 0.1)");
-  // Tested on every node's own test folder: 300 images each, no sample sent.
+  // Tested on every node's own test folder: 300 images each, no sample
+  // sent; the cluster's accuracy is all their correct answers over all
+  // their samples.
   BOOST_TEST(cluster.back()["test_samples"] == "900");
-  const auto tests = cluster.back()["node_tests"];
-  for (auto name : {"a=", "b=", "c="})
-    BOOST_TEST(tests.find(name) != std::string::npos, tests);
+  const auto tests = cluster.back()["node_tests"];  // a=ACC/300;b=ACC/300;c=ACC/300
+  std::map<std::string, double> node_accuracy;
+  {
+    std::stringstream ss(tests);
+    for (std::string part; std::getline(ss, part, ';');) {
+      const auto eq = part.find('='), slash = part.find('/');
+      BOOST_REQUIRE(eq != std::string::npos && slash != std::string::npos);
+      BOOST_TEST(part.substr(slash + 1) == "300", tests);
+      node_accuracy[part.substr(0, eq)] = std::stod(part.substr(eq + 1, slash - eq - 1));
+    }
+  }
+  BOOST_REQUIRE_EQUAL(node_accuracy.size(), 3u);
+  BOOST_TEST(std::abs((node_accuracy["a"] + node_accuracy["b"] + node_accuracy["c"]) / 3 -
+                      averaged) < 1e-5,
+             tests << " against " << averaged);
   BOOST_TEST(nodes[0]->output().find("averaged model accuracy") != std::string::npos);
   const auto python = python_with_torch();
   if (python.empty()) {
@@ -151,12 +166,12 @@ BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
     return;
   }
   // Python's torch.jit.load of the export: the class names, the input shape,
-  // and over the three nodes' test folders the accuracy the run reported.
+  // and on node a's test folder the accuracy node a reported. (The export
+  // carries the balancer node's normalisation, a's: b and c normalise with
+  // their own data's statistics until the cluster's are combined.)
   write_file((dir.path / "check.py").string(), check_export_py);
   process py({python, (dir.path / "check.py").string(), (run / "model_scripted.pt").string(),
-              (dir.path / "folders" / "a" / "test").string(),
-              (dir.path / "folders" / "b" / "test").string(),
-              (dir.path / "folders" / "c" / "test").string()},
+              (dir.path / "folders" / "a" / "test").string()},
              (dir.path / "check.log").string());
   BOOST_REQUIRE_MESSAGE(py.wait(std::chrono::seconds(120)) == 0, py.output());
   const auto out = py.output();
@@ -167,12 +182,10 @@ BOOST_AUTO_TEST_CASE(three_nodes_train_on_their_own_image_folders) {
   const auto at = out.find("accuracy ");
   BOOST_REQUIRE(at != std::string::npos);
   const double in_python = std::stod(out.substr(at + 9));
-  // Within 3 of the 900 answers: each node normalises its test images with
-  // its own training data's statistics, the export with those of the
-  // balancer's node (the cluster's combined statistics are not yet agreed),
-  // and arithmetic in Python and LibTorch differs in the last bits.
-  BOOST_TEST(std::abs(in_python - averaged) <= 3.0 / 900 + 1e-9,
-             "Python " << in_python << ", the run " << averaged);
+  // Within one answer of 300: Python's and LibTorch's arithmetic differ in
+  // the last bits.
+  BOOST_TEST(std::abs(in_python - node_accuracy["a"]) <= 1.0 / 300 + 1e-6,
+             "Python " << in_python << ", node a in the run " << node_accuracy["a"]);
 }
 
 BOOST_AUTO_TEST_CASE(a_node_whose_data_has_a_class_outside_the_list_stops_naming_it) {
