@@ -160,13 +160,23 @@ void resolve_balancers(self_ptr self) {
   give_way(self, messages::role::balancer, st.succession, st.balancer, "balancer", true);
 }
 
+namespace {
+
+/// The nodes this node reaches now: its live peers.
+std::set<std::string> reachable_peers(const node_state& st) {
+  std::set<std::string> out;
+  for (auto& [name, _] : st.peers)
+    out.insert(name);
+  return out;
+}
+
+} // namespace
+
 void check_balancer_majority(self_ptr self) {
   auto& st = self->state;
   if (!st.balancer || st.finished || st.split())
     return;
-  std::set<std::string> reachable;
-  for (auto& [name, _] : st.peers)
-    reachable.insert(name);
+  const auto reachable = reachable_peers(st);
   const bool majority =
     st.succession.majority(st.args.name, reachable, st.args.settings.majority);
   if (majority == !st.balancer_paused)
@@ -261,9 +271,7 @@ void start_balancer(self_ptr self, bool continuing) {
 /// not, and again once it is.
 bool on_majority_side(self_ptr self, const char* what) {
   auto& st = self->state;
-  std::set<std::string> reachable;
-  for (auto& [name, _] : st.peers)
-    reachable.insert(name);
+  const auto reachable = reachable_peers(st);
   const bool yes = st.succession.majority(st.args.name, reachable, st.args.settings.majority);
   const auto n = st.args.settings.nodes.size();
   if (!yes && !st.minority) {

@@ -99,23 +99,38 @@ std::string stb_reason(const char* what) {
   return std::string("stb_image: ") + (what ? what : "unknown error");
 }
 
-} // namespace
+using stb_pixels = std::unique_ptr<stbi_uc, void (*)(void*)>;
 
-decoded decode_image_into(const std::string& path, int channels, int height, int width,
-                          bool resize, uint8_t* out, image_info& info, std::string& why) {
+/// The file's pixels, interleaved, with `channels` per pixel (0: as stored);
+/// `info` gets its size and stored channels. Null with `why` set when the
+/// file cannot be read or decoded.
+stb_pixels load_pixels(const std::string& path, int channels, image_info& info,
+                       std::string& why) {
+  stb_pixels none(nullptr, stbi_image_free);
   const uint8_t* bytes = nullptr;
   size_t size = 0;
   if (!read_whole(path, bytes, size, why))
-    return decoded::unreadable;
+    return none;
   int w = 0, h = 0, stored = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+  stb_pixels pixels(
     stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &stored, channels),
     stbi_image_free);
   if (!pixels) {
     why = stb_reason(stbi_failure_reason());
-    return decoded::unreadable;
+    return none;
   }
   info = {w, h, stored};
+  return pixels;
+}
+
+} // namespace
+
+decoded decode_image_into(const std::string& path, int channels, int height, int width,
+                          bool resize, uint8_t* out, image_info& info, std::string& why) {
+  auto pixels = load_pixels(path, channels, info, why);
+  if (!pixels)
+    return decoded::unreadable;
+  const int w = info.width, h = info.height;
   const int64_t plane = static_cast<int64_t>(height) * width;
   if (w == width && h == height) {
     to_planar(pixels.get(), plane, channels, channels, out);
@@ -136,20 +151,12 @@ decoded decode_image_into(const std::string& path, int channels, int height, int
 
 decoded decode_image_as_stored(const std::string& path, int channels, int height, int width,
                                uint8_t* out, image_info& info, std::string& why) {
-  const uint8_t* bytes = nullptr;
-  size_t size = 0;
-  if (!read_whole(path, bytes, size, why))
+  auto pixels = load_pixels(path, 0, info, why);
+  if (!pixels)
     return decoded::unreadable;
-  int w = 0, h = 0, stored = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-    stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &stored, 0), stbi_image_free);
-  if (!pixels) {
-    why = stb_reason(stbi_failure_reason());
-    return decoded::unreadable;
-  }
-  info = {w, h, stored};
+  const int stored = info.channels;
   const int kept = kept_channels(stored);
-  if (w != width || h != height || kept > channels)
+  if (info.width != width || info.height != height || kept > channels)
     return decoded::other_size;
   const int64_t plane = static_cast<int64_t>(height) * width;
   to_planar(pixels.get(), plane, stored, kept, out);
