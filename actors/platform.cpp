@@ -49,7 +49,14 @@ struct platform_state {
   uint64_t gave_up = 0;            // waits that ran out this epoch
   std::vector<std::string> live;      // peer platforms reachable now (from the mixer)
   std::vector<std::string> names;     // parameter names, wire order
-  std::vector<torch::Tensor> params;  // the model's parameters (shared storage)
+  /// The model's parameters on the CPU (shared storage), up to date: a
+  /// platform on a GPU copies its replica's weights back here only when
+  /// something reads them (learning::local_trainer::to_host()).
+  std::vector<torch::Tensor>& params() {
+    trainer->to_host();
+    return cpu_params;
+  }
+  std::vector<torch::Tensor> cpu_params;  // read through params()
   std::mt19937_64 rng;
   caf::actor balancer;
   // Run position.
@@ -330,12 +337,16 @@ void send_gossip(self_ptr self) {
   if (st.total_iterations % st.gossip_every == 0)
     targets = st.topology->targets(st.gossip_round(st.total_iterations), st.args.platform.name,
                                    st.live, st.rng);
-  auto orders = st.strategy->after_step(st.params, targets.size(), st.rng);
+  // GoSGD and push-sum decide without reading the weights: a platform on a
+  // GPU copies them back only when a message goes.
+  auto orders = st.strategy->after_step(
+    st.strategy->after_step_reads_parameters() ? st.params() : st.cpu_params, targets.size(),
+    st.rng);
   for (auto& order : orders) {
     const auto& to = targets.at(order.peer);
-    auto payload = st.strategy->payload(order, to, st.names, st.params);
+    auto payload = st.strategy->payload(order, to, st.names, st.params());
     // Sparse parts hold their own bytes; dense views borrow the parameters.
-    auto hold = payload.hold ? payload.hold : st.trainer->loans().lend(st.params);
+    auto hold = payload.hold ? payload.hold : st.trainer->loans().lend(st.params());
     // A sparse strategy may send less weight than ordered (0 included).
     const double weight = payload.hold ? payload.weight : order.weight;
     self->send(st.args.mixer, send_atom::value, to,
@@ -368,9 +379,9 @@ void pulled(self_ptr self, const held_weights* global, learning::next_commit nex
       st.epoch_staleness += static_cast<double>(version - *st.pulled_version - 1);
     st.pulled_version = version;
     try {
-      auto received = learning::from_views(global->value.tensors, st.names, st.params);
-      st.trainer->loans().before_write(st.params);
-      st.base.pulled(st.params, received);
+      auto received = learning::from_views(global->value.tensors, st.names, st.params());
+      st.trainer->loans().before_write(st.params());
+      st.base.pulled(st.params(), received);
     } catch (const std::exception& e) {
       ++st.refused;
       spdlog::warn("[{}] refused the server's model: {}", st.args.platform.name, e.what());
@@ -417,7 +428,7 @@ void commit(self_ptr self, bool epoch_end) {
   }
   st.serverless_said = false;
   st.commit_ends_epoch = epoch_end;
-  auto update = std::make_shared<std::vector<torch::Tensor>>(st.base.commit(st.params));
+  auto update = std::make_shared<std::vector<torch::Tensor>>(st.base.commit(st.params()));
   st.in_flight_update = update;
   learning::gossip_payload payload;
   payload.tensors = learning::to_views(st.names, *update);
@@ -584,7 +595,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     std::make_unique<learning::local_trainer>(model, args.train_set, args.shard, opt, device);
   // EdgeGossip gossips as GoSGD does; SGP, Sparse-Push and SCSP by push-sum.
   st.names = learning::parameter_names(*model);
-  st.params = learning::parameters(*model);
+  st.cpu_params = learning::parameters(*model);
   {
     const auto& sc = args.strategy;
     const bool gosgd_family = !sc.push_sum();
@@ -600,7 +611,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     st.strategy = learning::make_strategy(
       gosgd_family ? "gosgd" : config::to_string(sc.name), args.cluster_platforms,
       sc.exchange_probability,
-      gosgd_family ? learning::flat_layout{} : learning::flat_layout::of(st.names, st.params),
+      gosgd_family ? learning::flat_layout{} : learning::flat_layout::of(st.names, st.params()),
       sparse);
   }
   st.topology = learning::make_topology(config::to_string(args.strategy.topology), args.members,
@@ -616,13 +627,13 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   }
   // Before a checkpoint is restored: a sparse strategy's edge copies start at
   // the initial model, the same on every platform.
-  st.strategy->start(st.params);
+  st.strategy->start(st.params());
   if (args.restore) {
     try {
       learning::load_model(*model, args.restore->model);
       learning::load_optimizer(st.trainer->optimizer(), args.restore->optimizer);
       st.strategy->set_weight(args.restore->gossip_weight);
-      st.strategy->restored(st.params);
+      st.strategy->restored(st.params());
       st.total_iterations = args.restore->iteration;
       st.epochs_done = static_cast<uint32_t>(args.restore->epoch);
       st.last_report = args.last_report;
@@ -639,7 +650,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
   }
   if (args.strategy.parameter_server()) {
     st.commits.emplace(args.strategy.commit_steps);
-    st.base.pulled(st.params, st.params);  // the initial (or restored) model
+    st.base.pulled(st.params(), st.params());  // the initial (or restored) model
   }
   st.args = std::move(args);
   return {
@@ -737,17 +748,17 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       try {
         const auto& w = message.value;
         if (!w.sparse.empty()) {
-          st.trainer->loans().before_write(st.params);
-          st.strategy->merge_sparse(st.params, message.sender, w);
+          st.trainer->loans().before_write(st.params());
+          st.strategy->merge_sparse(st.params(), message.sender, w);
           return;
         }
-        auto received = learning::from_views(w.tensors, st.names, st.params);
-        st.trainer->loans().before_write(st.params);
+        auto received = learning::from_views(w.tensors, st.names, st.params());
+        st.trainer->loans().before_write(st.params());
         if (st.args.edgegossip.merge == config::merge_rule::rate)
-          st.strategy->merge(st.params, received, w.gossip_weight, std::max(st.ratio, 1e-3),
+          st.strategy->merge(st.params(), received, w.gossip_weight, std::max(st.ratio, 1e-3),
                              w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);
         else
-          st.strategy->merge(st.params, received, w.gossip_weight);
+          st.strategy->merge(st.params(), received, w.gossip_weight);
       } catch (const std::exception& e) {
         ++st.refused;
         spdlog::warn("[{}] refused weights: {}", st.args.platform.name, e.what());
@@ -844,7 +855,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       auto& st = self->state;
       // A copy: the parameters change with the next step.
       learning::gossip_payload whole;
-      whole.tensors = learning::to_views(st.names, st.params);
+      whole.tensors = learning::to_views(st.names, st.params());
       return messages::copy_weights(st.weights_message(st.strategy->weight(), std::move(whole), nullptr));
     },
     [self](done_atom, const std::string& run) {

@@ -60,6 +60,10 @@ public:
   /// call), each to one of those peers.
   virtual std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
                                              size_t targets, std::mt19937_64& rng) = 0;
+  /// Whether after_step() reads or writes `params` (false: it decides from
+  /// the weight and the random draw alone, and the parameters it is given
+  /// may be out of date).
+  virtual bool after_step_reads_parameters() const { return true; }
   /// Scales how often this platform exchanges per iteration (1: as
   /// configured). A platform that runs r_i of its iterations in an epoch
   /// exchanges 1 / r_i times as often, so every platform sends as many
@@ -102,6 +106,7 @@ public:
              double received_weight, double own_rate = 1, double received_rate = 1) override;
   std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
                                      std::mt19937_64& rng) override;
+  bool after_step_reads_parameters() const override { return false; }
   void scale_exchange(double factor) override;
 
 private:
@@ -138,6 +143,7 @@ public:
              double received_weight, double own_rate = 1, double received_rate = 1) override;
   std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
                                      std::mt19937_64& rng) override;
+  bool after_step_reads_parameters() const override { return false; }
   /// Push-sum sends after every step: nothing to scale.
   void scale_exchange(double) override {}
 

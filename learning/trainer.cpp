@@ -188,6 +188,30 @@ bool local_trainer::host_written() const {
   return false;
 }
 
+void local_trainer::record_host_version() {
+  host_version_.clear();
+  for (const auto& p : params_)
+    host_version_.push_back(p._version());
+}
+
+void local_trainer::to_host() {
+  if (!device_ahead_)
+    return;
+  torch::NoGradGuard no_grad;
+  // Into parameters no message holds any more (a message in flight keeps
+  // what it was sent with).
+  loans_.before_write(params_);
+  if (host_flat_.defined()) {
+    gather_host();
+    host_flat_.copy_(device_flat_);
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].copy_(replica_params_[i]);
+  }
+  device_ahead_ = false;
+  record_host_version();
+}
+
 double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint32_t epochs) {
   if (epochs == 0)
     throw std::invalid_argument("scheduled_lr: a run of no epochs");
@@ -295,20 +319,26 @@ step_result local_trainer::device_step() {
       if (label[i] >= 0 && label[i] < classes)
         ++class_samples_[static_cast<size_t>(label[i])];
   }
-  {
+  if (device_ahead_) {
+    // The device holds the newest weights; the CPU's must not have been
+    // written since (to_host() first), or that write would be lost.
+    if (host_written())
+      throw std::logic_error("local_trainer: the parameters on the CPU were written while the "
+                             "replica on " + device_.str() + " was ahead (to_host() first)");
+  } else {
     // The weights to the device when anything wrote them since the last
-    // step (a merge, a checkpoint loaded): one copy, queued before the
-    // step's work. Otherwise the device holds them already: they are what
-    // the last step copied back.
+    // copy (a merge, a checkpoint loaded): one copy, queued before the
+    // step's work. Otherwise the device holds them already.
     torch::NoGradGuard no_grad;
     if (host_flat_.defined()) {
       const bool regathered = gather_host();
       if (regathered || host_written())
         device_flat_.copy_(host_flat_, /*non_blocking=*/true);
-    } else {
+    } else if (host_written()) {
       for (size_t i = 0; i < params_.size(); ++i)
         replica_params_[i].copy_(params_[i]);
     }
+    record_host_version();
   }
   auto index = device_plan_.narrow(0, batch_start_[k], static_cast<int64_t>(batch.size()));
   auto x = device_samples_converted_ ? device_samples_.index_select(0, index)
@@ -321,25 +351,12 @@ step_result local_trainer::device_step() {
   auto loss = torch::nn::functional::cross_entropy(replica_->forward(x), y);
   loss.backward();
   optimizer_.step();
-  {
-    // And back, into parameters no message holds any more.
-    torch::NoGradGuard no_grad;
-    loans_.before_write(params_);
-    if (host_flat_.defined()) {
-      gather_host();
-      host_flat_.copy_(device_flat_, /*non_blocking=*/true);
-    } else {
-      for (size_t i = 0; i < params_.size(); ++i)
-        params_[i].copy_(replica_params_[i]);
-    }
-  }
+  // The weights stay on the device until something reads the CPU's model
+  // (to_host()): a gossip send, a merge, a checkpoint, an evaluation.
+  device_ahead_ = true;
   step_result r;
-  // Waits for the step and both copies (one stream): the parameters hold
-  // the step's result from here on.
+  // Waits for the step (the loss is read back, as in any training loop).
   r.loss = loss.item<double>();
-  host_version_.clear();
-  for (const auto& p : params_)
-    host_version_.push_back(p._version());
   r.samples = static_cast<int64_t>(batch.size());
   r.compute_seconds =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

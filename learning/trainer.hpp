@@ -74,22 +74,26 @@ torch::Device training_device(const std::string& name);
 class local_trainer {
 public:
   /// On a GPU (`device` not the CPU) the steps run on a replica of the model
-  /// there: its weights come from model() before each step and go back to
-  /// it after (one copy each way), so gossip, checkpoints and evaluation see
-  /// the model on the CPU as everywhere else. On the CPU model() trains
-  /// itself.
+  /// there, and the model on the CPU (what gossip, checkpoints and
+  /// evaluation use, as everywhere else) is brought up to date only when
+  /// something reads it: model() and to_host() copy the replica's weights
+  /// back if a step changed them since. Whoever holds the parameters
+  /// (`parameters(model())`) calls to_host() before reading or writing them;
+  /// a step that finds them written while the replica was ahead throws
+  /// std::logic_error (the write would be lost). On the CPU model() trains
+  /// itself and to_host() does nothing.
   ///
   /// On a GPU the model's float parameters are views of one pinned host
   /// buffer and the replica's of one device buffer, so that each way is a
-  /// single asynchronous copy, waited for once with the step's loss; the
-  /// training set is copied to the device once and each epoch's plan with
-  /// it. Whoever replaces a parameter's storage (a loan's copy-on-write, a
-  /// checkpoint loaded) changes nothing for the others: the next step finds
-  /// it moved and gathers the parameters into a fresh buffer. A step copies
-  /// the weights to the device only when they changed since the last one:
-  /// whoever writes the parameters does so through tensor operations (their
-  /// version counters show it), as gossip, the parameter server and
-  /// checkpoints do; a write through a raw pointer would not be seen.
+  /// single copy; the training set is copied to the device once and each
+  /// epoch's plan with it. Whoever replaces a parameter's storage (a loan's
+  /// copy-on-write, a checkpoint loaded) changes nothing for the others: the
+  /// next copy finds it moved and gathers the parameters into a fresh
+  /// buffer. A step copies the weights to the device only when they changed
+  /// since the last copy: whoever writes the parameters does so through
+  /// tensor operations (their version counters show it), as gossip, the
+  /// parameter server and checkpoints do; a write through a raw pointer
+  /// would not be seen.
   local_trainer(std::shared_ptr<classifier> model, std::shared_ptr<const dataset> train,
                 std::vector<int64_t> shard, sgd_options opt,
                 torch::Device device = torch::kCPU);
@@ -106,11 +110,22 @@ public:
   /// Points of each class (by label) trained since the epoch began.
   const std::vector<uint64_t>& class_samples() const { return class_samples_; }
 
-  classifier& model() { return *model_; }
+  /// The model on the CPU, up to date (to_host()).
+  classifier& model() {
+    to_host();
+    return *model_;
+  }
+  /// On a GPU: copies the replica's weights into the model on the CPU when
+  /// a step changed them since the last copy (waiting for it), after
+  /// loans().before_write() for the messages that still hold them.
+  void to_host();
   /// The model that steps: model() itself on the CPU, its copy on the
-  /// device otherwise (equal to model() after every step).
+  /// device otherwise (ahead of the CPU's until to_host()).
   classifier& replica() { return *replica_; }
-  std::shared_ptr<classifier> model_ptr() { return model_; }
+  std::shared_ptr<classifier> model_ptr() {
+    to_host();
+    return model_;
+  }
   torch::optim::SGD& optimizer() { return optimizer_; }
   /// The parameters lent to messages in flight (gossip sends them without
   /// copying); whoever else writes the parameters in place calls
@@ -144,10 +159,13 @@ private:
   /// views of it) when any of them is no longer where the last one put it;
   /// returns whether it did.
   bool gather_host();
-  /// Whether a tensor operation wrote a parameter since the last step
-  /// copied them back (their version counters moved).
+  /// Whether a tensor operation wrote a parameter since the last copy
+  /// either way (their version counters moved).
   bool host_written() const;
-  std::vector<int64_t> host_version_;  ///< the parameters' versions after the last step
+  std::vector<int64_t> host_version_;  ///< the parameters' versions after the last copy either way
+  bool device_ahead_ = false;  ///< a step changed the replica since the last to_host()
+  /// Records the parameters' versions: what the device holds from here on.
+  void record_host_version();
   torch::Tensor host_flat_;    ///< pinned; the model's parameters are views of it (undefined: one copy a parameter)
   std::vector<const void*> host_at_;  ///< where each parameter lay when host_flat_ was made
   torch::Tensor device_flat_;  ///< the replica's parameters are views of it

@@ -4,22 +4,23 @@
 #   2. edgegossip and the gpu test suite built against the machine's CUDA
 #      LibTorch (scripts/build-cuda.sh, from .deb files);
 #   3. the gpu test suite;
-#   4. bench framework on the GPU for LeNet-5, then bench tta --profile gpu
-#      (one GPU platform, three CPU platforms; GoSGD and EdgeGossip), then
-#      bench framework for the other models.
+#   4. bench framework on the GPU for LeNet-5 and the zoo models, then
+#      bench tta --profile gpu (one GPU platform, three CPU platforms;
+#      GoSGD and EdgeGossip) over seeds 1..REPEAT.
 # Every step runs under a deadline, so that the run ends within BUDGET
 # seconds whatever hangs; what it printed goes to OUT/measure.log and the
 # figures' CSV files to OUT, after each step.
 #
 #   scripts/measure-gpu.sh --debs DIR --data DIR --out DIR [--budget SECONDS]
-#                          [--epochs N] [--batches "64 512"] [--models "alexnet squeezenet mobilenetv2"]
+#                          [--epochs N] [--repeat N] [--batches "64 512"]
+#                          [--models "lenet5 alexnet squeezenet mobilenetv2"]
 #
 # --data is the Fashion-MNIST directory (IDX files, raw or gzip'd).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-debs="" data="" out="" budget=540 epochs=16 batches="64 512"
-models="alexnet squeezenet mobilenetv2"
+debs="" data="" out="" budget=540 epochs=16 repeat=3 batches="64 512"
+models="lenet5 alexnet squeezenet mobilenetv2"
 while [ $# -gt 0 ]; do
   case "$1" in
     --debs) debs=$2; shift 2 ;;
@@ -27,6 +28,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
     --batches) batches=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     *) echo "measure-gpu: unknown argument $1" >&2; exit 2 ;;
@@ -96,14 +98,11 @@ else
   echo "=== test: test_gpu did not build"
   failed=1
 fi
-step "framework lenet5" 90 "$build/edgegossip" bench framework --device cuda --models lenet5 \
-  --batches $batches --data "$data" --out "$results"
-step "tta gpu" 200 "$build/edgegossip" bench tta --profile gpu --epochs "$epochs" \
-  --strategies gosgd edgegossip --set data.dir="$data" --out "$results"
-collect
 # shellcheck disable=SC2086
-step "framework $models" 200 "$build/edgegossip" bench framework --device cuda --models $models \
+step "framework $models" 240 "$build/edgegossip" bench framework --device cuda --models $models \
   --batches $batches --data "$data" --out "$results"
+step "tta gpu" 300 "$build/edgegossip" bench tta --profile gpu --epochs "$epochs" --repeat "$repeat" \
+  --strategies gosgd edgegossip --set data.dir="$data" --out "$results"
 collect
 echo "=== done $(date -u +%H:%M:%S), $([ "$failed" -eq 0 ] && echo "every step passed" || echo "a step failed or was skipped")"
 exit "$failed"

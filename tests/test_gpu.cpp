@@ -179,12 +179,17 @@ BOOST_AUTO_TEST_CASE(gossip_between_a_gpu_and_a_cpu_platform_keeps_weights_exact
   // it must write a copy, and the message carry what was trained when it
   // was sent.
   const auto trained = on_cpu(parameters(g.replica()));
+  g.to_host();
   BOOST_REQUIRE(eg::test::all_equal(gp, trained));
   auto to_cpu = send(g, "g", 0.25);
   g.step();
   g.step();
-  BOOST_TEST(g.loans().copies() >= 1u);
+  // The steps left the CPU's copy alone (nothing read it); reading it
+  // brings it up to date, into a copy: the message still holds the old.
+  BOOST_TEST(g.loans().copies() == 0u);
+  BOOST_TEST(eg::test::all_equal(gp, trained));
   BOOST_TEST(eg::test::all_equal(parameters(g.model()), on_cpu(parameters(g.replica()))));
+  BOOST_TEST(g.loans().copies() == 1u);
   BOOST_TEST(!eg::test::all_equal(parameters(g.model()), trained));
   auto received = receive(to_cpu, c.model());
   BOOST_TEST(eg::test::all_equal(received, trained));
@@ -203,6 +208,7 @@ BOOST_AUTO_TEST_CASE(gossip_between_a_gpu_and_a_cpu_platform_keeps_weights_exact
   auto to_gpu = send(c, "c", 0.375);
   auto back = receive(to_gpu, g.model());
   BOOST_TEST(eg::test::all_equal(back, sent_back));
+  g.to_host();
   g.loans().before_write(gp);
   gs.merge(gp, back, 0.375);
   const auto merged = clones(gp);
@@ -244,6 +250,22 @@ BOOST_AUTO_TEST_CASE(with_no_learning_rate_a_gpu_step_returns_the_weights_it_was
   auto lent = send(g, "g", 0.5);
   g.step();
   BOOST_TEST(eg::test::all_equal(receive(lent, g.model()), parameters(*checkpoint)));
+}
+
+BOOST_AUTO_TEST_CASE(a_write_to_the_cpu_model_while_the_replica_is_ahead_is_refused) {
+  // Whoever writes the parameters without to_host() first would lose the
+  // steps the replica took since: the next step says so instead.
+  auto data = random_set(128, 5);
+  local_trainer g(make_classifier("lenet5", 1, fashion()), data, iota(128), {0.05, 0.9, 32},
+                  training_device("cuda"));
+  auto gp = parameters(g.model());
+  g.begin_epoch(fixed_plan(128, 32, 4));
+  g.step();
+  {
+    torch::NoGradGuard no_grad;
+    gp[0].mul_(0.5);
+  }
+  BOOST_CHECK_THROW(g.step(), std::logic_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
