@@ -70,6 +70,12 @@ struct balancer_state {
   std::map<std::string, std::pair<tester_actor, uint64_t>> testers;
   /// Nodes already said to have no test data (said once a run).
   std::set<std::string> untested;
+  /// Each node's training data sums, from its platforms' joins: combined at
+  /// the start into the cluster's normalisation.
+  std::map<std::string, data::moments> node_stats;
+  /// The cluster's normalisation as sent (data::to_text; "": every node
+  /// keeps its own), fixed when the run starts.
+  std::string norm_text;
 
   uint32_t last_epoch() const { return epochs.last_epoch(); }
 };
@@ -175,8 +181,11 @@ void send_plans(self_ptr self, const epoch_plan& plan) {
     spdlog::info("balancer: epoch {} plan:{}", plan.epoch + 1, plan.line);
     st.console.planned(plan);
   }
-  for (auto& [name, p] : plan.plans)
+  for (auto& [name, p] : plan.plans) {
+    if (!st.norm_text.empty())
+      self->send(st.handles[name].platform, norm_atom::value, st.norm_text);
     self->send(st.handles[name].platform, plan_atom::value, p);
+  }
 }
 
 /// Plans `epoch`: GoSGD at once; EdgeGossip once the predictors answered.
@@ -200,7 +209,7 @@ void send_plan(self_ptr self, uint32_t epoch) {
 void save_run_state(self_ptr self) {
   auto& st = self->state;
   storage::run_state r{st.args.fingerprint, st.run, st.finished, st.epochs.evaluated_epochs(),
-                       {}, st.started_unix};
+                       {}, st.started_unix, st.norm_text};
   for (auto& report : st.epochs.all_reports())
     r.reports.push_back(storage::encode_report(report, st.args.settings.cluster_id));
   self->send(st.args.node, run_atom::value, storage::frame_run_state(r));
@@ -250,6 +259,38 @@ void finish(self_ptr self) {
   self->send(st.args.node, done_atom::value, messages::role::balancer, std::string{}, st.run);
 }
 
+/// The cluster's normalisation, fixed for the run: the one a continued run
+/// used (`saved`), else every joined node's data sums combined (no sample
+/// leaves its node). The exported model carries it; every platform gets it
+/// before each plan, every tester with each model.
+void decide_normalisation(self_ptr self, const std::string& saved) {
+  auto& st = self->state;
+  if (!saved.empty()) {
+    try {
+      st.args.data.norm = data::parse_normalisation(saved);
+      st.norm_text = saved;
+      return;
+    } catch (const data::data_error& e) {
+      spdlog::warn("balancer: the run's saved normalisation is unusable ({}): combining the "
+                   "nodes' statistics again",
+                   e.what());
+    }
+  }
+  if (st.node_stats.empty())
+    return;  // none announced: every node keeps its own
+  data::moments all;
+  std::string nodes;
+  for (auto& [node, m] : st.node_stats) {
+    all += m;
+    nodes += (nodes.empty() ? "" : ", ") + node;
+  }
+  st.args.data.norm = all.finish();
+  st.norm_text = data::to_text(st.args.data.norm);
+  if (st.node_stats.size() > 1)
+    spdlog::info("balancer: the data's normalisation combined from the statistics of nodes {}",
+                 nodes);
+}
+
 void start(self_ptr self) {
   auto& st = self->state;
   if (st.started)
@@ -283,6 +324,7 @@ void start(self_ptr self) {
                    st.last_epoch() + 1);
     resume.reset();
   }
+  decide_normalisation(self, resume ? resume->norm : std::string{});
   save_run_state(self);
   self->delayed_send(self, defaults::progress_interval, tick_atom::value);
   if (next > st.last_epoch()) {
@@ -416,7 +458,8 @@ void test_average(self_ptr self, held_weights averaged,
   if (p->waiting == 0)
     return p->done({});
   for (auto& [node, tester] : st.testers)
-    self->request(tester.first, defaults::weights_timeout, test_atom::value, averaged)
+    self->request(tester.first, defaults::weights_timeout, test_atom::value, averaged,
+                  st.norm_text)
       .then(
         [p, node = node](double loss_sum, uint64_t correct, uint64_t samples) {
           p->tests.push_back({node, correct, samples,
@@ -508,7 +551,8 @@ caf::result<std::string> console_command(self_ptr self, const control& c,
 // -- joins --------------------------------------------------------------------------
 
 void joined(self_ptr self, const std::string& name, const std::string& node, caf::actor handle,
-            caf::actor predictor, const std::string& data, uint64_t samples) {
+            caf::actor predictor, const std::string& data, uint64_t samples,
+            const std::string& stats) {
   auto& st = self->state;
   if (!st.epochs.expects(name)) {
     spdlog::warn("balancer: platform '{}' of node '{}' is not in the cluster file; ignored", name,
@@ -524,6 +568,19 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
                   name, node, data, ours);
     console_send(self, name, caf::actor_cast<platform_actor>(handle), messages::verb::stop);
     return;
+  }
+  if (!stats.empty() && !st.node_stats.count(node)) {
+    try {
+      auto m = data::parse_moments(stats);
+      const auto channels = static_cast<size_t>(st.args.data.shape.channels);
+      if (channels > 0 && m.sum.size() != channels)
+        throw data::data_error("sums of " + std::to_string(m.sum.size()) +
+                               " channels for data of " + st.args.data.shape.to_string());
+      st.node_stats[node] = std::move(m);
+    } catch (const data::data_error& e) {
+      spdlog::warn("balancer: node {}'s data statistics are left out of the normalisation: {}",
+                   node, e.what());
+    }
   }
   auto h = caf::actor_cast<platform_actor>(handle);
   // The same platform again: nothing new while it is up; after it was down
@@ -543,8 +600,11 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
     // Joins a run in progress (a restarted node): it takes part from the
     // next epoch (synchronous schedule), or at once with the epoch the
     // others are in (asynchronous).
-    if (j.plan)
+    if (j.plan) {
+      if (!st.norm_text.empty())
+        self->send(h, norm_atom::value, st.norm_text);
       self->send(h, plan_atom::value, *j.plan);
+    }
     spdlog::info("balancer: platform {} {} from node {}; training from epoch {}", name,
                  j.again ? "is back" : "joined", node, j.first_epoch + 1);
     return;
@@ -601,8 +661,9 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
           st.testers[nodes[i]] = {caf::actor_cast<tester_actor>(testers[i]), samples[i]};
     },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
-           caf::actor predictor, const std::string& data, uint64_t samples) {
-      joined(self, name, node, handle, predictor, data, samples);
+           caf::actor predictor, const std::string& data, uint64_t samples,
+           const std::string& stats) {
+      joined(self, name, node, handle, predictor, data, samples, stats);
     },
     [self](report_atom, epoch_report& r) {
       auto& st = self->state;

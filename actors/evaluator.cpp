@@ -100,13 +100,32 @@ tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
   st->args = std::move(args);
   return sys.spawn([st]() -> tester_actor::behavior_type {
     return {
-      [st](test_atom, const held_weights& averaged) -> caf::result<double, uint64_t, uint64_t> {
+      [st](test_atom, const held_weights& averaged,
+           const std::string& norm) -> caf::result<double, uint64_t, uint64_t> {
         try {
           st->load(learning::from_views(averaged.value.tensors, st->names, st->like));
         } catch (const std::exception& e) {
           return make_error(ec::bad_request,
                             std::string("the averaged model does not fit this node's: ") +
                               e.what());
+        }
+        if (!norm.empty()) {
+          // The cluster's normalisation: the test samples stay as they are
+          // (shared), only what batches are normalised with changes.
+          try {
+            auto n = data::parse_normalisation(norm);
+            if (n != st->args.test_set->norm) {
+              if (static_cast<int64_t>(n.mean.size()) != st->args.test_set->shape.channels)
+                throw data::data_error(std::to_string(n.mean.size()) + " channels for data of " +
+                                       st->args.test_set->shape.to_string());
+              auto renormalised = std::make_shared<learning::dataset>(*st->args.test_set);
+              renormalised->norm = std::move(n);
+              st->args.test_set = std::move(renormalised);
+            }
+          } catch (const data::data_error& e) {
+            return make_error(ec::bad_request, std::string("the cluster's normalisation: ") +
+                                                 e.what());
+          }
         }
         auto eval = learning::evaluate(*st->model, *st->args.test_set);
         return {eval.loss * static_cast<double>(eval.samples),

@@ -72,6 +72,7 @@ using server_atom = caf::atom_constant<caf::atom("server")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using test_atom = caf::atom_constant<caf::atom("test")>;
 using testers_atom = caf::atom_constant<caf::atom("testers")>;
+using norm_atom = caf::atom_constant<caf::atom("norm")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -124,6 +125,10 @@ using predictor_actor = caf::typed_actor<
 using platform_actor = caf::typed_actor<
   // From the balancer: the plan of an epoch (epoch, ratio, last epoch).
   caf::reacts_to<plan_atom, plan>,
+  // From the balancer, before every plan: the cluster's normalisation
+  // (data::to_text), combined from every node's statistics; the platform
+  // trains and ranks with it from then on.
+  caf::reacts_to<norm_atom, std::string>,
   // To itself: one training iteration.
   caf::reacts_to<step_atom>,
   // To itself: the tau-overlap wait before step k + 1 (argument k) ran out.
@@ -203,16 +208,19 @@ using evaluator_actor = caf::typed_actor<
 
 // -- tester: a node's test of the averaged model on its own test data ------------
 using tester_actor = caf::typed_actor<
-  // The averaged model: the summed cross-entropy, the correct answers and
-  // the samples of this node's test data (no sample leaves the node).
-  caf::replies_to<test_atom, held_weights>::with<double, uint64_t, uint64_t>>;
+  // The averaged model and the cluster's normalisation (data::to_text; "":
+  // the node's own): the summed cross-entropy, the correct answers and the
+  // samples of this node's test data (no sample leaves the node).
+  caf::replies_to<test_atom, held_weights, std::string>::with<double, uint64_t, uint64_t>>;
 
 // -- balancer: one per cluster; plans epochs, gathers reports -------------------
 using balancer_actor = caf::typed_actor<
   // From a node: a platform joined (name, node name, platform handle, its
-  // predictor's handle).
+  // predictor's handle, its data's signature (data::signature), its
+  // samples, and its node's data statistics (data::to_text of
+  // data::moments; "": none) for the cluster's normalisation).
   caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor, std::string,
-                 uint64_t>,
+                 uint64_t, std::string>,
   // From a node: its store cannot write (node name, why), for the console.
   caf::reacts_to<failed_atom, std::string, std::string>,
   // From its node: the node hosting the parameter server now ("": none

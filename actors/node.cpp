@@ -113,7 +113,7 @@ void announce_platforms(self_ptr self, const std::string& node) {
       continue;
     auto predictor = st.directory.find(messages::role::predictor, e.what.name);
     self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle, predictor,
-               e.what.data, e.what.samples);
+               e.what.data, e.what.samples, e.what.stats);
   }
 }
 
@@ -248,7 +248,7 @@ void start_balancer(self_ptr self, bool continuing) {
     if (saved && saved->fingerprint == args.fingerprint)
       args.resume = std::move(saved);
     else
-      args.resume = storage::run_state{args.fingerprint, "", false, {}, {}, 0};
+      args.resume = storage::run_state{args.fingerprint, "", false, {}, {}, 0, {}};
   }
   // What it announces: the epochs of the run evaluated so far.
   const uint64_t evaluated = args.resume ? args.resume->epochs.size() : 0;
@@ -413,7 +413,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     self->link_to(pa.mixer);
     st.platforms.push_back(local_platform{
       name, pa.train_set ? data::signature(pa.train_set->describe()) : std::string{},
-      pa.shard.size(), platform, pa.mixer, pa.predictor});
+      pa.shard.size(), st.args.data_stats, platform, pa.mixer, pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
   for (auto& sa : st.args.stages) {
@@ -452,7 +452,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   for (auto& [k, stage] : st.stages)
     local(role::stage, stage_name(k), caf::actor_cast<caf::actor>(stage));
   for (auto& p : st.platforms) {
-    st.directory.add({role::platform, p.name, st.args.name, p.data, p.samples},
+    st.directory.add({role::platform, p.name, st.args.name, p.data, p.samples, p.stats},
                      caf::actor_cast<caf::actor>(p.platform));
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));

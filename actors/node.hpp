@@ -31,6 +31,7 @@ struct local_platform {
   std::string name;
   std::string data;      ///< data::signature of its training data
   uint64_t samples = 0;  ///< its shard's size
+  std::string stats;     ///< its node's data statistics (data::to_text of data::moments)
   platform_actor platform;
   mixer_actor mixer;
   predictor_actor predictor;
@@ -77,6 +78,9 @@ struct node_args {
   /// The local platforms to spawn (each with its mixer); `mixer` and `node`
   /// are filled in by the node.
   std::vector<platform_args> platforms;
+  /// This node's training data statistics (data::to_text of data::moments),
+  /// announced with its platforms for the cluster's normalisation.
+  std::string data_stats;
   /// What a balancer hosted here is started with (`node` is filled in).
   balancer_args balancer;
   /// This node's test data, for its tester (the averaged model tested on

@@ -356,6 +356,27 @@ void send_gossip(self_ptr self) {
 
 void finish_epoch(self_ptr self);
 
+/// The cluster's normalisation from here on, for training, its own test
+/// and the ranking of its aggregated points (means of points normalised
+/// with the node's own, moved to the cluster's).
+void use_normalisation(self_ptr self, const data::normalisation& norm) {
+  auto& st = self->state;
+  const auto before = st.trainer->normalisation();
+  if (norm == before)
+    return;
+  st.trainer->set_normalisation(norm);
+  if (st.args.test_set) {
+    auto test = std::make_shared<learning::dataset>(*st.args.test_set);
+    test->norm = norm;
+    st.args.test_set = std::move(test);
+  }
+  if (st.args.aggregated)
+    st.args.aggregated = std::make_shared<const learning::aggregated_points>(
+      learning::renormalised(*st.args.aggregated, before, norm));
+  spdlog::debug("[{}] trains with the cluster's normalisation: {}", st.args.platform.name,
+                data::to_text(norm));
+}
+
 /// After a commit: the epoch ends (its last commit) or training steps on.
 void after_commit(self_ptr self) {
   auto& st = self->state;
@@ -676,6 +697,16 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.strategy->scale_exchange(1.0 / std::max(p->ratio, 1e-3));
       if (!st.running)
         begin_epoch(self);
+    },
+    [self](norm_atom, const std::string& text) {
+      auto& st = self->state;
+      try {
+        use_normalisation(self, data::parse_normalisation(text));
+      } catch (const std::exception& e) {
+        ++st.refused;
+        spdlog::warn("[{}] refused the cluster's normalisation: {}", st.args.platform.name,
+                     e.what());
+      }
     },
     [self](step_atom) {
       auto& st = self->state;

@@ -119,6 +119,9 @@ struct loaded_data {
   std::optional<learning::dataset> test;
   std::string test_from;
   bool own = false;  ///< the node's own directory, not the cluster's data set
+  /// The training data's sums (data::to_text of data::moments): the balancer
+  /// combines every node's into the cluster's normalisation.
+  std::string stats;
 };
 
 /// Reads this node's data: its own directory (`override_dir`, from --data,
@@ -159,7 +162,12 @@ loaded_data load_node_data(const config::cluster_config& cfg, const config::node
       "own data holds");
   if (r.train.size() == 0)
     throw data::data_error("'" + src.dir + "' holds no training samples");
-  const auto norm = r.train.local_moments().finish();
+  // The node's own normalisation until the balancer sends the cluster's
+  // (combined from every node's sums; the same where the nodes share one
+  // data set).
+  const auto sums = r.train.local_moments();
+  const auto norm = sums.finish();
+  out.stats = data::to_text(sums);
   r.train.norm = norm;
   if (r.test) {
     r.test->norm = norm;
@@ -563,11 +571,13 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   auto all_shards = std::make_shared<std::map<std::string, std::vector<int64_t>>>();
   learning::model_shape model_shape;
   bool own_data = false;
+  std::string data_stats;
   if (!split) {
     for (const auto& p : me.platforms)
       learning::training_device(p.device);
     auto loaded = load_node_data(cfg, me, opts.data_dir);
     own_data = loaded.own;
+    data_stats = loaded.stats;
     train = std::make_shared<learning::dataset>(std::move(loaded.train));
     if (loaded.test)
       test = std::make_shared<learning::dataset>(std::move(*loaded.test));
@@ -626,6 +636,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   }
 
   node_args nargs;
+  nargs.data_stats = data_stats;
   nargs.settings = node_settings::of(cfg);
   nargs.name = node_name;
   auto relay = std::make_shared<failure_relay>();

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace eg::data {
@@ -92,6 +94,99 @@ normalisation moments::finish() const {
     n.std.push_back(sd > 1e-8 ? sd : 1.0);
   }
   return n;
+}
+
+namespace {
+
+std::string numbers(const std::vector<double>& v) {
+  std::string out;
+  char buf[32];
+  for (double x : v) {
+    std::snprintf(buf, sizeof buf, " %.17g", x);
+    out += buf;
+  }
+  return out;
+}
+
+/// "name v1 v2 ..." -> the values; throws data_error naming `what`.
+std::vector<double> parse_numbers(const std::string& part, const std::string& name,
+                                  const std::string& what) {
+  std::istringstream in(part);
+  std::string word;
+  if (!(in >> word) || word != name)
+    throw data_error(what + ": '" + part + "' does not begin with '" + name + "'");
+  std::vector<double> out;
+  while (in >> word) {
+    char* end = nullptr;
+    const double x = std::strtod(word.c_str(), &end);
+    if (end == word.c_str() || *end != '\0' || !std::isfinite(x))
+      throw data_error(what + ": '" + word + "' is not a finite number");
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<std::string> split_parts(const std::string& text, size_t expected,
+                                     const std::string& what) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (true) {
+    const auto semi = text.find(';', at);
+    parts.push_back(text.substr(at, semi == std::string::npos ? std::string::npos : semi - at));
+    if (semi == std::string::npos)
+      break;
+    at = semi + 1;
+  }
+  if (parts.size() != expected)
+    throw data_error(what + ": " + std::to_string(parts.size()) + " parts in '" + text.substr(0, 80) +
+                     "', not " + std::to_string(expected));
+  return parts;
+}
+
+} // namespace
+
+std::string to_text(const moments& m) {
+  return "count" + numbers({m.count}) + "; sum" + numbers(m.sum) + "; squares" +
+         numbers(m.sum_squares);
+}
+
+moments parse_moments(const std::string& text) {
+  const std::string what = "data statistics";
+  auto parts = split_parts(text, 3, what);
+  auto count = parse_numbers(parts[0], "count", what);
+  moments m;
+  m.sum = parse_numbers(parts[1], "sum", what);
+  m.sum_squares = parse_numbers(parts[2], "squares", what);
+  if (count.size() != 1 || !(count[0] > 0))
+    throw data_error(what + ": the count must be one positive number");
+  m.count = count[0];
+  if (m.sum.empty() || m.sum.size() != m.sum_squares.size())
+    throw data_error(what + ": " + std::to_string(m.sum.size()) + " sums and " +
+                     std::to_string(m.sum_squares.size()) + " sums of squares");
+  return m;
+}
+
+std::string to_text(const normalisation& n) {
+  return "mean" + numbers(n.mean) + "; std" + numbers(n.std);
+}
+
+normalisation parse_normalisation(const std::string& text) {
+  const std::string what = "normalisation";
+  auto parts = split_parts(text, 2, what);
+  normalisation n;
+  n.mean = parse_numbers(parts[0], "mean", what);
+  n.std = parse_numbers(parts[1], "std", what);
+  if (n.mean.empty() || n.mean.size() != n.std.size())
+    throw data_error(what + ": " + std::to_string(n.mean.size()) + " means and " +
+                     std::to_string(n.std.size()) + " standard deviations");
+  for (double sd : n.std)
+    if (!(sd > 0))
+      throw data_error(what + ": a standard deviation of " + std::to_string(sd));
+  return n;
+}
+
+bool operator==(const normalisation& a, const normalisation& b) {
+  return a.mean == b.mean && a.std == b.std;
 }
 
 namespace {

@@ -17,18 +17,6 @@
 namespace eg::data {
 
 
-/// Sums of a data set's values per channel or feature: what nodes combine
-/// into the cluster's normalisation without sending a sample.
-struct moments {
-  std::vector<double> sum;
-  std::vector<double> sum_squares;
-  double count = 0;  ///< values summed per channel or feature
-  moments& operator+=(const moments& o);
-  /// The mean and standard deviation (a standard deviation of 0 becomes 1:
-  /// a constant channel is only centred). Throws data_error when empty.
-  normalisation finish() const;
-};
-
 class dataset {
 public:
   /// [N, C, H, W] uint8 pixels for images (float32: values as they are,

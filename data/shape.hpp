@@ -45,6 +45,30 @@ struct normalisation {
   bool empty() const { return mean.empty(); }
 };
 
+/// Sums of a data set's values per channel or feature: what nodes combine
+/// into the cluster's normalisation without sending a sample.
+struct moments {
+  std::vector<double> sum;
+  std::vector<double> sum_squares;
+  double count = 0;  ///< values summed per channel or feature
+  moments& operator+=(const moments& o);
+  /// The mean and standard deviation (a standard deviation of 0 becomes 1:
+  /// a constant channel is only centred). Throws data_error when empty.
+  normalisation finish() const;
+};
+
+/// As text that travels in the actors' messages and the run state, every
+/// value exact ("count N; sum a b; squares c d"; "mean a b; std c d"), and
+/// back: the parsers throw data_error naming what is wrong (a count, a
+/// value that is not a finite number, lists of different lengths, a
+/// standard deviation that is not positive).
+std::string to_text(const moments& m);
+moments parse_moments(const std::string& text);
+std::string to_text(const normalisation& n);
+normalisation parse_normalisation(const std::string& text);
+bool operator==(const normalisation& a, const normalisation& b);
+inline bool operator!=(const normalisation& a, const normalisation& b) { return !(a == b); }
+
 /// What a data set is, without its samples: what a model is built for and
 /// what an exported model carries.
 struct description {

@@ -403,6 +403,31 @@ aggregated_points aggregate(const dataset& train, const std::vector<int64_t>& sh
   return out;
 }
 
+aggregated_points renormalised(const aggregated_points& a, const data::normalisation& from,
+                               const data::normalisation& to) {
+  aggregated_points out = a;
+  if (from == to || !a.points.defined() || a.points.size(0) == 0)
+    return out;
+  const int64_t channels = a.points.dim() >= 2 ? a.points.size(1) : 0;
+  auto per_channel = [&](const std::vector<double>& v, double otherwise) {
+    std::vector<float> f(static_cast<size_t>(channels), static_cast<float>(otherwise));
+    if (!v.empty()) {
+      if (static_cast<int64_t>(v.size()) != channels)
+        throw std::invalid_argument("renormalised: a normalisation of " + std::to_string(v.size()) +
+                                    " channels for points of " + std::to_string(channels));
+      std::copy(v.begin(), v.end(), f.begin());
+    }
+    std::vector<int64_t> shape(static_cast<size_t>(a.points.dim()), 1);
+    shape[1] = channels;
+    return torch::tensor(f).view(shape);
+  };
+  torch::NoGradGuard no_grad;
+  // Back to values (x * std + mean), then normalised as `to` does.
+  auto x = a.points * per_channel(from.std, 1.0) + per_channel(from.mean, 0.0);
+  out.points = ((x - per_channel(to.mean, 0.0)) / per_channel(to.std, 1.0)).contiguous();
+  return out;
+}
+
 std::string serialize(const aggregated_points& a) {
   const int64_t m = a.size();
   if (!a.points.defined() || a.points.dim() < 1 || a.points.size(0) != m || !a.labels.defined() ||

@@ -50,6 +50,13 @@ struct aggregated_points {
 aggregated_points aggregate(const dataset& train, const std::vector<int64_t>& shard,
                             const aggregator_options& opt);
 
+/// `a` with its points normalised by `to` instead of `from` (what they were
+/// made with; empty: not normalised): normalisation is affine per channel
+/// or feature, so the mean of normalised points moves with it. Shares
+/// labels and members with `a`.
+aggregated_points renormalised(const aggregated_points& a, const data::normalisation& from,
+                               const data::normalisation& to);
+
 /// Bytes for the store, and back (throws std::runtime_error when damaged).
 std::string serialize(const aggregated_points& a);
 aggregated_points deserialize_aggregated(const std::string& bytes);

@@ -143,23 +143,43 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
       device_flat_ = flatten_into(replica_params_, replica_params_.front().options(), false);
       gather_host();
     }
-    // The training set on the device, once.
-    // Converted and normalised there once when that copy is small
-    // (Fashion-MNIST's 60,000 images as floats: 188 MB): a step then only
-    // selects its batch. A larger set stays as stored (bytes for images) and
-    // each step converts its own batch.
-    device_samples_ = train_->samples.to(device_);
-    constexpr int64_t whole_float_set_limit = int64_t(2) << 30;  // bytes
-    if (device_samples_.numel() * static_cast<int64_t>(sizeof(float)) <= whole_float_set_limit) {
-      device_samples_ = train_->input(device_samples_, train_->norm_tensors(device_));
-      device_samples_converted_ = true;
-    }
+    copy_training_set();
     device_labels_ = train_->labels.to(device_);
     host_labels_ = train_->labels.contiguous();
   }
   norm_ = train_->norm_tensors(device_);
   model_->train();
   replica_->train();
+}
+
+void local_trainer::copy_training_set() {
+  // The training set on the device, once.
+  // Converted and normalised there once when that copy is small
+  // (Fashion-MNIST's 60,000 images as floats: 188 MB): a step then only
+  // selects its batch. A larger set stays as stored (bytes for images) and
+  // each step converts its own batch.
+  device_samples_ = train_->samples.to(device_);
+  device_samples_converted_ = false;
+  constexpr int64_t whole_float_set_limit = int64_t(2) << 30;  // bytes
+  if (device_samples_.numel() * static_cast<int64_t>(sizeof(float)) <= whole_float_set_limit) {
+    device_samples_ = train_->input(device_samples_, train_->norm_tensors(device_));
+    device_samples_converted_ = true;
+  }
+}
+
+void local_trainer::set_normalisation(const data::normalisation& norm) {
+  if (norm == train_->norm)
+    return;
+  if (!norm.empty() && static_cast<int64_t>(norm.mean.size()) != train_->shape.channels)
+    throw std::invalid_argument("set_normalisation: " + std::to_string(norm.mean.size()) +
+                                " channels for data of " + train_->shape.to_string());
+  // The same samples (shared, not copied) with the other normalisation.
+  auto renormalised = std::make_shared<dataset>(*train_);
+  renormalised->norm = norm;
+  train_ = std::move(renormalised);
+  norm_ = train_->norm_tensors(device_);
+  if (!replica_params_.empty())
+    copy_training_set();
 }
 
 bool local_trainer::gather_host() {

@@ -136,8 +136,16 @@ public:
   /// The optimizer's learning rate from the next step on.
   void set_lr(double lr);
   torch::Device device() const { return device_; }
+  /// Trains from the next step on with `norm` (the cluster's, combined from
+  /// every node's statistics) instead of the training set's own; nothing
+  /// happens when it is the one in use.
+  void set_normalisation(const data::normalisation& norm);
+  const data::normalisation& normalisation() const { return train_->norm; }
 
 private:
+  /// The training set on the device (a GPU trainer), as the model's input
+  /// when that copy is small.
+  void copy_training_set();
   std::shared_ptr<classifier> model_;
   std::shared_ptr<const dataset> train_;
   std::vector<int64_t> shard_;

@@ -256,6 +256,7 @@ struct body_writer {
       components[i].setNode(text(h.components[i].node));
       components[i].setData(text(h.components[i].data));
       components[i].setSamples(h.components[i].samples);
+      components[i].setStats(text(h.components[i].stats));
     }
   }
   void operator()(const plan& p) {
@@ -395,7 +396,7 @@ struct body_reader {
     h.secret_digest = str(in.getSecretDigest());
     for (auto c : in.getComponents())
       h.components.push_back({parse_role(str(c.getRole())), str(c.getName()), str(c.getNode()),
-                              str(c.getData()), c.getSamples()});
+                              str(c.getData()), c.getSamples(), str(c.getStats())});
     h.lane_port = in.getLanePort();
     h.nonce = str(in.getNonce());
     h.challenge = str(in.getChallenge());

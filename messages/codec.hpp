@@ -140,6 +140,10 @@ struct component {
   /// (shape and classes), which must be the balancer's; "" for other roles.
   std::string data;
   uint64_t samples = 0;  ///< a platform's training samples (its shard)
+  /// A platform's node's training data statistics (data::to_text of
+  /// data::moments), which the balancer combines into the cluster's
+  /// normalisation; "" for other roles.
+  std::string stats;
 };
 
 /// Node handshake: who I am and what I host. The CAF message carrying it

@@ -68,6 +68,7 @@ struct Component {
   node @2 :Text;
   data @3 :Text;      # a platform's data: sample shape and classes
   samples @4 :UInt64; # a platform's training samples
+  stats @5 :Text;     # a platform's node's data statistics (count, sums, sums of squares)
 }
 
 struct Hello {
@@ -210,4 +211,5 @@ struct RunState {
   epochs @3 :List(ClusterEpoch);
   reports @4 :List(Data);   # encoded Envelopes holding EpochReports
   startedUnix @5 :Float64;  # wall-clock start of the run, seconds since 1970
+  normalisation @6 :Text;   # the cluster's normalisation ("mean ...; std ..."), "" none
 }

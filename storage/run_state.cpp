@@ -36,6 +36,7 @@ std::string frame_run_state(const run_state& r) {
   out.setRun(r.run);
   out.setFinished(r.finished);
   out.setStartedUnix(r.started_unix);
+  out.setNormalisation(r.norm);
   auto epochs = out.initEpochs(static_cast<unsigned>(r.epochs.size()));
   for (unsigned i = 0; i < r.epochs.size(); ++i) {
     auto& e = r.epochs[i];
@@ -78,6 +79,7 @@ std::optional<run_state> parse_run_state(const std::string& value, std::string& 
     r.run = str(in.getRun());
     r.finished = in.getFinished();
     r.started_unix = in.getStartedUnix();
+    r.norm = str(in.getNormalisation());
     for (auto e : in.getEpochs()) {
       r.epochs.push_back(cluster_epoch{e.getEpoch(), e.getElapsedSeconds(), e.getEpochSeconds(),
                                        e.getSamples(), e.getAveragedLoss(),

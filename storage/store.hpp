@@ -164,6 +164,9 @@ struct run_state {
   std::vector<cluster_epoch> epochs;  ///< evaluated epochs, in order
   std::vector<std::string> reports;   ///< every epoch report so far (encoded envelopes)
   double started_unix = 0;            ///< wall-clock start of the run
+  /// The cluster's normalisation of the data (data::to_text; "": every node
+  /// its own), which a continued run keeps.
+  std::string norm;
 };
 
 /// An epoch report as the store keeps it (family metrics, run states): a

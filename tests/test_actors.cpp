@@ -277,12 +277,17 @@ struct fake_platform_state {
   std::string run;
 };
 
+/// The normalisations each stand-in platform was sent, by platform name
+/// (the test coordinator runs every actor on the test's thread).
+std::map<std::string, std::vector<std::string>> norms_sent;
+
 platform_actor::behavior_type
 fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::string name,
               std::string cluster, std::shared_ptr<std::vector<messages::plan>> seen,
               uint64_t seed, std::shared_ptr<std::vector<uint32_t>> cuts) {
   return {
     [=](plan_atom, const plan& p) { seen->push_back(p); },
+    [=](norm_atom, const std::string& norm) { norms_sent[name].push_back(norm); },
     [](step_atom) {},
     [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
@@ -325,9 +330,9 @@ spawn_stand_in(caf::actor_system& sys, const std::string& name, const std::strin
 /// `samples` training samples (0: the shard size in the settings).
 void join(caf::scoped_actor& self, const balancer_actor& b, const std::string& name,
           const std::string& node, const platform_actor& p, const std::string& data = {},
-          uint64_t samples = 0) {
+          uint64_t samples = 0, const std::string& stats = {}) {
   self->send(b, join_atom::value, name, node, caf::actor_cast<caf::actor>(p), caf::actor{}, data,
-             samples);
+             samples, stats);
 }
 
 epoch_report report(const std::string&, const std::string& platform, uint32_t epoch,
@@ -391,6 +396,50 @@ BOOST_FIXTURE_TEST_CASE(balancer_refuses_platforms_whose_data_is_not_the_cluster
   BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
   BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
   BOOST_TEST(seen1->back().epoch == 0u);
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+BOOST_FIXTURE_TEST_CASE(balancer_combines_the_nodes_data_statistics_into_one_normalisation,
+                        fixture) {
+  // Nodes a and b announce their training data's sums with their platforms;
+  // the run's normalisation is the combined one, sent to every platform
+  // before its plan, kept in the run state and tested with.
+  test::temp_dir dir;
+  auto cfg = two_platforms(dir, "norm", 1);
+  auto test_set = tiny_test_set();
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  norms_sent.clear();
+  data::moments a, c;
+  a.count = 100, a.sum = {10}, a.sum_squares = {5};
+  c.count = 300, c.sum = {90}, c.sum_squares = {60};
+  join(self, b, "p0", "a", p0, {}, 0, "count 1; sum nan; squares 1");  // left out
+  join(self, b, "p0", "a", p0, {}, 0, data::to_text(a));  // the same platform, sums that parse
+  join(self, b, "p1", "b", p1, {}, 0, data::to_text(c));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
+  // 400 values summing to 100, squares to 65: mean 0.25, variance 0.1.
+  const auto expected = data::parse_normalisation(norms_sent["p0"].at(0));
+  BOOST_TEST(expected.mean.at(0) == 0.25, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(expected.std.at(0) == std::sqrt(0.1), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(norms_sent["p0"].size() == 1u);
+  BOOST_TEST(norms_sent["p1"] == norms_sent["p0"]);
+  // The run state keeps it, so that a continued run uses the same.
+  bool found = false;
+  self->receive_while([&] { return !found; })(
+    [&](run_atom, const std::string& bytes) {
+      std::string problem;
+      auto state = storage::parse_run_state(bytes, problem);
+      BOOST_REQUIRE(state);
+      BOOST_TEST(state->norm == norms_sent["p0"].at(0));
+      found = true;
+    },
+    caf::after(std::chrono::seconds(0)) >> [&] { found = true; });
   self->send_exit(b, caf::exit_reason::user_shutdown);
   self->send_exit(p0, caf::exit_reason::user_shutdown);
   self->send_exit(p1, caf::exit_reason::user_shutdown);
@@ -598,7 +647,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
     auto pred = sys.spawn(fake_predictor, name, cfg.id, speed[i]);
     self->send(b, join_atom::value, name, std::string{"local"},
                caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred),
-               std::string{}, uint64_t{0});
+               std::string{}, uint64_t{0}, std::string{});
   }
   sched.run();
   double expected[] = {1.0, 1.0, 1.0 / 3.0, 0.2};

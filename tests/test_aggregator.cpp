@@ -286,6 +286,39 @@ BOOST_AUTO_TEST_CASE(small_classes_and_extreme_ratios) {
   BOOST_CHECK_EQUAL(empty.points.size(0), 0);
 }
 
+BOOST_AUTO_TEST_CASE(renormalised_points_are_the_means_under_the_other_normalisation) {
+  // Points made with a node's own normalisation, moved to the cluster's:
+  // each is the mean of its members normalised the cluster's way. Images
+  // (per channel) and features (per feature).
+  for (auto d : {hand_made(), clustered_features(60)}) {
+    if (d.norm.empty())
+      d.norm = d.local_moments().finish();
+    std::vector<int64_t> shard(static_cast<size_t>(d.size()));
+    std::iota(shard.begin(), shard.end(), 0);
+    aggregator_options opt;
+    opt.ratio = 2;
+    const auto a = aggregate(d, shard, opt);
+    auto cluster = d;
+    for (size_t c = 0; c < cluster.norm.mean.size(); ++c) {
+      cluster.norm.mean[c] = 0.3 + 0.1 * static_cast<double>(c);
+      cluster.norm.std[c] = 2.5;
+    }
+    const auto moved = renormalised(a, d.norm, cluster.norm);
+    BOOST_REQUIRE_EQUAL(moved.size(), a.size());
+    BOOST_TEST((moved.members == a.members));
+    for (int64_t k = 0; k < a.size(); ++k) {
+      const auto& m = a.members[static_cast<size_t>(k)];
+      auto expected = cluster.batch(torch::tensor(m, torch::kLong)).mean(0);
+      BOOST_TEST(torch::allclose(moved.points[k], expected, 1e-4, 1e-5));
+    }
+    // And back: the points made with the node's own.
+    BOOST_TEST(torch::allclose(renormalised(moved, cluster.norm, d.norm).points, a.points, 1e-4,
+                               1e-5));
+    // Nothing to do for the same normalisation.
+    BOOST_TEST(renormalised(a, d.norm, d.norm).points.data_ptr() == a.points.data_ptr());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(serialization_round_trips_and_detects_damage) {
   const auto& d = fashion();
   std::vector<int64_t> shard(500);

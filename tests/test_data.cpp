@@ -7,6 +7,7 @@
 #include "data/dataset.hpp"
 #include "data/image.hpp"
 #include "data/readers.hpp"
+#include "sample_sets.hpp"
 
 #include <boost/test/unit_test.hpp>
 #include <stb/stb_image_write.h>
@@ -877,6 +878,63 @@ BOOST_AUTO_TEST_CASE(scikit_learn_csv_files) {
   auto m = w.local_moments();
   BOOST_TEST(m.sum.size() == 13u);
   BOOST_TEST(m.count == 178.0);
+}
+
+BOOST_AUTO_TEST_CASE(nodes_sums_combine_into_the_whole_datas_normalisation) {
+  // Three nodes' parts of one data set: their sums added give the
+  // normalisation of the whole, as if one node held it all, and they travel
+  // as text without losing a bit.
+  auto whole = eg::test::random_images(90);
+  eg::data::moments sum;
+  for (int64_t part = 0; part < 3; ++part) {
+    std::vector<int64_t> rows;
+    for (int64_t i = part; i < whole.size(); i += 3)
+      rows.push_back(i);
+    auto m = whole.subset(rows).local_moments();
+    auto back = eg::data::parse_moments(eg::data::to_text(m));
+    BOOST_TEST(back.sum == m.sum);
+    BOOST_TEST(back.sum_squares == m.sum_squares);
+    BOOST_TEST(back.count == m.count);
+    sum += back;
+  }
+  const auto combined = sum.finish();
+  const auto expected = whole.local_moments().finish();
+  BOOST_REQUIRE_EQUAL(combined.mean.size(), expected.mean.size());
+  for (size_t c = 0; c < combined.mean.size(); ++c) {
+    BOOST_TEST(combined.mean[c] == expected.mean[c], boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(combined.std[c] == expected.std[c], boost::test_tools::tolerance(1e-12));
+  }
+  // They agree with torch's statistics of the pixels (/ 255, in float32 as
+  // the model sees them: to its precision).
+  auto values = whole.samples.to(torch::kFloat64).div(255.0);
+  BOOST_TEST(combined.mean[0] == values.mean().item<double>(), boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(combined.std[0] == values.std(/*unbiased=*/false).item<double>(),
+             boost::test_tools::tolerance(1e-6));
+  BOOST_TEST((eg::data::parse_normalisation(eg::data::to_text(combined)) == combined));
+}
+
+BOOST_AUTO_TEST_CASE(malformed_statistics_are_named) {
+  auto refused = [](const std::string& text, const std::string& says, bool norm) {
+    try {
+      if (norm)
+        eg::data::parse_normalisation(text);
+      else
+        eg::data::parse_moments(text);
+    } catch (const eg::data::data_error& e) {
+      BOOST_TEST_INFO(text << " -> " << e.what());
+      BOOST_TEST(std::string(e.what()).find(says) != std::string::npos);
+      return;
+    }
+    BOOST_ERROR("accepted: " << text);
+  };
+  refused("", "parts", false);
+  refused("count 4; sum 1 2; squares 1", "sums of squares", false);
+  refused("count 0; sum 1; squares 1", "count", false);
+  refused("count 4; sum x; squares 1", "'x' is not a finite number", false);
+  refused("count 4; sum inf; squares 1", "not a finite number", false);
+  refused("mean 0.5; std 0", "standard deviation", true);
+  refused("mean 0.5; std 1; extra 2", "parts", true);
+  refused("average 0.5; std 1", "does not begin with 'mean'", true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

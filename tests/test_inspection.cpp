@@ -251,6 +251,7 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
                                                   std::shared_ptr<std::vector<std::string>> got) {
   return {
     [](plan_atom, const plan&) {},
+    [](norm_atom, const std::string&) {},
     [](step_atom) {},
     [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
@@ -289,7 +290,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto p0 = sys.spawn(controlled_platform, got0);
   auto p1 = sys.spawn(controlled_platform, got1);
   self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p0), caf::actor{}, std::string{}, uint64_t{0});
+             caf::actor_cast<caf::actor>(p0), caf::actor{}, std::string{}, uint64_t{0},
+             std::string{});
   sched.run();
 
   // Before every platform joined: one row per configured platform.
@@ -310,7 +312,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   BOOST_TEST(s.events.back().kind == "store");
 
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1), caf::actor{}, std::string{}, uint64_t{0});
+             caf::actor_cast<caf::actor>(p1), caf::actor{}, std::string{}, uint64_t{0},
+             std::string{});
   sched.run();
   auto r0 = report_of("p0", 0);
   r0.received_from = {{"p1", 2, 2000}};
@@ -372,7 +375,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto got2 = std::make_shared<std::vector<std::string>>();
   auto p1b = sys.spawn(controlled_platform, got2);
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
-             caf::actor_cast<caf::actor>(p1b), caf::actor{}, std::string{}, uint64_t{0});
+             caf::actor_cast<caf::actor>(p1b), caf::actor{}, std::string{}, uint64_t{0},
+             std::string{});
   sched.run();
   BOOST_TEST((*got2 == std::vector<std::string>{"pause"}));
   s = in::snapshot_from_json(ask(b, "snapshot"));

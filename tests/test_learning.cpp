@@ -812,6 +812,34 @@ BOOST_AUTO_TEST_CASE(evaluate_restores_mode) {
   BOOST_TEST(!model->is_training());
 }
 
+BOOST_AUTO_TEST_CASE(a_trainer_given_the_clusters_normalisation_trains_as_with_it_from_the_start) {
+  // A platform starts with its node's own normalisation and is sent the
+  // cluster's before its first plan: from then on it trains exactly as one
+  // whose data had the cluster's from the start, on the same samples.
+  torch::manual_seed(8);
+  auto own = std::make_shared<dataset>(eg::test::random_images(96));
+  auto cluster = std::make_shared<dataset>(*own);
+  cluster->norm = {{0.41}, {0.27}};
+  local_trainer moved(make_classifier("lenet5", 3, shape_of(*own)), own, iota(96),
+                      {0.05, 0.9, 16});
+  local_trainer from_start(make_classifier("lenet5", 3, shape_of(*own)), cluster, iota(96),
+                           {0.05, 0.9, 16});
+  moved.set_normalisation(cluster->norm);
+  BOOST_TEST((moved.normalisation() == cluster->norm));
+  BOOST_CHECK_THROW(moved.set_normalisation({{0.1, 0.2}, {1.0, 1.0}}), std::invalid_argument);
+  std::mt19937_64 a(4), b(4);
+  moved.begin_epoch(shuffled_plan(moved.shard(), 16, 1, a));
+  from_start.begin_epoch(shuffled_plan(from_start.shard(), 16, 1, b));
+  while (!moved.epoch_done()) {
+    const auto r1 = moved.step();
+    const auto r2 = from_start.step();
+    BOOST_TEST(r1.loss == r2.loss);
+  }
+  BOOST_TEST(eg::test::all_equal(parameters(moved.model()), parameters(from_start.model())));
+  // The node's data set is as it was: only the trainer's view changed.
+  BOOST_TEST((own->norm != cluster->norm));
+}
+
 BOOST_AUTO_TEST_CASE(models_learn_a_features_data_set) {
   // 13 features of 3 classes (the arg-max of three fixed linear maps),
   // shifted and scaled, normalised by their own statistics.

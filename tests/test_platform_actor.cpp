@@ -178,7 +178,7 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
       self->send(caf::actor_cast<platform_actor>(platform), plan_atom::value, p);
     },
     [](join_atom, const std::string&, const std::string&, const caf::actor&, const caf::actor&,
-       const std::string&, uint64_t) {},
+       const std::string&, uint64_t, const std::string&) {},
     [](failed_atom, const std::string&, const std::string&) {},
     [](server_atom, const std::string&) {},
     [](testers_atom, const std::vector<std::string>&, const std::vector<caf::actor>&,
