@@ -68,7 +68,8 @@ struct balancer_state {
   /// The nodes whose test data the averaged model is tested on: their
   /// testers and test samples (from the node, as they peer).
   std::map<std::string, std::pair<tester_actor, uint64_t>> testers;
-  /// Nodes already said to have no test data (said once a run).
+  /// Nodes already said to have no tester reachable (said again after one
+  /// came back and went).
   std::set<std::string> untested;
   /// Each node's training data sums, from its platforms' joins: combined at
   /// the start into the cluster's normalisation.
@@ -436,7 +437,8 @@ void test_average(self_ptr self, held_weights averaged,
   auto& st = self->state;
   for (auto& n : st.args.settings.layout.nodes)
     if (!st.testers.count(n.name) && st.untested.insert(n.name).second)
-      spdlog::info("balancer: node {} has no test data: the cluster's accuracy leaves it out",
+      spdlog::info("balancer: node {} has no tester reachable (no test data, or the node is "
+                   "down): the cluster's accuracy leaves it out until it has",
                    n.name);
   struct pending {
     size_t waiting = 0;
@@ -657,8 +659,10 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       auto& st = self->state;
       st.testers.clear();
       for (size_t i = 0; i < nodes.size() && i < testers.size() && i < samples.size(); ++i)
-        if (testers[i] && samples[i] > 0)
+        if (testers[i] && samples[i] > 0) {
           st.testers[nodes[i]] = {caf::actor_cast<tester_actor>(testers[i]), samples[i]};
+          st.untested.erase(nodes[i]);  // said again if it goes
+        }
     },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
            caf::actor predictor, const std::string& data, uint64_t samples,

@@ -82,6 +82,15 @@ std::string probe_tls(const std::string& host, uint16_t port, const config::tls_
   }
 }
 
+std::string probe_tcp(const std::string& host, uint16_t port, int timeout_ms) {
+  try {
+    messages::socket_fd s = messages::connect_tcp(host, port, timeout_ms);
+    return {};
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 caf::io::middleman_actor connector(caf::actor_system& sys) {
   if (sys.has_openssl_manager())
     return sys.openssl_manager().actor_handle();

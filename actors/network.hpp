@@ -60,6 +60,10 @@ uint16_t publish(caf::actor_system& sys, const node_actor& node, const std::stri
 std::string probe_tls(const std::string& host, uint16_t port, const config::tls_config& tls,
                       int timeout_ms);
 
+/// Dials host:port and hangs up: "" when a TCP connection was made within
+/// `timeout_ms`, else why not (refused, no answer in time, no route).
+std::string probe_tcp(const std::string& host, uint16_t port, int timeout_ms);
+
 /// The actor that dials other nodes (connect_atom): the OpenSSL manager's
 /// under TLS, else the middleman's.
 caf::io::middleman_actor connector(caf::actor_system& sys);

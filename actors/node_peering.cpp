@@ -6,6 +6,8 @@
 #include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
 namespace eg::actors::node_detail {
 
 namespace {
@@ -101,6 +103,8 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
     st.peers[h->node] = remote;
     st.peer_ids.insert(remote.node());
     st.lost.erase(h->node);
+    st.refusing.erase(h->node);
+    st.alone_since.reset();
     spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
                  handles.size());
     // Whether the run ended while one of us was away: asked of the peer and
@@ -122,10 +126,83 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
 
 } // namespace
 
+void check_alone(self_ptr self, const std::string& peer, bool refused) {
+  auto& st = self->state;
+  if (refused)
+    st.refusing.insert(peer);
+  else
+    st.refusing.erase(peer);
+  // This node and the peers it reaches are a minority side, and every other
+  // node's port is closed: nobody runs the run any more.
+  std::set<std::string> reachable;
+  for (auto& [name, _] : st.peers)
+    reachable.insert(name);
+  size_t outside = 0, closed = 0;
+  for (auto& n : st.args.settings.nodes)
+    if (n.name != st.args.name && !reachable.count(n.name)) {
+      ++outside;
+      closed += st.refusing.count(n.name);
+    }
+  if (st.finished || st.lost.empty() || outside == 0 || closed < outside ||
+      st.succession.majority(st.args.name, reachable, st.args.settings.majority)) {
+    st.alone_since.reset();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!st.alone_since) {
+    st.alone_since = now;
+    return;
+  }
+  if (now - *st.alone_since < defaults::alone_timeout)
+    return;
+  spdlog::warn("[{}] no node outside its side of the cluster ({} of {} nodes, no majority) has "
+               "been running for {} s (every one refuses connections): the run ended while this "
+               "side was cut off, or the cluster was stopped; ending this node (its checkpoints "
+               "are kept: start it again with the others to go on)",
+               st.args.name, reachable.size() + 1, st.args.settings.nodes.size(),
+               std::chrono::duration_cast<std::chrono::seconds>(defaults::alone_timeout).count());
+  st.alone_since.reset();
+  if (!st.over_armed) {
+    st.over_armed = true;
+    self->send(self, over_atom::value);
+  }
+}
+
+/// A lost peer that dials this node (not the other way round): probed now
+/// and then, so that check_alone() learns whether it is still running.
+void probe_lost(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  if (st.finished || st.peers.count(name) || !st.lost.count(name) || st.probing.count(name))
+    return;
+  const auto& target = st.args.settings.node(name);
+  st.probing.insert(name);
+  auto prober = self->spawn<caf::detached>([host = target.host,
+                                            port = target.port]() -> caf::behavior {
+    return {[=](dial_atom) {
+      return probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
+    }};
+  });
+  auto again = [self, name, prober](bool refused) {
+    self->send_exit(prober, caf::exit_reason::user_shutdown);
+    self->state.probing.erase(name);
+    check_alone(self, name, refused);
+    self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
+  };
+  self->request(prober, defaults::handshake_timeout, dial_atom::value)
+    .then([again](const std::string& problem) {
+            again(problem.find("refused") != std::string::npos);
+          },
+          [again](caf::error&) { again(false); });
+}
+
 void dial(self_ptr self, const std::string& name) {
   auto& st = self->state;
-  if (st.finished || st.peers.count(name) || st.dialling.count(name) || !dials(st.args.settings.node_names(), st.args.name, name))
+  if (st.finished || st.peers.count(name) || st.dialling.count(name))
     return;
+  if (!dials(st.args.settings.node_names(), st.args.name, name)) {
+    probe_lost(self, name);
+    return;
+  }
   const auto& target = st.args.settings.node(name);
   st.dialling.insert(name);
   auto retry = [self, name](const caf::error& err) {
@@ -137,27 +214,36 @@ void dial(self_ptr self, const std::string& name) {
                    self->system().render(err));
     self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
   };
-  if (st.args.settings.tls.enabled() && !st.tls_checked.count(name)) {
-    // Over TLS, the peer's certificate is checked first, outside CAF (see
-    // probe_tls), on a thread of its own.
-    auto tls = tls_of(st.args.settings.tls, st.args.name);
+  if (!st.probed.count(name)) {
+    // The peer is probed first, outside CAF, on a thread of its own: CAF
+    // 0.17's middleman connects with a blocking connect(), which waits for
+    // minutes on a host whose link is cut (no answer at all), holding up
+    // every other dial and the node's shutdown. A TCP connection within
+    // the probe's timeout first (probe_tcp); over TLS the peer's
+    // certificate is checked as well (probe_tls).
+    std::optional<config::tls_config> tls;
+    if (st.args.settings.tls.enabled())
+      tls = tls_of(st.args.settings.tls, st.args.name);
     auto prober = self->spawn<caf::detached>(
       [tls, host = target.host, port = target.port]() -> caf::behavior {
         return {[=](dial_atom) {
-          return probe_tls(host, port, tls,
-                           static_cast<int>(defaults::tls_probe_timeout.count()));
+          return tls ? probe_tls(host, port, *tls,
+                                 static_cast<int>(defaults::tls_probe_timeout.count()))
+                     : probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
         }};
       });
     self->request(prober, defaults::handshake_timeout, dial_atom::value)
       .then(
-        [self, name, retry, prober](const std::string& problem) {
+        [self, name, retry, prober, over_tls = tls.has_value()](const std::string& problem) {
           self->send_exit(prober, caf::exit_reason::user_shutdown);
           auto& st = self->state;
           if (!problem.empty()) {
-            retry(caf::make_error(caf::sec::cannot_connect_to_node, "TLS: " + problem));
+            check_alone(self, name, problem.find("refused") != std::string::npos);
+            retry(caf::make_error(caf::sec::cannot_connect_to_node,
+                                  (over_tls ? "TLS: " : "") + problem));
             return;
           }
-          st.tls_checked.insert(name);
+          st.probed.insert(name);
           st.dialling.erase(name);
           dial(self, name);
         },
@@ -167,7 +253,7 @@ void dial(self_ptr self, const std::string& name) {
         });
     return;
   }
-  st.tls_checked.erase(name);  // checked again before the next dial
+  st.probed.erase(name);  // probed again before the next dial
   auto mm = connector(self->system());
   self->request(mm, defaults::handshake_timeout, caf::connect_atom::value, target.host, target.port)
     .then(

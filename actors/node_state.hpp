@@ -63,8 +63,14 @@ struct node_state {
   /// majority (check_balancer_majority).
   bool balancer_paused = false;
   std::set<std::string> dialling;
-  std::set<std::string> tls_checked;  // peers whose certificate passed probe_tls just now
+  std::set<std::string> probed;  // peers that answered probe_tcp (or probe_tls) just now
   std::map<std::string, int> dial_failures;
+  /// Peers whose port refused the last probe (the host answers, nothing
+  /// listens: the node is not running), and since when every other node's
+  /// has, after this node had peers and lost them.
+  std::set<std::string> refusing;
+  std::set<std::string> probing;  // lost peers that dial us, probed now (probe_lost)
+  std::optional<std::chrono::steady_clock::time_point> alone_since;
   std::set<caf::node_id> peer_ids;         // CAF node ids of peered nodes
   std::set<std::string> lost;             // nodes that were peered and went down
   std::set<std::string> done;             // local platforms done
@@ -154,6 +160,13 @@ using node_impl = node_actor::extend<caf::reacts_to<over_atom>, caf::reacts_to<r
                                      caf::reacts_to<serve_atom>>;
 using self_ptr = node_impl::stateful_pointer<node_state>;
 
+
+/// After a failed dial or probe of `peer` (`refused`: its host refused
+/// the connection): a node that lost peers, is on a minority side and
+/// finds every node beyond that side with its port closed for
+/// defaults::alone_timeout ends (the run ended while it was cut off, or the
+/// cluster stopped); its checkpoints are kept.
+void check_alone(self_ptr self, const std::string& peer, bool refused);
 
 /// Whether the message being handled comes from this process or a peered
 /// node (not from a stranger who connected to our port without a handshake).

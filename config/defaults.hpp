@@ -30,6 +30,14 @@ inline constexpr std::chrono::milliseconds resume_grace = 3s;
 inline constexpr std::chrono::milliseconds handshake_timeout = 10s;
 /// A TLS probe of a peer's certificate.
 inline constexpr std::chrono::milliseconds tls_probe_timeout = 5s;
+/// How long a dial waits for a TCP connection to a peer before trying again
+/// (actors/node_peering.cpp: CAF's own connect would block for minutes on a
+/// host that does not answer).
+inline constexpr std::chrono::milliseconds probe_timeout = 3s;
+/// A node that lost all its peers and then finds every other node's port
+/// closed (refused) for this long ends: the run ended while it was cut off,
+/// or the cluster was stopped (actors/node_peering.cpp).
+inline constexpr std::chrono::milliseconds alone_timeout = 20s;
 /// Between two dials of an unreachable peer.
 inline constexpr std::chrono::milliseconds redial_interval = 1s;
 /// After start, before a node without the balancer elects one.
