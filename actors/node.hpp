@@ -57,6 +57,10 @@ struct node_settings {
   /// cluster.majority: nodes a side must reach to host the balancer or the
   /// parameter server (0: more than half).
   int64_t majority = 0;
+  /// Probe a peer's port with a plain TCP connection before CAF dials it
+  /// (false only on a simulated network, CAF's test multiplexer, where no
+  /// real port answers).
+  bool probe_before_dial = true;
   /// The node named to host the parameter server (strategy.server; "" for
   /// strategies without one).
   std::string server;

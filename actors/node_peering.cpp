@@ -172,7 +172,8 @@ void check_alone(self_ptr self, const std::string& peer, bool refused) {
 /// and then, so that check_alone() learns whether it is still running.
 void probe_lost(self_ptr self, const std::string& name) {
   auto& st = self->state;
-  if (st.finished || st.peers.count(name) || !st.lost.count(name) || st.probing.count(name))
+  if (st.finished || st.peers.count(name) || !st.lost.count(name) || st.probing.count(name) ||
+      !st.args.settings.probe_before_dial)
     return;
   const auto& target = st.args.settings.node(name);
   st.probing.insert(name);
@@ -214,7 +215,8 @@ void dial(self_ptr self, const std::string& name) {
                    self->system().render(err));
     self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
   };
-  if (!st.probed.count(name)) {
+  if (!st.probed.count(name) &&
+      (st.args.settings.probe_before_dial || st.args.settings.tls.enabled())) {
     // The peer is probed first, outside CAF, on a thread of its own: CAF
     // 0.17's middleman connects with a blocking connect(), which waits for
     // minutes on a host whose link is cut (no answer at all), holding up

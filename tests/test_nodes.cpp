@@ -159,6 +159,7 @@ struct fixture {
     n.store = spawn_store(sys, db, std::move(so));
     node_args args;
     args.settings = node_settings::of(cfg);
+    args.settings.probe_before_dial = false;  // no real port answers on the test multiplexer
     args.name = name;
     args.store = n.store;
     std::vector<int64_t> shard;
