@@ -220,7 +220,7 @@ void start_server(self_ptr self, bool continuing) {
   st.server = spawn_server(self->system(), std::move(args));
   st.routes->set_server(caf::actor_cast<caf::actor_addr>(*st.server));
   self->link_to(*st.server);
-  st.directory.add({messages::role::parameter_server, st.args.name, st.args.name},
+  st.directory.add({messages::role::parameter_server, st.args.name, st.args.name, {}, 0, {}},
                    caf::actor_cast<caf::actor>(*st.server));
   spdlog::info("[{}] parameter server started for {} workers", st.args.name, workers);
 }
@@ -255,7 +255,7 @@ void start_balancer(self_ptr self, bool continuing) {
   st.balancer = spawn_balancer(self->system(), std::move(args));
   self->link_to(*st.balancer);
   st.balancer_paused = false;
-  st.directory.add({messages::role::balancer, st.args.name, st.args.name, {}, evaluated},
+  st.directory.add({messages::role::balancer, st.args.name, st.args.name, {}, evaluated, {}},
                    caf::actor_cast<caf::actor>(*st.balancer));
   for (auto& n : st.args.settings.nodes)
     announce_platforms(self, n.name);
@@ -437,7 +437,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   st.reports = std::move(st.args.reports);
   using messages::role;
   auto local = [&](role r, std::string name, caf::actor h) {
-    st.directory.add({r, std::move(name), st.args.name}, std::move(h));
+    st.directory.add({r, std::move(name), st.args.name, {}, 0, {}}, std::move(h));
   };
   local(role::node, st.args.name, caf::actor_cast<caf::actor>(self));
   local(role::store, st.args.name, caf::actor_cast<caf::actor>(st.args.store));
@@ -446,7 +446,7 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     auto tester = spawn_tester(self->system(), std::move(*st.args.tester));
     st.args.tester.reset();
     self->link_to(tester);
-    st.directory.add({role::tester, st.args.name, st.args.name, {}, samples},
+    st.directory.add({role::tester, st.args.name, st.args.name, {}, samples, {}},
                      caf::actor_cast<caf::actor>(tester));
   }
   for (auto& [k, stage] : st.stages)

@@ -57,7 +57,9 @@ owned_tensor random_tensor(std::mt19937_64& rng, std::string name, dtype type,
 }
 
 std::vector<char> sample_message() {
-  hello h{"node-a", "digest", {{role::platform, "p0", "node-a"}, {role::mixer, "p0", "node-a"}}, 0, "n", "c"};
+  hello h{"node-a", "digest",
+          {{role::platform, "p0", "node-a", {}, 0, {}}, {role::mixer, "p0", "node-a", {}, 0, {}}},
+          0, "n", "c"};
   return encode(wrap(h));
 }
 
@@ -160,8 +162,12 @@ BOOST_AUTO_TEST_CASE(element_sizes) {
 }
 
 BOOST_AUTO_TEST_CASE(hello_round_trip) {
-  hello h{"node-b", "sha256:abc", {{role::node, "node-b", "node-b"}, {role::platform, "p3", "node-b"},
-                                   {role::store, "node-b", "node-b"}}, 47000, "nonce-b", "nonce-a"};
+  hello h{"node-b", "sha256:abc",
+          {{role::node, "node-b", "node-b", {}, 0, {}},
+           {role::platform, "p3", "node-b", "1x28x28; 2 classes: a, b", 600,
+            "count 470400; sum 134523.25; squares 66123.5"},
+           {role::store, "node-b", "node-b", {}, 0, {}}},
+          47000, "nonce-b", "nonce-a"};
   hello r = round_trip(h);
   BOOST_TEST(r.node == h.node);
   BOOST_TEST(r.lane_port == h.lane_port);
@@ -173,6 +179,10 @@ BOOST_AUTO_TEST_CASE(hello_round_trip) {
     BOOST_TEST(r.components[i].role == h.components[i].role);
     BOOST_TEST(r.components[i].name == h.components[i].name);
     BOOST_TEST(r.components[i].node == h.components[i].node);
+    BOOST_TEST(r.components[i].data == h.components[i].data);
+    BOOST_TEST(r.components[i].samples == h.components[i].samples);
+    // A platform's node's data statistics, for the cluster's normalisation.
+    BOOST_TEST(r.components[i].stats == h.components[i].stats);
   }
 }
 
