@@ -20,7 +20,8 @@
 # nothing tells it the run ended).
 #
 # Needs root and iproute2 (network namespaces, veth, bridge); exits 77
-# (skipped) where they cannot be made. Exit 0: every check passed.
+# (skipped) where they cannot be made. Exit 0: every check passed; a failed
+# case prints its nodes' logs.
 set -uo pipefail
 
 bin=${1:?usage: partitions.sh EDGEGOSSIP}
@@ -113,6 +114,13 @@ within() { awk -v a="$1" -v b="$2" -v s="$3" 'BEGIN { exit !(a - b <= s) }'; }  
 declare -A exit_code exit_at
 # start NODES: every node in its namespace; logs in $work/NAME.log.
 start() {
+  # Nothing left of the case before (a node that did not end is a failure
+  # already counted).
+  pkill -9 -f "$work/cluster.toml" 2>/dev/null
+  sleep 0.5
+  for i in 1 2 3 4; do
+    ip link set "${tag}v$i" master "${tag}b0" up
+  done
   rm -rf "$work/store" "$work/runs" "$work"/*.log "$work"/*.exit
   local k=0
   for n in a b c d; do
@@ -146,6 +154,15 @@ finish() {
       fail "node $n still running $2 s after the run"
     fi
   done
+}
+
+# Prints the logs of the case that just ran when one of its checks failed.
+case_failures=0
+case_end() {
+  if [ "$failures" -gt "$case_failures" ]; then
+    for f in "$work"/*.log; do echo "--- $f"; tail -40 "$f" | cut -c1-240; done
+  fi
+  case_failures=$failures
 }
 
 # One run directory whose cluster.csv has every epoch once; prints its path.
@@ -230,6 +247,7 @@ never c "starting one here"
 back_within b0 "$restored"
 exits_within 10 a b c
 
+case_end
 echo "== 2. three nodes: the balancer's node a cut off for 12 s, back before the end"
 start 3
 wait_epoch 2
@@ -246,6 +264,7 @@ says a "stopping ours"
 back_within a0 "$restored"
 exits_within 10 a b c
 
+case_end
 echo "== 3. four nodes split two against two for 12 s (the side of node a wins the tie)"
 cluster "$work/cluster.toml" 4
 start 4
@@ -265,6 +284,7 @@ back_within c0 "$restored"
 back_within d0 "$restored"
 exits_within 10 a b c d
 
+case_end
 echo "== 4. three nodes: b cut off until after the run ended"
 cluster "$work/cluster.toml" 3
 start 3
@@ -283,10 +303,10 @@ else
   fail "node b did not end within 35 s of its link's return"
 fi
 says b "no node outside its side of the cluster"
+case_end
 
 if [ "$failures" -gt 0 ]; then
-  echo "partitions: $failures check(s) failed; logs of the last case:"
-  for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done
+  echo "partitions: $failures check(s) failed (logs of each failed case above)"
   exit 1
 fi
 echo "partitions: every check passed"
