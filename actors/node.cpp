@@ -142,8 +142,17 @@ void give_way(self_ptr self, messages::role role, const succession& order,
                      ? fmt::format(" ({} epochs evaluated against our {})", e.what.samples,
                                    my_progress)
                      : std::string{});
-      if (role == messages::role::balancer)
+      if (role == messages::role::balancer && st.balancer_paused) {
+        // Ours paused the platforms here while this node was on a minority
+        // side: the balancer that stays plans them from now on, so they go
+        // on (paused, they would never report its epochs).
         st.balancer_paused = false;
+        messages::control resume;
+        resume.verb = messages::verb::resume;
+        for (auto& p : st.platforms)
+          self->request(p.platform, defaults::control_timeout, control_atom::value, resume)
+            .then([](bool) {}, [](caf::error&) {});
+      }
       self->unlink_from(*mine);
       self->send_exit(*mine, caf::exit_reason::user_shutdown);
       mine.reset();
