@@ -2,6 +2,7 @@
 
 #include "actors/wire.hpp"
 
+#include "messages/codec.hpp"
 #include "messages/socket.hpp"
 
 #include <caf/all.hpp>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 namespace eg::actors {
 namespace {
@@ -89,6 +91,25 @@ std::string probe_tcp(const std::string& host, uint16_t port, int timeout_ms) {
   } catch (const std::exception& e) {
     return e.what();
   }
+}
+
+messages::door_options door_options_of(const config::cluster_config& cluster,
+                                       const std::string& node) {
+  messages::door_options o;
+  o.identity.cluster_id = cluster.id;
+  o.identity.node = node;
+  o.identity.secret = cluster.secret;
+  std::set<std::string> allowed{"console"};
+  for (auto& n : cluster.nodes)
+    if (n.name != node)
+      allowed.insert(n.name);
+  o.identity.peer_allowed = [allowed](const std::string& n) { return allowed.count(n) > 0; };
+  for (auto& n : cluster.nodes)
+    if (n.name == node)
+      o.host = n.host;
+  o.max_message_bytes = messages::max_message_bytes;
+  o.check_lengths = !cluster.tls.enabled();
+  return o;
 }
 
 caf::io::middleman_actor connector(caf::actor_system& sys) {

@@ -9,6 +9,7 @@
 
 #include "actors/interfaces.hpp"
 #include "config/config.hpp"
+#include "messages/door.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>
@@ -63,6 +64,14 @@ std::string probe_tls(const std::string& host, uint16_t port, const config::tls_
 /// Dials host:port and hangs up: "" when a TCP connection was made within
 /// `timeout_ms`, else why not (refused, no answer in time, no route).
 std::string probe_tcp(const std::string& host, uint16_t port, int timeout_ms);
+
+/// The front door of `node`'s port (messages/door.hpp) as the cluster file
+/// sets it: the cluster id and secret, the cluster's nodes and the
+/// inspection console ("console") let in, BASP lengths bounded to
+/// messages::max_message_bytes (as the weights lane's frames), not read
+/// under TLS. The dialling side (door_routes) takes the same options.
+messages::door_options door_options_of(const config::cluster_config& cluster,
+                                       const std::string& node);
 
 /// The actor that dials other nodes (connect_atom): the OpenSSL manager's
 /// under TLS, else the middleman's.

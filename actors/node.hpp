@@ -20,10 +20,15 @@
 #include <caf/fwd.hpp>
 
 #include <functional>
+#include <memory>
 
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace eg::messages {
+class door_routes;
+}
 
 namespace eg::actors {
 
@@ -61,6 +66,10 @@ struct node_settings {
   /// (false only on a simulated network, CAF's test multiplexer, where no
   /// real port answers).
   bool probe_before_dial = true;
+  /// Where CAF dials a peer: a loopback route through the peer's front door
+  /// (messages/door.hpp), made by the node's process; null: the peer's port
+  /// itself (in-process nodes of the tests, which publish without a door).
+  std::shared_ptr<messages::door_routes> routes;
   /// The node named to host the parameter server (strategy.server; "" for
   /// strategies without one).
   std::string server;

@@ -210,9 +210,20 @@ void dial(self_ptr self, const std::string& name) {
     auto& st = self->state;
     st.dialling.erase(name);
     auto n = ++st.dial_failures[name];
-    if (n == 1 || n % 30 == 0)
-      spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
-                   self->system().render(err));
+    if (n == 1 || n % 30 == 0) {
+      // Through a front door, the route knows what went wrong there: a
+      // refusal (a wrong secret, another cluster) is said plainly.
+      std::string why;
+      if (auto& routes = st.args.settings.routes) {
+        const auto& t = st.args.settings.node(name);
+        why = routes->last_failure(t.host, t.port);
+      }
+      if (why.rfind("refused the handshake", 0) == 0)
+        spdlog::error("[{}] node {} {}; retrying", st.args.name, name, why);
+      else
+        spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
+                     why.empty() ? self->system().render(err) : why);
+    }
     self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
   };
   if (!st.probed.count(name) &&
@@ -223,15 +234,25 @@ void dial(self_ptr self, const std::string& name) {
     // every other dial and the node's shutdown. A TCP connection within
     // the probe's timeout first (probe_tcp); over TLS the peer's
     // certificate is checked as well (probe_tls).
+    // Through the peer's front door, the TLS probe takes the route CAF
+    // will take.
     std::optional<config::tls_config> tls;
     if (st.args.settings.tls.enabled())
       tls = tls_of(st.args.settings.tls, st.args.name);
     auto prober = self->spawn<caf::detached>(
-      [tls, host = target.host, port = target.port]() -> caf::behavior {
+      [tls, name, routes = st.args.settings.routes, host = target.host,
+       port = target.port]() -> caf::behavior {
         return {[=](dial_atom) {
-          return tls ? probe_tls(host, port, *tls,
-                                 static_cast<int>(defaults::tls_probe_timeout.count()))
-                     : probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
+          auto problem = probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
+          if (!problem.empty() || !tls)
+            return problem;
+          auto [h, p] = routes ? std::pair<std::string, uint16_t>{"127.0.0.1",
+                                                                  routes->route(name, host, port)}
+                               : std::pair<std::string, uint16_t>{host, port};
+          problem = probe_tls(h, p, *tls, static_cast<int>(defaults::tls_probe_timeout.count()));
+          if (!problem.empty() && routes && !routes->last_failure(host, port).empty())
+            problem = routes->last_failure(host, port);
+          return problem;
         }};
       });
     self->request(prober, defaults::handshake_timeout, dial_atom::value)
@@ -256,8 +277,19 @@ void dial(self_ptr self, const std::string& name) {
     return;
   }
   st.probed.erase(name);  // probed again before the next dial
+  std::string host = target.host;
+  uint16_t port = target.port;
+  if (auto& routes = st.args.settings.routes) {
+    try {
+      port = routes->route(name, host, port);
+      host = "127.0.0.1";
+    } catch (const messages::door_error& e) {
+      retry(make_error(ec::unreachable, e.what()));
+      return;
+    }
+  }
   auto mm = connector(self->system());
-  self->request(mm, defaults::handshake_timeout, caf::connect_atom::value, target.host, target.port)
+  self->request(mm, defaults::handshake_timeout, caf::connect_atom::value, host, port)
     .then(
       [self, name, retry](const caf::node_id&, caf::strong_actor_ptr& ptr,
                           const std::set<std::string>&) {

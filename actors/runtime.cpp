@@ -14,6 +14,7 @@
 #include "data/load.hpp"
 #include "learning/aggregator.hpp"
 #include "messages/codec.hpp"
+#include "messages/door.hpp"
 #include "learning/dataset.hpp"
 #include "learning/model.hpp"
 #include "learning/trainer.hpp"
@@ -639,6 +640,12 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   nargs.data_stats = data_stats;
   nargs.settings = node_settings::of(cfg);
   nargs.name = node_name;
+  // Peers are dialled through their front doors (messages/door.hpp).
+  std::shared_ptr<messages::door_routes> routes;
+  if (cfg.nodes.size() > 1) {
+    routes = std::make_shared<messages::door_routes>(door_options_of(cfg, node_name));
+    nargs.settings.routes = routes;
+  }
   auto relay = std::make_shared<failure_relay>();
   auto health = std::make_shared<store_health>();
   {
@@ -726,19 +733,41 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     signal_watch signals(opts.handle_signals, sys, node);
     corunners load(me.corunners, (std::filesystem::path(cfg.storage_dir) / (node_name + "-corunners")).string());
     // Several nodes peer over the port; a single node with a port set
-    // listens too, for the inspection console.
+    // listens too, for the inspection console. CAF listens on loopback
+    // only; the node's port is its front door, which hands CAF nothing
+    // from a connection until it has passed the handshake.
+    std::unique_ptr<messages::front_door> door;
     if (cfg.nodes.size() > 1 || me.port != 0) {
-      uint16_t port = 0;
       try {
-        port = publish(sys, node, me.host, me.port);
-      } catch (const network_error& e) {
+        auto o = door_options_of(cfg, node_name);
+        o.host = me.host;
+        o.port = me.port;
+        door = std::make_unique<messages::front_door>(std::move(o));
+        door->start(publish(sys, node, "127.0.0.1", 0));
+      } catch (const std::exception& e) {
         caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
         caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
         throw std::runtime_error("node " + node_name + ": " + e.what());
       }
-      spdlog::info("node {} listening on {}:{}{}", node_name, me.host, port,
+      spdlog::info("node {} listening on {}:{}{}", node_name, me.host, door->port(),
                    cfg.tls.enabled() ? " (TLS)" : "");
     }
+    struct close_doors {
+      std::unique_ptr<messages::front_door>& door;
+      std::shared_ptr<messages::door_routes>& routes;
+      ~close_doors() {
+        if (door) {
+          auto s = door->stats();
+          if (s.connections_refused + s.messages_refused > 0)
+            spdlog::info("node port: {} connections admitted, {} refused, {} closed for an "
+                         "oversized message",
+                         s.connections_admitted, s.connections_refused, s.messages_refused);
+          door->stop();
+        }
+        if (routes)
+          routes->stop();
+      }
+    } closing{door, routes};
     caf::scoped_actor self{sys};
     self->request(node, caf::infinite, wait_atom::value)
       .receive([&](std::string& r) { outcome.run = std::move(r); },

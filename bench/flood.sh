@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# A stranger's flood against a TLS cluster: the three-node example (LeNet-5,
-# GoSGD, one platform per node on 127.0.0.1, cluster.tls) run alternately
-# without and with a flood at node a's port and weights lane (about 1,000
-# connections of random bytes, lane hellos announcing huge lengths and
-# truncated frames, from the 4th epoch on). Prints, for each pair of runs,
-# node a's peak resident memory and the median epoch wall time of the last
-# 4 epochs (after the flood; the same epochs in the run without it), and the
-# medians over the pairs.
+# A stranger's flood: the three-node example (LeNet-5, GoSGD, one platform
+# per node on 127.0.0.1), over TLS (cluster.tls) or on its default settings
+# (plain TCP, no secret), run alternately without and with a flood at node
+# a's port and weights lane (about 1,000 connections of random bytes, CAF
+# headers and lane hellos announcing huge lengths, truncated frames, from the
+# 4th epoch on). Prints, for each pair of runs, node a's peak resident
+# memory and the median epoch wall time of the last 4 epochs (after the
+# flood; the same epochs in the run without it), and the medians over the
+# pairs.
 #
-#   bench/flood.sh [BINARY] [EPOCHS] [REPEAT]
+#   bench/flood.sh [BINARY] [EPOCHS] [REPEAT] [tls|plain]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$here/build/edgegossip}"
 epochs="${2:-24}"
 repeat="${3:-3}"
+security="${4:-tls}"
+case "$security" in tls | plain) ;; *) echo "bench/flood.sh: tls or plain, not '$security'" >&2; exit 2 ;; esac
 work="$(mktemp -d)"
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 "$here/scripts/make-test-ca.sh" "$work/certs" a b c >/dev/null
@@ -27,8 +30,10 @@ flood() {  # flood PORT LANE_PORT: shell builtins only, so that it takes little 
     port=$(( i % 2 ? $2 : $1 ))
     {
       exec 3<>"/dev/tcp/127.0.0.1/$port" || continue
-      if (( i % 3 == 0 )); then
+      if (( i % 3 == 0 && i % 2 )); then
         printf 'EGLH\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff' >&3  # huge lengths
+      elif (( i % 3 == 0 )); then  # CAF's BASP header announcing 4 GB
+        printf '\001\000\000\000\377\377\377\377\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000' >&3
       fi
       printf '%s' "${junk:$(( RANDOM % 128 ))}" >&3
       exec 3>&-
@@ -40,7 +45,8 @@ flood() {  # flood PORT LANE_PORT: shell builtins only, so that it takes little 
 # run KIND N: prints "peak_rss_mb median_wall_of_late_epochs"
 run() {
   local kind="$1" n="$2" cfg="$work/$1-$2.toml" peak=0 rss pid
-  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 4730 "$work/certs"
+  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 4730 \
+    "$([ "$security" = tls ] && echo "$work/certs")"
   for node in b c; do "$bin" node --config "$cfg" --node "$node" >"$work/$kind-$n-$node.log" 2>&1 & done
   "$bin" node --config "$cfg" --node a >"$work/$kind-$n-a.log" 2>&1 &
   pid=$!

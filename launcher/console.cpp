@@ -299,15 +299,26 @@ struct reply {
 
 class connection {
 public:
-  connection(caf::actor_system& sys, const std::string& secret) : sys_(sys), secret_(secret) {}
+  connection(caf::actor_system& sys, const std::string& secret, messages::door_routes& routes)
+      : sys_(sys), secret_(secret), routes_(routes) {}
 
-  /// Attaches to the node at `a`; false (and why in `error`) when none answers.
+  /// Attaches to the node at `a` (through its front door); false (and why
+  /// in `error`) when none answers.
   bool attach(const address& a, std::string& error) {
+    uint16_t port = 0;
+    try {
+      port = routes_.route("", a.host, a.port);
+    } catch (const messages::door_error& e) {
+      error = e.what();
+      return false;
+    }
     auto node = sys_.has_openssl_manager()
-                  ? caf::openssl::remote_actor<node_actor>(sys_, a.host, a.port)
-                  : sys_.middleman().remote_actor<node_actor>(a.host, a.port);
+                  ? caf::openssl::remote_actor<node_actor>(sys_, "127.0.0.1", port)
+                  : sys_.middleman().remote_actor<node_actor>("127.0.0.1", port);
     if (!node) {
-      error = sys_.render(node.error());
+      error = routes_.last_failure(a.host, a.port);
+      if (error.empty())
+        error = sys_.render(node.error());
       return false;
     }
     node_ = *node;
@@ -362,6 +373,7 @@ public:
 private:
   caf::actor_system& sys_;
   std::string secret_;  ///< the cluster secret (only proofs of it are sent)
+  messages::door_routes& routes_;
   node_actor node_;
   address at_;
 };
@@ -712,12 +724,23 @@ int run_console(const console_options& opts) {
       return 2;
     }
   }
+  messages::door_options door;
+  door.identity = {opts.cluster_id, "console", opts.secret, {}};
+  door.check_lengths = !opts.tls.enabled();
+  door.max_message_bytes = messages::max_message_bytes;
+  messages::door_routes routes(door);
   caf::actor_system sys{cfg};
-  connection conn(sys, opts.secret);
+  connection conn(sys, opts.secret, routes);
   std::string error;
   if (!conn.attach(*where, error)) {
-    std::fprintf(stderr, "edgegossip console: no edgegossip node answers at %s: %s\n",
-                 where->text().c_str(), error.c_str());
+    if (error.rfind("refused the handshake", 0) == 0)
+      std::fprintf(stderr,
+                   "edgegossip console: node at %s refused the cluster secret or id: %s (give "
+                   "them with --config F, or --cluster ID and --secret S)\n",
+                   where->text().c_str(), error.c_str());
+    else
+      std::fprintf(stderr, "edgegossip console: no edgegossip node answers at %s: %s\n",
+                   where->text().c_str(), error.c_str());
     return 2;
   }
   auto first = conn.ask(opts.command.empty() ? "snapshot" : opts.command);

@@ -13,6 +13,7 @@ namespace eg::launcher {
 struct console_options {
   std::string address;   ///< HOST:PORT of any node of the cluster
   std::string secret;    ///< the cluster secret ("" when the cluster has none)
+  std::string cluster_id = "edgegossip";  ///< cluster.id: the node's front door checks it
   bool once = false;     ///< print one snapshot and exit
   bool json = false;     ///< with --once / --command: the JSON as the node sent it
   std::string command;   ///< run this one command (pause, resume, checkpoint, history NAME)

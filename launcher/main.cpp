@@ -87,10 +87,14 @@ std::function<int()> add_console(CLI::App& app) {
   cmd->add_option("address", o->console.address, "HOST:PORT of a node of the cluster")
     ->required();
   auto* secret = cmd->add_option("--secret", o->console.secret, "the cluster secret");
+  auto* id = cmd->add_option("--cluster", o->console.cluster_id,
+                             "the cluster's id (cluster.id; default edgegossip)");
   cmd->add_option("-c,--config", o->config_file,
-                  "cluster file to take the secret and TLS files from (cluster.tls: the "
-                  "console's certificate is the one \"{node}\" names as \"console\")")
-    ->excludes(secret);
+                  "cluster file to take the cluster id, secret and TLS files from "
+                  "(cluster.tls: the console's certificate is the one \"{node}\" names as "
+                  "\"console\")")
+    ->excludes(secret)
+    ->excludes(id);
   cmd->add_flag("--once", o->console.once, "print one snapshot and exit");
   cmd->add_flag("--json", o->console.json, "with --once or --command: print the JSON");
   cmd->add_option("--command", o->console.command,
@@ -103,6 +107,7 @@ std::function<int()> add_console(CLI::App& app) {
     if (!o->config_file.empty()) {
       auto cluster = eg::config::load(o->config_file);
       o->console.secret = cluster.secret;
+      o->console.cluster_id = cluster.id;
       o->console.tls = cluster.tls;
     }
     return eg::launcher::run_console(o->console);

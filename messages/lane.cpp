@@ -1,7 +1,7 @@
 #include "messages/lane.hpp"
 
 #include "messages/codec.hpp"
-#include "messages/secret.hpp"
+#include "messages/handshake.hpp"
 #include "messages/socket.hpp"
 
 #include <arpa/inet.h>
@@ -33,34 +33,16 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the lane's wire format is little-endian and written as the host's");
 
-// The handshake (all integers little-endian, texts a u16 length and bytes):
-//   accepting side: magic, version, nonce B
-//   dialling side:  magic, version, cluster id, node name, nonce A,
-//                   proof(secret, "lane", cluster id, node name, B, A)
-//   accepting side: status 0, its node name,
-//                   proof(secret, "lane-answer", cluster id, its name, A, B)
-//               or: status 1, why it refuses
-// then frames: magic, target length (u32), message length (u64), target,
-// message.
-constexpr uint32_t hello_magic = 0x484c4745;  // "EGLH"
+// The handshake: messages/handshake.hpp (lane_handshake). Then frames:
+// magic, target length (u32), message length (u64), target, message.
 constexpr uint32_t frame_magic = 0x464c4745;  // "EGLF"
-constexpr uint32_t lane_version = 2;
-constexpr size_t max_name_bytes = 1024;
-constexpr size_t min_nonce_bytes = 16;
 constexpr size_t frame_header_bytes = 16;  // magic, target length, message length
-constexpr const char* proof_purpose = "lane";
-constexpr const char* answer_purpose = "lane-answer";
 
 using clock_type = std::chrono::steady_clock;
 
 template <class T>
 void put(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-
-void put_text(std::string& out, const std::string& s) {
-  put(out, static_cast<uint16_t>(s.size()));
-  out += s;
 }
 
 template <class T>
@@ -70,88 +52,8 @@ T get(const char* p) {
   return v;
 }
 
-/// Reads a u16-length-prefixed text of at most max_name_bytes by `until`;
-/// its length is checked before anything is allocated for it.
-std::string read_text(stream& s, const char* what, clock_type::time_point until) {
-  uint16_t n = 0;
-  if (!s.read_all(&n, sizeof n, until))
-    throw lane_error(std::string("handshake cut short before its ") + what);
-  if (n > max_name_bytes)
-    throw lane_error(std::string("handshake ") + what + " of " + std::to_string(n)
-                     + " bytes (at most " + std::to_string(max_name_bytes) + ")");
-  std::string text(n, '\0');
-  if (!s.read_all(text.data(), n, until))
-    throw lane_error(std::string("handshake cut short in its ") + what);
-  return text;
-}
-
-/// Milliseconds left until `until`, at least 1.
-int ms_left(clock_type::time_point until) {
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock_type::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 1, 1 << 30));
-}
-
-std::string hex_of(const char* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    auto c = static_cast<unsigned char>(p[i]);
-    s += digits[c >> 4];
-    s += digits[c & 15];
-  }
-  return s;
-}
-
-/// Names the calling thread as `top -H` and `perf` show it. (CAF 0.17 names
-/// both its scheduler's workers and the middleman's thread "caf.multiplexer".)
-void name_thread(const char* name) {
-  ::pthread_setname_np(::pthread_self(), name);
-}
-
-/// On the lane's threads a write to a connection the peer has closed fails
-/// with EPIPE instead of raising SIGPIPE: OpenSSL writes with write(2),
-/// which has no MSG_NOSIGNAL. (Plain writes pass MSG_NOSIGNAL.)
-void block_sigpipe() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGPIPE);
-  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
 std::string key_of(const lane_endpoint& e) {
   return e.host + ":" + std::to_string(e.port);
-}
-
-/// At most one warning a second of one kind: a flood of bad connections
-/// shows in the counts, not as a flood in the log.
-class warn_limit {
-public:
-  /// Whether to warn now; `held` is set to how many were held back since
-  /// the last warning.
-  bool allow(uint64_t& held) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto now = clock_type::now();
-    if (any_ && now - last_ < std::chrono::seconds(1)) {
-      ++held_;
-      return false;
-    }
-    any_ = true;
-    last_ = now;
-    held = held_;
-    held_ = 0;
-    return true;
-  }
-
-private:
-  std::mutex mutex_;
-  clock_type::time_point last_;
-  bool any_ = false;
-  uint64_t held_ = 0;
-};
-
-std::string held_note(uint64_t held) {
-  return held == 0 ? std::string{}
-                   : " (and " + std::to_string(held) + " more like it not logged)";
 }
 
 /// Whether the peer closed its end (a restarted node): checked before
@@ -334,66 +236,17 @@ struct lane::impl {
     return {};
   }
 
+  handshake_identity identity() const {
+    return {opt.cluster_id, opt.node, opt.secret, opt.peer_allowed};
+  }
+
   /// Runs the accepting side of the handshake (the dialling node's
   /// answer to a fresh challenge) by `until`; returns the node's name.
-  /// Answers it either way; throws lane_error (what was wrong) when refused.
-  std::string accept_handshake(connection& c, clock_type::time_point until) {
-    auto& s = c.s;
-    const std::string challenge = make_nonce();
-    std::string greeting;
-    put(greeting, hello_magic);
-    put(greeting, lane_version);
-    put_text(greeting, challenge);
-    s.write(greeting.data(), greeting.size(), ms_left(until));
-
-    char head[8];
-    size_t got = s.read(head, sizeof head, until);
-    if (got == 0)
-      throw lane_error("closed before its handshake");
-    if (got < sizeof head || get<uint32_t>(head) != hello_magic)
-      throw lane_error("not an edgegossip lane handshake (first bytes " + hex_of(head, got)
-                       + ")");
-    auto refuse = [&](const std::string& why) {
-      std::string reply;
-      put(reply, uint32_t{1});
-      put_text(reply, why);
-      try {
-        s.write(reply.data(), reply.size(), ms_left(until));
-      } catch (const socket_error&) {
-      }
-      throw lane_error(why);
-    };
-    auto version = get<uint32_t>(head + 4);
-    if (version != lane_version)
-      refuse("speaks lane version " + std::to_string(version) + ", this node speaks "
-             + std::to_string(lane_version));
-    auto cluster = read_text(s, "cluster id", until);
-    auto node = read_text(s, "node name", until);
-    auto nonce = read_text(s, "nonce", until);
-    auto presented = read_text(s, "proof", until);
-    if (cluster != opt.cluster_id)
-      refuse("node '" + node + "' belongs to cluster '" + cluster + "', this node to '"
-             + opt.cluster_id + "'");
-    if (opt.peer_allowed && !opt.peer_allowed(node))
-      refuse("node '" + node + "' is not a peer in the cluster file");
-    if (nonce.size() < min_nonce_bytes || nonce == challenge)
-      refuse("node '" + node + "' sent no nonce of its own");
-    if (!opt.secret.empty()
-        && !same_digest(presented,
-                        proof(opt.secret, proof_purpose, opt.cluster_id, node, challenge, nonce)))
-      refuse("node '" + node + "' "
-             + (presented.empty() ? "presented no cluster secret"
-                                  : "did not prove the cluster secret (a wrong secret, or a "
-                                    "handshake recorded and replayed)"));
-    auto crowded = admit(c, node);
-    if (!crowded.empty())
-      refuse("node '" + node + "': " + crowded);
-    std::string ok;
-    put(ok, uint32_t{0});
-    put_text(ok, opt.node);
-    put_text(ok, proof(opt.secret, answer_purpose, opt.cluster_id, opt.node, nonce, challenge));
-    s.write(ok.data(), ok.size(), ms_left(until));
-    return node;
+  /// Answers it either way; throws handshake_error (what was wrong) when
+  /// refused.
+  std::string accept(connection& c, clock_type::time_point until) {
+    return accept_handshake(c.s, lane_handshake, identity(), until,
+                            [&](const std::string& node) { return admit(c, node); });
   }
 
   void serve(connection& c) {
@@ -408,7 +261,7 @@ struct lane::impl {
       keep_alive(c.fd);
       if (tls)
         s.start_tls(*tls, true, until);
-      node = accept_handshake(c, until);
+      node = accept(c, until);
       handshaken = true;
       count([](lane_stats& st) { ++st.connections_accepted; });
     } catch (const std::exception& e) {
@@ -583,46 +436,11 @@ struct lane::impl {
     try {
       if (tls)
         s.start_tls(*tls, false, until);
-      char head[8];
-      size_t got = s.read(head, sizeof head, until);
-      if (got == 0)
-        throw lane_error("closed the connection before its handshake");
-      if (got < sizeof head || get<uint32_t>(head) != hello_magic)
-        throw lane_error("is not an edgegossip weights lane (first bytes " + hex_of(head, got)
-                         + ")");
-      if (get<uint32_t>(head + 4) != lane_version)
-        throw lane_error("speaks lane version " + std::to_string(get<uint32_t>(head + 4))
-                         + ", this node speaks " + std::to_string(lane_version));
-      const auto challenge = read_text(s, "challenge", until);
-      if (challenge.size() < min_nonce_bytes)
-        throw lane_error("sent no challenge in its handshake");
-      const auto nonce = make_nonce();
-      std::string hello;
-      put(hello, hello_magic);
-      put(hello, lane_version);
-      put_text(hello, opt.cluster_id);
-      put_text(hello, opt.node);
-      put_text(hello, nonce);
-      put_text(hello, proof(opt.secret, proof_purpose, opt.cluster_id, opt.node, challenge, nonce));
-      s.write(hello.data(), hello.size(), ms_left(until));
-      uint32_t status = 1;
-      if (!s.read_all(&status, sizeof status, until))
-        throw lane_error("closed the connection during the handshake");
-      if (status != 0)
-        throw lane_error("refused the handshake: " + read_text(s, "reason", until));
-      const auto name = read_text(s, "node name", until);
-      const auto answer = read_text(s, "proof", until);
-      if (!to.node.empty() && name != to.node)
-        throw lane_error("is node '" + name + "', not '" + to.node + "'");
-      if (!opt.secret.empty()
-          && !same_digest(answer,
-                          proof(opt.secret, answer_purpose, opt.cluster_id, name, nonce, challenge)))
-        throw lane_error("answered without proving the cluster secret (not a node of this "
-                         "cluster, or one with another secret); connection closed");
     } catch (const socket_timeout&) {
       throw lane_error("the handshake was not done within "
                        + std::to_string(opt.handshake_timeout_ms) + " ms");
     }
+    dial_handshake(s, lane_handshake, identity(), to.node, until, opt.handshake_timeout_ms);
   }
 
   static std::vector<char> frame_head(const std::string& target, size_t size) {

@@ -5,6 +5,7 @@
 // messages without a handshake.
 #include "actors/interfaces.hpp"
 #include "messages/codec.hpp"
+#include "messages/door.hpp"
 #include "process.hpp"
 #include "storage/store.hpp"
 
@@ -323,7 +324,8 @@ BOOST_AUTO_TEST_CASE(losing_the_parameter_servers_node_hands_its_model_to_a_succ
     std::string out;
     for (int i = 0; i < 20; ++i) {  // until the balancer heard of the successor
       auto [code, text] =
-        run_binary({"console", address, "--once"}, dir / "console.log", std::chrono::seconds(60));
+        run_binary({"console", address, "--config", cfg, "--once"}, dir / "console.log",
+                   std::chrono::seconds(60));
       out = text;
       if (code == 0 && out.find("parameter server on node a") != std::string::npos)
         break;
@@ -371,12 +373,14 @@ BOOST_AUTO_TEST_CASE(a_node_without_the_cluster_secret_is_refused) {
     std::vector<std::string>{EG_BINARY, "node", "--config", cfg, "--node", "b", "--set",
                              "cluster.secret=\"wrong\""},
     dir / "b.log");
-  // a dials b (the earlier node in the file dials): b refuses a's hello, and
-  // a's log says why.
-  BOOST_TEST(b->wait_for_output("node 'a' presented a wrong cluster secret",
+  // a dials b (the earlier node in the file dials): b's front door refuses
+  // a, and a's log says why.
+  BOOST_TEST(b->wait_for_output("node port: refused a connection from 127.0.0.1:",
                                 std::chrono::seconds(30)),
              b->output());
-  BOOST_TEST(a->wait_for_output("node b refused the handshake: node 'a' presented a wrong "
+  BOOST_TEST(b->output().find("node 'a' did not prove the cluster secret") != std::string::npos,
+             b->output());
+  BOOST_TEST(a->wait_for_output("node b refused the handshake: node 'a' did not prove the "
                                 "cluster secret",
                                 std::chrono::seconds(30)),
              a->output());
@@ -422,18 +426,29 @@ BOOST_AUTO_TEST_CASE(strangers_on_a_nodes_port_are_refused_and_it_keeps_running)
   BOOST_TEST(sent >= 1000);
   BOOST_REQUIRE_MESSAGE(a->running(), a->output());
 
-  // A stranger speaking CAF without a handshake: its requests are refused
-  // and a stop request is ignored.
+  BOOST_TEST(a->output().find("node port: refused a connection from 127.0.0.1:")
+               != std::string::npos,
+             a->output());
+
+  // A stranger speaking CAF at the port: the front door lets nothing of it
+  // through. One that passes the door (this cluster has no secret, and it
+  // knows the id) speaking CAF without the node handshake: its requests are
+  // refused and a stop request is ignored.
   {
     caf::actor_system_config sys_cfg;
     sys_cfg.load<caf::io::middleman>();
     eg::actors::announce_types(sys_cfg);
     sys_cfg.set("logger.verbosity", caf::atom("quiet"));
     caf::actor_system sys{sys_cfg};
-    // It knows the cluster's id (the messages pass the door), not the secret.
     eg::actors::set_wire_identity(sys, {"faults", "b"});
-    auto node = sys.middleman().remote_actor<eg::actors::node_actor>("127.0.0.1", port);
-    std::string why = node ? "" : sys.render(node.error());
+    auto direct = sys.middleman().remote_actor<eg::actors::node_actor>("127.0.0.1", port);
+    BOOST_TEST(!direct);
+    eg::messages::door_options door;
+    door.identity = {"faults", "b", "", {}};
+    eg::messages::door_routes routes(door);
+    auto node = sys.middleman().remote_actor<eg::actors::node_actor>(
+      "127.0.0.1", routes.route("a", "127.0.0.1", port));
+    std::string why = node ? "" : sys.render(node.error()) + " " + routes.last_failure("127.0.0.1", port);
     BOOST_REQUIRE_MESSAGE(node, "cannot reach the node: " << why);
     caf::scoped_actor self{sys};
     self->send(*node, eg::actors::control_atom::value,

@@ -267,7 +267,8 @@ BOOST_AUTO_TEST_CASE(stages_on_two_node_processes_pause_for_a_lost_node_and_resu
   // What a user reads on the console: the stages, the paused run, b's stage down.
   {
     auto [code, view] = test::run_binary(
-      {"console", "127.0.0.1:" + std::to_string(port_a), "--once"}, dir / "console.log",
+      {"console", "127.0.0.1:" + std::to_string(port_a), "--cluster", "split-test", "--once"},
+      dir / "console.log",
       std::chrono::seconds(60));
     BOOST_TEST_INFO(view);
     BOOST_TEST(code == 0);
