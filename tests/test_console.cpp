@@ -394,7 +394,8 @@ BOOST_AUTO_TEST_CASE(interactive_console_in_a_terminal) {
 
   // Attached to node b (not the balancer's node).
   auto exit_file = dir / "console.exit";
-  tmux_session t(std::string{EG_BINARY} + " console " + f.b() + " --secret s3cret; echo exit=$? > "
+  tmux_session t(std::string{EG_BINARY} + " console " + f.b()
+                   + " --cluster it-console --secret s3cret; echo exit=$? > "
                    + exit_file + "; sleep 60",
                  dir);
   auto s = t.wait_for({"cluster it-console", "via node b", "PLATFORM", "state training"});

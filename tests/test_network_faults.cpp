@@ -331,7 +331,7 @@ void flood(bool tls) {
     if (fd < 0)
       continue;
     for (int f = 0; f < 4; ++f) {
-      std::vector<unsigned char> frame(rng() % 2048 + 16);
+      std::vector<unsigned char> frame(rng() % 2048 + 32);
       for (auto& x : frame)
         x = static_cast<unsigned char>(rng());
       if (f % 2 == 0 && connections % 2 == 1)
@@ -373,8 +373,11 @@ void flood(bool tls) {
   BOOST_TEST(late < 2 * early);
   BOOST_TEST(has(a, "connections refused"), a.output());
   BOOST_TEST(has(a, "node port: refused a connection"), a.output());
+  // No peer was declared down (platforms' "peer ... is down" at the run's
+  // end, as nodes exit, is not that).
   for (auto& [name, p] : c)
-    BOOST_TEST(!has(*p, "is down"), name << ": " << p->output());
+    for (auto peer : {"a", "b", "c"})
+      BOOST_TEST(!has(*p, std::string("node ") + peer + " is down"), name << ": " << p->output());
 }
 
 BOOST_AUTO_TEST_CASE(a_strangers_flood_leaves_memory_and_epochs_as_they_were) {
