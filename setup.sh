@@ -2,7 +2,7 @@
 # edgegossip set-up: installs the Debian packages the project needs (only when
 # missing), builds the project, then runs what was asked.
 #
-#   ./setup.sh run [edgegossip run options]   build, then train the embedded default cluster
+#   ./setup.sh run [edgegossip run options]   build the binary, then train the embedded default cluster
 #   ./setup.sh test [ctest options]           build, then run the whole test suite
 #   ./setup.sh build                          build only
 #
@@ -61,10 +61,14 @@ if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
     -DEDGEGOSSIP_SANITIZE="${EDGEGOSSIP_SANITIZE:-OFF}"
 fi
-cmake --build "$build_dir" -j "$jobs"
-
 what=${1:-build}
 [ $# -gt 0 ] && shift
+# A run needs the binary only; the test suite's programs are built for
+# `test` and `build`.
+targets=()
+[ "$what" = run ] && targets=(--target edgegossip)
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
+
 case "$what" in
   build) ;;
   run) exec "$build_dir/edgegossip" run "$@" ;;

@@ -78,5 +78,5 @@ m() { printf '%s\n' "$@" | median; }
 qr="$(m "${quiet_rss[@]}")" fr="$(m "${flood_rss[@]}")"
 ql="$(m "${quiet_late[@]}")" fl="$(m "${flood_late[@]}")"
 echo "medians of $repeat pairs: peak resident $qr MB without, $fr MB with the flood" \
-     "(+$((fr - qr)) MB); late epochs $ql s without, $fl s after the flood" \
+     "($(printf "%+d" $((fr - qr))) MB); late epochs $ql s without, $fl s after the flood" \
      "(ratio $(awk -v a="$fl" -v b="$ql" 'BEGIN {printf "%.3f", a / b}'))"
