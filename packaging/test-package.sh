@@ -28,7 +28,7 @@ check grep -qx /etc/edgegossip/cluster.toml "$root/var/lib/dpkg/info/edgegossip.
 check chroot "$root" systemd-analyze verify /usr/lib/systemd/system/edgegossip-node@.service
 mount -t proc proc "$root/proc"
 if chroot "$root" env OPENBLAS_NUM_THREADS=1 sh -c 'cd /tmp && edgegossip run --set train.epochs=1 \
-     --set data.train_samples=4000 --set data.test_samples=1000' > "$build/test-package.log" 2>&1; then
+     --set data.train_samples=20000 --set data.test_samples=2000' > "$build/test-package.log" 2>&1; then
   echo "ok: $(grep -o 'epoch 1/1:.*accuracy [0-9.]*' "$build/test-package.log" | tail -1)"
 else
   echo "FAILED: the installed binary's run (see $build/test-package.log)"; fail=1
