@@ -171,6 +171,24 @@ void prune(std::list<std::unique_ptr<joint>>& joints, bool all) {
   }
 }
 
+/// Ends an acceptor thread (woken through `wake`), then every joint: their
+/// threads take `mutex` on their way out, so they are joined without it.
+void halt(std::atomic<bool>& stopping, int wake, std::thread& acceptor, std::mutex& mutex,
+          std::list<std::unique_ptr<joint>>& joints) {
+  stopping = true;
+  char c = 1;
+  if (wake >= 0 && ::write(wake, &c, 1) < 0) {
+  }
+  if (acceptor.joinable())
+    acceptor.join();
+  std::list<std::unique_ptr<joint>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ending.swap(joints);
+  }
+  prune(ending, true);
+}
+
 } // namespace
 
 std::string basp_meter::consume(const char* data, size_t n) {
@@ -414,19 +432,7 @@ void front_door::stop() {
   if (d.stopped)
     return;
   d.stopped = true;
-  d.stopping = true;
-  char c = 1;
-  if (d.wake[1] >= 0 && ::write(d.wake[1], &c, 1) < 0) {
-  }
-  if (d.acceptor.joinable())
-    d.acceptor.join();
-  // The joints' threads take the mutex on their way out: joined without it.
-  std::list<std::unique_ptr<joint>> joints;
-  {
-    std::lock_guard<std::mutex> lock(d.mutex);
-    joints.swap(d.joints);
-  }
-  prune(joints, true);
+  halt(d.stopping, d.wake[1], d.acceptor, d.mutex, d.joints);
   d.listener.close();
 }
 
@@ -625,18 +631,7 @@ void door_routes::stop() {
       return;
     d.stopped = true;
   }
-  d.stopping = true;
-  char c = 1;
-  if (::write(d.wake[1], &c, 1) < 0) {
-  }
-  if (d.acceptor.joinable())
-    d.acceptor.join();
-  std::list<std::unique_ptr<joint>> joints;
-  {
-    std::lock_guard<std::mutex> lock(d.mutex);
-    joints.swap(d.joints);
-  }
-  prune(joints, true);
+  halt(d.stopping, d.wake[1], d.acceptor, d.mutex, d.joints);
   std::lock_guard<std::mutex> lock(d.mutex);
   d.routes.clear();
 }
