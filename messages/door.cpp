@@ -64,8 +64,9 @@ void set_nonblocking(int fd) {
 }
 
 /// Copies bytes both ways between `peer` and `local` (both non-blocking)
-/// until both directions are closed, either fails, or `meter` refuses what
-/// the peer sends. Returns "" or why the connection was cut.
+/// until both directions are closed, either fails (a reset: the end of the
+/// connection, not a fault of the peer's), or `meter` refuses what the peer
+/// sends. Returns "" or why `meter` cut the connection.
 std::string join(int peer, int local, basp_meter* meter) {
   struct direction {
     int from, to;
@@ -96,11 +97,11 @@ std::string join(int peer, int local, basp_meter* meter) {
     if (rc < 0) {
       if (errno == EINTR)
         continue;
-      return std::string("poll: ") + std::strerror(errno);
+      return {};
     }
     for (int i = 0; i < 2; ++i) {
       if (p[i].revents & POLLERR)
-        return "connection failed";
+        return {};
       if (p[i].revents & POLLHUP)
         hung_up[i] = true;
     }
@@ -328,8 +329,11 @@ struct front_door::impl {
       admitted = true;
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      // A connection closed without a byte: a peer's reachability probe.
-      quiet = what == "closed before its handshake";
+      // A connection closed without a byte (a peer's reachability probe:
+      // the greeting may meet it closed already) or reset: gone, not
+      // refused. A handshake of the wrong kind, or none in time, is.
+      quiet = what == "closed before its handshake"
+              || (dynamic_cast<const socket_error*>(&e) && !dynamic_cast<const socket_timeout*>(&e));
       uint64_t held = 0;
       if (!quiet && !stopping && warn_refused.allow(held))
         spdlog::warn("{}: refused a connection from {}: {}{}{}", who(), j.address, what,
