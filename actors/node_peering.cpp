@@ -246,9 +246,16 @@ void dial(self_ptr self, const std::string& name) {
           auto problem = probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
           if (!problem.empty() || !tls)
             return problem;
-          auto [h, p] = routes ? std::pair<std::string, uint16_t>{"127.0.0.1",
-                                                                  routes->route(name, host, port)}
-                               : std::pair<std::string, uint16_t>{host, port};
+          std::string h = host;
+          uint16_t p = port;
+          if (routes) {
+            try {
+              p = routes->route(name, host, port);
+              h = "127.0.0.1";
+            } catch (const messages::door_error& e) {
+              return std::string(e.what());
+            }
+          }
           problem = probe_tls(h, p, *tls, static_cast<int>(defaults::tls_probe_timeout.count()));
           if (!problem.empty() && routes && !routes->last_failure(host, port).empty())
             problem = routes->last_failure(host, port);
