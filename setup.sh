@@ -40,6 +40,9 @@ packages=(
   # The slow-link test runs three nodes in a network namespace whose loopback
   # goes through a token bucket (ip netns, tc); skipped where not allowed.
   iproute2
+  # The Debian package (cpack -G DEB) finds its dependencies with
+  # dpkg-shlibdeps.
+  dpkg-dev
 )
 
 missing=()
