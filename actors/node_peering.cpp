@@ -196,6 +196,60 @@ void probe_lost(self_ptr self, const std::string& name) {
           [again](caf::error&) { again(false); });
 }
 
+/// Says that dialling `name` failed, the first time and every 30th: through
+/// a front door the route knows what went wrong there, and a refusal (a
+/// wrong secret, another cluster) is said plainly.
+void report_dial_failure(self_ptr self, const std::string& name, const caf::error& err) {
+  auto& st = self->state;
+  auto n = ++st.dial_failures[name];
+  if (n != 1 && n % 30 != 0)
+    return;
+  std::string why;
+  if (auto& routes = st.args.settings.routes) {
+    const auto& t = st.args.settings.node(name);
+    why = routes->last_failure(t.host, t.port);
+  }
+  if (why.rfind("refused the handshake", 0) == 0)
+    spdlog::error("[{}] node {} {}; retrying", st.args.name, name, why);
+  else
+    spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
+                 why.empty() ? self->system().render(err) : why);
+}
+
+/// A detached actor that probes node `name` once (dial_atom): a plain TCP
+/// connection to its port, then over TLS the peer's certificate through the
+/// route CAF will take. Answers "" or what went wrong.
+caf::actor spawn_prober(self_ptr self, const std::string& name) {
+  auto& st = self->state;
+  const auto& target = st.args.settings.node(name);
+  std::optional<config::tls_config> tls;
+  if (st.args.settings.tls.enabled())
+    tls = tls_of(st.args.settings.tls, st.args.name);
+  return self->spawn<caf::detached>(
+    [tls, name, routes = st.args.settings.routes, host = target.host,
+     port = target.port]() -> caf::behavior {
+      return {[=](dial_atom) {
+        auto problem = probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
+        if (!problem.empty() || !tls)
+          return problem;
+        std::string h = host;
+        uint16_t p = port;
+        if (routes) {
+          try {
+            p = routes->route(name, host, port);
+            h = "127.0.0.1";
+          } catch (const messages::door_error& e) {
+            return std::string(e.what());
+          }
+        }
+        problem = probe_tls(h, p, *tls, static_cast<int>(defaults::tls_probe_timeout.count()));
+        if (!problem.empty() && routes && !routes->last_failure(host, port).empty())
+          problem = routes->last_failure(host, port);
+        return problem;
+      }};
+    });
+}
+
 void dial(self_ptr self, const std::string& name) {
   auto& st = self->state;
   if (st.finished || st.peers.count(name) || st.dialling.count(name))
@@ -207,23 +261,8 @@ void dial(self_ptr self, const std::string& name) {
   const auto& target = st.args.settings.node(name);
   st.dialling.insert(name);
   auto retry = [self, name](const caf::error& err) {
-    auto& st = self->state;
-    st.dialling.erase(name);
-    auto n = ++st.dial_failures[name];
-    if (n == 1 || n % 30 == 0) {
-      // Through a front door, the route knows what went wrong there: a
-      // refusal (a wrong secret, another cluster) is said plainly.
-      std::string why;
-      if (auto& routes = st.args.settings.routes) {
-        const auto& t = st.args.settings.node(name);
-        why = routes->last_failure(t.host, t.port);
-      }
-      if (why.rfind("refused the handshake", 0) == 0)
-        spdlog::error("[{}] node {} {}; retrying", st.args.name, name, why);
-      else
-        spdlog::info("[{}] node {} not reachable yet ({}); retrying", st.args.name, name,
-                     why.empty() ? self->system().render(err) : why);
-    }
+    self->state.dialling.erase(name);
+    report_dial_failure(self, name, err);
     self->delayed_send(self, defaults::redial_interval, dial_atom::value, name);
   };
   if (!st.probed.count(name) &&
@@ -234,37 +273,11 @@ void dial(self_ptr self, const std::string& name) {
     // every other dial and the node's shutdown. A TCP connection within
     // the probe's timeout first (probe_tcp); over TLS the peer's
     // certificate is checked as well (probe_tls).
-    // Through the peer's front door, the TLS probe takes the route CAF
-    // will take.
-    std::optional<config::tls_config> tls;
-    if (st.args.settings.tls.enabled())
-      tls = tls_of(st.args.settings.tls, st.args.name);
-    auto prober = self->spawn<caf::detached>(
-      [tls, name, routes = st.args.settings.routes, host = target.host,
-       port = target.port]() -> caf::behavior {
-        return {[=](dial_atom) {
-          auto problem = probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
-          if (!problem.empty() || !tls)
-            return problem;
-          std::string h = host;
-          uint16_t p = port;
-          if (routes) {
-            try {
-              p = routes->route(name, host, port);
-              h = "127.0.0.1";
-            } catch (const messages::door_error& e) {
-              return std::string(e.what());
-            }
-          }
-          problem = probe_tls(h, p, *tls, static_cast<int>(defaults::tls_probe_timeout.count()));
-          if (!problem.empty() && routes && !routes->last_failure(host, port).empty())
-            problem = routes->last_failure(host, port);
-          return problem;
-        }};
-      });
+    auto prober = spawn_prober(self, name);
     self->request(prober, defaults::handshake_timeout, dial_atom::value)
       .then(
-        [self, name, retry, prober, over_tls = tls.has_value()](const std::string& problem) {
+        [self, name, retry, prober,
+         over_tls = st.args.settings.tls.enabled()](const std::string& problem) {
           self->send_exit(prober, caf::exit_reason::user_shutdown);
           auto& st = self->state;
           if (!problem.empty()) {

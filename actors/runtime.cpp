@@ -125,6 +125,43 @@ struct loaded_data {
   std::string stats;
 };
 
+/// The node's port: CAF listens on loopback only, and the node's port is
+/// its front door (messages/door.hpp), which hands CAF nothing from a
+/// connection until it has passed the handshake. Throws when it cannot
+/// listen.
+std::unique_ptr<messages::front_door> open_front_door(caf::actor_system& sys,
+                                                      const config::cluster_config& cfg,
+                                                      const config::node_config& me,
+                                                      const node_actor& node) {
+  auto o = door_options_of(cfg, me.name);
+  o.host = me.host;
+  o.port = me.port;
+  auto door = std::make_unique<messages::front_door>(std::move(o));
+  door->start(publish(sys, node, "127.0.0.1", 0));
+  spdlog::info("node {} listening on {}:{}{}", me.name, me.host, door->port(),
+               cfg.tls.enabled() ? " (TLS)" : "");
+  return door;
+}
+
+/// At the end of a node's run: its front door's counts (when it refused
+/// anything), then the door and the routes closed.
+struct doors_closer {
+  std::unique_ptr<messages::front_door>& door;
+  std::shared_ptr<messages::door_routes>& routes;
+  ~doors_closer() {
+    if (door) {
+      auto s = door->stats();
+      if (s.connections_refused + s.messages_refused > 0)
+        spdlog::info("node port: {} connections admitted, {} refused, {} closed for an "
+                     "oversized message",
+                     s.connections_admitted, s.connections_refused, s.messages_refused);
+      door->stop();
+    }
+    if (routes)
+      routes->stop();
+  }
+};
+
 /// Reads this node's data: its own directory (`override_dir`, from --data,
 /// or its nodes.data) or the cluster's data.dir, in the configured format,
 /// with the cluster's classes; the normalisation from the training data's
@@ -733,41 +770,18 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     signal_watch signals(opts.handle_signals, sys, node);
     corunners load(me.corunners, (std::filesystem::path(cfg.storage_dir) / (node_name + "-corunners")).string());
     // Several nodes peer over the port; a single node with a port set
-    // listens too, for the inspection console. CAF listens on loopback
-    // only; the node's port is its front door, which hands CAF nothing
-    // from a connection until it has passed the handshake.
+    // listens too, for the inspection console.
     std::unique_ptr<messages::front_door> door;
     if (cfg.nodes.size() > 1 || me.port != 0) {
       try {
-        auto o = door_options_of(cfg, node_name);
-        o.host = me.host;
-        o.port = me.port;
-        door = std::make_unique<messages::front_door>(std::move(o));
-        door->start(publish(sys, node, "127.0.0.1", 0));
+        door = open_front_door(sys, cfg, me, node);
       } catch (const std::exception& e) {
         caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
         caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
         throw std::runtime_error("node " + node_name + ": " + e.what());
       }
-      spdlog::info("node {} listening on {}:{}{}", node_name, me.host, door->port(),
-                   cfg.tls.enabled() ? " (TLS)" : "");
     }
-    struct close_doors {
-      std::unique_ptr<messages::front_door>& door;
-      std::shared_ptr<messages::door_routes>& routes;
-      ~close_doors() {
-        if (door) {
-          auto s = door->stats();
-          if (s.connections_refused + s.messages_refused > 0)
-            spdlog::info("node port: {} connections admitted, {} refused, {} closed for an "
-                         "oversized message",
-                         s.connections_admitted, s.connections_refused, s.messages_refused);
-          door->stop();
-        }
-        if (routes)
-          routes->stop();
-      }
-    } closing{door, routes};
+    doors_closer closing{door, routes};
     caf::scoped_actor self{sys};
     self->request(node, caf::infinite, wait_atom::value)
       .receive([&](std::string& r) { outcome.run = std::move(r); },

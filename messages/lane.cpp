@@ -143,26 +143,11 @@ struct lane::impl {
         break;
       if (!(fds[0].revents & POLLIN))
         continue;
-      sockaddr_storage from{};
-      socklen_t len = sizeof from;
-      int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // Out of descriptors or memory: the listener stays readable, so
-          // wait a little instead of spinning (a stop still ends it).
-          pollfd w{wake[0], POLLIN, 0};
-          ::poll(&w, 1, 100);
-        }
+      std::string host;
+      int fd = accept_peer(listener.get(), wake[0], host);
+      if (fd < 0)
         continue;
-      }
       socket_fd sock(fd);
-      char host[64] = "?";
-      if (from.ss_family == AF_INET) {
-        auto* in = reinterpret_cast<sockaddr_in*>(&from);
-        ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-        std::snprintf(host + std::strlen(host), sizeof host - std::strlen(host), ":%u",
-                      static_cast<unsigned>(ntohs(in->sin_port)));
-      }
       std::unique_lock<std::mutex> lock(connections_mutex);
       for (auto i = connections.begin(); i != connections.end();) {
         if ((*i)->finished) {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -72,6 +73,28 @@ socket_fd listen_tcp(const std::string& host, uint16_t port, int backlog) {
     fail("cannot bind " + where(host, port));
   if (::listen(fd.get(), backlog) != 0)
     fail("cannot listen on " + where(host, port));
+  return fd;
+}
+
+int accept_peer(int listener, int wake, std::string& address) {
+  sockaddr_storage from{};
+  socklen_t len = sizeof from;
+  int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      pollfd w{wake, POLLIN, 0};
+      ::poll(&w, 1, 100);
+    }
+    return -1;
+  }
+  char host[64] = "?";
+  if (from.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&from);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    std::snprintf(host + std::strlen(host), sizeof host - std::strlen(host), ":%u",
+                  static_cast<unsigned>(ntohs(in->sin_port)));
+  }
+  address = host;
   return fd;
 }
 

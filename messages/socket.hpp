@@ -66,6 +66,12 @@ private:
 
 /// Listens on host:port (IPv4 address or name; port 0: any free port).
 socket_fd listen_tcp(const std::string& host, uint16_t port, int backlog = 16);
+/// accept4() on a non-blocking listener after poll() said it is readable:
+/// the connection's descriptor and its peer as "host:port" in `address`, or
+/// -1 when there was nothing to take. Out of descriptors or memory, it waits
+/// up to 100 ms on `wake` first (the listener stays readable: no spinning;
+/// a write to `wake` ends the wait).
+int accept_peer(int listener, int wake, std::string& address);
 /// The port a listening socket is bound to.
 uint16_t bound_port(int fd);
 /// Connects within `timeout_ms`; TCP_NODELAY set.
