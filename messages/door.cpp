@@ -28,36 +28,6 @@ using clock_type = stream::clock;
 
 constexpr size_t copy_buffer_bytes = 64 * 1024;
 
-/// "host:port" of an accepted connection's peer.
-std::string address_of(const sockaddr_storage& from) {
-  char host[64] = "?";
-  if (from.ss_family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(&from);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    std::snprintf(host + std::strlen(host), sizeof host - std::strlen(host), ":%u",
-                  static_cast<unsigned>(ntohs(in->sin_port)));
-  }
-  return host;
-}
-
-/// accept4() on a non-blocking listener; -1 when there was nothing to take.
-/// Out of descriptors or memory, it waits a little on `wake` instead of
-/// spinning (the listener stays readable).
-int accept_one(int listener, int wake, std::string& address) {
-  sockaddr_storage from{};
-  socklen_t len = sizeof from;
-  int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
-  if (fd < 0) {
-    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-      pollfd w{wake, POLLIN, 0};
-      ::poll(&w, 1, 100);
-    }
-    return -1;
-  }
-  address = address_of(from);
-  return fd;
-}
-
 void set_nonblocking(int fd) {
   const int flags = ::fcntl(fd, F_GETFL);
   ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -105,6 +75,10 @@ std::string join(int peer, int local, basp_meter* meter) {
       if (p[i].revents & POLLHUP)
         hung_up[i] = true;
     }
+    // A hung-up socket (closed both ways) takes nothing more: bytes still
+    // waiting for it can never be written.
+    if ((hung_up[0] && down.len > down.off) || (hung_up[1] && up.len > up.off))
+      return {};
     for (auto* d : {&up, &down}) {
       const auto& in = slot(d->from);
       if (!d->eof && d->len == 0 && (in.revents & (POLLIN | POLLHUP) || hung_up[d->from != peer])) {
@@ -254,7 +228,7 @@ struct front_door::impl {
       if (!(fds[0].revents & POLLIN))
         continue;
       std::string address;
-      int fd = accept_one(listener.get(), wake[0], address);
+      int fd = accept_peer(listener.get(), wake[0], address);
       if (fd < 0)
         continue;
       socket_fd sock(fd);
@@ -495,7 +469,7 @@ struct door_routes::impl {
         if (!(fds[i].revents & POLLIN))
           continue;
         std::string address;
-        int fd = accept_one(fds[i].fd, wake[0], address);
+        int fd = accept_peer(fds[i].fd, wake[0], address);
         if (fd < 0)
           continue;
         std::lock_guard<std::mutex> lock(mutex);
