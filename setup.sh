@@ -43,6 +43,10 @@ packages=(
   # The Debian package (cpack -G DEB) finds its dependencies with
   # dpkg-shlibdeps.
   dpkg-dev
+  # A node's /metrics (prometheus-cpp); the metrics test scrapes a run with
+  # Debian's Prometheus server, checks the text with promtool, and reads
+  # pages with curl.
+  prometheus-cpp-dev prometheus curl
 )
 
 missing=()

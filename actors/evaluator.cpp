@@ -113,15 +113,8 @@ tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
           // The cluster's normalisation: the test samples stay as they are
           // (shared), only what batches are normalised with changes.
           try {
-            auto n = data::parse_normalisation(norm);
-            if (n != st->args.test_set->norm) {
-              if (static_cast<int64_t>(n.mean.size()) != st->args.test_set->shape.channels)
-                throw data::data_error(std::to_string(n.mean.size()) + " channels for data of " +
-                                       st->args.test_set->shape.to_string());
-              auto renormalised = std::make_shared<learning::dataset>(*st->args.test_set);
-              renormalised->norm = std::move(n);
-              st->args.test_set = std::move(renormalised);
-            }
+            st->args.test_set =
+              data::with_normalisation(st->args.test_set, data::parse_normalisation(norm));
           } catch (const data::data_error& e) {
             return make_error(ec::bad_request, std::string("the cluster's normalisation: ") +
                                                  e.what());

@@ -73,6 +73,7 @@ using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using test_atom = caf::atom_constant<caf::atom("test")>;
 using testers_atom = caf::atom_constant<caf::atom("testers")>;
 using norm_atom = caf::atom_constant<caf::atom("norm")>;
+using classes_atom = caf::atom_constant<caf::atom("classes")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -277,6 +278,13 @@ using node_actor = caf::typed_actor<
   // From a peer node about to host the balancer: the node hosting the
   // balancer this node follows ("" if none; "" to strangers as well).
   caf::replies_to<where_atom>::with<std::string>,
+  // From a node with data of its own and no data.classes, before it reads
+  // its data (and so before it is a peer): its credentials
+  // (inspection::console_credentials, answering a challenge of this node);
+  // answered with the cluster's class list (the balancer node's data's, or
+  // the list this node was given by another), empty while it knows none, or
+  // refused with ec::refused.
+  caf::replies_to<classes_atom, std::string>::with<std::vector<std::string>>,
   // From this process's store: it cannot write any more (disk full,
   // read-only, removed); the text says why and what is at risk. Reported
   // once; the node goes on or stops as cluster.on_store_failure says.

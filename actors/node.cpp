@@ -1,5 +1,7 @@
 #include "actors/node.hpp"
 
+#include "actors/inspection.hpp"
+#include "actors/metrics.hpp"
 #include "actors/mixer.hpp"
 #include "actors/node_state.hpp"
 #include "actors/predictor.hpp"
@@ -64,6 +66,10 @@ void publish_peers(self_ptr self) {
   }
   for (auto& p : st.platforms)
     self->send(p.mixer, peers_atom::value, names, handles, lanes);
+  if (st.args.metrics) {
+    const auto others = st.args.settings.nodes.size() - 1;
+    st.args.metrics->peers(st.peers.size(), others - std::min(others, st.peers.size()));
+  }
   publish_testers(self);
   // A split run: every local stage learns where all the stages are.
   if (!st.stages.empty()) {
@@ -409,6 +415,8 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   auto me = caf::actor_cast<node_actor>(self);
   auto& sys = self->system();
   st.lane = open_lane(st);
+  if (st.lane && st.args.metrics)
+    st.args.metrics->watch_lane(st.lane);
   for (auto& pa : st.args.platforms) {
     auto name = pa.platform.name;
     pa.mixer = spawn_mixer(sys, mixer_args{name, st.args.settings.cluster_id, st.lane});
@@ -561,6 +569,8 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       if (!from_cluster(self))
         return;
       st.reports.push_back(r);
+      if (st.args.metrics && self->current_sender()->node() == self->node())
+        st.args.metrics->report(r);
       // A split run's epochs, from the first stage here: every node keeps
       // them (the console's view on any node).
       if (st.split() && self->current_sender()->node() == self->node())
@@ -699,6 +709,16 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       if (!from_cluster(self))
         return {};
       return self->state.directory.balancer_home();
+    },
+    [self](classes_atom,
+           const std::string& credentials) -> caf::result<std::vector<std::string>> {
+      auto& st = self->state;
+      if (!inspection::credentials_valid(credentials, st.args.settings.secret,
+                                         [&](const std::string& c) {
+                                           return st.challenges.redeem(c);
+                                         }))
+        return make_error(ec::refused, "wrong cluster secret, or a replayed or stale challenge");
+      return st.args.cluster_classes;
     },
     [self](failed_atom, const std::string& why) {
       auto& st = self->state;

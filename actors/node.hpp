@@ -84,6 +84,8 @@ struct node_settings {
   std::vector<std::string> node_names() const;
 };
 
+class node_metrics;  // actors/metrics.hpp
+
 struct node_args {
   node_settings settings;
   std::string name;  ///< this node
@@ -94,6 +96,13 @@ struct node_args {
   /// This node's training data statistics (data::to_text of data::moments),
   /// announced with its platforms for the cluster's normalisation.
   std::string data_stats;
+  /// The cluster's class list, for nodes that ask before reading data of
+  /// their own (the balancer node's data's classes); empty where this node
+  /// knows none.
+  std::vector<std::string> cluster_classes;
+  /// Where the node's figures go for Prometheus' /metrics (epoch reports,
+  /// peers, the weights lane); null where none are served.
+  std::shared_ptr<node_metrics> metrics;
   /// What a balancer hosted here is started with (`node` is filled in).
   balancer_args balancer;
   /// This node's test data, for its tester (the averaged model tested on

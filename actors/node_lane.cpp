@@ -75,7 +75,8 @@ void deliver_to_stage(const std::string& me, const std::string& from, const std:
 } // namespace
 
 /// The weights lane of a node in a cluster of several, listening on the
-/// node's host (any free port, announced in the hello); none when it cannot
+/// node's host, on its lane port (config::lane_port_of: the node's port + 1
+/// unless set; announced in the hello); none when it cannot
 /// listen (gossip then goes through the middleman) or is configured off.
 std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   const auto& cfg = st.args.settings;
@@ -86,6 +87,7 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   o.node = st.args.name;
   o.secret = cfg.secret;
   o.host = cfg.node(st.args.name).host;
+  o.port = config::lane_port_of(cfg.node(st.args.name));
   std::set<std::string> peers;
   for (auto& n : cfg.nodes)
     if (n.name != st.args.name)

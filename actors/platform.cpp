@@ -365,11 +365,8 @@ void use_normalisation(self_ptr self, const data::normalisation& norm) {
   if (norm == before)
     return;
   st.trainer->set_normalisation(norm);
-  if (st.args.test_set) {
-    auto test = std::make_shared<learning::dataset>(*st.args.test_set);
-    test->norm = norm;
-    st.args.test_set = std::move(test);
-  }
+  if (st.args.test_set)
+    st.args.test_set = data::with_normalisation(st.args.test_set, norm);
   if (st.args.aggregated)
     st.args.aggregated = std::make_shared<const learning::aggregated_points>(
       learning::renormalised(*st.args.aggregated, before, norm));

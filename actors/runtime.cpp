@@ -4,9 +4,11 @@
 #include "actors/corunners.hpp"
 #include "actors/cpu_limit.hpp"
 #include "actors/interfaces.hpp"
+#include "actors/metrics.hpp"
 #include "actors/mixer.hpp"
 #include "actors/network.hpp"
 #include "actors/node.hpp"
+#include "actors/node_data.hpp"
 #include "actors/platform.hpp"
 #include "actors/report_files.hpp"
 #include "actors/stage.hpp"
@@ -82,25 +84,6 @@ config::cluster_config as_one_process(const config::cluster_config& cfg) {
   return one;
 }
 
-namespace {
-
-/// Shares of `ps`: explicit ones, the rest split equally among those
-/// without one.
-std::vector<double> resolve_shares(const std::vector<config::platform_config>& ps) {
-  double given = 0;
-  size_t unset = 0;
-  for (auto& p : ps) {
-    given += p.share;
-    unset += p.share > 0 ? 0 : 1;
-  }
-  std::vector<double> shares;
-  for (auto& p : ps)
-    shares.push_back(p.share > 0 ? p.share
-                                 : std::max(0.0, 1.0 - given) / static_cast<double>(unset));
-  return shares;
-}
-
-} // namespace
 
 std::vector<double> resolved_shares(const config::cluster_config& cfg) {
   return resolve_shares(cfg.platforms());
@@ -114,16 +97,6 @@ void tune_allocator() {
 
 namespace {
 
-/// A node's data, read and normalised.
-struct loaded_data {
-  learning::dataset train;
-  std::optional<learning::dataset> test;
-  std::string test_from;
-  bool own = false;  ///< the node's own directory, not the cluster's data set
-  /// The training data's sums (data::to_text of data::moments): the balancer
-  /// combines every node's into the cluster's normalisation.
-  std::string stats;
-};
 
 /// The node's port: CAF listens on loopback only, and the node's port is
 /// its front door (messages/door.hpp), which hands CAF nothing from a
@@ -162,101 +135,13 @@ struct doors_closer {
   }
 };
 
-/// Reads this node's data: its own directory (`override_dir`, from --data,
-/// or its nodes.data) or the cluster's data.dir, in the configured format,
-/// with the cluster's classes; the normalisation from the training data's
-/// per-channel (or per-feature) statistics. Throws data_error naming the
-/// problem.
-loaded_data load_node_data(const config::cluster_config& cfg, const config::node_config& me,
-                           const std::string& override_dir) {
-  data::source src;
-  loaded_data out;
-  out.own = !override_dir.empty() || !me.data_dir.empty();
-  src.dir = !override_dir.empty() ? override_dir : out.own ? me.data_dir : cfg.data.dir;
-  src.format = out.own && !me.data_format.empty() ? me.data_format : cfg.data.format;
-  src.test_dir = out.own ? me.test_dir : cfg.data.test_dir;
-  src.validation = cfg.data.validation;
-  data::read_options o;
-  o.classes = cfg.data.classes;
-  o.resize = cfg.data.resize;
-  o.on_bad_sample = cfg.data.on_bad_sample;
-  o.label_column = cfg.data.label_column;
-  // Decoded image folders are kept beside the node's store and reused while
-  // the files are unchanged.
-  o.cache_dir = (std::filesystem::path(cfg.storage_dir) / (me.name + "-data-cache")).string();
-  auto r = data::load(src, o, cfg.data.train_samples, cfg.data.test_samples, cfg.seed);
-  for (auto& w : r.warnings)
-    spdlog::warn("node {}: data: {}", me.name, w);
-  if (r.skipped > 0)
-    spdlog::warn("node {}: {} samples could not be read and were skipped "
-                 "(data.on_bad_sample = \"fail\" refuses them instead)",
-                 me.name, r.skipped);
-  if (out.own && cfg.data.classes.empty() && cfg.nodes.size() > 1)
-    throw data::data_error(
-      "node " + me.name + " reads data of its own ('" + src.dir +
-      "'): set data.classes in the cluster file (e.g. classes = [\"" +
-      (r.train.classes.empty() ? std::string("cat") : r.train.classes.front()) +
-      "\", ...]), so that every node maps each class to the same output whatever classes its "
-      "own data holds");
-  if (r.train.size() == 0)
-    throw data::data_error("'" + src.dir + "' holds no training samples");
-  // The node's own normalisation until the balancer sends the cluster's
-  // (combined from every node's sums; the same where the nodes share one
-  // data set).
-  const auto sums = r.train.local_moments();
-  const auto norm = sums.finish();
-  out.stats = data::to_text(sums);
-  r.train.norm = norm;
-  if (r.test) {
-    r.test->norm = norm;
-    if (r.test->size() == 0)
-      r.test.reset();
-  }
-  if (cfg.data.augment && !r.train.images())
-    spdlog::warn("node {}: data.augment applies to images; the data has {}", me.name,
-                 r.train.shape.to_string());
-  out.train = std::move(r.train);
-  out.test = std::move(r.test);
-  out.test_from = out.test ? r.test_from : "none (" + r.test_from + ")";
-  return out;
-}
-
-/// Every platform's shard of `train` (by cfg.platforms() order, `all`): a
-/// node with data of its own splits it among its own platforms by their
-/// shares (the other nodes' platforms have no shard here); else every node
-/// derives the same partition of the cluster's data from the seed.
-learning::shards partition_shards(const config::cluster_config& cfg,
-                                  const config::node_config& me,
-                                  const std::vector<config::platform_config>& all,
-                                  const learning::dataset& train, bool own) {
-  const auto labels = train.label_vector();
-  auto split = [&](const std::vector<double>& shares) {
-    return cfg.data.partition == "dirichlet"
-             ? learning::partition_dirichlet(labels, shares, cfg.data.alpha,
-                                             train.num_classes(), cfg.seed)
-             : learning::partition_iid(labels, shares, cfg.seed);
-  };
-  if (!own)
-    return split(resolved_shares(cfg));
-  auto shares = resolve_shares(me.platforms);
-  const double total = std::accumulate(shares.begin(), shares.end(), 0.0);
-  for (auto& x : shares)
-    x = total > 0 ? x / total : 1.0 / static_cast<double>(shares.size());
-  const auto local = split(shares);
-  learning::shards out(all.size());
-  for (size_t i = 0; i < all.size(); ++i)
-    for (size_t k = 0; k < me.platforms.size(); ++k)
-      if (me.platforms[k].name == all[i].name)
-        out[i] = local[k];
-  return out;
-}
-
 /// The store key of a platform's aggregated points: they are reused while
-/// the shard and the aggregator's settings stay the same.
+/// the shard, the data (`data`: the directories read and the training data's
+/// sums) and the aggregator's settings stay the same.
 std::string aggregates_key(const std::string& platform, const config::cluster_config& cfg,
-                           const std::vector<int64_t>& shard) {
+                           const std::vector<int64_t>& shard, const std::string& data) {
   auto settings = cfg.edgegossip.aggregator + "/" + std::to_string(cfg.edgegossip.aggregation_ratio)
-                  + "/" + std::to_string(cfg.seed) + "/" + cfg.data.dir;
+                  + "/" + std::to_string(cfg.seed) + "/" + data;
   auto crc = crc32(0L, reinterpret_cast<const Bytef*>(settings.data()),
                    static_cast<uInt>(settings.size()));
   crc = crc32(crc, reinterpret_cast<const Bytef*>(shard.data()),
@@ -270,7 +155,8 @@ std::string aggregates_key(const std::string& platform, const config::cluster_co
 std::map<std::string, std::shared_ptr<const learning::aggregated_points>>
 aggregate_local(const config::cluster_config& cfg, const std::vector<config::platform_config>& all,
                 const learning::shards& shards, const learning::dataset& train,
-                const std::vector<std::string>& local, storage::store& db) {
+                const std::string& data, const std::vector<std::string>& local,
+                storage::store& db) {
   std::map<std::string, std::shared_ptr<const learning::aggregated_points>> out;
   std::vector<std::pair<size_t, std::future<learning::aggregated_points>>> jobs;
   auto opt = learning::aggregator_from_name(cfg.edgegossip.aggregator,
@@ -278,7 +164,7 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
   for (size_t i = 0; i < all.size(); ++i) {
     if (std::find(local.begin(), local.end(), all[i].name) == local.end())
       continue;
-    auto key = aggregates_key(all[i].name, cfg, shards[i]);
+    auto key = aggregates_key(all[i].name, cfg, shards[i], data);
     if (auto saved = db.get(storage::family::aggregates, key)) {
       try {
         out[all[i].name] = std::make_shared<const learning::aggregated_points>(
@@ -303,7 +189,7 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
                  name, a.size(), cfg.edgegossip.aggregator, a.reduce_seconds, a.divide_seconds,
                  a.mean_seconds);
     try {
-      db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i]),
+      db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i], data),
              learning::serialize(a));
     } catch (const storage::storage_error& e) {
       // A store that cannot write is reported by the store actor.
@@ -425,7 +311,7 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
   std::optional<loaded_data> data;
   for (auto& sc : cfg.stages)
     if (sc.node == node_name && !data)
-      data = load_node_data(cfg, cfg.node(node_name), data_dir);
+      data = load_node_data(cfg, cfg.node(node_name), data_dir, cfg.data.classes);
   const auto shape = data ? learning::shape_of(data->train) : learning::model_shape{};
   const int64_t layers = learning::layer_count(model);
   int64_t given = 0;
@@ -556,6 +442,54 @@ private:
 
 } // namespace
 
+namespace {
+
+/// Bytes of the files below `dir` (what a scrape reads as the store's size).
+uint64_t directory_bytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator i(dir, ec), end; !ec && i != end; i.increment(ec)) {
+    std::error_code size_ec;
+    if (i->is_regular_file(size_ec)) {
+      const auto n = i->file_size(size_ec);
+      if (!size_ec)
+        total += n;
+    }
+  }
+  return total;
+}
+
+/// The node's /metrics for Prometheus, where nodes.metrics_port is set;
+/// null otherwise. Throws std::runtime_error naming the address when it
+/// cannot listen.
+std::shared_ptr<node_metrics> serve_metrics(const config::cluster_config& cfg,
+                                            const config::node_config& me,
+                                            const scheduled_cpu_limit* cpu,
+                                            const std::string& db_dir,
+                                            std::shared_ptr<store_health> health) {
+  if (me.metrics_port == 0)
+    return nullptr;
+  metrics_sources src;
+  src.cpu_limit_cores = [cpu] { return cpu ? cpu->limit().cores() : 0.0; };
+  src.store_bytes = [db_dir] { return directory_bytes(db_dir); };
+  src.checkpoints = [health] {
+    const auto c = health->checkpoints();
+    return checkpoint_figures{c.saved, c.failed, c.seconds, c.last_seconds};
+  };
+  auto m = std::make_shared<node_metrics>(
+    me.host, me.metrics_port,
+    metrics_identity{cfg.id, me.name, EDGEGOSSIP_VERSION, config::to_string(cfg.strategy.name),
+                     cfg.train.model},
+    std::move(src));
+  m->peers(0, cfg.nodes.size() - 1);
+  spdlog::info("node {}: metrics for Prometheus on http://{}:{}/metrics", me.name, me.host,
+               m->port());
+  return m;
+}
+
+} // namespace
+
 run_outcome run_node(const config::cluster_config& cfg, const std::string& node_name,
                      const runtime_options& opts) {
   config::validate(cfg);
@@ -610,12 +544,43 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   learning::model_shape model_shape;
   bool own_data = false;
   std::string data_stats;
+  std::vector<std::string> nargs_classes;  // what this node answers when asked
   if (!split) {
     for (const auto& p : me.platforms)
       learning::training_device(p.device);
-    auto loaded = load_node_data(cfg, me, opts.data_dir);
+    // One class list for the whole cluster: data.classes, or else the
+    // balancer node's data's, which a node with data of its own asks for.
+    auto classes = cfg.data.classes;
+    std::string classes_from;
+    if (classes.empty() && cfg.nodes.size() > 1 && !hosts_balancer &&
+        reads_own_data(me, opts.data_dir)) {
+      auto asked = ask_cluster_classes(cfg, node_name, *db, opts.fresh, opts.handle_signals);
+      if (!asked) {
+        run_outcome stopped;
+        stopped.stopped = true;
+        return stopped;
+      }
+      classes = std::move(*asked);
+      classes_from = cfg.balancer().name;
+    }
+    loaded_data loaded;
+    try {
+      loaded = load_node_data(cfg, me, opts.data_dir, classes);
+    } catch (const data::data_error& e) {
+      if (classes_from.empty())
+        throw;
+      std::string list;
+      for (auto& c : classes)
+        list += (list.empty() ? "" : ", ") + c;
+      throw data::data_error(std::string(e.what()) + " (the cluster's classes are node " +
+                             classes_from + "'s data's: " + list +
+                             "; set data.classes in the cluster file to name every class)");
+    }
+    nargs_classes = hosts_balancer && cfg.data.classes.empty() ? loaded.train.classes : classes;
     own_data = loaded.own;
     data_stats = loaded.stats;
+    // The shards before the training data moves out of `loaded`.
+    shards = partition_shards(cfg, me, all, loaded);
     train = std::make_shared<learning::dataset>(std::move(loaded.train));
     if (loaded.test)
       test = std::make_shared<learning::dataset>(std::move(*loaded.test));
@@ -630,9 +595,9 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     std::vector<std::string> local_names;
     for (auto& p : me.platforms)
       local_names.push_back(p.name);
-    shards = partition_shards(cfg, me, all, *train, loaded.own);
     if (cfg.strategy.edgegossip())
-      aggregated = aggregate_local(cfg, all, shards, *train, local_names, *db);
+      aggregated = aggregate_local(cfg, all, shards, *train, loaded.sources + loaded.stats,
+                                   local_names, *db);
     for (size_t i = 0; i < all.size(); ++i)
       if (!loaded.own || !shards[i].empty())
         (*all_shards)[all[i].name] = shards[i];
@@ -675,6 +640,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
 
   node_args nargs;
   nargs.data_stats = data_stats;
+  nargs.cluster_classes = std::move(nargs_classes);
   nargs.settings = node_settings::of(cfg);
   nargs.name = node_name;
   // Peers are dialled through their front doors (messages/door.hpp).
@@ -685,6 +651,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   }
   auto relay = std::make_shared<failure_relay>();
   auto health = std::make_shared<store_health>();
+  nargs.metrics = serve_metrics(cfg, me, cpu.get(), db_dir, health);
   {
     store_options so;
     so.cluster_id = cfg.id;

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <utility>
@@ -26,6 +27,23 @@ std::string store_failure::summary() const {
 std::optional<store_failure> store_health::failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;
+}
+
+store_health::checkpoint_counts store_health::checkpoints() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return checkpoints_;
+}
+
+void store_health::checkpoint_saved(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++checkpoints_.saved;
+  checkpoints_.seconds += seconds;
+  checkpoints_.last_seconds = seconds;
+}
+
+void store_health::checkpoint_failed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++checkpoints_.failed;
 }
 
 void store_health::set(const store_failure& f) {
@@ -145,6 +163,8 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
                          : "checkpoint of " + platform + " (epoch " + std::to_string(epoch) + ")";
       // A lost server checkpoint counts as a record, not a platform's epoch.
       auto lost = [&](const std::string& error, const std::string& name) {
+        if (st.opts.health)
+          st.opts.health->checkpoint_failed();
         if (server)
           st.write_failed(what, error, nullptr, std::nullopt);
         else
@@ -157,7 +177,11 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
       storage::checkpoint c{std::move(platform), epoch, iteration, weight, std::move(model),
                             std::move(optimizer)};
       try {
+        const auto began = std::chrono::steady_clock::now();
         storage::save_checkpoint(*st.db, c);
+        if (st.opts.health)
+          st.opts.health->checkpoint_saved(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
         if (server)
           storage::prune_checkpoints(*st.db, c.platform, 2);  // one every few seconds
         else

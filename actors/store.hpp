@@ -43,9 +43,21 @@ public:
   /// Used by the store actor.
   void set(const store_failure& f);
 
+  /// Checkpoints written so far (the store actor counts them).
+  struct checkpoint_counts {
+    uint64_t saved = 0;
+    uint64_t failed = 0;
+    double seconds = 0;       ///< writing them, in all
+    double last_seconds = 0;  ///< the newest one
+  };
+  checkpoint_counts checkpoints() const;
+  void checkpoint_saved(double seconds);
+  void checkpoint_failed();
+
 private:
   mutable std::mutex mutex_;
   std::optional<store_failure> failure_;
+  checkpoint_counts checkpoints_;
 };
 
 struct store_options {

@@ -119,7 +119,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--models", st->opt.models,
                     "framework, aggregation: models to measure (default lenet5 alexnet "
                     "squeezenet mobilenetv2)")
-    ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2"}));
+    ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "conv8", "squeezenet", "mobilenetv2"}));
   bench->add_option("--device", st->opt.device,
                     "framework: cpu (default), or cuda / cuda:N: a platform on that GPU against "
                     "a bare loop there");

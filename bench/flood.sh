@@ -45,7 +45,7 @@ flood() {  # flood PORT LANE_PORT: shell builtins only, so that it takes little 
 # run KIND N: prints "peak_rss_mb median_wall_of_late_epochs"
 run() {
   local kind="$1" n="$2" cfg="$work/$1-$2.toml" peak=0 rss pid
-  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 4730 \
+  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 473 \
     "$([ "$security" = tls ] && echo "$work/certs")"
   for node in b c; do "$bin" node --config "$cfg" --node "$node" >"$work/$kind-$n-$node.log" 2>&1 & done
   "$bin" node --config "$cfg" --node a >"$work/$kind-$n-a.log" 2>&1 &

@@ -16,24 +16,30 @@ namespace eg::bench {
 /// cluster file. It is taken below the kernel's ephemeral range (32768 and
 /// up by default): a port from that range can be taken, between writing it
 /// into a cluster file and the node binding it, by another node's weights
-/// lane (which listens on a port the kernel picks) or by an outgoing
+/// lane set to listen on a port the kernel picks, or by an outgoing
 /// connection; the node dialling it then reaches a lane instead (CAF:
 /// malformed_basp_message) for as long as the run lasts.
 inline uint16_t free_port() {
+  // An even port whose next one is free too: a node's weights lane listens
+  // on its port + 1 by default, and two even ports never take each other's.
   static std::mt19937 pick{std::random_device{}()};
-  std::uniform_int_distribution<int> port(20000, 32767);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
+  std::uniform_int_distribution<int> half(10000, 16383);
+  auto bindable = [](int port) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port(pick)));
+    addr.sin_port = htons(static_cast<uint16_t>(port));
     const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     ::close(fd);
-    if (free)
-      return ntohs(addr.sin_port);
+    return free;
+  };
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = 2 * half(pick);
+    if (bindable(port) && bindable(port + 1))
+      return static_cast<uint16_t>(port);
   }
-  throw std::runtime_error("no free port in 20000..32767 on 127.0.0.1");
+  throw std::runtime_error("no two free ports in 20000..32767 on 127.0.0.1");
 }
 
 } // namespace eg::bench

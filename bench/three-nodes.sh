@@ -5,14 +5,15 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v
 
 # three_node_config OUT WORK NAME EPOCHS PORT_PREFIX [TLS_DIR]: configs/three-
 # nodes.toml with its store and runs under WORK (named NAME), EPOCHS epochs,
-# ports PORT_PREFIX1..3 (e.g. 4720 -> 47201..47203) and, with TLS_DIR, the
+# ports PORT_PREFIX01, 11, 21 (e.g. 472 -> 47201, 47211, 47221; each node's
+# weights lane takes the next port) and, with TLS_DIR, the
 # certificates scripts/make-test-ca.sh made there.
 three_node_config() {
   local out="$1" work="$2" name="$3" epochs="$4" ports="$5" tls="${6:-}"
   sed -e "s|^dir = \"edgegossip-data/three-nodes\"|dir = \"$work/data-$name\"|" \
       -e "s|^dir = \"runs\"|dir = \"$work/runs-$name\"|" \
       -e "s|^epochs = .*|epochs = $epochs|" \
-      -e "s|^port = 4710\([123]\)|port = $ports\1|" \
+      -e "s|^port = 471\([012]1\)\$|port = $ports\1|" \
       "$here/configs/three-nodes.toml" >"$out"
   if [ -n "$tls" ]; then
     sed -i "s|^balancer = \"a\"|balancer = \"a\"\n[cluster.tls]\ncertificate = \"$tls/{node}.pem\"\nkey = \"$tls/{node}.key\"\nca = \"$tls/ca.pem\"|" "$out"

@@ -18,7 +18,7 @@ source "$here/bench/three-nodes.sh"
 # One run; prints its median epoch wall time (cluster.csv's wall_seconds).
 run() {
   local kind="$1" n="$2" cfg="$work/$1-$2.toml"
-  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 4720 "$([ "$kind" = tls ] && echo "$work/certs")"
+  three_node_config "$cfg" "$work" "$kind-$n" "$epochs" 472 "$([ "$kind" = tls ] && echo "$work/certs")"
   "$bin" launch --config "$cfg" >"$work/$kind-$n.log" 2>&1
   wall_median "$(ls "$work/runs-$kind-$n"/*/cluster.csv)"
 }

@@ -19,10 +19,11 @@
 //               resend_after
 //   [storage]   dir
 //   [output]    dir
-//   [[nodes]]   name, host, port, cpu_limit, data, data_format, test_dir,
+//   [[nodes]]   name, host, port, lane_port, metrics_port, cpu_limit, data, data_format,
+//               test_dir,
 //               cpu_schedule = [{at = 30.0, cores = 0.25}, ...]
 //   [[nodes.platforms]]
-//               name, threads, share, slowdown, device,
+//               name, threads, share, slowdown, device, data, data_format, test_dir,
 //               interference = [{at = 10.0, slowdown = 3.0}, ...]
 //   [[nodes.corunners]]
 //               kind, workers, at, until
@@ -125,6 +126,7 @@ const int_rule positive_int{1, INT64_MAX, "a positive integer"};
 const int_rule positive_u32{1, UINT32_MAX, "a positive integer"};
 const int_rule positive_int32{1, INT_MAX, "a positive integer"};
 const int_rule port_number{0, 65535, "an integer in [0, 65535]"};
+const int_rule lane_port_number{-1, 65535, "an integer in [-1, 65535] (-1: the node's port + 1)"};
 // 1 is in range but refused in validate(): one convolution cannot have a
 // hidden layer.
 const int_rule sg_conv_layers{0, 3, "0 (an MLP), 2 or 3"};
@@ -255,6 +257,9 @@ void keys_of(P& p, Visit&& visit) {
   visit("slowdown", p.slowdown, slowdown);
   visit("interference", p.interference, table_list{});
   visit("device", p.device, text_rule{{"cpu", "cuda", "cuda:N"}, false});
+  visit("data", p.data_dir, any_text);
+  visit("data_format", p.data_format, any_text);
+  visit("test_dir", p.test_dir, any_text);
 }
 
 template <class R, class Visit, if_is<R, corunner_config> = 0>
@@ -277,6 +282,8 @@ void keys_of(N& n, Visit&& visit) {
   visit("name", n.name, non_empty);
   visit("host", n.host, non_empty);
   visit("port", n.port, port_number);
+  visit("lane_port", n.lane_port, lane_port_number);
+  visit("metrics_port", n.metrics_port, port_number);
   visit("cpu_limit", n.cpu_limit, cpu_cores);
   visit("data", n.data_dir, any_text);
   visit("data_format", n.data_format, any_text);
@@ -692,6 +699,12 @@ const node_config& find_node(const std::vector<node_config>& nodes, const std::s
                      " (nodes: " + names_of(nodes) + ")");
 }
 
+uint16_t lane_port_of(const node_config& n) {
+  if (n.lane_port >= 0)
+    return static_cast<uint16_t>(n.lane_port);
+  return n.port == 0 || n.port == 65535 ? 0 : static_cast<uint16_t>(n.port + 1);
+}
+
 std::vector<std::string> node_names(const std::vector<node_config>& nodes) {
   std::vector<std::string> out;
   for (auto& n : nodes)
@@ -783,6 +796,41 @@ void apply_override(cluster_config& cfg, const std::string& assignment) {
   read_scalar(cfg, key, *holder.get("value"), src);
 }
 
+namespace {
+
+/// Every port a node listens on (its own, its weights lane's, its metrics')
+/// is its alone on its host, so that a firewall can be opened for each in
+/// advance.
+void check_ports(const cluster_config& cfg) {
+  std::map<std::pair<std::string, uint16_t>, std::string> taken;
+  const bool lanes = cfg.nodes.size() > 1 && cfg.transport == transport::lane;
+  for (size_t i = 0; i < cfg.nodes.size(); ++i) {
+    const auto& n = cfg.nodes[i];
+    const std::string key = "nodes[" + std::to_string(i) + "]";
+    if (lanes && n.lane_port < 0 && n.port == 65535)
+      throw config_error(key + ".lane_port: node " + show(n.name) + " listens on port 65535, so "
+                         "its weights lane cannot take the next one; set lane_port");
+    std::vector<std::pair<uint16_t, std::string>> mine{
+      {n.port, key + ".port (node " + show(n.name) + "'s port)"}};
+    if (lanes)
+      mine.push_back({lane_port_of(n), key + ".lane_port (node " + show(n.name) +
+                                         "'s weights lane" +
+                                         (n.lane_port < 0 ? ", its port + 1 by default" : "") +
+                                         ")"});
+    mine.push_back({n.metrics_port, key + ".metrics_port (node " + show(n.name) + "'s metrics)"});
+    for (auto& [port, what] : mine) {
+      if (port == 0)
+        continue;
+      auto [it, fresh] = taken.emplace(std::make_pair(n.host, port), what);
+      if (!fresh)
+        throw config_error(what + " and " + it->second + " both use " + n.host + ":" +
+                           std::to_string(port) + "; give one of them another port");
+    }
+  }
+}
+
+} // namespace
+
 void validate(const cluster_config& cfg) {
   scalar_keys(cfg, [](const char* key, const auto& field, const auto& rule) {
     check(key, field, rule);
@@ -859,6 +907,7 @@ void validate(const cluster_config& cfg) {
       if (p.share == 0 && !equal_part) equal_part = &p, equal_part_key = platform_key + ".share";
     }
   }
+  check_ports(cfg);
   constexpr double slack = 1e-9;  // shares like 1/3 written in decimal
   if (shares > 1 + slack)
     throw config_error("nodes.platforms.share: the shares given sum to " + show(shares) +

@@ -87,6 +87,14 @@ struct platform_config {
   /// "cpu", or "cuda" / "cuda:N" for a GPU (needs a build against a CUDA
   /// LibTorch; the node refuses to start otherwise).
   std::string device = "cpu";
+  /// The platform's own data directory: it trains on exactly that (its
+  /// node's other platforms split the node's data). Empty: a part of its
+  /// node's data.
+  std::string data_dir;
+  /// Its format ("" = the node's, else data.format) and test data (added to
+  /// its node's test data).
+  std::string data_format;
+  std::string test_dir;
 };
 
 /// A real co-running load on the node's machine: stress-ng workers started
@@ -126,7 +134,16 @@ struct node_config {
   /// Its format ("" = data.format) and test data ("" = data.test_dir rules).
   std::string data_format;
   std::string test_dir;
+  /// Where its weights lane listens (transport = "lane"): -1 (unset) = the
+  /// node's port + 1 (a free one where the node's port is 0); 0 = any free
+  /// port. lane_port_of() gives it.
+  int lane_port = -1;
+  /// Where it serves Prometheus' /metrics on its host; 0 = not served.
+  uint16_t metrics_port = 0;
 };
+
+/// The port node `n`'s weights lane listens on (0: any free one).
+uint16_t lane_port_of(const node_config& n);
 
 struct data_config {
   std::string name = "fashion-mnist";

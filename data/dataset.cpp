@@ -306,6 +306,49 @@ void dataset::relabel(const std::vector<std::string>& to, const std::string& whe
   classes = to;
 }
 
+std::shared_ptr<const dataset> with_normalisation(std::shared_ptr<const dataset> d,
+                                                  const normalisation& norm) {
+  if (norm == d->norm)
+    return d;
+  if (!norm.empty() && static_cast<int64_t>(norm.mean.size()) != d->shape.channels)
+    throw data_error(std::to_string(norm.mean.size()) + " channels for data of " +
+                     d->shape.to_string());
+  auto renormalised = std::make_shared<dataset>(*d);
+  renormalised->norm = norm;
+  return renormalised;
+}
+
+dataset concat(const std::vector<dataset>& parts, const std::vector<std::string>& where) {
+  if (parts.empty())
+    throw data_error("no data to join");
+  const auto& first = parts.front();
+  std::vector<torch::Tensor> samples, labels;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    const std::string here = i < where.size() ? where[i] : "part " + std::to_string(i);
+    const std::string there = where.empty() ? "part 0" : where.front();
+    if (!(p.shape == first.shape))
+      throw data_error(here + " holds samples of " + p.shape.to_string() + ", " + there +
+                       " of " + first.shape.to_string());
+    if (p.classes != first.classes)
+      throw data_error(here + " has other classes than " + there);
+    if (p.size() > 0 && first.size() > 0 && p.samples.scalar_type() != first.samples.scalar_type())
+      throw data_error(here + " holds " + std::string(c10::toString(p.samples.scalar_type())) +
+                       " samples, " + there + " " +
+                       std::string(c10::toString(first.samples.scalar_type())));
+    if (p.size() > 0) {
+      samples.push_back(p.samples);
+      labels.push_back(p.labels);
+    }
+  }
+  dataset d = first;
+  if (!samples.empty()) {
+    d.samples = torch::cat(samples);
+    d.labels = torch::cat(labels);
+  }
+  return d;
+}
+
 void dataset::check(const std::string& where) const {
   if (!samples.defined() || !labels.defined())
     throw data_error(where + ": no samples");

@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,6 +73,18 @@ public:
   /// naming `where`.
   void check(const std::string& where) const;
 };
+
+/// The same samples as `d` (shared, not copied) normalised with `norm`:
+/// `d` itself where its normalisation is that already. Throws data_error
+/// when `norm` is for another number of channels (or features).
+std::shared_ptr<const dataset> with_normalisation(std::shared_ptr<const dataset> d,
+                                                  const normalisation& norm);
+
+/// The parts one after another (a node's platforms' own directories):
+/// they must have one shape, one class list and one sample type; throws
+/// data_error naming `where` (one name a part) and what differs. The
+/// normalisation is the first part's.
+dataset concat(const std::vector<dataset>& parts, const std::vector<std::string>& where);
 
 /// Random crop (zero padding of 4, images only) and horizontal flip, applied
 /// to a normalised batch [B, C, H, W] in place of a copy, from `generator`

@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   restart_with_settings(argv);
   CLI::App app{"edgegossip: gossip training across heterogeneous edge machines"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "edgegossip 0.1.0");
+  app.set_version_flag("--version", "edgegossip " EDGEGOSSIP_VERSION);
 
   common_options run_opts;
   auto* run = app.add_subcommand("run", "train the whole cluster in this process (with no "

@@ -2,6 +2,7 @@
 
 #include "learning/conv.hpp"
 #include "learning/pooling.hpp"
+#include "learning/split.hpp"
 #include "learning/zoo.hpp"
 
 #include <torch/torch.h>
@@ -130,8 +131,8 @@ bool operator==(const model_shape& a, const model_shape& b) {
 model_shape shape_of(const data::dataset& d) { return {d.shape, d.num_classes()}; }
 
 const std::vector<std::string>& zoo_models() {
-  static const std::vector<std::string> names{"lenet5",     "logreg",     "mlp",
-                                              "alexnet",    "squeezenet", "mobilenetv2"};
+  static const std::vector<std::string> names{"lenet5",  "logreg",     "mlp",        "alexnet",
+                                              "conv8", "squeezenet", "mobilenetv2"};
   return names;
 }
 
@@ -150,14 +151,22 @@ std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t se
     const auto& zoo = zoo_models();
     if (std::find(zoo.begin(), zoo.end(), name) == zoo.end())
       throw std::invalid_argument("unknown model '" + name +
-                                  "' (use lenet5, logreg, mlp, alexnet, squeezenet, mobilenetv2 "
+                                  "' (use lenet5, logreg, mlp, alexnet, conv8, squeezenet, mobilenetv2 "
                                   "or torchscript:PATH)");
     if (name == "lenet5")
       need_images(name, shape, 12);
     else if (name == "alexnet")
       need_images(name, shape, 16);
-    else if (name == "squeezenet" || name == "mobilenetv2")
+    else if (name == "squeezenet" || name == "mobilenetv2" || name == "conv8")
       need_images(name, shape, 8);
+    if (name == "conv8") {
+      // The split models' conv8 (learning/split.hpp), whole: its layers in
+      // one stage, He-initialised from the seed.
+      model = make_stage(name, 0, layer_count(name) - 1, seed, shape);
+      model->name_ = name;
+      model->shape_ = shape;
+      return model;
+    }
     // Initialisation draws from torch's global generator: seeding it and
     // building must not interleave with another thread doing the same.
     static std::mutex init_mutex;

@@ -49,8 +49,9 @@ private:
   model_shape shape_;
 };
 
-/// The models of the zoo: lenet5, logreg, mlp, alexnet, squeezenet,
-/// mobilenetv2.
+/// The models of the zoo: lenet5, logreg, mlp, alexnet, conv8 (the split
+/// models' five convolutions and three fully connected layers, whole),
+/// squeezenet, mobilenetv2.
 const std::vector<std::string>& zoo_models();
 
 /// Builds a model of zoo_models() for `shape`, or "torchscript:PATH" (a model

@@ -5,6 +5,7 @@
 #include "learning/conv.hpp"
 #include "learning/pooling.hpp"
 #include "learning/split_detail.hpp"
+#include "learning/zoo.hpp"
 
 #include <torch/torch.h>
 
@@ -224,6 +225,30 @@ torch::Tensor stage_module::forward(torch::Tensor x) {
   for (const auto& l : layers_)
     x = l->forward(std::move(x));
   return x;
+}
+
+std::string stage_module::script() const {
+  std::string s = "def logits(self, x):\n";
+  bool flat = false;
+  for (const auto& l : layers_) {
+    std::string e;
+    if (l->spec.conv) {
+      e = zoo::conv("x", l->spec.name, l->conv);
+      if (l->spec.relu)
+        e = "torch.relu(" + e + ")";
+      if (l->spec.pool)
+        e = zoo::max_pool_2x2(e);
+    } else {
+      if (!flat)
+        s += "    x = x.flatten(1)\n";
+      flat = true;
+      e = zoo::linear("x", l->spec.name, l->fc);
+      if (l->spec.relu)
+        e = "torch.relu(" + e + ")";
+    }
+    s += "    x = " + e + "\n";
+  }
+  return s + "    return x\n";
 }
 
 bool stage_module::is_last() const { return last_ == layer_count(model_) - 1; }

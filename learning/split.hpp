@@ -62,6 +62,8 @@ public:
 
   /// Runs the stage's layers on x [B, input_shape()...].
   torch::Tensor forward(torch::Tensor x) override;
+  /// The stage's layers as TorchScript (classifier::script()).
+  std::string script() const override;
 
   const std::string& model_name() const { return model_; }
   int64_t first_layer() const { return first_; }

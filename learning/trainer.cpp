@@ -170,13 +170,11 @@ void local_trainer::copy_training_set() {
 void local_trainer::set_normalisation(const data::normalisation& norm) {
   if (norm == train_->norm)
     return;
-  if (!norm.empty() && static_cast<int64_t>(norm.mean.size()) != train_->shape.channels)
-    throw std::invalid_argument("set_normalisation: " + std::to_string(norm.mean.size()) +
-                                " channels for data of " + train_->shape.to_string());
-  // The same samples (shared, not copied) with the other normalisation.
-  auto renormalised = std::make_shared<dataset>(*train_);
-  renormalised->norm = norm;
-  train_ = std::move(renormalised);
+  try {
+    train_ = data::with_normalisation(train_, norm);
+  } catch (const data::data_error& e) {
+    throw std::invalid_argument(std::string("set_normalisation: ") + e.what());
+  }
   norm_ = train_->norm_tensors(device_);
   if (!replica_params_.empty())
     copy_training_set();

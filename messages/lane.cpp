@@ -734,8 +734,16 @@ void lane::stop() {
 }
 
 lane_stats lane::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
-  return impl_->stats;
+  lane_stats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+    s = impl_->stats;
+  }
+  std::lock_guard<std::mutex> lock(impl_->queue_mutex);
+  for (auto& [key, p] : impl_->peers)
+    s.frames_queued += p->queue.size();
+  s.bytes_queued = impl_->queued_bytes;
+  return s;
 }
 
 } // namespace eg::messages

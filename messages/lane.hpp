@@ -149,6 +149,9 @@ struct lane_stats {
   /// Outgoing connections closed because the peer took nothing for
   /// send_timeout_ms.
   uint64_t connections_given_up = 0;
+  /// Now: frames waiting to be sent, to every peer, and their bytes.
+  uint64_t frames_queued = 0;
+  uint64_t bytes_queued = 0;
 };
 
 class lane {

@@ -135,6 +135,11 @@ cluster_config unusual_config() {
                      0, {{10, 0.25}, {30.5, 1.0 / 3.0}, {60, 0}}});
   c.nodes.push_back({"c", "10.0.0.2", 0, {{"c0", 1, 0, 1.0, {{5, 2}}}},
                      {{"cpu", 2, 5, 30}, {"disk", 1, 0, 0}}, 0.01, {{0, 64}}});
+  c.nodes[0].lane_port = 47200;
+  c.nodes[0].metrics_port = 9100;
+  c.nodes[0].platforms[1].data_dir = "/data/a1";
+  c.nodes[0].platforms[1].data_format = "csv";
+  c.nodes[0].platforms[1].test_dir = "/data/a1 test";
   return c;
 }
 
@@ -181,10 +186,12 @@ BOOST_AUTO_TEST_CASE(three_nodes_example) {
   for (size_t i = 0; i < 3; ++i) {
     BOOST_TEST(c.nodes[i].name == names[i]);
     BOOST_TEST(c.nodes[i].host == "127.0.0.1");
-    BOOST_TEST(c.nodes[i].port == 47101 + i);
+    // Ports ten apart: each node's weights lane takes its port + 1.
+    BOOST_TEST(c.nodes[i].port == 47101 + 10 * i);
+    BOOST_TEST(lane_port_of(c.nodes[i]) == 47102 + 10 * i);
     BOOST_TEST(c.nodes[i].platforms.size() == 1u);
   }
-  BOOST_TEST(c.node("b").port == 47102);
+  BOOST_TEST(c.node("b").port == 47111);
   BOOST_TEST(c.platforms().size() == 3u);
 }
 
@@ -351,6 +358,12 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.nodes[0].host = ""; }, "nodes[0].host"},
       {[](cluster_config& c) { c.nodes[1].name = "a"; }, "nodes[1].name 'a' is already used by nodes[0]"},
       {[](cluster_config& c) { c.nodes[2].port = 47101; }, "nodes[2].port"},
+      // Every port a node listens on is its own on its host: b's weights
+      // lane takes 47102 (its port + 1) on 10.0.0.2.
+      {[](cluster_config& c) { c.nodes[2].port = 47102; }, "nodes[2].port (node 'c''s port) and nodes[1].lane_port (node 'b''s weights lane, its port + 1 by default) both use 10.0.0.2:47102"},
+      {[](cluster_config& c) { c.nodes[1].lane_port = 47101; }, "nodes[1].lane_port"},
+      {[](cluster_config& c) { c.nodes[2].metrics_port = 47101; }, "nodes[2].metrics_port"},
+      {[](cluster_config& c) { c.nodes[1].port = 65535; }, "nodes[1].lane_port: node 'b' listens on port 65535"},
       {[](cluster_config& c) { c.nodes[1].platforms.clear(); }, "nodes[1].platforms"},
       {[](cluster_config& c) { c.nodes[2].platforms[0].name = "a0"; }, "nodes[2].platforms[0].name 'a0' is already used on node 'a'"},
       {[](cluster_config& c) { c.nodes[0].platforms[1].name = "a0"; }, "nodes[0].platforms[1].name"},
@@ -391,6 +404,30 @@ BOOST_AUTO_TEST_CASE(same_port_on_different_hosts_is_fine) {
   c.nodes[2].port = 0;  // port 0 picks a free one: no clash on the same host
   c.nodes.push_back({"d", "10.0.0.2", 0, {{"d0", 1, 0, 1.0, {}}}, {}, 0, {}});
   BOOST_CHECK_NO_THROW(validate(c));
+}
+
+BOOST_AUTO_TEST_CASE(a_weights_lane_listens_on_its_nodes_port_plus_one_unless_set) {
+  node_config n;
+  n.port = 47101;
+  BOOST_TEST(lane_port_of(n) == 47102);
+  n.lane_port = 0;  // any free port
+  BOOST_TEST(lane_port_of(n) == 0);
+  n.lane_port = 48000;
+  BOOST_TEST(lane_port_of(n) == 48000);
+  n.lane_port = -1;
+  n.port = 0;  // a node on any free port: its lane too
+  BOOST_TEST(lane_port_of(n) == 0);
+  const auto c = parse("[[nodes]]\nname = \"a\"\nport = 5000\nlane_port = 6000\n"
+                       "metrics_port = 9100\n[[nodes.platforms]]\nname = \"p\"\n"
+                       "data = \"/d/p\"\ndata_format = \"npy\"\ntest_dir = \"/d/t\"\n",
+                       file);
+  BOOST_TEST(lane_port_of(c.nodes[0]) == 6000);
+  BOOST_TEST(c.nodes[0].metrics_port == 9100);
+  BOOST_TEST(c.nodes[0].platforms[0].data_dir == "/d/p");
+  BOOST_TEST(c.nodes[0].platforms[0].data_format == "npy");
+  BOOST_TEST(c.nodes[0].platforms[0].test_dir == "/d/t");
+  const auto e = error_of([] { parse("[[nodes]]\nname = \"a\"\nlane_port = -2\n", file); });
+  BOOST_TEST(contains(e, "nodes[0].lane_port must be an integer in [-1, 65535]"), e);
 }
 
 BOOST_AUTO_TEST_CASE(node_lookup) {

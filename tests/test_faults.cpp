@@ -491,4 +491,38 @@ BOOST_AUTO_TEST_CASE(strangers_on_a_nodes_port_are_refused_and_it_keeps_running)
   BOOST_TEST(final_accuracy(only_run_dir(dir / "fuzz-runs"), 2) > 0.7);
 }
 
+BOOST_AUTO_TEST_CASE(a_node_stopped_with_sigterm_leaves_at_once) {
+  // peer_timeout 30 s: a node that leaves is known gone at once (its
+  // platform's monitor fires as it ends), not after the timeout.
+  temp_dir dir;
+  auto cfg = cluster_file(dir, "leave", 6, "", "");
+  {
+    std::ifstream in(cfg);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto s = text.str();
+    s.replace(s.find("[cluster]\n"), 10, "[cluster]\npeer_timeout = 30.0\n");
+    write_file(cfg, s);
+  }
+  auto nodes = start_cluster(dir, cfg, "leave");
+  BOOST_REQUIRE_MESSAGE(nodes["a"]->wait_for_output("epoch 2/6", std::chrono::seconds(180)),
+                        nodes["a"]->output());
+  nodes["c"]->signal(SIGTERM);
+  BOOST_TEST(nodes["c"]->wait(std::chrono::seconds(20)) == 0);
+  const auto left = std::chrono::steady_clock::now();
+  BOOST_TEST(nodes["a"]->wait_for_output("platform c0 on node c is down",
+                                         std::chrono::seconds(5)),
+             nodes["a"]->output());
+  const auto seen = std::chrono::duration<double>(std::chrono::steady_clock::now() - left).count();
+  BOOST_TEST(seen < 5.0, "node a saw c's platform down " << seen << " s after c exited");
+  for (auto name : {"a", "b"}) {
+    BOOST_TEST_INFO(nodes[name]->output());
+    BOOST_TEST(nodes[name]->wait(std::chrono::seconds(240)) == 0);
+  }
+  // No epoch waited for the timeout.
+  auto run = only_run_dir(dir / "leave-runs");
+  for (auto& row : read_csv((run / "cluster.csv").string()))
+    BOOST_TEST(std::stod(row["wall_seconds"]) < 20.0, "epoch " << row["epoch"]);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

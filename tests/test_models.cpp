@@ -38,8 +38,8 @@ const std::string data_dir = "/usr/share/datasets/fashion-mnist";
 using temp_dir = eg::test::scratch_dir;
 using eg::test::all_equal;
 
-const std::vector<std::string> zoo{"lenet5",  "logreg",     "mlp",
-                                   "alexnet", "squeezenet", "mobilenetv2"};
+const std::vector<std::string> zoo{"lenet5", "logreg",     "mlp",        "alexnet",
+                                   "conv8",  "squeezenet", "mobilenetv2"};
 
 /// Fashion-MNIST's model shape.
 const model_shape fashion = fashion_mnist_shape();
@@ -140,6 +140,7 @@ BOOST_AUTO_TEST_CASE(zoo_models_map_images_to_class_scores) {
                                               {"logreg", 7850},
                                               {"mlp", 109386},
                                               {"alexnet", 896874},
+                                              {"conv8", 54690},
                                               {"squeezenet", 185258},
                                               {"mobilenetv2", 590122}};
   BOOST_TEST(zoo_models() == zoo);
@@ -208,7 +209,7 @@ BOOST_AUTO_TEST_CASE(zoo_models_take_the_datas_shape_and_classes) {
   BOOST_TEST(parameter_count(*make_classifier("mlp", 1, wine)) ==
              13 * 128 + 128 + 128 * 64 + 64 + 64 * 3 + 3);
   // The image models refuse features, naming the model, the data and what to use.
-  for (const std::string name : {"lenet5", "alexnet", "squeezenet", "mobilenetv2"}) {
+  for (const std::string name : {"lenet5", "alexnet", "conv8", "squeezenet", "mobilenetv2"}) {
     BOOST_TEST_CONTEXT(name) {
       const auto why = refusal(name, wine);
       BOOST_TEST_MESSAGE(why);

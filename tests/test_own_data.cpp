@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <csignal>
 #include <fstream>
 #include <map>
@@ -252,4 +253,114 @@ BOOST_AUTO_TEST_CASE(a_platform_whose_data_has_another_shape_is_refused_at_join)
   BOOST_TEST(log.find("is 1x28x28") != std::string::npos);
   for (auto& n : nodes)
     n->signal(SIGKILL);
+}
+
+BOOST_AUTO_TEST_CASE(the_classes_come_from_the_balancer_nodes_data_and_a_platform_reads_its_own) {
+  namespace fs = std::filesystem;
+  temp_dir dir;
+  write_folders(dir, 1500, 150);
+  // Node b holds three classes only; node c's platforms read a folder each,
+  // pc1's with two classes of b's and no test split. No data.classes: the
+  // cluster's classes are node a's folders'.
+  for (auto split : {"train", "test"})
+    for (auto cls : {"Trouser", "Bag", "Sneaker"})
+      fs::copy(dir.path / "folders" / "b" / split / cls, dir.path / "few" / split / cls,
+               fs::copy_options::recursive);
+  for (auto cls : {"Dress", "Coat"})
+    fs::copy(dir.path / "folders" / "b" / "train" / cls, dir.path / "c1" / "train" / cls,
+             fs::copy_options::recursive);
+  int64_t c1_images = 0;
+  for (auto& f : fs::recursive_directory_iterator(dir.path / "c1"))
+    c1_images += f.is_regular_file() ? 1 : 0;
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"own-classes-test\"\nseed = 5\nbalancer = \"a\"\n"
+       << "[data]\nformat = \"image-folder\"\n"
+       << "[train]\nepochs = 2\n"
+       << "[strategy]\nname = \"gosgd\"\nschedule = \"sync\"\nexchange_probability = 0.3\n"
+       << "[storage]\ndir = \"" << (dir.path / "store").string() << "\"\n"
+       << "[output]\ndir = \"" << (dir.path / "runs").string() << "\"\n";
+  for (auto name : {"a", "b"})
+    toml << "[[nodes]]\nname = \"" << name << "\"\nhost = \"127.0.0.1\"\nport = " << free_port()
+         << "\n[[nodes.platforms]]\nname = \"p" << name << "\"\n";
+  toml << "[[nodes]]\nname = \"c\"\nhost = \"127.0.0.1\"\nport = " << free_port()
+       << "\n[[nodes.platforms]]\nname = \"pc0\"\ndata = \"" << (dir.path / "folders" / "c").string()
+       << "\"\n[[nodes.platforms]]\nname = \"pc1\"\ndata = \"" << (dir.path / "c1").string()
+       << "\"\n";
+  const auto config = (dir.path / "cluster.toml").string();
+  write_file(config, toml.str());
+  auto start = [&](const std::string& name, const std::vector<std::string>& more) {
+    std::vector<std::string> args{EG_BINARY, "node", "--config", config, "--node", name};
+    args.insert(args.end(), more.begin(), more.end());
+    return std::make_unique<process>(args, (dir.path / (name + ".log")).string());
+  };
+  // Node b starts first: it waits for node a's classes before it reads its data.
+  auto b = start("b", {"--data", (dir.path / "few").string()});
+  BOOST_REQUIRE_MESSAGE(b->wait_for_output("asking node a for the classes of its data",
+                                           std::chrono::seconds(60)),
+                        b->output());
+  auto a = start("a", {"--data", (dir.path / "folders" / "a").string()});
+  auto c = start("c", {});
+  for (auto* n : {a.get(), b.get(), c.get()}) {
+    const auto code = n->wait(std::chrono::seconds(400));
+    BOOST_TEST_INFO("node output:\n" << n->output());
+    BOOST_REQUIRE_EQUAL(code, 0);
+  }
+  BOOST_TEST_INFO(b->output());
+  BOOST_TEST(b->output().find("the cluster's 10 classes from node a") != std::string::npos);
+  BOOST_TEST(b->output().find("(its own, 10 classes)") != std::string::npos);
+  BOOST_TEST_INFO(c->output());
+  BOOST_TEST(c->output().find("the cluster's 10 classes from node") != std::string::npos);
+  // Each of c's platforms trained on exactly its own folder: pc1 on the
+  // images of c1, every epoch (GoSGD trains on all of a shard).
+  auto run = only_run_dir((dir.path / "runs").string());
+  int pc1_rows = 0;
+  for (auto& row : read_csv((run / "metrics.csv").string()))
+    if (row["platform"] == "pc1") {
+      ++pc1_rows;
+      BOOST_TEST(std::stoll(row["samples"]) == c1_images);
+    }
+  BOOST_TEST(pc1_rows == 2);
+  // The averaged model was tested on the three nodes' own test data.
+  auto cluster = read_csv((run / "cluster.csv").string());
+  BOOST_REQUIRE(!cluster.empty());
+  const auto tests = cluster.back()["node_tests"];
+  BOOST_TEST(tests.find("a=") != std::string::npos, tests);
+  BOOST_TEST(tests.find("b=") != std::string::npos, tests);
+  BOOST_TEST(tests.find("c=") != std::string::npos, tests);
+}
+
+BOOST_AUTO_TEST_CASE(a_class_outside_the_balancer_nodes_classes_is_named) {
+  namespace fs = std::filesystem;
+  temp_dir dir;
+  // Node a (the balancer) holds two classes; node b a third.
+  const std::vector<std::pair<std::string, std::string>> folders{
+    {"a", "Trouser"}, {"a", "Bag"}, {"b", "Hat"}};
+  for (const auto& [node, cls] : folders) {
+    fs::create_directories(dir.path / node / "train" / cls);
+    for (int i = 0; i < 3; ++i) {
+      std::ofstream f((dir.path / node / "train" / cls / (std::to_string(i) + ".pgm")).string(),
+                      std::ios::binary);
+      f << "P5\n28 28\n255\n" << std::string(28 * 28, static_cast<char>(60 * i));
+    }
+  }
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"own-classes-refused\"\nbalancer = \"a\"\n"
+       << "[data]\nformat = \"image-folder\"\n[train]\nepochs = 1\n"
+       << "[storage]\ndir = \"" << (dir.path / "store").string() << "\"\n"
+       << "[output]\ndir = \"" << (dir.path / "runs").string() << "\"\n";
+  for (auto name : {"a", "b"})
+    toml << "[[nodes]]\nname = \"" << name << "\"\nport = " << free_port() << "\ndata = \""
+         << (dir.path / name).string() << "\"\n[[nodes.platforms]]\nname = \"p" << name << "\"\n";
+  const auto config = (dir.path / "cluster.toml").string();
+  write_file(config, toml.str());
+  process a({EG_BINARY, "node", "--config", config, "--node", "a"},
+            (dir.path / "a.log").string());
+  auto [code, out] = run_binary({"node", "--config", config, "--node", "b"},
+                                (dir.path / "b.log").string(), std::chrono::seconds(120));
+  BOOST_TEST_INFO(out);
+  BOOST_TEST(code == 2);
+  BOOST_TEST(out.find("class 'Hat'") != std::string::npos);
+  BOOST_TEST(out.find("the cluster's classes are node a's data's: Bag, Trouser") !=
+             std::string::npos);
+  a.signal(SIGKILL);
 }

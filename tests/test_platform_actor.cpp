@@ -160,6 +160,7 @@ node_actor::behavior_type fake_node(node_actor::pointer, rec_ptr rec) {
     [](run_atom, const std::string&) {},
     [](elect_atom) {},
     [](where_atom) { return std::string{}; },
+    [](classes_atom, const std::string&) { return std::vector<std::string>{}; },
     [](failed_atom, const std::string&) {},
     [](challenge_atom) { return std::string{"nonce"}; },
     [](inspect_atom, const std::string&, const std::string&) { return std::string{"{}"}; },

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Node processes on hosts that are not 127.0.0.1, over slow links: three
+# hosts in network namespaces of their own on a Linux bridge, each with its
+# own address and a token bucket on its link (tc tbf, 40 Mbit/s; with netem,
+# where the kernel has it, 5 ms of delay and 0.1 % loss too), train a run to
+# the end. From a fourth host, the inspection console attaches to node a
+# and Prometheus' text is fetched from every node's metrics port.
+#
+#   tests/hosts.sh EDGEGOSSIP
+#
+# Checks: every node exits 0; one run directory with every epoch once in
+# its cluster.csv; each node's weights lane listens on its host at its
+# port + 1; every link was limited; the console from the fourth host shows
+# the three nodes and their platforms; each node's /metrics names it and
+# counts what its platform trained.
+#
+# Needs root, iproute2 (ip, tc) and curl; exits 77 (skipped, with a
+# message) where they cannot be had. Exit 0: every check passed; otherwise
+# the nodes' logs are printed.
+set -uo pipefail
+
+bin=${1:?usage: hosts.sh EDGEGOSSIP}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+tag="eh$$"
+net="10.$(( 20 + ($$ + 7) % 200 )).$(( $$ / 200 % 250 ))"
+work=$(mktemp -d)
+failures=0
+epochs=4
+
+skip() { echo "hosts: skipped: $*"; exit 77; }
+fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+cleanup() {
+  pkill -f "$work/" 2>/dev/null
+  sleep 0.5
+  pkill -9 -f "$work/" 2>/dev/null
+  for i in 1 2 3 4; do ip netns del "${tag}n$i" 2>/dev/null; ip link del "${tag}v$i" 2>/dev/null; done
+  ip link del "${tag}b0" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+command -v ip >/dev/null || skip "no ip (iproute2)"
+command -v tc >/dev/null || skip "no tc (iproute2)"
+command -v curl >/dev/null || skip "no curl"
+ip link add "${tag}b0" type bridge 2>/dev/null || skip "cannot make a bridge here"
+ip link set "${tag}b0" up
+for i in 1 2 3 4; do
+  ip netns add "${tag}n$i" || skip "cannot make network namespaces here"
+  ip link add "${tag}v$i" type veth peer name eth0 netns "${tag}n$i" || skip "cannot make veth pairs"
+  ip link set "${tag}v$i" master "${tag}b0" up
+  ip -n "${tag}n$i" addr add "$net.$i/24" dev eth0
+  ip -n "${tag}n$i" link set eth0 up
+  ip -n "${tag}n$i" link set lo up
+done
+
+# Each node host's link: netem's delay and loss where the kernel has netem,
+# under a token bucket.
+netem=1
+for i in 1 2 3; do
+  ns="${tag}n$i"
+  if [ "$netem" -eq 1 ] &&
+     ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay 5ms loss 0.1% 2>/dev/null; then
+    ip netns exec "$ns" tc qdisc add dev eth0 parent 1: handle 2: tbf rate 40mbit burst 256kb \
+      latency 400ms || skip "cannot add a token bucket under netem"
+  else
+    if [ "$netem" -eq 1 ]; then
+      echo "hosts: no netem in this kernel: links limited by a token bucket only (no delay, no loss)"
+      netem=0
+    fi
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate 40mbit burst 256kb latency 400ms ||
+      skip "cannot add a token bucket (tc tbf)"
+  fi
+done
+
+cat > "$work/cluster.toml" <<EOF
+[cluster]
+id = "hosts"
+balancer = "a"
+secret = "hosts-test-secret"
+
+[data]
+partition = "iid"
+train_samples = 12000
+test_samples = 1000
+
+[train]
+model = "lenet5"
+epochs = $epochs
+
+[strategy]
+name = "gosgd"
+schedule = "sync"
+exchange_probability = 0.05
+
+[storage]
+dir = "$work/store"
+
+[output]
+dir = "$work/runs"
+EOF
+k=0
+for n in a b c; do
+  k=$((k + 1))
+  cat >> "$work/cluster.toml" <<EOF
+
+[[nodes]]
+name = "$n"
+host = "$net.$k"
+port = 47301
+metrics_port = 9101
+  [[nodes.platforms]]
+  name = "${n}0"
+  threads = 1
+EOF
+done
+
+k=0
+for n in a b c; do
+  k=$((k + 1))
+  ( ip netns exec "${tag}n$k" "$bin" node --config "$work/cluster.toml" --node "$n" \
+      > "$work/$n.log" 2>&1
+    echo "$?" > "$work/$n.exit" ) &
+done
+
+# The console and the scrapes from the fourth host, once epoch 2 trains.
+for _ in $(seq 1 240); do grep -q "epoch 2/" "$work/a.log" 2>/dev/null && break; sleep 0.5; done
+console=$(ip netns exec "${tag}n4" "$bin" console "$net.1:47301" --config "$work/cluster.toml" \
+            --once 2>&1)
+code=$?
+if [ "$code" -eq 0 ] && grep -q "a0" <<<"$console" && grep -q "b0" <<<"$console" &&
+   grep -q "c0" <<<"$console"; then
+  pass "the console on host 4 attached to node a ($net.1) and shows platforms a0, b0, c0"
+else
+  fail "the console on host 4 (exit $code): $console"
+fi
+k=0
+for n in a b c; do
+  k=$((k + 1))
+  page=$(ip netns exec "${tag}n4" curl -sf --max-time 5 "http://$net.$k:9101/metrics")
+  if grep -q "^edgegossip_node_info{.*node=\"$n\"" <<<"$page" &&
+     grep -q "^edgegossip_samples_trained_total{platform=\"${n}0\"}" <<<"$page"; then
+    pass "node $n's metrics fetched from host 4 ($net.$k:9101)"
+  else
+    fail "node $n's metrics from host 4: $(head -c 400 <<<"$page")"
+  fi
+done
+
+for _ in $(seq 1 400); do
+  [ -f "$work/a.exit" ] && [ -f "$work/b.exit" ] && [ -f "$work/c.exit" ] && break
+  sleep 1
+done
+k=0
+for n in a b c; do
+  k=$((k + 1))
+  if [ "$(cat "$work/$n.exit" 2>/dev/null)" = 0 ]; then
+    pass "node $n exited 0"
+  else
+    fail "node $n: exit $(cat "$work/$n.exit" 2>/dev/null || echo "none: still running")"
+  fi
+  if grep -q "weights lane listening on $net.$k:47302" "$work/$n.log"; then
+    pass "node $n's weights lane listened on $net.$k:47302 (its port + 1)"
+  else
+    fail "node $n's weights lane is not on $net.$k:47302"
+  fi
+  if ip netns exec "${tag}n$k" tc -s qdisc show dev eth0 | grep -q "qdisc tbf"; then
+    pass "host $k's link was limited: $(ip netns exec "${tag}n$k" tc qdisc show dev eth0 | tr '\n' ' ')"
+  else
+    fail "host $k's link has no token bucket"
+  fi
+done
+runs=$(ls -d "$work"/runs/*/ 2>/dev/null | wc -l)
+if [ "$runs" -eq 1 ]; then
+  got=$(tail -n +2 "$work"/runs/*/cluster.csv | wc -l)
+  if [ "$got" -eq "$epochs" ]; then
+    pass "one run directory, $epochs epochs in its cluster.csv"
+  else
+    fail "the run's cluster.csv has $got epochs, not $epochs"
+  fi
+else
+  fail "$runs run directories"
+fi
+
+if [ "$failures" -gt 0 ]; then
+  for f in "$work"/*.log; do echo "--- $f"; tail -40 "$f" | cut -c1-240; done
+  echo "hosts: $failures check(s) failed"
+  exit 1
+fi
+echo "hosts: every check passed"
