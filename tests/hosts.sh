@@ -25,7 +25,7 @@ tag="eh$$"
 net="10.$(( 20 + ($$ + 7) % 200 )).$(( $$ / 200 % 250 ))"
 work=$(mktemp -d)
 failures=0
-epochs=4
+epochs=8
 
 skip() { echo "hosts: skipped: $*"; exit 77; }
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
@@ -83,7 +83,7 @@ secret = "hosts-test-secret"
 
 [data]
 partition = "iid"
-train_samples = 12000
+train_samples = 30000
 test_samples = 1000
 
 [train]
@@ -125,8 +125,9 @@ for n in a b c; do
     echo "$?" > "$work/$n.exit" ) &
 done
 
-# The console and the scrapes from the fourth host, once epoch 2 trains.
-for _ in $(seq 1 240); do grep -q "epoch 2/" "$work/a.log" 2>/dev/null && break; sleep 0.5; done
+# The console and the scrapes from the fourth host, once the first epoch is
+# over (the run lasts several more).
+for _ in $(seq 1 240); do grep -q "epoch 1/$epochs:" "$work/a.log" 2>/dev/null && break; sleep 0.5; done
 console=$(ip netns exec "${tag}n4" "$bin" console "$net.1:47301" --config "$work/cluster.toml" \
             --once 2>&1)
 code=$?

@@ -262,6 +262,9 @@ BOOST_AUTO_TEST_CASE(the_classes_come_from_the_balancer_nodes_data_and_a_platfor
   // Node b holds three classes only; node c's platforms read a folder each,
   // pc1's with two classes of b's and no test split. No data.classes: the
   // cluster's classes are node a's folders'.
+  fs::create_directories(dir.path / "few" / "train");
+  fs::create_directories(dir.path / "few" / "test");
+  fs::create_directories(dir.path / "c1" / "train");
   for (auto split : {"train", "test"})
     for (auto cls : {"Trouser", "Bag", "Sneaker"})
       fs::copy(dir.path / "folders" / "b" / split / cls, dir.path / "few" / split / cls,
