@@ -84,7 +84,6 @@ config::cluster_config as_one_process(const config::cluster_config& cfg) {
   return one;
 }
 
-
 std::vector<double> resolved_shares(const config::cluster_config& cfg) {
   return resolve_shares(cfg.platforms());
 }
@@ -96,7 +95,6 @@ void tune_allocator() {
 }
 
 namespace {
-
 
 /// The node's port: CAF listens on loopback only, and the node's port is
 /// its front door (messages/door.hpp), which hands CAF nothing from a
