@@ -27,34 +27,12 @@ work=$(mktemp -d)
 failures=0
 epochs=8
 
-skip() { echo "hosts: skipped: $*"; exit 77; }
-fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-
-cleanup() {
-  pkill -f "$work/" 2>/dev/null
-  sleep 0.5
-  pkill -9 -f "$work/" 2>/dev/null
-  for i in 1 2 3 4; do ip netns del "${tag}n$i" 2>/dev/null; ip link del "${tag}v$i" 2>/dev/null; done
-  ip link del "${tag}b0" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null || skip "no ip (iproute2)"
+name=hosts
+# shellcheck source=tests/netns.sh
+. "$(dirname "$0")/netns.sh"
 command -v tc >/dev/null || skip "no tc (iproute2)"
 command -v curl >/dev/null || skip "no curl"
-ip link add "${tag}b0" type bridge 2>/dev/null || skip "cannot make a bridge here"
-ip link set "${tag}b0" up
-for i in 1 2 3 4; do
-  ip netns add "${tag}n$i" || skip "cannot make network namespaces here"
-  ip link add "${tag}v$i" type veth peer name eth0 netns "${tag}n$i" || skip "cannot make veth pairs"
-  ip link set "${tag}v$i" master "${tag}b0" up
-  ip -n "${tag}n$i" addr add "$net.$i/24" dev eth0
-  ip -n "${tag}n$i" link set eth0 up
-  ip -n "${tag}n$i" link set lo up
-done
+make_hosts
 
 # Each node host's link: netem's delay and loss where the kernel has netem,
 # under a token bucket.
