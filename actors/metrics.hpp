@@ -6,7 +6,7 @@
 // metric naming the cluster, the node and the version. Its platforms'
 // figures come from their epoch reports, the peers from the node actor, and
 // the rest (weights lane, store, checkpoints, CPU limit) is read at each
-// scrape. docs/METRICS.md lists every metric.
+// scrape. README ("On several machines") lists every metric.
 //
 // Plain C++ (no CAF, no torch): safe to call from any thread.
 

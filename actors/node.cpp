@@ -54,6 +54,18 @@ void publish_testers(self_ptr self) {
              std::move(samples));
 }
 
+/// The cluster's class list, for a node that proves the cluster secret
+/// over a challenge of this one (it is not a peer yet: it asks before it
+/// reads its data).
+caf::result<std::vector<std::string>> cluster_classes(self_ptr self,
+                                                      const std::string& credentials) {
+  auto& st = self->state;
+  if (!inspection::credentials_valid(credentials, st.args.settings.secret,
+                                     [&](const std::string& c) { return st.challenges.redeem(c); }))
+    return make_error(ec::refused, "wrong cluster secret, or a replayed or stale challenge");
+  return st.args.cluster_classes;
+}
+
 /// Sends every local mixer the current list of peer mixers.
 void publish_peers(self_ptr self) {
   auto& st = self->state;
@@ -710,15 +722,8 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
         return {};
       return self->state.directory.balancer_home();
     },
-    [self](classes_atom,
-           const std::string& credentials) -> caf::result<std::vector<std::string>> {
-      auto& st = self->state;
-      if (!inspection::credentials_valid(credentials, st.args.settings.secret,
-                                         [&](const std::string& c) {
-                                           return st.challenges.redeem(c);
-                                         }))
-        return make_error(ec::refused, "wrong cluster secret, or a replayed or stale challenge");
-      return st.args.cluster_classes;
+    [self](classes_atom, const std::string& credentials) {
+      return cluster_classes(self, credentials);
     },
     [self](failed_atom, const std::string& why) {
       auto& st = self->state;

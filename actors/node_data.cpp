@@ -406,4 +406,37 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
   }
 }
 
+std::optional<loaded_data> load_with_cluster_classes(const config::cluster_config& cfg,
+                                                     const config::node_config& me,
+                                                     const std::string& override_dir,
+                                                     storage::store& db, bool fresh,
+                                                     bool watch_signals,
+                                                     std::vector<std::string>& answers) {
+  const bool hosts_balancer = cfg.balancer().name == me.name;
+  auto classes = cfg.data.classes;
+  std::string classes_from;
+  if (classes.empty() && cfg.nodes.size() > 1 && !hosts_balancer &&
+      reads_own_data(me, override_dir)) {
+    auto asked = ask_cluster_classes(cfg, me.name, db, fresh, watch_signals);
+    if (!asked)
+      return std::nullopt;
+    classes = std::move(*asked);
+    classes_from = cfg.balancer().name;
+  }
+  try {
+    auto loaded = load_node_data(cfg, me, override_dir, classes);
+    answers = hosts_balancer && cfg.data.classes.empty() ? loaded.train.classes : classes;
+    return loaded;
+  } catch (const data::data_error& e) {
+    if (classes_from.empty())
+      throw;
+    std::string list;
+    for (auto& c : classes)
+      list += (list.empty() ? "" : ", ") + c;
+    throw data::data_error(std::string(e.what()) + " (the cluster's classes are node " +
+                           classes_from + "'s data's: " + list +
+                           "; set data.classes in the cluster file to name every class)");
+  }
+}
+
 } // namespace eg::actors

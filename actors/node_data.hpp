@@ -88,4 +88,17 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
                                                             storage::store& db, bool fresh,
                                                             bool watch_signals);
 
+/// Node `me`'s data (load_node_data) mapped to the cluster's class list:
+/// data.classes, else, for a node with data of its own in a cluster of
+/// several that does not host the balancer, the list ask_cluster_classes
+/// gets (a class outside it is named with the list and where it came
+/// from). `answers` is set to the list this node gives a node that asks.
+/// nullopt when SIGINT or SIGTERM came while it waited for the list.
+std::optional<loaded_data> load_with_cluster_classes(const config::cluster_config& cfg,
+                                                     const config::node_config& me,
+                                                     const std::string& override_dir,
+                                                     storage::store& db, bool fresh,
+                                                     bool watch_signals,
+                                                     std::vector<std::string>& answers);
+
 } // namespace eg::actors

@@ -546,35 +546,14 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   if (!split) {
     for (const auto& p : me.platforms)
       learning::training_device(p.device);
-    // One class list for the whole cluster: data.classes, or else the
-    // balancer node's data's, which a node with data of its own asks for.
-    auto classes = cfg.data.classes;
-    std::string classes_from;
-    if (classes.empty() && cfg.nodes.size() > 1 && !hosts_balancer &&
-        reads_own_data(me, opts.data_dir)) {
-      auto asked = ask_cluster_classes(cfg, node_name, *db, opts.fresh, opts.handle_signals);
-      if (!asked) {
-        run_outcome stopped;
-        stopped.stopped = true;
-        return stopped;
-      }
-      classes = std::move(*asked);
-      classes_from = cfg.balancer().name;
+    auto read = load_with_cluster_classes(cfg, me, opts.data_dir, *db, opts.fresh,
+                                          opts.handle_signals, nargs_classes);
+    if (!read) {
+      run_outcome stopped;
+      stopped.stopped = true;
+      return stopped;
     }
-    loaded_data loaded;
-    try {
-      loaded = load_node_data(cfg, me, opts.data_dir, classes);
-    } catch (const data::data_error& e) {
-      if (classes_from.empty())
-        throw;
-      std::string list;
-      for (auto& c : classes)
-        list += (list.empty() ? "" : ", ") + c;
-      throw data::data_error(std::string(e.what()) + " (the cluster's classes are node " +
-                             classes_from + "'s data's: " + list +
-                             "; set data.classes in the cluster file to name every class)");
-    }
-    nargs_classes = hosts_balancer && cfg.data.classes.empty() ? loaded.train.classes : classes;
+    auto& loaded = *read;
     own_data = loaded.own;
     data_stats = loaded.stats;
     // The shards before the training data moves out of `loaded`.
