@@ -52,6 +52,10 @@ struct balancer_state {
   std::map<std::string, platform_handles> handles;
   /// The latest averaged model (learning::save_model), from the evaluator.
   std::shared_ptr<std::string> averaged_model = std::make_shared<std::string>();
+  /// A copy of the last averaged model, taken once the evaluator answered
+  /// (it writes averaged_model on its own thread): what a platform joining
+  /// the run starts from.
+  std::string latest_model;
   bool started = false;
   bool finished = false;
   std::string run;
@@ -419,6 +423,7 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
           [self, done](held_weights& averaged) {
             if (averaged.value.tensors.empty())
               return done({});
+            self->state.latest_model = *self->state.averaged_model;
             test_average(self, std::move(averaged), done);
           },
           [self, done](caf::error& err) {
@@ -599,9 +604,12 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
   if (st.console.paused)  // the cluster is paused: so is a platform that joins now
     console_send(self, name, h, messages::verb::pause);
   if (running) {
-    // Joins a run in progress (a restarted node): it takes part from the
-    // next epoch (synchronous schedule), or at once with the epoch the
-    // others are in (asynchronous).
+    // Joins a run in progress (a restarted node, a node that joined the
+    // cluster): it takes part from the next epoch (synchronous schedule), or
+    // at once with the epoch the others are in (asynchronous), from the
+    // averaged model unless it trained already.
+    if (!st.latest_model.empty())
+      self->send(h, adopt_atom::value, st.latest_model);
     if (j.plan) {
       if (!st.norm_text.empty())
         self->send(h, norm_atom::value, st.norm_text);
@@ -654,6 +662,16 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       self->state.console.store_failed(node, why);
     },
     [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
+    [self](member_atom, const std::string& node, const std::string& host, uint16_t port,
+           const std::vector<std::string>& platforms) {
+      auto& st = self->state;
+      st.args.settings.layout.joined({node, host, port, platforms});
+      for (auto& p : platforms)
+        if (st.epochs.expect(p))
+          spdlog::info("balancer: node {} joined the cluster; its platform {} joins the run "
+                       "when it is up",
+                       node, p);
+    },
     [self](testers_atom, const std::vector<std::string>& nodes,
            const std::vector<caf::actor>& testers, const std::vector<uint64_t>& samples) {
       auto& st = self->state;

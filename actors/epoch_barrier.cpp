@@ -23,7 +23,9 @@ barrier_settings barrier_settings::of(const config::cluster_config& cluster) {
   barrier_settings s;
   for (auto& p : cluster.platforms())
     s.expected.push_back(p.name);
-  s.quorum = cluster.quorum > 0 ? static_cast<size_t>(cluster.quorum) : s.expected.size();
+  // (Nodes that joined a run are not waited for to start the next.)
+  s.quorum = cluster.quorum > 0 ? static_cast<size_t>(cluster.quorum)
+                                : cluster.file_platforms().size();
   s.last_epoch = cluster.train.epochs - 1;
   s.edgegossip = cluster.strategy.edgegossip();
   s.asynchronous = cluster.strategy.asynchronous();
@@ -60,6 +62,13 @@ std::vector<std::string> epoch_barrier::live() const {
 bool epoch_barrier::expects(const std::string& name) const {
   return std::find(settings_.expected.begin(), settings_.expected.end(), name)
          != settings_.expected.end();
+}
+
+bool epoch_barrier::expect(const std::string& name) {
+  if (expects(name))
+    return false;
+  settings_.expected.push_back(name);
+  return true;
 }
 
 epoch_barrier::joined epoch_barrier::join(const std::string& name, const std::string& node,

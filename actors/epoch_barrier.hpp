@@ -114,8 +114,11 @@ public:
   uint32_t up() const;
   /// The names of the platforms up, in name order.
   std::vector<std::string> live() const;
-  /// `name` is a platform of the cluster file.
+  /// `name` is a platform of the cluster file, or of a node that joined.
   bool expects(const std::string& name) const;
+  /// A platform of a node that joined the cluster: it may join the run
+  /// (join()) from now on. False when it was expected already.
+  bool expect(const std::string& name);
   /// Enough platforms joined for a new run to start (cluster.quorum, 0: all).
   bool has_quorum() const { return platforms_.size() >= settings_.quorum; }
 

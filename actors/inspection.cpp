@@ -183,6 +183,15 @@ void console_state::epoch_done(const actors::epoch_barrier& epochs, uint32_t epo
   note("checkpoint", fmt::format("checkpoints after epoch {}:{}", epoch + 1, who));
 }
 
+void cluster_layout::joined(node row) {
+  for (auto& n : nodes)
+    if (n.name == row.name) {
+      n = std::move(row);
+      return;
+    }
+  nodes.push_back(std::move(row));
+}
+
 cluster_layout cluster_layout::of(const config::cluster_config& cluster) {
   cluster_layout l;
   l.id = cluster.id;

@@ -238,6 +238,8 @@ struct cluster_layout {
   std::vector<node> nodes;
 
   static cluster_layout of(const config::cluster_config& cluster);
+  /// A node that joined the cluster (or joined again from elsewhere).
+  void joined(node row);
   /// The header's fields the layout fixes (id, strategy, schedule, epochs,
   /// balancer); the rest is left as it is.
   void fill(cluster_header& h) const;

@@ -74,6 +74,10 @@ using test_atom = caf::atom_constant<caf::atom("test")>;
 using testers_atom = caf::atom_constant<caf::atom("testers")>;
 using norm_atom = caf::atom_constant<caf::atom("norm")>;
 using classes_atom = caf::atom_constant<caf::atom("classes")>;
+/// A node joins a running cluster (edgegossip node --join), and what the
+/// nodes tell each other and their balancer of it.
+using member_atom = caf::atom_constant<caf::atom("member")>;
+using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -130,6 +134,10 @@ using platform_actor = caf::typed_actor<
   // (data::to_text), combined from every node's statistics; the platform
   // trains and ranks with it from then on.
   caf::reacts_to<norm_atom, std::string>,
+  // From the balancer, to a platform joining a run in progress: the last
+  // averaged model (learning::save_model), which it starts from unless it
+  // trained already (a checkpoint of its own restored, or back after a cut).
+  caf::reacts_to<adopt_atom, std::string>,
   // To itself: one training iteration.
   caf::reacts_to<step_atom>,
   // To itself: the tau-overlap wait before step k + 1 (argument k) ran out.
@@ -224,6 +232,9 @@ using balancer_actor = caf::typed_actor<
                  uint64_t, std::string>,
   // From a node: its store cannot write (node name, why), for the console.
   caf::reacts_to<failed_atom, std::string, std::string>,
+  // From its node: a node joined the cluster (name, host, port, its
+  // platforms); the barrier expects them from the epoch they join in.
+  caf::reacts_to<member_atom, std::string, std::string, uint16_t, std::vector<std::string>>,
   // From its node: the node hosting the parameter server now ("": none
   // reachable), for the console.
   caf::reacts_to<server_atom, std::string>,
@@ -285,6 +296,17 @@ using node_actor = caf::typed_actor<
   // the list this node was given by another), empty while it knows none, or
   // refused with ec::refused.
   caf::replies_to<classes_atom, std::string>::with<std::vector<std::string>>,
+  // From a node asking to join the running cluster (edgegossip node
+  // --join), before it is a peer: its credentials
+  // (inspection::console_credentials, answering a challenge of this node)
+  // and its description (config::member_toml). Answered with the cluster
+  // file it is to run with (config::to_toml, itself in it as a node that
+  // joined), or refused with ec::refused saying why (a wrong secret, a name
+  // in use, a strategy whose members are fixed).
+  caf::replies_to<member_atom, std::string, std::string>::with<std::string>,
+  // From a peer node: the nodes that joined the cluster as it knows them
+  // (config::member_toml of each, concatenated); those new here are taken in.
+  caf::reacts_to<member_atom, std::string>,
   // From this process's store: it cannot write any more (disk full,
   // read-only, removed); the text says why and what is at risk. Reported
   // once; the node goes on or stops as cluster.on_store_failure says.

@@ -93,17 +93,33 @@ std::string probe_tcp(const std::string& host, uint16_t port, int timeout_ms) {
   }
 }
 
+admitted_names::admitted_names(const config::cluster_config& cluster, const std::string& node)
+    : names_{"console", joiner_name} {
+  for (auto& n : cluster.nodes)
+    if (n.name != node)
+      names_.insert(n.name);
+}
+
+void admitted_names::add(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  names_.insert(name);
+}
+
+bool admitted_names::operator()(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return names_.count(name) > 0;
+}
+
 messages::door_options door_options_of(const config::cluster_config& cluster,
-                                       const std::string& node) {
+                                       const std::string& node,
+                                       std::shared_ptr<admitted_names> admitted) {
   messages::door_options o;
   o.identity.cluster_id = cluster.id;
   o.identity.node = node;
   o.identity.secret = cluster.secret;
-  std::set<std::string> allowed{"console"};
-  for (auto& n : cluster.nodes)
-    if (n.name != node)
-      allowed.insert(n.name);
-  o.identity.peer_allowed = [allowed](const std::string& n) { return allowed.count(n) > 0; };
+  if (!admitted)
+    admitted = std::make_shared<admitted_names>(cluster, node);
+  o.identity.peer_allowed = [admitted](const std::string& n) { return (*admitted)(n); };
   for (auto& n : cluster.nodes)
     if (n.name == node)
       o.host = n.host;

@@ -15,6 +15,9 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -65,13 +68,34 @@ std::string probe_tls(const std::string& host, uint16_t port, const config::tls_
 /// `timeout_ms`, else why not (refused, no answer in time, no route).
 std::string probe_tcp(const std::string& host, uint16_t port, int timeout_ms);
 
+/// The names a node's front door and its routes let in (each proving the
+/// cluster secret): the cluster's nodes, the inspection console
+/// ("console") and a node asking to join ("joiner", see
+/// node_actor's member_atom); a node that joined is added while the node
+/// runs. Shared by the node's thread and the doors' threads.
+class admitted_names {
+public:
+  admitted_names(const config::cluster_config& cluster, const std::string& node);
+  void add(const std::string& name);
+  bool operator()(const std::string& name) const;
+
+private:
+  mutable std::mutex mutex_;
+  std::set<std::string> names_;
+};
+
+/// The name a joining node's request comes through the doors under (it is
+/// no member yet).
+inline constexpr const char* joiner_name = "joiner";
+
 /// The front door of `node`'s port (messages/door.hpp) as the cluster file
-/// sets it: the cluster id and secret, the cluster's nodes and the
-/// inspection console ("console") let in, BASP lengths bounded to
-/// messages::max_message_bytes (as the weights lane's frames), not read
-/// under TLS. The dialling side (door_routes) takes the same options.
+/// sets it: the cluster id and secret, `admitted`'s names let in (null: the
+/// cluster file's), BASP lengths bounded to messages::max_message_bytes (as
+/// the weights lane's frames), not read under TLS. The dialling side
+/// (door_routes) takes the same options.
 messages::door_options door_options_of(const config::cluster_config& cluster,
-                                       const std::string& node);
+                                       const std::string& node,
+                                       std::shared_ptr<admitted_names> admitted = nullptr);
 
 /// The actor that dials other nodes (connect_atom): the OpenSSL manager's
 /// under TLS, else the middleman's.

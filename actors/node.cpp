@@ -725,6 +725,13 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     [self](classes_atom, const std::string& credentials) {
       return cluster_classes(self, credentials);
     },
+    [self](member_atom, const std::string& credentials, const std::string& description) {
+      return admit_member(self, credentials, description);
+    },
+    [self](member_atom, const std::string& members) {
+      if (from_cluster(self))
+        learn_members(self, members);
+    },
     [self](failed_atom, const std::string& why) {
       auto& st = self->state;
       if (self->current_sender() && self->current_sender()->node() != self->node())
@@ -776,6 +783,15 @@ node_settings node_settings::of(const config::cluster_config& cluster) {
   if (cluster.split.enabled())
     for (auto& stage : cluster.stages)
       s.stage_nodes.push_back(stage.node);
+  if (cluster.split.enabled())
+    s.not_joinable = "a split run's stages are fixed by the cluster file";
+  else if (cluster.strategy.parameter_server())
+    s.not_joinable = std::string{"strategy "} + config::to_string(cluster.strategy.name) +
+                     " has its workers fixed by the cluster file (the parameter server's)";
+  else if (cluster.strategy.push_sum())
+    s.not_joinable = std::string{"strategy "} + config::to_string(cluster.strategy.name) +
+                     " gossips over a topology fixed by the cluster file (push-sum); nodes "
+                     "join runs of gosgd and edgegossip";
   s.layout = inspection::cluster_layout::of(cluster);
   return s;
 }

@@ -29,6 +29,9 @@
 namespace eg::messages {
 class door_routes;
 }
+namespace eg::actors {
+class admitted_names;  // actors/network.hpp
+}
 
 namespace eg::actors {
 
@@ -70,6 +73,13 @@ struct node_settings {
   /// (messages/door.hpp), made by the node's process; null: the peer's port
   /// itself (in-process nodes of the tests, which publish without a door).
   std::shared_ptr<messages::door_routes> routes;
+  /// The names the node's doors let in (null: the doors are not this
+  /// node's); nodes that join are added.
+  std::shared_ptr<admitted_names> admitted;
+  /// Why a node may not join this cluster while it runs ("" where it may:
+  /// GoSGD and EdgeGossip; push-sum's topologies, the parameter server and a
+  /// split model's stages have members fixed by the cluster file).
+  std::string not_joinable;
   /// The node named to host the parameter server (strategy.server; "" for
   /// strategies without one).
   std::string server;
@@ -96,6 +106,9 @@ struct node_args {
   /// This node's training data statistics (data::to_text of data::moments),
   /// announced with its platforms for the cluster's normalisation.
   std::string data_stats;
+  /// The cluster file as this node runs it (config::to_toml), for the
+  /// nodes that join: they run with it.
+  std::string cluster_toml;
   /// The cluster's class list, for nodes that ask before reading data of
   /// their own (the balancer node's data's classes); empty where this node
   /// knows none.
@@ -134,6 +147,10 @@ struct node_args {
   /// run and tells every node when it is over.
   std::vector<stage_args> stages;
 };
+
+/// The key, in the store's runs family, of the nodes that joined the
+/// cluster as this node knows them (config::member_toml of each).
+inline constexpr const char* members_key = "members";
 
 /// Spawns the node, which spawns its platforms, their mixers and the
 /// balancer, linked to it: when the node goes, they go.

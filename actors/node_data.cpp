@@ -19,6 +19,7 @@
 #include <csignal>
 #include <filesystem>
 #include <numeric>
+#include <random>
 #include <thread>
 
 namespace eg::actors {
@@ -208,8 +209,23 @@ learning::shards partition_shards(const config::cluster_config& cfg,
              : learning::partition_iid(l, shares, cfg.seed);
   };
   if (!data.own) {
-    std::vector<double> shares = resolve_shares(cfg.platforms());
-    return split(labels, shares);
+    // The cluster file's platforms partition the data; a node that joined
+    // later leaves that partition as it is (the others' shards, checkpoints
+    // and rankings stay valid): each of its platforms trains on a sample
+    // of the average shard's size, drawn from its own seed.
+    auto file = cfg.file_platforms();
+    auto out = split(labels, resolve_shares(file));
+    const auto average = file.empty() ? labels.size() : labels.size() / file.size();
+    for (size_t i = file.size(); i < all.size(); ++i) {
+      std::vector<int64_t> every(labels.size());
+      std::iota(every.begin(), every.end(), int64_t{0});
+      std::mt19937_64 rng(cfg.seed * 1000003 + std::hash<std::string>{}(all[i].name));
+      std::shuffle(every.begin(), every.end(), rng);
+      every.resize(std::min(average, every.size()));
+      std::sort(every.begin(), every.end());
+      out.push_back(std::move(every));
+    }
+    return out;
   }
   learning::shards out(all.size());
   auto index_of = [&](const std::string& name) {
@@ -298,20 +314,6 @@ std::optional<std::vector<std::string>> ask_node(caf::actor_system& sys,
   return out;
 }
 
-/// Waits up to `d` for SIGINT or SIGTERM (blocked in this process, taken
-/// here); true when one came.
-bool signalled_within(std::chrono::milliseconds d, bool watch) {
-  if (!watch) {
-    std::this_thread::sleep_for(d);
-    return false;
-  }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  timespec t{static_cast<time_t>(d.count() / 1000), static_cast<long>(d.count() % 1000) * 1'000'000};
-  return sigtimedwait(&set, nullptr, &t) > 0;
-}
 
 std::optional<std::vector<std::string>> saved_classes(const storage::store& db,
                                                       const std::string& cluster_id,
@@ -334,6 +336,19 @@ std::optional<std::vector<std::string>> saved_classes(const storage::store& db,
 }
 
 } // namespace
+
+bool signalled_within(std::chrono::milliseconds d, bool watch) {
+  if (!watch) {
+    std::this_thread::sleep_for(d);
+    return false;
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  timespec t{static_cast<time_t>(d.count() / 1000), static_cast<long>(d.count() % 1000) * 1'000'000};
+  return sigtimedwait(&set, nullptr, &t) > 0;
+}
 
 std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluster_config& cfg,
                                                             const std::string& node,

@@ -12,6 +12,7 @@
 #include "learning/dataset.hpp"
 #include "learning/partition.hpp"
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -69,7 +70,9 @@ bool reads_own_data(const config::node_config& me, const std::string& override_d
 /// of its own exactly that, and splits its own directory's data among its
 /// other platforms by their shares (the other nodes' platforms have no
 /// shard here); else every node derives the same partition of the cluster's
-/// data from the seed.
+/// data from the seed (the cluster file's platforms' partition; each
+/// platform of a node that joined gets a seeded sample of the average
+/// shard's size).
 learning::shards partition_shards(const config::cluster_config& cfg,
                                   const config::node_config& me,
                                   const std::vector<config::platform_config>& all,
@@ -100,5 +103,9 @@ std::optional<loaded_data> load_with_cluster_classes(const config::cluster_confi
                                                      storage::store& db, bool fresh,
                                                      bool watch_signals,
                                                      std::vector<std::string>& answers);
+
+/// Waits up to `d` for SIGINT or SIGTERM (blocked in this process while
+/// `watch`, taken here; without `watch` it only waits); true when one came.
+bool signalled_within(std::chrono::milliseconds d, bool watch);
 
 } // namespace eg::actors

@@ -107,6 +107,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
     st.alone_since.reset();
     spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
                  handles.size());
+    tell_members(self, remote);
     // Whether the run ended while one of us was away: asked of the peer and
     // told to it (whichever of the two ends of a handshake takes the other
     // in first cannot hear from it yet).

@@ -211,6 +211,21 @@ void rehello(self_ptr self);
 caf::result<hello, std::vector<caf::actor>>
 answer_hello(self_ptr self, const hello& their, const std::vector<caf::actor>& handles);
 
+// node_members.cpp
+/// Takes in a node that joined (or joined again from another address):
+/// membership, the doors, the succession, the console's layout, the
+/// balancer's barrier; dials it and keeps it in the store. False when it
+/// was known as it is, or names this node or a node of the cluster file.
+bool add_member(self_ptr self, config::node_config member);
+/// A node asks to join (member_atom with its credentials and description).
+caf::result<std::string> admit_member(self_ptr self, const std::string& credentials,
+                                      const std::string& description);
+/// A peer's list of members (member_atom): the new ones are taken in and
+/// passed on to the other peers.
+void learn_members(self_ptr self, const std::string& text);
+/// Tells a peer that just peered with this node the members it knows.
+void tell_members(self_ptr self, const node_actor& peer);
+
 // node_console.cpp
 /// The console's request (credentials, command text), answered in JSON.
 caf::result<std::string> inspect(self_ptr self, const std::string& credentials,

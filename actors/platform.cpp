@@ -695,6 +695,21 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       if (!st.running)
         begin_epoch(self);
     },
+    [self](adopt_atom, const std::string& averaged) {
+      auto& st = self->state;
+      if (st.total_iterations > 0 || st.finished)
+        return;  // its own model (trained here, or a checkpoint's) stays
+      try {
+        st.trainer->loans().before_write(st.params());
+        learning::load_model(st.trainer->model(), averaged);
+        st.strategy->restored(st.params());
+        spdlog::info("[{}] starts from the cluster's averaged model", st.args.platform.name);
+      } catch (const std::exception& e) {
+        spdlog::warn("[{}] kept its initial model: the cluster's averaged model does not load "
+                     "({})",
+                     st.args.platform.name, e.what());
+      }
+    },
     [self](norm_atom, const std::string& text) {
       auto& st = self->state;
       try {

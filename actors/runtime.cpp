@@ -103,8 +103,9 @@ namespace {
 std::unique_ptr<messages::front_door> open_front_door(caf::actor_system& sys,
                                                       const config::cluster_config& cfg,
                                                       const config::node_config& me,
-                                                      const node_actor& node) {
-  auto o = door_options_of(cfg, me.name);
+                                                      const node_actor& node,
+                                                      std::shared_ptr<admitted_names> admitted) {
+  auto o = door_options_of(cfg, me.name, std::move(admitted));
   o.host = me.host;
   o.port = me.port;
   auto door = std::make_unique<messages::front_door>(std::move(o));
@@ -112,6 +113,42 @@ std::unique_ptr<messages::front_door> open_front_door(caf::actor_system& sys,
   spdlog::info("node {} listening on {}:{}{}", me.name, me.host, door->port(),
                cfg.tls.enabled() ? " (TLS)" : "");
   return door;
+}
+
+/// `cfg` with the nodes that joined it as this node's store keeps them
+/// (node_members.cpp), after the cluster file's; none with `fresh`, or
+/// where the store's list does not parse or fit (said in the log).
+config::cluster_config with_stored_members(const config::cluster_config& cfg,
+                                           const std::string& node, storage::store& db,
+                                           bool fresh) {
+  auto text = db.get(storage::family::runs, members_key);
+  if (fresh || !text || text->empty())
+    return cfg;
+  auto out = cfg;
+  try {
+    for (auto& m : config::parse_members(*text, "the members kept in node " + node + "'s store")) {
+      m.joined = true;
+      auto same = std::find_if(out.nodes.begin(), out.nodes.end(),
+                               [&](auto& n) { return n.name == m.name; });
+      if (same == out.nodes.end())
+        out.nodes.push_back(std::move(m));
+      else if (same->joined)
+        *same = std::move(m);  // (the cluster file now lists it: the file's entry stays)
+    }
+    config::validate(out);
+  } catch (const config::config_error& e) {
+    spdlog::warn("node {}: the nodes that joined the cluster, as its store keeps them, are left "
+                 "out: {}",
+                 node, e.what());
+    return cfg;
+  }
+  std::string names;
+  for (auto& n : out.nodes)
+    if (n.joined)
+      names += (names.empty() ? "" : ", ") + n.name;
+  if (!names.empty())
+    spdlog::info("node {}: nodes that joined the cluster before: {}", node, names);
+  return out;
 }
 
 /// At the end of a node's run: its front door's counts (when it refused
@@ -488,10 +525,16 @@ std::shared_ptr<node_metrics> serve_metrics(const config::cluster_config& cfg,
 
 } // namespace
 
-run_outcome run_node(const config::cluster_config& cfg, const std::string& node_name,
+run_outcome run_node(const config::cluster_config& given, const std::string& node_name,
                      const runtime_options& opts) {
-  config::validate(cfg);
+  config::validate(given);
   tune_allocator();
+  given.node(node_name);  // names an unknown node before anything is made
+  auto db_dir = (std::filesystem::path(given.storage_dir) / node_name).string();
+  std::filesystem::create_directories(given.storage_dir);
+  std::shared_ptr<storage::store> db = storage::store::open(db_dir);
+  // The nodes that joined the cluster while this node ran before.
+  const auto cfg = with_stored_members(given, node_name, *db, opts.fresh);
   const auto& me = cfg.node(node_name);
   const bool hosts_balancer = cfg.balancer().name == node_name;
   if (opts.handle_signals)
@@ -520,9 +563,6 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
                    node_name, me.cpu_schedule.size(), cpu->limit().mechanism());
   }
 
-  auto db_dir = (std::filesystem::path(cfg.storage_dir) / node_name).string();
-  std::filesystem::create_directories(cfg.storage_dir);
-  std::shared_ptr<storage::store> db = storage::store::open(db_dir);
 
   // A split run: this node's stages (the first stage loads the data).
   const bool split = cfg.split.enabled();
@@ -620,10 +660,14 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
   nargs.cluster_classes = std::move(nargs_classes);
   nargs.settings = node_settings::of(cfg);
   nargs.name = node_name;
-  // Peers are dialled through their front doors (messages/door.hpp).
+  nargs.cluster_toml = config::to_toml(cfg);
+  // Peers are dialled through their front doors (messages/door.hpp); the
+  // doors let in the cluster's nodes, and those that join.
+  auto admitted = std::make_shared<admitted_names>(cfg, node_name);
+  nargs.settings.admitted = admitted;
   std::shared_ptr<messages::door_routes> routes;
-  if (cfg.nodes.size() > 1) {
-    routes = std::make_shared<messages::door_routes>(door_options_of(cfg, node_name));
+  if (cfg.nodes.size() > 1 || me.port != 0) {  // (a single node with a port: others may join)
+    routes = std::make_shared<messages::door_routes>(door_options_of(cfg, node_name, admitted));
     nargs.settings.routes = routes;
   }
   auto relay = std::make_shared<failure_relay>();
@@ -671,17 +715,22 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     // read the cluster's data set hold the same test set: each tests its own
     // part (every n-th sample), so that together they test it once.
     auto tested = test;
-    if (!own_data && cfg.nodes.size() > 1) {
-      const auto n = static_cast<int64_t>(cfg.nodes.size());
-      int64_t at = 0;
-      while (at < n && cfg.nodes[static_cast<size_t>(at)].name != node_name)
-        ++at;
+    if (!own_data && me.joined)
+      tested.reset();  // the cluster's test data: the file's nodes test it
+    else if (!own_data && cfg.nodes.size() > 1) {
+      int64_t n = 0, at = -1;  // (among the cluster file's nodes)
+      for (auto& other : cfg.nodes)
+        if (!other.joined) {
+          if (other.name == node_name)
+            at = n;
+          ++n;
+        }
       std::vector<int64_t> part;
       for (int64_t k = at; k < test->size(); k += n)
         part.push_back(k);
       tested = std::make_shared<learning::dataset>(test->subset(part));
     }
-    if (tested->size() > 0)
+    if (tested && tested->size() > 0)
       nargs.tester = tester_args{cfg.train.model, cfg.seed, model_shape, tested,
                                  static_cast<uint64_t>(tested->size())};
   }
@@ -718,7 +767,7 @@ run_outcome run_node(const config::cluster_config& cfg, const std::string& node_
     std::unique_ptr<messages::front_door> door;
     if (cfg.nodes.size() > 1 || me.port != 0) {
       try {
-        door = open_front_door(sys, cfg, me, node);
+        door = open_front_door(sys, cfg, me, node, admitted);
       } catch (const std::exception& e) {
         caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
         caf::anon_send_exit(store, caf::exit_reason::user_shutdown);

@@ -20,7 +20,7 @@
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port, lane_port, metrics_port, cpu_limit, data, data_format,
-//               test_dir,
+//               test_dir, joined (written by a node that joined with --join),
 //               cpu_schedule = [{at = 30.0, cores = 0.25}, ...]
 //   [[nodes.platforms]]
 //               name, threads, share, slowdown, device, data, data_format, test_dir,
@@ -291,6 +291,7 @@ void keys_of(N& n, Visit&& visit) {
   visit("cpu_schedule", n.cpu_schedule, table_list{});
   visit("platforms", n.platforms, table_list{});
   visit("corunners", n.corunners, table_list{});
+  visit("joined", n.joined, any_bool);
 }
 
 std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
@@ -730,6 +731,13 @@ std::vector<std::string> cluster_config::node_names() const {
   return config::node_names(nodes);
 }
 
+std::vector<platform_config> cluster_config::file_platforms() const {
+  std::vector<platform_config> all;
+  for (const auto& n : nodes)
+    if (!n.joined) all.insert(all.end(), n.platforms.begin(), n.platforms.end());
+  return all;
+}
+
 std::vector<platform_config> cluster_config::platforms() const {
   std::vector<platform_config> all;
   for (const auto& n : nodes) all.insert(all.end(), n.platforms.begin(), n.platforms.end());
@@ -764,6 +772,31 @@ cluster_config parse(const std::string& toml_text, const std::string& origin) {
   cluster_config cfg = default_config();
   read_document(cfg, root, source{origin, true});
   return cfg;
+}
+
+std::vector<node_config> parse_members(const std::string& toml_text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    throw config_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                       std::string(e.description()));
+  }
+  const source src{origin, true};
+  std::vector<node_config> out;
+  for (auto&& [k, n] : root) {
+    if (k.str() != "nodes") src.fail(n, unknown_key(std::string(k.str()), {"nodes"}));
+    read_value(n, "nodes", src, out, table_list{});
+  }
+  check("nodes", out, table_list{});
+  return out;
+}
+
+std::string member_toml(const node_config& node) {
+  std::ostringstream os;
+  os << "[[nodes]]\n";
+  write_table(os, node, "nodes");
+  return os.str();
 }
 
 cluster_config load(const std::string& path) {
@@ -837,6 +870,14 @@ void validate(const cluster_config& cfg) {
   });
   if (cfg.nodes.empty()) throw config_error("nodes: the cluster needs at least one node");
   check("nodes", cfg.nodes, table_list{});
+  for (size_t i = 1; i < cfg.nodes.size(); ++i)
+    if (cfg.nodes[i - 1].joined && !cfg.nodes[i].joined)
+      throw config_error("nodes[" + std::to_string(i) + "]: node " + show(cfg.nodes[i].name) +
+                         " of the cluster file comes after node " + show(cfg.nodes[i - 1].name) +
+                         ", which joined (joined = true): nodes that joined come last");
+  if (cfg.nodes.front().joined)
+    throw config_error("nodes[0]: node " + show(cfg.nodes[0].name) +
+                       " joined (joined = true): a cluster starts from nodes of its file");
 
   check("stages", cfg.stages, table_list{});
   if (cfg.split.enabled() && cfg.stages.empty())
@@ -903,6 +944,7 @@ void validate(const cluster_config& cfg) {
                              "].at must be later than the step before it (" +
                              show(p.interference[k].at_seconds) + " after " +
                              show(p.interference[k - 1].at_seconds) + ")");
+      if (n.joined) continue;  // (not in the partition of the cluster's data: no share)
       shares += p.share;
       if (p.share == 0 && !equal_part) equal_part = &p, equal_part_key = platform_key + ".share";
     }
@@ -1012,7 +1054,7 @@ std::string run_fingerprint(const cluster_config& cfg) {
       text << '|' << c;
   }
 
-  for (auto& p : cfg.platforms())
+  for (auto& p : cfg.file_platforms())  // (nodes that join later do not change the run)
     text << '|' << p.name << '=' << p.share;
   if (cfg.split.enabled()) {
     text << "|split|" << cfg.split.mode << '|' << cfg.split.model << '|' << cfg.split.in_flight

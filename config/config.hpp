@@ -140,6 +140,11 @@ struct node_config {
   int lane_port = -1;
   /// Where it serves Prometheus' /metrics on its host; 0 = not served.
   uint16_t metrics_port = 0;
+  /// It joined a running cluster (`edgegossip node --join`) instead of being
+  /// listed in the cluster file: it comes after the file's nodes in every
+  /// order (dialling, the balancer's succession), takes no part in the
+  /// cluster's data partition and does not change the run's fingerprint.
+  bool joined = false;
 };
 
 /// The port node `n`'s weights lane listens on (0: any free one).
@@ -403,6 +408,9 @@ struct cluster_config {
   std::vector<std::string> node_names() const;
   /// All platforms of the cluster, in node order.
   std::vector<platform_config> platforms() const;
+  /// The platforms of the nodes listed in the cluster file (not of those
+  /// that joined), in node order: the cluster's data partition.
+  std::vector<platform_config> file_platforms() const;
 };
 
 /// The node of that name among `nodes` (of cluster `cluster_id`); throws
@@ -433,6 +441,13 @@ void validate(const cluster_config& cfg);
 
 /// The configuration as a TOML document (written into run directories).
 std::string to_toml(const cluster_config& cfg);
+
+/// One node as a `[[nodes]]` TOML section (a joining node's description;
+/// the members a node learnt, concatenated, in its store).
+std::string member_toml(const node_config& node);
+/// The `[[nodes]]` sections of a TOML document that holds nothing else,
+/// each checked as in a cluster file; throws config_error naming `origin`.
+std::vector<node_config> parse_members(const std::string& toml_text, const std::string& origin);
 
 /// A short digest of the settings a run's checkpoints depend on (cluster id,
 /// seed, data, model and optimizer, strategy, platforms and their shares; not

@@ -2,9 +2,11 @@
 //
 //   edgegossip run     [--config F] [options]   the whole cluster in this process
 //   edgegossip node    --config F --node NAME   one node of a cluster
+//   edgegossip node    --join HOST:PORT --name NAME   a node joining a running cluster
 //   edgegossip launch  --config F               every node of F as its own process here
 //   edgegossip console HOST:PORT                watch and steer a running cluster
 
+#include "actors/join.hpp"
 #include "actors/runtime.hpp"
 #include "bench/bench.hpp"
 #include "config/config.hpp"
@@ -193,13 +195,46 @@ int main(int argc, char** argv) {
 
   common_options node_opts;
   std::string node_name;
-  auto* node = app.add_subcommand("node", "run one node of a cluster");
-  node_opts.add_to(*node, true);
-  node->add_option("-n,--node", node_name, "name of the node in the cluster file")->required();
+  auto* node = app.add_subcommand("node", "run one node of a cluster (of a cluster file, or "
+                                          "joining a running cluster with --join)");
+  node_opts.add_to(*node, false);
+  auto* node_opt = node->add_option("-n,--node", node_name, "name of the node in the cluster file");
   std::string node_data;
   node->add_option("--data", node_data,
                    "this node's own data directory (its platforms train on it alone), in place "
                    "of the cluster file's");
+  eg::actors::join_request join;
+  auto* join_opt = node->add_option(
+    "--join", join.address,
+    "HOST:PORT of any node of a running cluster: join it (no cluster file; the settings come "
+    "from that node)");
+  auto* join_name = node->add_option("--name", join.name,
+                                     "with --join: this node's name (its identity: keep it "
+                                     "across restarts)");
+  std::vector<CLI::Option*> join_only{
+    join_name,
+    node->add_option("--secret", join.secret, "with --join: the cluster secret"),
+    node->add_option("--cluster", join.cluster_id,
+                     "with --join: the cluster's id (cluster.id; default edgegossip)"),
+    node->add_option("--host", join.host,
+                     "with --join: the address this node listens on and the others dial "
+                     "(default: the one this machine reaches the --join node from)"),
+    node->add_option("--port", join.port,
+                     "with --join: this node's port (default: as before a restart, else the "
+                     "--join node's port on another host, else a free one)"),
+    node->add_option("--lane-port", join.lane_port,
+                     "with --join: its weights lane's port (default: port + 1)"),
+    node->add_option("--metrics-port", join.metrics_port,
+                     "with --join: serve Prometheus' /metrics on this port (default: none)"),
+    node->add_option("--platforms", join.platforms,
+                     "with --join: platforms on this node, NAME0, NAME1, ... (default 1)")
+      ->check(CLI::Range(1, 64)),
+    node->add_option("--threads", join.threads,
+                     "with --join: torch threads of each platform (default 1)")
+      ->check(CLI::Range(1, 256))};
+  join_opt->excludes(node_opt);
+  for (auto* o : join_only)
+    o->needs(join_opt);
 
   common_options launch_opts;
   auto* launch = app.add_subcommand("launch", "start every node of a cluster file on this "
@@ -231,10 +266,30 @@ int main(int argc, char** argv) {
       return exit_code("local", outcome);
     }
     if (*node) {
-      auto cfg = node_opts.load();
       setup_logging(node_opts.verbose, false);
-      cfg.node(node_name);  // names an unknown node before anything starts
       eg::actors::runtime_options o{false, true, node_opts.fresh};
+      if (*join_opt) {
+        if (join.name.empty())
+          throw eg::config::config_error("--join needs --name: this node's name");
+        if (!node_opts.config_file.empty())
+          throw eg::config::config_error(
+            "--join takes the cluster's settings from the node it dials: no --config");
+        join.data_dir = node_data;
+        join.overrides = node_opts.overrides;
+        join.fresh = node_opts.fresh;
+        auto cfg = eg::actors::join_cluster(join);
+        if (!cfg)
+          return 0;  // stopped while asking
+        // (its own data directory is in its entry of the cluster file now)
+        auto outcome = eg::actors::run_node(*cfg, join.name, o);
+        return exit_code(join.name, outcome);
+      }
+      if (node_opts.config_file.empty() || node_name.empty())
+        throw eg::config::config_error(
+          "node: give --config FILE and --node NAME (a node of the file), or --join HOST:PORT "
+          "and --name NAME (a node joining a running cluster)");
+      auto cfg = node_opts.load();
+      cfg.node(node_name);  // names an unknown node before anything starts
       o.data_dir = node_data;
       auto outcome = eg::actors::run_node(cfg, node_name, o);
       return exit_code(node_name, outcome);

@@ -3,16 +3,19 @@
 # hosts in network namespaces of their own on a Linux bridge, each with its
 # own address and a token bucket on its link (tc tbf, 40 Mbit/s; with netem,
 # where the kernel has it, 5 ms of delay and 0.1 % loss too), train a run to
-# the end. From a fourth host, the inspection console attaches to node a
-# and Prometheus' text is fetched from every node's metrics port.
+# the end. From a fourth host, the inspection console attaches to node a,
+# Prometheus' text is fetched from every node's metrics port, and a fourth
+# node joins the running cluster with `edgegossip node --join` (no cluster
+# file there) and trains in it to the end.
 #
 #   tests/hosts.sh EDGEGOSSIP
 #
 # Checks: every node exits 0; one run directory with every epoch once in
 # its cluster.csv; each node's weights lane listens on its host at its
 # port + 1; every link was limited; the console from the fourth host shows
-# the three nodes and their platforms; each node's /metrics names it and
-# counts what its platform trained.
+# the three nodes and their platforms, and later the joined one's; each
+# node's /metrics names it and counts what its platform trained; the
+# joined node's platform trained epochs of the run and every node learnt it.
 #
 # Needs root, iproute2 (ip, tc) and curl; exits 77 (skipped, with a
 # message) where they cannot be had. Exit 0: every check passed; otherwise
@@ -25,7 +28,7 @@ tag="eh$$"
 net="10.$(( 20 + ($$ + 7) % 200 )).$(( $$ / 200 % 250 ))"
 work=$(mktemp -d)
 failures=0
-epochs=8
+epochs=12
 
 name=hosts
 # shellcheck source=tests/netns.sh
@@ -127,9 +130,36 @@ for n in a b c; do
   fi
 done
 
+# A fourth node joins from host 4 through node b (not the balancer's), with
+# no cluster file: its address ($net.4) and port (47301, as b's) are found.
+( ip netns exec "${tag}n4" "$bin" node --join "$net.2:47301" --name d \
+    --secret hosts-test-secret --cluster hosts --set "storage.dir=\"$work/store\"" > "$work/d.log" 2>&1
+  echo "$?" > "$work/d.exit" ) &
+for _ in $(seq 1 240); do grep -q "platform d0 joined from node d" "$work/a.log" 2>/dev/null && break; sleep 0.5; done
+console=$(ip netns exec "${tag}n4" "$bin" console "$net.1:47301" --config "$work/cluster.toml" \
+            --once 2>&1)
+if grep -q "d0" <<<"$console"; then
+  pass "node d joined from host 4 ($net.4); the console shows its platform d0"
+else
+  fail "the console after node d joined: $console"
+fi
+
 for _ in $(seq 1 400); do
-  [ -f "$work/a.exit" ] && [ -f "$work/b.exit" ] && [ -f "$work/c.exit" ] && break
+  [ -f "$work/a.exit" ] && [ -f "$work/b.exit" ] && [ -f "$work/c.exit" ] && [ -f "$work/d.exit" ] &&
+    break
   sleep 1
+done
+if [ "$(cat "$work/d.exit" 2>/dev/null)" = 0 ] && grep -q "\[d0\] epoch [0-9]* done" "$work/d.log"; then
+  pass "node d (joined) trained $(grep -c "\[d0\] epoch [0-9]* done" "$work/d.log") epochs and exited 0"
+else
+  fail "node d (joined): exit $(cat "$work/d.exit" 2>/dev/null || echo "none: still running")"
+fi
+for n in b c; do
+  if grep -q "node d joined the cluster ($net.4:47301" "$work/$n.log"; then
+    pass "node $n learnt that node d joined, at $net.4:47301"
+  else
+    fail "node $n did not learn of node d"
+  fi
 done
 k=0
 for n in a b c; do

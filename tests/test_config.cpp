@@ -712,4 +712,58 @@ BOOST_AUTO_TEST_CASE(models_and_devices_are_checked) {
   BOOST_TEST(contains(e, "device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"), e);
 }
 
+BOOST_AUTO_TEST_CASE(members_that_joined_are_written_read_and_checked) {
+  auto c = default_config();
+  node_config d;
+  d.name = "d";
+  d.host = "10.1.2.4";
+  d.port = 47301;
+  d.lane_port = 47400;
+  d.data_dir = "/srv/d data";
+  d.joined = true;
+  platform_config p;
+  p.name = "d0";
+  p.threads = 2;
+  d.platforms.push_back(p);
+  auto text = member_toml(d);
+  BOOST_TEST(contains(text, "joined = true"), text);
+  auto back = parse_members(text + "\n" + member_toml(d), "members");
+  BOOST_REQUIRE_EQUAL(back.size(), 2u);
+  BOOST_TEST(back[0].name == "d");
+  BOOST_TEST(back[0].host == "10.1.2.4");
+  BOOST_TEST(back[0].port == 47301);
+  BOOST_TEST(back[0].lane_port == 47400);
+  BOOST_TEST(back[0].data_dir == "/srv/d data");
+  BOOST_TEST(back[0].joined);
+  BOOST_REQUIRE_EQUAL(back[0].platforms.size(), 1u);
+  BOOST_TEST(back[0].platforms[0].threads == 2);
+  // Nothing but [[nodes]]; each checked as in a cluster file.
+  auto e = error_of([] { parse_members("[train]\nepochs = 3\n", "members"); });
+  BOOST_TEST(contains(e, "members"), e);
+  e = error_of([] { parse_members("[[nodes]]\nname = \"d\"\nport = 70000\n", "members"); });
+  BOOST_TEST(contains(e, "port"), e);
+  e = error_of([] { parse_members("[[nodes]\n", "members"); });
+  BOOST_TEST(contains(e, "members:1"), e);
+
+  // In a cluster: after the file's nodes, written and read back as such.
+  c.nodes[0].port = 47101;
+  c.nodes.push_back(d);
+  validate(c);
+  auto again = parse(to_toml(c), "written.toml");
+  BOOST_TEST(again.nodes.back().joined);
+  BOOST_TEST(!again.nodes.front().joined);
+  // A joined node changes neither the run's fingerprint nor the partition.
+  BOOST_TEST(run_fingerprint(c) == run_fingerprint(default_config()));
+  BOOST_TEST(c.file_platforms().size() == default_config().platforms().size());
+  BOOST_TEST(c.platforms().size() == default_config().platforms().size() + 1);
+  auto swapped = c;
+  std::swap(swapped.nodes[0], swapped.nodes[1]);
+  e = error_of([&] { validate(swapped); });
+  BOOST_TEST((contains(e, "nodes that joined come last") || contains(e, "starts from nodes")), e);
+  auto clash = c;
+  clash.nodes.back().platforms[0].name = c.nodes[0].platforms[0].name;
+  e = error_of([&] { validate(clash); });
+  BOOST_TEST(!e.empty());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -214,6 +214,30 @@ BOOST_AUTO_TEST_CASE(the_quorum_and_the_cluster_files_platforms) {
   BOOST_TEST(!b.find("p2"));
 }
 
+BOOST_AUTO_TEST_CASE(a_platform_of_a_node_that_joined_is_expected_from_the_next_epoch) {
+  auto b = joined(settings({"p0", "p1"}, 5));
+  b.plan(0, {}, at(0));
+  BOOST_TEST(!b.expects("d0"));
+  BOOST_TEST(b.expect("d0"));
+  BOOST_TEST(!b.expect("d0"));  // once
+  BOOST_TEST(!b.expect("p1"));  // a platform of the file's
+  BOOST_TEST(b.expects("d0"));
+  auto j = b.join("d0", "d", true, 2000);
+  BOOST_TEST(!j.again);
+  BOOST_TEST(j.first_epoch == 1u);
+  BOOST_TEST(b.find("d0")->shard_size == 2000u);  // the samples it announced
+  reports(b, "p0", 0);
+  reports(b, "p1", 0);
+  BOOST_TEST(b.complete(0));  // it does not hold back the epoch it joined in
+  auto next = b.plan(1, {}, at(1));
+  BOOST_TEST(next.plans.count("d0") == 1u);
+  reports(b, "p0", 1);
+  reports(b, "p1", 1);
+  BOOST_TEST(!b.complete(1));
+  reports(b, "d0", 1);
+  BOOST_TEST(b.complete(1));
+}
+
 BOOST_AUTO_TEST_CASE(settings_come_from_the_cluster_file) {
   auto cfg = config::default_config();
   cfg.train.epochs = 7;
@@ -232,6 +256,19 @@ BOOST_AUTO_TEST_CASE(settings_come_from_the_cluster_file) {
   BOOST_TEST(s.quorum == 3u);
   cfg.quorum = 0;  // all of them
   BOOST_TEST(barrier_settings::of(cfg).quorum == cfg.platforms().size());
+  // A node that joined an earlier run (kept in the store) is expected, but a
+  // new run does not wait for it.
+  auto with_joined = cfg;
+  config::node_config d;
+  d.name = "d";
+  d.port = 47400;
+  d.joined = true;
+  d.platforms.push_back({});
+  d.platforms.back().name = "d0";
+  with_joined.nodes[0].port = 47300;
+  with_joined.nodes.push_back(d);
+  BOOST_TEST(barrier_settings::of(with_joined).expected.size() == cfg.platforms().size() + 1);
+  BOOST_TEST(barrier_settings::of(with_joined).quorum == cfg.platforms().size());
   cfg.strategy.name = config::strategy_name::gosgd_async;
   BOOST_TEST(barrier_settings::of(cfg).asynchronous);
   BOOST_TEST(!barrier_settings::of(cfg).edgegossip);

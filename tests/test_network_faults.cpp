@@ -77,6 +77,10 @@ cluster start_cluster(const temp_dir& dir, const std::string& config, const std:
 void require_clean_exit(cluster& c, std::chrono::seconds limit = std::chrono::seconds(240)) {
   for (auto& [name, p] : c) {
     auto code = p->wait(limit);
+    if (code != 0)  // the others' logs too: the cause is often on another node
+      for (auto& [other, q] : c)
+        if (other != name)
+          BOOST_TEST_MESSAGE("node " << other << " output:\n" << q->output());
     BOOST_TEST_INFO("node " << name << " output:\n" << p->output());
     BOOST_REQUIRE_EQUAL(code, 0);
   }
