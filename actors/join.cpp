@@ -188,6 +188,16 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
     throw config::config_error("--platforms: at least 1");
   if (!r.data_dir.empty() && !std::filesystem::is_directory(r.data_dir))
     throw config::config_error("--data " + r.data_dir + ": no such directory");
+  if (r.watch_signals) {
+    // Before any thread starts (the store's, the actor system's): they all
+    // inherit the mask, so SIGINT and SIGTERM reach sigtimedwait only (here,
+    // then the node's signal watch) and never end the process unsaved.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
   // What this node knows before it asks: the cluster id and secret, and
   // from its own overrides the store's directory and the TLS files.
   auto local = config::default_config();
@@ -249,13 +259,6 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
     me.port = me.host != dial_host ? dial_port : free_port_pair(me.host);
   const auto description = config::member_toml(me);
 
-  if (r.watch_signals) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  }
   caf::actor_system_config sc;
   configure_network(sc, local, r.name);  // TLS: this node's certificate
   caf::actor_system sys{sc};

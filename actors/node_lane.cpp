@@ -92,7 +92,13 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
   for (auto& n : cfg.nodes)
     if (n.name != st.args.name)
       peers.insert(n.name);
-  o.peer_allowed = [peers](const std::string& node) { return peers.count(node) > 0; };
+  // The cluster's nodes, and those that join it (the doors' list, without
+  // the console and a joiner's request, which never use the lane).
+  o.peer_allowed = [peers, admitted = cfg.admitted](const std::string& node) {
+    if (admitted)
+      return (*admitted)(node) && node != "console" && node != joiner_name;
+    return peers.count(node) > 0;
+  };
   o.max_queued_messages = static_cast<size_t>(cfg.gossip_queue);
   o.max_wait_ms = static_cast<int>(cfg.gossip_max_wait * 1000);
   // A peer that takes nothing for as long as it takes to declare it down.

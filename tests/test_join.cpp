@@ -97,6 +97,8 @@ BOOST_AUTO_TEST_CASE(a_node_joins_a_running_cluster_leaves_on_sigterm_and_comes_
   // SIGTERM: it leaves at once (its checkpoint saved), the balancer knows.
   d->signal(SIGTERM);
   BOOST_TEST(d->wait(std::chrono::seconds(30)) == 0, d->output());
+  BOOST_TEST(has(*d, "stopping cleanly"), d->output());
+  BOOST_TEST(!has(*d, "not a peer"), d->output());  // the others' lanes let it in
   BOOST_TEST_MESSAGE("--- d (first):\n" << d->output());
   BOOST_REQUIRE_MESSAGE(a.wait_for_output("platform d0 on node d is down", std::chrono::seconds(10)),
                         a.output());
@@ -106,6 +108,7 @@ BOOST_AUTO_TEST_CASE(a_node_joins_a_running_cluster_leaves_on_sigterm_and_comes_
   BOOST_REQUIRE_MESSAGE(a.wait_for_output("platform d0 is back from node d", std::chrono::seconds(90)),
                         a.output() << "\n--- d:\n" << d->output());
   BOOST_TEST(d->wait(std::chrono::seconds(240)) == 0, d->output());
+  BOOST_TEST(has(*d, "resuming run"), d->output());  // from its own checkpoint
   for (auto& [name, p] : nodes) {
     auto code = p->wait(std::chrono::seconds(120));
     BOOST_TEST(code == 0, "node " << name << ":\n" << p->output());
@@ -125,8 +128,9 @@ BOOST_AUTO_TEST_CASE(a_run_whose_members_are_fixed_refuses_a_joining_node) {
   auto a = start_node(dir, cfg, "a", "sgp-a.log");
   auto b = start_node(dir, cfg, "b", "sgp-b.log");
   BOOST_REQUIRE_MESSAGE(a->wait_for_output("epoch 1/30", std::chrono::seconds(120)), a->output());
-  auto [code, out] = run_binary(join_command(dir, port_of(cfg, "a"), "d", "s3cret"),
-                                dir / "d.log", std::chrono::seconds(60));
+  process d(join_command(dir, port_of(cfg, "a"), "d", "s3cret"), dir / "d.log");
+  auto code = d.wait(std::chrono::seconds(60));
+  auto out = d.output();
   BOOST_TEST(code == 2, out);
   BOOST_TEST(out.find("push-sum") != std::string::npos, out);
   BOOST_TEST(!has(*a, "node d joined"), a->output());
