@@ -93,6 +93,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
     has_node = has_node || (c.role == messages::role::node && c.name == h->node && c.node == h->node);
   if (!has_node)
     throw messages::codec_error("handshake of node '" + h->node + "' lacks the node itself");
+  st.absorbed_at[h->node] = std::chrono::steady_clock::now();
   // Replace whatever we knew of that node.
   st.directory.replace_node(h->node, h->components, handles);
   auto remote = caf::actor_cast<node_actor>(st.directory.find(messages::role::node, h->node));
@@ -104,6 +105,7 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
     st.peer_ids.insert(remote.node());
     st.lost.erase(h->node);
     st.refusing.erase(h->node);
+    st.dial_back.erase(h->node);
     st.alone_since.reset();
     spdlog::info("[{}] peered with node {} ({} components)", st.args.name, h->node,
                  handles.size());
@@ -255,7 +257,7 @@ void dial(self_ptr self, const std::string& name) {
   auto& st = self->state;
   if (st.finished || st.peers.count(name) || st.dialling.count(name))
     return;
-  if (!dials(st.args.settings.node_names(), st.args.name, name)) {
+  if (!dials(st.args.settings.node_names(), st.args.name, name) && !st.dial_back.count(name)) {
     probe_lost(self, name);
     return;
   }

@@ -3,7 +3,8 @@
 # hosts in network namespaces of their own on a Linux bridge, each with its
 # own address and a token bucket on its link (tc tbf, 40 Mbit/s; with netem,
 # where the kernel has it, 5 ms of delay and 0.1 % loss too), train a run to
-# the end. From a fourth host, the inspection console attaches to node a,
+# the end. From a fourth host (its link limited alike), the inspection
+# console attaches to node a,
 # Prometheus' text is fetched from every node's metrics port, and a fourth
 # node joins the running cluster with `edgegossip node --join` (no cluster
 # file there) and trains in it to the end.
@@ -40,7 +41,7 @@ make_hosts
 # Each node host's link: netem's delay and loss where the kernel has netem,
 # under a token bucket.
 netem=1
-for i in 1 2 3; do
+for i in 1 2 3 4; do
   ns="${tag}n$i"
   if [ "$netem" -eq 1 ] &&
      ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay 5ms loss 0.1% 2>/dev/null; then
@@ -153,6 +154,9 @@ if [ "$(cat "$work/d.exit" 2>/dev/null)" = 0 ] && grep -q "\[d0\] epoch [0-9]* d
   pass "node d (joined) trained $(grep -c "\[d0\] epoch [0-9]* done" "$work/d.log") epochs and exited 0"
 else
   fail "node d (joined): exit $(cat "$work/d.exit" 2>/dev/null || echo "none: still running")"
+fi
+if grep -q "not a peer" "$work/d.log"; then
+  fail "node d's gossip was refused: $(grep -m1 "not a peer" "$work/d.log")"
 fi
 for n in b c; do
   if grep -q "node d joined the cluster ($net.4:47301" "$work/$n.log"; then

@@ -288,6 +288,7 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
   return {
     [=](plan_atom, const plan& p) { seen->push_back(p); },
     [=](norm_atom, const std::string& norm) { norms_sent[name].push_back(norm); },
+    [](adopt_atom, const std::string&) {},
     [](step_atom) {},
     [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},

@@ -252,6 +252,7 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
   return {
     [](plan_atom, const plan&) {},
     [](norm_atom, const std::string&) {},
+    [](adopt_atom, const std::string&) {},
     [](step_atom) {},
     [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
