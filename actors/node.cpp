@@ -523,14 +523,16 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
       // is its old connection ending, and it takes itself to be peered over
       // the new one, so it will not dial again; CAF dropped our route to it
       // with the old one. Dialled back from here.
-      auto last = st.absorbed_at.find(name);
-      if (last != st.absorbed_at.end() &&
+      auto last = st.rehandshake_at.find(name);
+      if (last != st.rehandshake_at.end() &&
           std::chrono::steady_clock::now() - last->second <
             std::chrono::duration<double>(st.args.settings.peer_timeout) &&
           !dials(st.args.settings.node_names(), st.args.name, name) &&
-          st.dial_back.insert(name).second)
-        spdlog::info("[{}] node {} dialled this node {:.1f} s ago: its old connection ended, "
-                     "dialling it back",
+          st.dial_back
+            .emplace(name, std::chrono::steady_clock::now() + defaults::dial_back_window)
+            .second)
+        spdlog::info("[{}] node {} dialled this node again {:.1f} s ago: its old connection "
+                     "ended, dialling it back",
                      st.args.name, name,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - last->second)
                        .count());

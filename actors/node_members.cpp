@@ -108,6 +108,9 @@ caf::result<std::string> admit_member(self_ptr self, const std::string& credenti
                   std::to_string(asked.size()));
   auto member = asked.front();
   member.joined = true;
+  if (member.name == "console" || member.name == joiner_name)
+    return refuse("'" + member.name + "' names the console or a joining node's request, not a "
+                  "node");
   // The cluster as this node runs it, with the new node in it: checked as a
   // cluster file is (names and platform names unique, ports, ranges).
   config::cluster_config cluster;

@@ -93,12 +93,13 @@ void absorb(self_ptr self, const messages::hello& hello, const std::vector<caf::
     has_node = has_node || (c.role == messages::role::node && c.name == h->node && c.node == h->node);
   if (!has_node)
     throw messages::codec_error("handshake of node '" + h->node + "' lacks the node itself");
-  st.absorbed_at[h->node] = std::chrono::steady_clock::now();
   // Replace whatever we knew of that node.
   st.directory.replace_node(h->node, h->components, handles);
   auto remote = caf::actor_cast<node_actor>(st.directory.find(messages::role::node, h->node));
   st.lanes[h->node] = {h->node, st.args.settings.node(h->node).host, h->lane_port};
   auto old = st.peers.find(h->node);
+  if (remote && old != st.peers.end() && old->second == remote)
+    st.rehandshake_at[h->node] = std::chrono::steady_clock::now();
   if (remote && (old == st.peers.end() || old->second != remote)) {
     self->monitor(remote);
     st.peers[h->node] = remote;
@@ -257,9 +258,16 @@ void dial(self_ptr self, const std::string& name) {
   auto& st = self->state;
   if (st.finished || st.peers.count(name) || st.dialling.count(name))
     return;
-  if (!dials(st.args.settings.node_names(), st.args.name, name) && !st.dial_back.count(name)) {
-    probe_lost(self, name);
-    return;
+  if (!dials(st.args.settings.node_names(), st.args.name, name)) {
+    auto back = st.dial_back.find(name);
+    if (back != st.dial_back.end() && std::chrono::steady_clock::now() >= back->second) {
+      st.dial_back.erase(back);
+      back = st.dial_back.end();
+    }
+    if (back == st.dial_back.end()) {
+      probe_lost(self, name);
+      return;
+    }
   }
   const auto& target = st.args.settings.node(name);
   st.dialling.insert(name);

@@ -63,13 +63,15 @@ struct node_state {
   /// majority (check_balancer_majority).
   bool balancer_paused = false;
   std::set<std::string> dialling;
-  /// When each peer's hello was last taken in (a handshake, either way).
-  std::map<std::string, std::chrono::steady_clock::time_point> absorbed_at;
-  /// Peers this node dials although the file order says they dial it: one
-  /// that dialled us again just before its old connection was seen to end
-  /// (it takes itself to be peered; CAF dropped our route to it with the
-  /// old connection), until they are peered again.
-  std::set<std::string> dial_back;
+  /// When a peer last handshook again while it was peered (it dialled us
+  /// anew after a freeze or a cut, over a new connection).
+  std::map<std::string, std::chrono::steady_clock::time_point> rehandshake_at;
+  /// Peers this node dials although the file order says they dial it, and
+  /// until when: one that dialled us again just before its old connection
+  /// was seen to end (it takes itself to be peered; CAF dropped our route to
+  /// it with the old connection). For a short while only: a peer that is
+  /// really gone dials us itself when it is back.
+  std::map<std::string, std::chrono::steady_clock::time_point> dial_back;
   std::set<std::string> probed;  // peers that answered probe_tcp (or probe_tls) just now
   std::map<std::string, int> dial_failures;
   /// Peers whose port refused the last probe (the host answers, nothing

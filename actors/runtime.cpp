@@ -530,6 +530,10 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   config::validate(given);
   tune_allocator();
   given.node(node_name);  // names an unknown node before anything is made
+  // Before any thread starts (the store's first): every thread inherits the
+  // mask, so SIGINT and SIGTERM only reach the node's signal watch.
+  if (opts.handle_signals)
+    signal_watch::block();
   auto db_dir = (std::filesystem::path(given.storage_dir) / node_name).string();
   std::filesystem::create_directories(given.storage_dir);
   std::shared_ptr<storage::store> db = storage::store::open(db_dir);
@@ -537,8 +541,6 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   const auto cfg = with_stored_members(given, node_name, *db, opts.fresh);
   const auto& me = cfg.node(node_name);
   const bool hosts_balancer = cfg.balancer().name == node_name;
-  if (opts.handle_signals)
-    signal_watch::block();
 
   int threads = 1;
   for (auto& p : me.platforms)

@@ -40,6 +40,9 @@ inline constexpr std::chrono::milliseconds probe_timeout = 3s;
 inline constexpr std::chrono::milliseconds alone_timeout = 20s;
 /// Between two dials of an unreachable peer.
 inline constexpr std::chrono::milliseconds redial_interval = 1s;
+/// How long a node dials back a peer whose old connection ended just after
+/// it dialled again (node_state::dial_back).
+inline constexpr std::chrono::milliseconds dial_back_window = 5s;
 /// After start, before a node without the balancer elects one.
 inline constexpr std::chrono::milliseconds first_election = 3s;
 /// After the balancer's node went down, before electing a successor.

@@ -213,7 +213,9 @@ int main(int argc, char** argv) {
                                      "across restarts)");
   std::vector<CLI::Option*> join_only{
     join_name,
-    node->add_option("--secret", join.secret, "with --join: the cluster secret"),
+    node->add_option("--secret", join.secret,
+                     "with --join: the cluster secret (default: $EDGEGOSSIP_SECRET, which keeps "
+                     "it off the command line)"),
     node->add_option("--cluster", join.cluster_id,
                      "with --join: the cluster's id (cluster.id; default edgegossip)"),
     node->add_option("--host", join.host,
@@ -274,6 +276,9 @@ int main(int argc, char** argv) {
         if (!node_opts.config_file.empty())
           throw eg::config::config_error(
             "--join takes the cluster's settings from the node it dials: no --config");
+        if (join.secret.empty())
+          if (const char* env = std::getenv("EDGEGOSSIP_SECRET"))
+            join.secret = env;
         join.data_dir = node_data;
         join.overrides = node_opts.overrides;
         join.fresh = node_opts.fresh;

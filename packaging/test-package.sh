@@ -26,6 +26,9 @@ check() { if "$@"; then echo "ok: ${*: -1}"; else echo "FAILED: $*"; fail=1; fi;
 check chroot "$root" getent passwd edgegossip
 check grep -qx /etc/edgegossip/cluster.toml "$root/var/lib/dpkg/info/edgegossip.conffiles"
 check chroot "$root" systemd-analyze verify /usr/lib/systemd/system/edgegossip-node@.service
+check chroot "$root" systemd-analyze verify /usr/lib/systemd/system/edgegossip-join@.service
+check grep -qx /etc/edgegossip/join.env "$root/var/lib/dpkg/info/edgegossip.conffiles"
+check test "$(stat -c %a "$root/etc/edgegossip/join.env")" = 600
 mount -t proc proc "$root/proc"
 if chroot "$root" env OPENBLAS_NUM_THREADS=1 sh -c 'cd /tmp && edgegossip run --set train.epochs=1 \
      --set data.train_samples=20000 --set data.test_samples=2000' > "$build/test-package.log" 2>&1; then
