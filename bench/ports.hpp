@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <random>
+#include <set>
 #include <stdexcept>
 
 namespace eg::bench {
@@ -34,10 +35,15 @@ inline uint16_t free_port() {
     ::close(fd);
     return free;
   };
+  // Never the same port twice in one process: nothing holds a port between
+  // this answer and the node's start, so a second pick could find it free.
+  static std::set<int> given;
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const int port = 2 * half(pick);
-    if (bindable(port) && bindable(port + 1))
+    if (!given.count(port) && bindable(port) && bindable(port + 1)) {
+      given.insert(port);
       return static_cast<uint16_t>(port);
+    }
   }
   throw std::runtime_error("no two free ports in 20000..32767 on 127.0.0.1");
 }
