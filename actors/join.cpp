@@ -1,16 +1,11 @@
 #include "actors/join.hpp"
 
-#include "actors/inspection.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/network.hpp"
 #include "actors/node_data.hpp"
-#include "actors/wire.hpp"
-#include "messages/door.hpp"
 #include "storage/store.hpp"
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -116,42 +111,17 @@ uint16_t free_port_pair(const std::string& host) {
 
 /// Asks the node at host:port to let this node join: the cluster file to
 /// run with, or nullopt with `why` (unreachable, or "refused: ...").
-std::optional<std::string> ask_to_join(caf::actor_system& sys, messages::door_routes& routes,
-                                       const std::string& host, uint16_t port,
-                                       const std::string& secret, const std::string& description,
-                                       std::string& why) {
-  uint16_t local = 0;
-  try {
-    local = routes.route("", host, port);
-  } catch (const messages::door_error& e) {
-    why = e.what();
-    return std::nullopt;
-  }
-  auto node = sys.has_openssl_manager()
-                ? caf::openssl::remote_actor<node_actor>(sys, "127.0.0.1", local)
-                : sys.middleman().remote_actor<node_actor>("127.0.0.1", local);
-  if (!node) {
-    why = routes.last_failure(host, port);
-    if (why.empty())
-      why = sys.render(node.error());
-    return std::nullopt;
-  }
-  caf::scoped_actor self{sys};
-  const auto timeout = std::chrono::seconds(10);
-  std::string challenge;
+std::optional<std::string> ask_to_join(cluster_asker& asker, const std::string& host,
+                                       uint16_t port, const std::string& secret,
+                                       const std::string& description, std::string& why) {
   std::optional<std::string> out;
-  self->request(*node, timeout, challenge_atom::value)
-    .receive([&](std::string& c) { challenge = std::move(c); },
-             [&](caf::error& err) { why = sys.render(err); });
-  if (challenge.empty())
-    return std::nullopt;
-  self->request(*node, timeout, member_atom::value,
-                inspection::console_credentials(secret, challenge), description)
-    .receive([&](std::string& cluster) { out = std::move(cluster); },
-             [&](caf::error& err) {
-               std::string refused;
-               why = is(err, ec::refused, &refused) ? "refused: " + refused : sys.render(err);
-             });
+  asker.ask("", host, port, secret, why,
+            [&](caf::scoped_actor& self, const node_actor& node, const std::string& credentials) {
+              self->request(node, std::chrono::seconds(10), member_atom::value, credentials,
+                            description)
+                .receive([&](std::string& cluster) { out = std::move(cluster); },
+                         [&](caf::error& err) { why = asker.refusal_of(err); });
+            });
   return out;
 }
 
@@ -259,19 +229,7 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
     me.port = me.host != dial_host ? dial_port : free_port_pair(me.host);
   const auto description = config::member_toml(me);
 
-  caf::actor_system_config sc;
-  configure_network(sc, local, r.name);  // TLS: this node's certificate
-  caf::actor_system sys{sc};
-  set_wire_identity(sys, {local.id, joiner_name});
-  messages::door_routes routes(door_options_of(local, joiner_name));
-  struct cleanup {
-    caf::actor_system& sys;
-    messages::door_routes& routes;
-    ~cleanup() {
-      routes.stop();
-      set_wire_identity(sys, {});
-    }
-  } forget{sys, routes};
+  cluster_asker asker(local, r.name, joiner_name);  // (TLS: this node's certificate)
 
   spdlog::info("node {}: asking {} to join its cluster as {}:{} with platform{} {}", r.name,
                r.address, me.host, me.port, me.platforms.size() == 1 ? "" : "s",
@@ -288,7 +246,7 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
     std::string waits;
     for (auto& [host, port] : ask) {
       std::string why;
-      auto answer = ask_to_join(sys, routes, host, port, local.secret, description, why);
+      auto answer = ask_to_join(asker, host, port, local.secret, description, why);
       if (answer) {
         config::cluster_config cfg;
         try {

@@ -1,5 +1,6 @@
 #include "actors/network.hpp"
 
+#include "actors/inspection.hpp"
 #include "actors/wire.hpp"
 
 #include "messages/codec.hpp"
@@ -126,6 +127,64 @@ messages::door_options door_options_of(const config::cluster_config& cluster,
   o.max_message_bytes = messages::max_message_bytes;
   o.check_lengths = !cluster.tls.enabled();
   return o;
+}
+
+struct cluster_asker::impl {
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<messages::door_routes> routes;
+};
+
+cluster_asker::cluster_asker(const config::cluster_config& cluster, const std::string& tls_name,
+                             const std::string& door_name)
+    : impl_(std::make_unique<impl>()) {
+  caf::actor_system_config sc;
+  configure_network(sc, cluster, tls_name);
+  impl_->sys = std::make_unique<caf::actor_system>(sc);
+  set_wire_identity(*impl_->sys, {cluster.id, door_name});
+  impl_->routes = std::make_unique<messages::door_routes>(door_options_of(cluster, door_name));
+}
+
+cluster_asker::~cluster_asker() {
+  impl_->routes->stop();
+  set_wire_identity(*impl_->sys, {});
+}
+
+bool cluster_asker::ask(const std::string& name, const std::string& host, uint16_t port,
+                        const std::string& secret, std::string& why,
+                        const std::function<void(caf::scoped_actor&, const node_actor&,
+                                                 const std::string&)>& request) {
+  auto& sys = *impl_->sys;
+  auto& routes = *impl_->routes;
+  uint16_t local = 0;
+  try {
+    local = routes.route(name, host, port);
+  } catch (const messages::door_error& e) {
+    why = e.what();
+    return false;
+  }
+  auto node = sys.has_openssl_manager()
+                ? caf::openssl::remote_actor<node_actor>(sys, "127.0.0.1", local)
+                : sys.middleman().remote_actor<node_actor>("127.0.0.1", local);
+  if (!node) {
+    why = routes.last_failure(host, port);
+    if (why.empty())
+      why = sys.render(node.error());
+    return false;
+  }
+  caf::scoped_actor self{sys};
+  std::string challenge;
+  self->request(*node, std::chrono::seconds(10), challenge_atom::value)
+    .receive([&](std::string& c) { challenge = std::move(c); },
+             [&](caf::error& err) { why = sys.render(err); });
+  if (challenge.empty())
+    return false;
+  request(self, *node, inspection::console_credentials(secret, challenge));
+  return true;
+}
+
+std::string cluster_asker::refusal_of(const caf::error& err) {
+  std::string refused;
+  return is(err, ec::refused, &refused) ? "refused: " + refused : impl_->sys->render(err);
 }
 
 caf::io::middleman_actor connector(caf::actor_system& sys) {

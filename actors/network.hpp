@@ -15,6 +15,7 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -96,6 +97,38 @@ inline constexpr const char* joiner_name = "joiner";
 messages::door_options door_options_of(const config::cluster_config& cluster,
                                        const std::string& node,
                                        std::shared_ptr<admitted_names> admitted = nullptr);
+
+/// A short-lived actor system that asks nodes of a running cluster before
+/// this node runs (the cluster's class list, a join): CAF with the
+/// cluster's network settings (under TLS, `tls_name`'s certificate), routes
+/// through the nodes' front doors under the name `door_name`, the cluster's
+/// wire identity; all undone at its end.
+class cluster_asker {
+public:
+  cluster_asker(const config::cluster_config& cluster, const std::string& tls_name,
+                const std::string& door_name);
+  ~cluster_asker();
+  cluster_asker(const cluster_asker&) = delete;
+  cluster_asker& operator=(const cluster_asker&) = delete;
+
+  /// Reaches the node at host:port (`node`: the name it must have, "" for
+  /// any) and asks it for a challenge; `request` then sends the real
+  /// question with the console's credentials answering it (a proof of
+  /// `secret`) and waits for the answer, setting `why` when there is none
+  /// (see refusal_of). False, with `why`, when the node cannot be reached or
+  /// gives no challenge.
+  bool ask(const std::string& node, const std::string& host, uint16_t port,
+           const std::string& secret, std::string& why,
+           const std::function<void(caf::scoped_actor&, const node_actor&,
+                                    const std::string& credentials)>& request);
+  /// What an error answer means to the asker: "refused: WHY" for the
+  /// node's refusal (ec::refused), else the error's text.
+  std::string refusal_of(const caf::error& err);
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
 
 /// The actor that dials other nodes (connect_atom): the OpenSSL manager's
 /// under TLS, else the middleman's.

@@ -275,42 +275,16 @@ constexpr const char* classes_key = "cluster-classes";
 
 /// The class list node `peer` answers with (empty: it knows none yet);
 /// nullopt with `why` when it cannot be asked or refuses.
-std::optional<std::vector<std::string>> ask_node(caf::actor_system& sys,
-                                                 messages::door_routes& routes,
+std::optional<std::vector<std::string>> ask_node(cluster_asker& asker,
                                                  const config::node_config& peer,
                                                  const std::string& secret, std::string& why) {
-  uint16_t port = 0;
-  try {
-    port = routes.route(peer.name, peer.host, peer.port);
-  } catch (const messages::door_error& e) {
-    why = e.what();
-    return std::nullopt;
-  }
-  auto node = sys.has_openssl_manager()
-                ? caf::openssl::remote_actor<node_actor>(sys, "127.0.0.1", port)
-                : sys.middleman().remote_actor<node_actor>("127.0.0.1", port);
-  if (!node) {
-    why = routes.last_failure(peer.host, peer.port);
-    if (why.empty())
-      why = sys.render(node.error());
-    return std::nullopt;
-  }
-  caf::scoped_actor self{sys};
-  const auto timeout = std::chrono::seconds(5);
-  std::string challenge;
   std::optional<std::vector<std::string>> out;
-  self->request(*node, timeout, challenge_atom::value)
-    .receive([&](std::string& c) { challenge = std::move(c); },
-             [&](caf::error& err) { why = sys.render(err); });
-  if (challenge.empty())
-    return std::nullopt;
-  self->request(*node, timeout, classes_atom::value,
-                inspection::console_credentials(secret, challenge))
-    .receive([&](std::vector<std::string>& classes) { out = std::move(classes); },
-             [&](caf::error& err) {
-               std::string refused;
-               why = is(err, ec::refused, &refused) ? "refused: " + refused : sys.render(err);
-             });
+  asker.ask(peer.name, peer.host, peer.port, secret, why,
+            [&](caf::scoped_actor& self, const node_actor& node, const std::string& credentials) {
+              self->request(node, std::chrono::seconds(5), classes_atom::value, credentials)
+                .receive([&](std::vector<std::string>& classes) { out = std::move(classes); },
+                         [&](caf::error& err) { why = asker.refusal_of(err); });
+            });
   return out;
 }
 
@@ -362,19 +336,7 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
                    node, saved->size(), from);
       return saved;
     }
-  caf::actor_system_config sc;
-  configure_network(sc, cfg, node);
-  caf::actor_system sys{sc};
-  set_wire_identity(sys, {cfg.id, node});
-  messages::door_routes routes(door_options_of(cfg, node));
-  struct cleanup {
-    caf::actor_system& sys;
-    messages::door_routes& routes;
-    ~cleanup() {
-      routes.stop();
-      set_wire_identity(sys, {});
-    }
-  } forget{sys, routes};
+  cluster_asker asker(cfg, node, node);
   // The balancer node's data gives the list; any node told it answers too.
   std::vector<std::string> order{balancer};
   for (auto& n : cfg.nodes)
@@ -390,7 +352,7 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
     std::string waits;
     for (auto& peer : order) {
       std::string why;
-      auto got = ask_node(sys, routes, cfg.node(peer), cfg.secret, why);
+      auto got = ask_node(asker, cfg.node(peer), cfg.secret, why);
       if (got && got->size() >= 2) {
         spdlog::info("node {}: the cluster's {} classes from node {}", node, got->size(), peer);
         try {

@@ -761,27 +761,29 @@ cluster_config default_config() {
   return c;
 }
 
-cluster_config parse(const std::string& toml_text, const std::string& origin) {
-  toml::table root;
+namespace {
+
+// A TOML document; its syntax errors as config_error naming origin and line.
+toml::table read_toml(const std::string& toml_text, const std::string& origin) {
   try {
-    root = toml::parse(toml_text, origin);
+    return toml::parse(toml_text, origin);
   } catch (const toml::parse_error& e) {
     throw config_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
                        std::string(e.description()));
   }
+}
+
+} // namespace
+
+cluster_config parse(const std::string& toml_text, const std::string& origin) {
+  const auto root = read_toml(toml_text, origin);
   cluster_config cfg = default_config();
   read_document(cfg, root, source{origin, true});
   return cfg;
 }
 
 std::vector<node_config> parse_members(const std::string& toml_text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& e) {
-    throw config_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
-                       std::string(e.description()));
-  }
+  const auto root = read_toml(toml_text, origin);
   const source src{origin, true};
   std::vector<node_config> out;
   for (auto&& [k, n] : root) {
