@@ -130,6 +130,7 @@ messages::door_options door_options_of(const config::cluster_config& cluster,
 }
 
 struct cluster_asker::impl {
+  caf::actor_system_config config;  // (the system keeps a reference to it)
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<messages::door_routes> routes;
 };
@@ -137,9 +138,8 @@ struct cluster_asker::impl {
 cluster_asker::cluster_asker(const config::cluster_config& cluster, const std::string& tls_name,
                              const std::string& door_name)
     : impl_(std::make_unique<impl>()) {
-  caf::actor_system_config sc;
-  configure_network(sc, cluster, tls_name);
-  impl_->sys = std::make_unique<caf::actor_system>(sc);
+  configure_network(impl_->config, cluster, tls_name);
+  impl_->sys = std::make_unique<caf::actor_system>(impl_->config);
   set_wire_identity(*impl_->sys, {cluster.id, door_name});
   impl_->routes = std::make_unique<messages::door_routes>(door_options_of(cluster, door_name));
 }
