@@ -149,8 +149,10 @@ std::pair<std::string, uint16_t> parse_address(const std::string& text) {
   return {text.substr(0, colon), static_cast<uint16_t>(port)};
 }
 
-std::optional<config::cluster_config> join_cluster(const join_request& r) {
-  const auto [dial_host, dial_port] = parse_address(r.address);
+namespace {
+
+/// The options checked before anything is asked.
+void check_request(const join_request& r) {
   if (r.name.empty() || r.name == joiner_name || r.name == "console")
     throw config::config_error("--name: a joining node needs a name of its own (not '" + r.name +
                                "')");
@@ -158,6 +160,90 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
     throw config::config_error("--platforms: at least 1");
   if (!r.data_dir.empty() && !std::filesystem::is_directory(r.data_dir))
     throw config::config_error("--data " + r.data_dir + ": no such directory");
+}
+
+/// Who this node is, as it describes itself: its address as given, else as
+/// it was (restarted: the cluster `kept` in its store), else found here;
+/// `ask` gets the other nodes of a kept cluster, to ask when the dialled
+/// one does not answer.
+config::node_config describe_self(const join_request& r, std::optional<kept_join>& kept,
+                                  const std::string& dial_host, uint16_t dial_port,
+                                  std::vector<std::pair<std::string, uint16_t>>& ask) {
+  config::node_config me;
+  me.name = r.name;
+  me.host.clear();  // (not the default 127.0.0.1: found below unless given or kept)
+  me.joined = true;
+  me.data_dir = r.data_dir;
+  me.lane_port = r.lane_port;
+  me.metrics_port = r.metrics_port;
+  for (int k = 0; k < r.platforms; ++k) {
+    config::platform_config p;
+    p.name = r.name + std::to_string(k);
+    p.threads = r.threads;
+    me.platforms.push_back(p);
+  }
+  if (kept) {
+    try {
+      auto before = config::parse(kept->cluster, "the cluster kept in this node's store");
+      for (auto& n : before.nodes) {
+        if (n.name == r.name) {
+          me.host = n.host;
+          me.port = n.port;
+        } else if (!(n.host == dial_host && n.port == dial_port)) {
+          ask.emplace_back(n.host, n.port);
+        }
+      }
+    } catch (const config::config_error& e) {
+      spdlog::warn("node {}: {}; asking as a new node", r.name, e.what());
+      kept.reset();
+      me.host.clear();
+      me.port = 0;
+    }
+  }
+  if (!r.host.empty())
+    me.host = r.host;
+  if (me.host.empty()) {
+    me.host = local_address_towards(dial_host, dial_port);
+    if (me.host.empty())
+      throw config::config_error("--join " + r.address + ": no route to that host from here");
+  }
+  if (r.port != 0)
+    me.port = r.port;
+  else if (me.port == 0)
+    me.port = me.host != dial_host ? dial_port : free_port_pair(me.host);
+  return me;
+}
+
+/// The cluster file a node answered (`from`), with this node's overrides
+/// over it and its store where it looked for it, checked, and kept there.
+config::cluster_config take_answer(const join_request& r, const std::string& answer,
+                                   const std::string& from, const std::string& cluster_id,
+                                   const std::string& storage_dir) {
+  config::cluster_config cfg;
+  try {
+    cfg = config::parse(answer, "the cluster's settings from " + from);
+    for (auto& o : r.overrides)
+      config::apply_override(cfg, o);
+    cfg.storage_dir = storage_dir;
+    config::validate(cfg);
+    cfg.node(r.name);
+  } catch (const config::config_error& e) {
+    throw config::config_error("joining through " + from + ": " + e.what());
+  }
+  std::filesystem::create_directories(storage_dir);
+  auto db = storage::store::open((std::filesystem::path(storage_dir) / r.name).string());
+  db->put(storage::family::runs, joined_key,
+          nlohmann::json{{"cluster_id", cluster_id}, {"cluster", answer}, {"from", from}}.dump());
+  spdlog::info("node {}: joined the cluster '{}' through {} ({} nodes)", r.name, cfg.id, from,
+               cfg.nodes.size());
+  return cfg;
+}
+
+} // namespace
+
+std::optional<config::cluster_config> join_cluster(const join_request& r) {
+  const auto [dial_host, dial_port] = parse_address(r.address);
+  check_request(r);
   if (r.watch_signals) {
     // Before any thread starts (the store's, the actor system's): they all
     // inherit the mask, so SIGINT and SIGTERM reach sigtimedwait only (here,
@@ -178,67 +264,21 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
   const auto storage_dir = local.storage_dir;
 
   std::optional<kept_join> kept;
-  {
+  if (!r.fresh) {
     std::filesystem::create_directories(storage_dir);
     auto db = storage::store::open((std::filesystem::path(storage_dir) / r.name).string());
-    if (!r.fresh)
-      kept = load_kept(*db, local.id);
-  }
-  // Who it is: as given, else as it was (restarted), else found here.
-  config::node_config me;
-  me.name = r.name;
-  me.joined = true;
-  me.data_dir = r.data_dir;
-  me.lane_port = r.lane_port;
-  me.metrics_port = r.metrics_port;
-  for (int k = 0; k < r.platforms; ++k) {
-    config::platform_config p;
-    p.name = r.name + std::to_string(k);
-    p.threads = r.threads;
-    me.platforms.push_back(p);
+    kept = load_kept(*db, local.id);
   }
   std::vector<std::pair<std::string, uint16_t>> ask{{dial_host, dial_port}};
-  if (kept) {
-    try {
-      auto before = config::parse(kept->cluster, "the cluster kept in this node's store");
-      for (auto& n : before.nodes) {
-        if (n.name == r.name) {
-          me.host = n.host;
-          me.port = n.port;
-        } else if (!(n.host == dial_host && n.port == dial_port)) {
-          ask.emplace_back(n.host, n.port);
-        }
-      }
-    } catch (const config::config_error& e) {
-      spdlog::warn("node {}: {}; asking as a new node", r.name, e.what());
-      kept.reset();
-    }
-  }
-  if (!r.host.empty())
-    me.host = r.host;
-  if (me.host.empty() || !kept) {
-    if (r.host.empty()) {
-      me.host = local_address_towards(dial_host, dial_port);
-      if (me.host.empty())
-        throw config::config_error("--join " + r.address + ": no route to that host from here");
-    }
-  }
-  if (r.port != 0)
-    me.port = r.port;
-  else if (!kept || me.port == 0)
-    me.port = me.host != dial_host ? dial_port : free_port_pair(me.host);
+  const auto me = describe_self(r, kept, dial_host, dial_port, ask);
   const auto description = config::member_toml(me);
 
   cluster_asker asker(local, r.name, joiner_name);  // (TLS: this node's certificate)
-
+  std::string names;
+  for (auto& p : me.platforms)
+    names += (names.empty() ? "" : ", ") + p.name;
   spdlog::info("node {}: asking {} to join its cluster as {}:{} with platform{} {}", r.name,
-               r.address, me.host, me.port, me.platforms.size() == 1 ? "" : "s",
-               [&] {
-                 std::string names;
-                 for (auto& p : me.platforms)
-                   names += (names.empty() ? "" : ", ") + p.name;
-                 return names;
-               }());
+               r.address, me.host, me.port, me.platforms.size() == 1 ? "" : "s", names);
   using clock = std::chrono::steady_clock;
   auto next_note = clock::now() + std::chrono::seconds(10);
   const auto give_up_on_up = clock::now() + std::chrono::seconds(60);
@@ -246,42 +286,18 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
     std::string waits;
     for (auto& [host, port] : ask) {
       std::string why;
-      auto answer = ask_to_join(asker, host, port, local.secret, description, why);
-      if (answer) {
-        config::cluster_config cfg;
-        try {
-          cfg = config::parse(*answer, "the cluster's settings from " + address_of(host, port));
-          for (auto& o : r.overrides)
-            config::apply_override(cfg, o);
-          cfg.storage_dir = storage_dir;  // its state stays where it looked for it
-          config::validate(cfg);
-          cfg.node(r.name);
-        } catch (const config::config_error& e) {
-          throw config::config_error(std::string{"joining through "} + address_of(host, port) +
-                                     ": " + e.what());
-        }
-        {
-          auto db = storage::store::open((std::filesystem::path(storage_dir) / r.name).string());
-          db->put(storage::family::runs, joined_key,
-                  nlohmann::json{{"cluster_id", local.id},
-                                 {"cluster", *answer},
-                                 {"from", address_of(host, port)}}
-                    .dump());
-        }
-        spdlog::info("node {}: joined the cluster '{}' through {} ({} nodes)", r.name, cfg.id,
-                     address_of(host, port), cfg.nodes.size());
-        return cfg;
-      }
+      const auto from = address_of(host, port);
+      if (auto answer = ask_to_join(asker, host, port, local.secret, description, why))
+        return take_answer(r, *answer, from, local.id, storage_dir);
       if (why.rfind("refused the handshake", 0) == 0)  // its front door: another cluster, secret
-        throw config::config_error("node " + address_of(host, port) + " " + why);
-      if (why.rfind("refused: ", 0) == 0) {
-        // A node of that name is up: the previous run of this node, not yet
-        // seen to be gone (a crash within cluster.peer_timeout). Else final.
-        const bool up = why.find("is up") != std::string::npos;
-        if (!up || clock::now() >= give_up_on_up)
-          throw config::config_error("node " + address_of(host, port) + " " + why);
-      }
-      waits += (waits.empty() ? "" : "; ") + address_of(host, port) + ": " + why;
+        throw config::config_error("node " + from + " " + why);
+      // Refused because a node of that name is up: the previous run of this
+      // node, not yet seen to be gone (a crash within cluster.peer_timeout),
+      // asked again for a minute. Any other refusal is final.
+      if (why.rfind("refused: ", 0) == 0 &&
+          (why.find("is up") == std::string::npos || clock::now() >= give_up_on_up))
+        throw config::config_error("node " + from + " " + why);
+      waits += (waits.empty() ? "" : "; ") + from + ": " + why;
     }
     if (clock::now() >= next_note) {
       spdlog::info("node {}: still asking to join ({})", r.name, waits);
