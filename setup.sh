@@ -28,7 +28,7 @@ packages=(
   # (each platform is one); edgegossip runs it with OPENBLAS_NUM_THREADS=1.
   libopenblas0-pthread
   # A node's cpu_limit where no cgroup may be written (not root, a read-only
-  # cgroup tree): the duty-cycle limiter (actors/cpu_limit.hpp).
+  # cgroup tree): the duty-cycle limiter (system/cpu_limit.hpp).
   cpulimit
   # TLS (cluster.tls): scripts/make-test-ca.sh makes a test CA and node
   # certificates with the openssl program.

@@ -255,7 +255,7 @@ using balancer_actor = caf::typed_actor<
   caf::reacts_to<deadline_atom, uint32_t>,
   // From a node, for the inspection console: a command (snapshot, history
   // of a platform, pause, resume, checkpoint) and the asking node's name;
-  // answered in JSON (actors/inspection.hpp).
+  // answered in JSON (actors/balancer/inspection.hpp).
   caf::replies_to<inspect_atom, control, std::string>::with<std::string>>;
 
 // -- node: one per process; peering, directory, lifetime -------------------------

@@ -2,7 +2,7 @@
 // Run-directory files: per-platform metrics and per-epoch cluster metrics as
 // CSV. Plain functions, no CAF.
 
-#include "learning/split_driver.hpp"
+#include "algorithms/split/split_driver.hpp"
 #include "messages/codec.hpp"
 #include "storage/store.hpp"
 

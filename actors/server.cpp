@@ -1,10 +1,10 @@
 #include "actors/server.hpp"
 
 #include "config/defaults.hpp"
-#include "learning/gossip.hpp"
-#include "learning/model.hpp"
-#include "learning/parameter_server.hpp"
-#include "learning/serialize.hpp"
+#include "algorithms/gossip/gossip.hpp"
+#include "models/model.hpp"
+#include "algorithms/ps/parameter_server.hpp"
+#include "models/serialize.hpp"
 #include "messages/lane.hpp"
 #include "messages/rendezvous.hpp"
 

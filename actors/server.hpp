@@ -3,7 +3,7 @@
 // (docs/ALGORITHMS.md, "Parameter server and ADSP"): it holds the global
 // model and its version, adds each worker's commit U_i / N to it, and
 // answers with the model and when the worker commits next, at once or
-// when the synchronisation model (learning/commit_schedule.hpp) lets the
+// when the synchronisation model (algorithms/ps/commit_schedule.hpp) lets the
 // worker go on. A thin actor over learning::global_model and
 // learning::commit_schedule.
 //
@@ -22,9 +22,9 @@
 // in the answer.
 
 #include "actors/interfaces.hpp"
-#include "learning/model_shape.hpp"
+#include "models/model_shape.hpp"
 #include "config/config.hpp"
-#include "learning/commit_schedule.hpp"
+#include "algorithms/ps/commit_schedule.hpp"
 #include "storage/store.hpp"
 
 #include <memory>

@@ -1,10 +1,10 @@
 #include "actors/stage.hpp"
 
-#include "actors/node.hpp"
+#include "actors/node/node.hpp"
 #include "actors/report_files.hpp"
-#include "learning/dataset.hpp"
-#include "learning/split.hpp"
-#include "learning/trainer.hpp"
+#include "models/dataset.hpp"
+#include "algorithms/split/split.hpp"
+#include "train/trainer.hpp"
 #include "messages/lane.hpp"
 #include "storage/store.hpp"
 

@@ -33,7 +33,7 @@
 // the bytes it sent up and down.
 
 #include "actors/interfaces.hpp"
-#include "learning/split_driver.hpp"
+#include "algorithms/split/split_driver.hpp"
 
 #include <caf/fwd.hpp>
 

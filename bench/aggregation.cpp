@@ -10,13 +10,13 @@
 
 #include "bench/bench.hpp"
 
-#include "actors/runtime.hpp"
-#include "learning/aggregator.hpp"
-#include "learning/dataset.hpp"
-#include "learning/model.hpp"
-#include "learning/partition.hpp"
-#include "learning/ranking.hpp"
-#include "learning/trainer.hpp"
+#include "actors/node/runtime.hpp"
+#include "algorithms/edgegossip/aggregator.hpp"
+#include "models/dataset.hpp"
+#include "models/model.hpp"
+#include "train/partition.hpp"
+#include "algorithms/edgegossip/ranking.hpp"
+#include "train/trainer.hpp"
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -130,7 +130,7 @@ int aggregation(const options& opt, const aggregation_options& a) {
       r.reduce = agg.reduce_seconds;
       r.divide = agg.divide_seconds;
       r.mean = agg.mean_seconds;
-      // Per-epoch processing as the platform does it (actors/platform.cpp):
+      // Per-epoch processing as the platform does it (actors/platform/platform.cpp):
       // losses, ranking, plan; median of 5. The training time it is compared
       // with is measured right after (200 iterations), so both see the same
       // load of the machine.

@@ -142,7 +142,7 @@ struct scale_options {
 int scale(const options& opt, const scale_options& s);
 
 struct split_options {
-  std::string model = "conv8";  ///< a splittable model (learning/split.hpp)
+  std::string model = "conv8";  ///< a splittable model (algorithms/split/split.hpp)
   uint32_t epochs = 3;
   int64_t batch = 64;
   double lr = 0.01;

@@ -19,7 +19,7 @@
 
 #include "bench/bench.hpp"
 
-#include "actors/runtime.hpp"
+#include "actors/node/runtime.hpp"
 #include "data/dataset.hpp"
 #include "data/image.hpp"
 #include "data/read_util.hpp"

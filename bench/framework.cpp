@@ -1,10 +1,10 @@
 #include "bench/bench.hpp"
 #include "bench/common.hpp"
 
-#include "actors/runtime.hpp"
-#include "learning/dataset.hpp"
-#include "learning/model.hpp"
-#include "learning/trainer.hpp"
+#include "actors/node/runtime.hpp"
+#include "models/dataset.hpp"
+#include "models/model.hpp"
+#include "train/trainer.hpp"
 
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>

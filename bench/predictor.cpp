@@ -1,7 +1,7 @@
 // `edgegossip bench predictor`: EdgeGossip's performance predictor against
 // the time real training epochs take while stress-ng co-runners of changing
 // intensity (CPU, disk, network) share the machine. The predictor is used as
-// the actors use it (actors/predictor.cpp, actors/platform.cpp): a contention
+// the actors use it (actors/platform/predictor.cpp, actors/platform/platform.cpp): a contention
 // sample twice a second, an observation of wall time per point after every
 // second of training (paired with the mean contention of that second), and
 // before each epoch the prediction the balancer plans with, epoch time =
@@ -13,11 +13,11 @@
 
 #include "bench/bench.hpp"
 
-#include "actors/runtime.hpp"
-#include "learning/dataset.hpp"
-#include "learning/model.hpp"
-#include "learning/predictor.hpp"
-#include "learning/trainer.hpp"
+#include "actors/node/runtime.hpp"
+#include "models/dataset.hpp"
+#include "models/model.hpp"
+#include "algorithms/edgegossip/predictor.hpp"
+#include "train/trainer.hpp"
 #include "messages/codec.hpp"
 
 #include <ATen/Parallel.h>
@@ -134,7 +134,7 @@ private:
 };
 
 /// The predictor actor's clock: the contention monitor refreshed twice a
-/// second, as actors/predictor.cpp does it.
+/// second, as actors/platform/predictor.cpp does it.
 class sampler_thread {
 public:
   sampler_thread() : thread_([this] { run(); }) {}

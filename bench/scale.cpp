@@ -12,7 +12,7 @@
 #include "bench/common.hpp"
 #include "bench/ports.hpp"
 
-#include "actors/runtime.hpp"
+#include "actors/node/runtime.hpp"
 #include "config/config.hpp"
 
 #include <sys/wait.h>

@@ -8,8 +8,8 @@
 
 #include "actors/stage.hpp"
 #include "actors/wire.hpp"
-#include "learning/dataset.hpp"
-#include "learning/split.hpp"
+#include "models/dataset.hpp"
+#include "algorithms/split/split.hpp"
 
 #include <ATen/Parallel.h>
 #include <caf/all.hpp>

@@ -16,7 +16,7 @@
 #include "bench/common.hpp"
 #include "bench/ports.hpp"
 
-#include "actors/runtime.hpp"
+#include "actors/node/runtime.hpp"
 #include "config/config.hpp"
 
 #include <unistd.h>

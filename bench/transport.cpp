@@ -8,10 +8,10 @@
 #include "bench/bench.hpp"
 
 #include "actors/interfaces.hpp"
-#include "actors/runtime.hpp"
-#include "learning/loans.hpp"
-#include "learning/dataset.hpp"
-#include "learning/model.hpp"
+#include "actors/node/runtime.hpp"
+#include "train/loans.hpp"
+#include "models/dataset.hpp"
+#include "models/model.hpp"
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
 #include "messages/socket.hpp"
@@ -184,7 +184,7 @@ echo_actor::behavior_type echo(echo_actor::stateful_pointer<echo_state> self,
 }
 
 void node_settings(caf::actor_system_config& cfg) {
-  // As actors/runtime.cpp configures every node.
+  // As actors/node/runtime.cpp configures every node.
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-threads",
           static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
@@ -385,7 +385,7 @@ int transport(const options& opt, const transport_options& t) {
   // on the peer's lane; done when the last answer is in. With count 1 it
   // is one round trip.
   // The model's tensors are lent to the messages as a platform lends its
-  // parameters (learning/loans.hpp); they do not change during a burst, so
+  // parameters (train/loans.hpp); they do not change during a burst, so
   // nothing is copied: a platform pays one copy only for a message still
   // queued when it next writes its parameters.
   learning::parameter_loans loans;

@@ -9,7 +9,7 @@
 #include "bench/bench.hpp"
 #include "bench/common.hpp"
 
-#include "actors/runtime.hpp"
+#include "actors/node/runtime.hpp"
 #include "config/config.hpp"
 
 #include <algorithm>

@@ -51,7 +51,7 @@ enum class selection : uint8_t { loss, random };
 /// How a merge mixes two models: by gossip weight, or by gossip weight
 /// times each one's share r of its data.
 enum class merge_rule : uint8_t { gossip, rate };
-/// Who a platform may send to at iteration k (learning/topology.hpp).
+/// Who a platform may send to at iteration k (algorithms/gossip/topology.hpp).
 enum class topology_name : uint8_t { uniform, exponential, ring, full };
 
 /// The name of each value, as in cluster files ("gosgd-async", "continue" ...).
@@ -123,7 +123,7 @@ struct node_config {
   /// A real limit on the CPU time of the node's process (all its threads
   /// together), in cores: 0.5 is half of one core. 0: none; else at least
   /// 0.01. A limit above the machine's cores limits nothing. Enforced by
-  /// actors/cpu_limit.hpp as cluster_config::cpu_limiter says; needs the
+  /// system/cpu_limit.hpp as cluster_config::cpu_limiter says; needs the
   /// node in a process of its own.
   double cpu_limit = 0;
   std::vector<cpu_step> cpu_schedule;  ///< the limit changes over time

@@ -31,12 +31,12 @@ inline constexpr std::chrono::milliseconds handshake_timeout = 10s;
 /// A TLS probe of a peer's certificate.
 inline constexpr std::chrono::milliseconds tls_probe_timeout = 5s;
 /// How long a dial waits for a TCP connection to a peer before trying again
-/// (actors/node_peering.cpp: CAF's own connect would block for minutes on a
+/// (actors/node/node_peering.cpp: CAF's own connect would block for minutes on a
 /// host that does not answer).
 inline constexpr std::chrono::milliseconds probe_timeout = 3s;
 /// A node that lost all its peers and then finds every other node's port
 /// closed (refused) for this long ends: the run ended while it was cut off,
-/// or the cluster was stopped (actors/node_peering.cpp).
+/// or the cluster was stopped (actors/node/node_peering.cpp).
 inline constexpr std::chrono::milliseconds alone_timeout = 20s;
 /// Between two dials of an unreachable peer.
 inline constexpr std::chrono::milliseconds redial_interval = 1s;
@@ -78,7 +78,7 @@ inline constexpr std::chrono::milliseconds server_checkpoint_interval = 2s;
 inline constexpr std::chrono::milliseconds lane_commit_wait = 5s;
 /// A platform's progress report to the balancer, at most this often.
 inline constexpr std::chrono::milliseconds progress_report_interval = 1s;
-/// Push-sum's tau-overlap wait for an in-neighbour's message (learning/
+/// Push-sum's tau-overlap wait for an in-neighbour's message (algorithms/gossip/
 /// topology.hpp, overlap_gate): a source silent this long is not waited for
 /// again this epoch.
 inline constexpr std::chrono::milliseconds overlap_wait = 1s;

@@ -1,8 +1,8 @@
 #include "launcher/console.hpp"
 
-#include "actors/inspection.hpp"
+#include "actors/balancer/inspection.hpp"
 #include "actors/interfaces.hpp"
-#include "actors/network.hpp"
+#include "actors/node/network.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>

@@ -1,6 +1,6 @@
 #pragma once
 // `edgegossip console HOST:PORT`: attaches to any node of a running cluster
-// over CAF remoting and shows the whole cluster (actors/inspection.hpp),
+// over CAF remoting and shows the whole cluster (actors/balancer/inspection.hpp),
 // refreshed live in the terminal, with commands at a prompt; or prints one
 // snapshot (--once) or runs one command (--command) for scripts.
 

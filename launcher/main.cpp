@@ -6,13 +6,13 @@
 //   edgegossip launch  --config F               every node of F as its own process here
 //   edgegossip console HOST:PORT                watch and steer a running cluster
 
-#include "actors/join.hpp"
-#include "actors/runtime.hpp"
+#include "actors/node/join.hpp"
+#include "actors/node/runtime.hpp"
 #include "bench/bench.hpp"
 #include "config/config.hpp"
 #include "launcher/console.hpp"
 #include "launcher/launch.hpp"
-#include "learning/dataset.hpp"
+#include "models/dataset.hpp"
 #include "storage/store.hpp"
 
 #include <CLI/CLI.hpp>

@@ -107,7 +107,7 @@ struct weights {
   /// Sparse parts; a message carries dense `tensors` or sparse parts, or
   /// neither (the codec also accepts both together).
   std::vector<sparse_part> sparse;
-  /// Sparse-Push's edge state (learning/gossip.hpp): the message's number on
+  /// Sparse-Push's edge state (algorithms/gossip/gossip.hpp): the message's number on
   /// its edge, the sender's generation, and whether it restarts the edge.
   uint64_t edge_seq = 0;
   uint64_t generation = 0;

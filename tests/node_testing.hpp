@@ -10,7 +10,7 @@
 // its platforms, the balancer, CAF's BASP over the buffers, the wire
 // encoding of actors/wire.hpp.
 
-#include "actors/network.hpp"
+#include "actors/node/network.hpp"
 #include "actors/wire.hpp"
 #include "config/config.hpp"
 

@@ -1,4 +1,4 @@
-// What the tests of learning/ share: a scratch directory and tensor
+// What the tests of models/, train/ and algorithms/ share: a scratch directory and tensor
 // comparisons.
 #pragma once
 

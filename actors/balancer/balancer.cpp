@@ -1,0 +1,753 @@
+#include "actors/balancer/balancer.hpp"
+
+#include "algorithms/edgegossip/epoch_barrier.hpp"
+#include "actors/balancer/evaluator.hpp"
+#include "actors/balancer/inspection.hpp"
+#include "actors/report_files.hpp"
+#include "config/defaults.hpp"
+#include "models/export.hpp"
+#include "models/model.hpp"
+#include "models/serialize.hpp"
+#include "messages/codec.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace eg::actors {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+/// Where the balancer sends to a platform and asks its predictor.
+struct platform_handles {
+  platform_actor platform;
+  predictor_actor predictor;
+};
+
+/// A gather in progress (see gather): told when a platform it waits for is
+/// down, so it stops waiting for that one.
+struct pending_gather {
+  virtual ~pending_gather() = default;
+  virtual void lost(const std::string& name) = 0;
+};
+
+struct balancer_state {
+  static inline const char* name = "balancer";
+  balancer_args args;
+  /// What the balancer knows of epochs: platforms, reports, the barrier,
+  /// plans, deadlines and evaluated epochs.
+  epoch_barrier epochs{barrier_settings{}};
+  std::map<std::string, platform_handles> handles;
+  /// The latest averaged model (learning::save_model), from the evaluator.
+  std::shared_ptr<std::string> averaged_model = std::make_shared<std::string>();
+  /// A copy of the last averaged model, taken once the evaluator answered
+  /// (it writes averaged_model on its own thread): what a platform joining
+  /// the run starts from.
+  std::string latest_model;
+  bool started = false;
+  bool finished = false;
+  std::string run;
+  clock::time_point last_line;
+  std::set<uint32_t> planning;  // epochs whose predictions are being gathered
+  /// Averages and evaluates models as an actor of its own, so the balancer
+  /// answers (reports, the console) meanwhile.
+  caf::actor evaluator;
+  double started_unix = 0;
+  /// What the inspection console sees beyond the epochs.
+  inspection::console_state console;
+  /// Gathers still waiting for answers.
+  std::vector<std::weak_ptr<pending_gather>> gathers;
+  /// The nodes whose test data the averaged model is tested on: their
+  /// testers and test samples (from the node, as they peer).
+  std::map<std::string, std::pair<tester_actor, uint64_t>> testers;
+  /// Nodes already said to have no tester reachable (said again after one
+  /// came back and went).
+  std::set<std::string> untested;
+  /// Each node's training data sums, from its platforms' joins: combined at
+  /// the start into the cluster's normalisation.
+  std::map<std::string, data::moments> node_stats;
+  /// The cluster's normalisation as sent (data::to_text; "": every node
+  /// keeps its own), fixed when the run starts.
+  std::string norm_text;
+
+  uint32_t last_epoch() const { return epochs.last_epoch(); }
+};
+
+using self_ptr = balancer_actor::stateful_pointer<balancer_state>;
+
+/// A control command to one platform; a checkpoint is noted once the store
+/// has it.
+void console_send(self_ptr self, const std::string& name, const platform_actor& handle,
+                  messages::verb what) {
+  self->request(handle, defaults::control_timeout, control_atom::value, control{what, {}})
+    .then(
+      [self, name, what](bool ok) {
+        if (what == messages::verb::checkpoint && ok)
+          self->state.console.checkpointed(name);
+      },
+      [self, name, what](caf::error& err) {
+        spdlog::warn("balancer: console: {} on platform {}: {}", messages::to_string(what), name,
+                     self->system().render(err));
+      });
+}
+
+/// Asks every target for one answer (of type Answer), all at once, and
+/// calls `done` with the answers once each target has answered, failed or
+/// been seen to go down (failures are logged and left out), so neither a
+/// dead peer nor a frozen one holds the balancer up longer than its
+/// monitor takes to notice.
+template <class Answer, class Handle, class Atom>
+void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
+            std::chrono::milliseconds timeout, Atom atom, const char* what,
+            std::function<void(std::vector<Answer>&)> done) {
+  struct state : pending_gather {
+    std::set<std::string> waiting;
+    std::vector<Answer> answers;
+    std::function<void(std::vector<Answer>&)> done;
+    const char* what = "";
+    /// `name` is answered (or given up): true if it was still awaited.
+    void settle(const std::string& name) {
+      if (waiting.erase(name) && waiting.empty() && done) {
+        auto d = std::move(done);
+        done = nullptr;
+        d(answers);
+      }
+    }
+    void lost(const std::string& name) override {
+      if (waiting.count(name))
+        spdlog::warn("balancer: no {} from {}: it is down", what, name);
+      settle(name);
+    }
+  };
+  auto g = std::make_shared<state>();
+  g->done = std::move(done);
+  g->what = what;
+  for (auto& [name, handle] : targets)
+    g->waiting.insert(name);
+  if (g->waiting.empty())
+    return g->done(g->answers);
+  auto& registry = self->state.gathers;
+  registry.erase(std::remove_if(registry.begin(), registry.end(),
+                                [](auto& w) { return w.expired(); }),
+                 registry.end());
+  registry.push_back(g);
+  for (auto& [name, handle] : targets)
+    self->request(handle, timeout, atom)
+      .then(
+        [g, name = name](Answer& answer) {
+          if (!g->waiting.count(name))
+            return;  // given up on already (it went down)
+          g->answers.push_back(std::move(answer));
+          g->settle(name);
+        },
+        [g, what, name = name](caf::error& err) {
+          if (!g->waiting.count(name))
+            return;
+          spdlog::warn("balancer: no {} from {}: {}", what, name, caf::to_string(err));
+          g->settle(name);
+        });
+}
+
+/// The predictors of the live platforms, asked for their predicted
+/// throughput (planning, the console's snapshot).
+void gather_predictions(self_ptr self, std::chrono::milliseconds timeout,
+                        std::function<void(std::map<std::string, prediction>&)> done) {
+  std::vector<std::pair<std::string, predictor_actor>> targets;
+  for (auto& name : self->state.epochs.live())
+    if (auto& h = self->state.handles[name]; h.predictor)
+      targets.emplace_back(name, h.predictor);
+  gather<prediction>(self, targets, timeout, predict_atom::value, "prediction",
+                     [done = std::move(done)](std::vector<prediction>& answers) {
+                       std::map<std::string, prediction> by_name;
+                       for (auto& p : answers)
+                         by_name[p.platform] = p;
+                       done(by_name);
+                     });
+}
+
+/// Sends every live platform its plan for the epoch; logs Algorithm 1's.
+void send_plans(self_ptr self, const epoch_plan& plan) {
+  auto& st = self->state;
+  if (plan.balanced) {
+    for (auto& warning : plan.warnings)
+      spdlog::warn("balancer: {}", warning);
+    spdlog::info("balancer: epoch {} plan:{}", plan.epoch + 1, plan.line);
+    st.console.planned(plan);
+  }
+  for (auto& [name, p] : plan.plans) {
+    if (!st.norm_text.empty())
+      self->send(st.handles[name].platform, norm_atom::value, st.norm_text);
+    self->send(st.handles[name].platform, plan_atom::value, p);
+  }
+}
+
+/// Plans `epoch`: GoSGD at once; EdgeGossip once the predictors answered.
+void send_plan(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  if (!st.args.settings.strategy.edgegossip()) {
+    send_plans(self, st.epochs.plan(epoch, {}, clock::now()));
+    return;
+  }
+  if (!st.planning.insert(epoch).second)
+    return;  // its predictions are being gathered
+  gather_predictions(self, defaults::prediction_timeout,
+                     [self, epoch](std::map<std::string, prediction>& predictions) {
+                       self->state.planning.erase(epoch);
+                       send_plans(self,
+                                  self->state.epochs.plan(epoch, predictions, clock::now()));
+                     });
+}
+
+/// Sends the run state to the node, which keeps it in every node's store.
+void save_run_state(self_ptr self) {
+  auto& st = self->state;
+  storage::run_state r{st.args.fingerprint, st.run, st.finished, st.epochs.evaluated_epochs(),
+                       {}, st.started_unix, st.norm_text};
+  for (auto& report : st.epochs.all_reports())
+    r.reports.push_back(storage::encode_report(report, st.args.settings.cluster_id));
+  self->send(st.args.node, run_atom::value, storage::frame_run_state(r));
+}
+
+void write_outputs(self_ptr self) {
+  auto& st = self->state;
+  namespace fs = std::filesystem;
+  auto dir = fs::path(st.args.settings.output_dir) / st.run;
+  try {
+    fs::create_directories(dir);
+    write_platform_csv((dir / "metrics.csv").string(), st.epochs.all_reports());
+    write_cluster_csv((dir / "cluster.csv").string(), st.epochs.evaluated_epochs());
+    const auto& data = st.args.data;
+    auto model = learning::make_classifier(
+      st.args.settings.model, st.args.settings.seed,
+      learning::model_shape{data.shape, static_cast<int64_t>(data.classes.size())});
+    if (!st.averaged_model->empty())
+      learning::load_model(*model, *st.averaged_model);
+    learning::write_state_dict(*model, (dir / "model.pt").string());
+    // The same model for Python with the normalisation built in:
+    // torch.jit.load(path)(images) gives the class scores (docs/MODELS.md).
+    try {
+      learning::write_torchscript(*model, data.norm, data.classes,
+                                  (dir / "model_scripted.pt").string());
+    } catch (const std::exception& e) {
+      spdlog::error("cannot write the TorchScript model: {}", e.what());
+    }
+    std::ofstream((dir / "config.toml").string()) << st.args.settings.cluster_file;
+    spdlog::info("run directory: {}", dir.string());
+  } catch (const std::exception& e) {
+    spdlog::error("cannot write the run directory {}: {}", dir.string(), e.what());
+  }
+}
+
+void finish(self_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  if (st.args.interactive)
+    std::fputc('\n', stderr);
+  write_outputs(self);
+  save_run_state(self);
+  for (auto& name : st.epochs.live())
+    self->send(st.handles[name].platform, done_atom::value, st.run);
+  self->send(st.args.node, done_atom::value, messages::role::balancer, std::string{}, st.run);
+}
+
+/// The cluster's normalisation, fixed for the run: the one a continued run
+/// used (`saved`), else every joined node's data sums combined (no sample
+/// leaves its node). The exported model carries it; every platform gets it
+/// before each plan, every tester with each model.
+void decide_normalisation(self_ptr self, const std::string& saved) {
+  auto& st = self->state;
+  if (!saved.empty()) {
+    try {
+      st.args.data.norm = data::parse_normalisation(saved);
+      st.norm_text = saved;
+      return;
+    } catch (const data::data_error& e) {
+      spdlog::warn("balancer: the run's saved normalisation is unusable ({}): combining the "
+                   "nodes' statistics again",
+                   e.what());
+    }
+  }
+  if (st.node_stats.empty())
+    return;  // none announced: every node keeps its own
+  data::moments all;
+  std::string nodes;
+  for (auto& [node, m] : st.node_stats) {
+    all += m;
+    nodes += (nodes.empty() ? "" : ", ") + node;
+  }
+  st.args.data.norm = all.finish();
+  st.norm_text = data::to_text(st.args.data.norm);
+  if (st.node_stats.size() > 1)
+    spdlog::info("balancer: the data's normalisation combined from the statistics of nodes {}",
+                 nodes);
+}
+
+void start(self_ptr self) {
+  auto& st = self->state;
+  if (st.started)
+    return;
+  st.started = true;
+  st.last_line = clock::now();
+  st.epochs.start(st.last_line);
+  uint32_t next = 0;
+  auto& resume = st.args.resume;
+  const auto expected = st.epochs.settings().expected.size();
+  if (resume && !resume->run.empty()) {
+    st.run = resume->run;
+    st.started_unix = resume->started_unix;
+    std::vector<std::string> unusable;
+    next = st.epochs.resume(*resume, st.args.settings.cluster_id, unusable);
+    for (auto& problem : unusable)
+      spdlog::warn("balancer: a saved report is unusable: {}", problem);
+    spdlog::info("balancer: continuing run {} at epoch {}/{} with {} of {} platforms", st.run,
+                 next + 1, st.last_epoch() + 1, st.epochs.up(), expected);
+  } else {
+    st.run = new_run_name(st.args.settings.cluster_id);
+    st.started_unix = storage::unix_now();
+    if (resume)  // a successor with no saved state (the run's first epoch was not over)
+      spdlog::info("balancer: starting run {} with {} of {} platforms", st.run, st.epochs.up(),
+                   expected);
+    else
+      spdlog::info("{} of {} platforms joined; training run {} ({} {}, {} epochs)",
+                   st.epochs.platforms().size(), expected, st.run,
+                   config::to_string(st.args.settings.strategy.name),
+                   config::to_string(st.args.settings.strategy.schedule),
+                   st.last_epoch() + 1);
+    resume.reset();
+  }
+  decide_normalisation(self, resume ? resume->norm : std::string{});
+  save_run_state(self);
+  self->delayed_send(self, defaults::progress_interval, tick_atom::value);
+  if (next > st.last_epoch()) {
+    finish(self);
+    return;
+  }
+  send_plan(self, next);
+}
+
+void epoch_evaluated(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  st.epochs.close(epoch, clock::now());
+  spdlog::info("{}", st.epochs.epoch_line(epoch));
+  st.console.epoch_done(st.epochs, epoch);
+  if (st.epochs.all_evaluated()) {
+    finish(self);
+    return;
+  }
+  if (!st.args.settings.strategy.asynchronous() && epoch < st.last_epoch()
+      && !st.epochs.planned(epoch + 1))
+    send_plan(self, epoch + 1);
+}
+
+/// Push-sum: the live platforms' weights (`answers`, summing to `weights`)
+/// should sum to their number. A platform lost takes its weight with it; one
+/// restarted from a checkpoint brings that checkpoint's. At the barrier of
+/// the synchronous schedule nothing is in flight, and scaling every weight
+/// by the same factor changes no de-biased model nor their weighted mean:
+/// the balancer restores the sum so. (Asynchronous: weight is in flight
+/// whenever it looks, so it only logs.)
+void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_weights>& answers,
+                        double weights) {
+  auto& st = self->state;
+  const double n = static_cast<double>(answers.size());
+  spdlog::info("balancer: after epoch {} the push-sum weights of the {} live platforms sum to "
+               "{:.6f}", epoch + 1, answers.size(), weights);
+  if (st.args.settings.strategy.asynchronous() || !(weights > 0)
+      || std::abs(weights - n) <= 1e-6 * n)
+    return;
+  const double factor = n / weights;
+  for (auto& w : answers)
+    self->send(st.handles[w.sender].platform, rescale_atom::value, factor);
+  spdlog::info("balancer: push-sum weights scaled by {:.6f} to sum to {} again", factor,
+               answers.size());
+}
+
+void test_average(self_ptr self, held_weights averaged,
+                  std::function<void(std::vector<storage::node_test>)> done);
+
+/// All live platforms reported `epoch`: averages their current models.
+void evaluate_average(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  if (!st.epochs.begin_evaluation(epoch, clock::now()))
+    return;
+  std::vector<std::pair<std::string, platform_actor>> targets;
+  for (auto& name : st.epochs.live())
+    targets.emplace_back(name, st.handles[name].platform);
+  gather<held_weights>(
+    self, targets, defaults::weights_timeout, weights_atom::value, "weights",
+    [self, epoch](std::vector<held_weights>& answers) {
+      auto& st = self->state;
+      std::vector<double> samples;               // each model's weight in the average
+      std::vector<std::vector<double>> classes;  // and of its rows of the output layer
+      // Push-sum: the consensus is sum_i w_i z_i / sum_i w_i, and the weights
+      // sum to the number of platforms but for what is in flight.
+      const bool push_sum = st.args.settings.strategy.push_sum();
+      double weights = 0;
+      for (auto& w : answers) {
+        weights += w.value.gossip_weight;
+        samples.push_back(push_sum ? w.value.gossip_weight
+                                   : st.epochs.averaging_weight(epoch, w.sender));
+        classes.push_back(push_sum ? std::vector<double>{}
+                                   : st.epochs.class_weights(epoch, w.sender));
+      }
+      if (push_sum && !answers.empty())
+        keep_push_sum_mass(self, epoch, answers, weights);
+      const auto start = clock::now();
+      auto done = [self, epoch, start](std::vector<storage::node_test> tests) {
+        auto& st = self->state;
+        const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+        st.epochs.evaluation_done(epoch, std::move(tests), seconds);
+        if (epoch < st.last_epoch())
+          save_run_state(self);  // the last one is saved by finish, marked finished
+        epoch_evaluated(self, epoch);
+      };
+      self
+        ->request(caf::actor_cast<evaluator_actor>(st.evaluator), caf::infinite,
+                  evaluate_atom::value, std::move(answers), std::move(samples),
+                  std::move(classes))
+        .then(
+          [self, done](held_weights& averaged) {
+            if (averaged.value.tensors.empty())
+              return done({});
+            self->state.latest_model = *self->state.averaged_model;
+            test_average(self, std::move(averaged), done);
+          },
+          [self, done](caf::error& err) {
+            spdlog::error("balancer: the averaged model was not made: {}",
+                          self->system().render(err));
+            done({});
+          });
+    });
+}
+
+/// Every node with test data tests the averaged model on it; `done` gets
+/// the answers (a node that does not answer within the weights timeout, or
+/// refuses, is left out of this epoch's accuracy and named).
+void test_average(self_ptr self, held_weights averaged,
+                  std::function<void(std::vector<storage::node_test>)> done) {
+  auto& st = self->state;
+  for (auto& n : st.args.settings.layout.nodes)
+    if (!st.testers.count(n.name) && st.untested.insert(n.name).second)
+      spdlog::info("balancer: node {} has no tester reachable (no test data, or the node is "
+                   "down): the cluster's accuracy leaves it out until it has",
+                   n.name);
+  struct pending {
+    size_t waiting = 0;
+    std::vector<storage::node_test> tests;
+    std::function<void(std::vector<storage::node_test>)> done;
+    void settle() {
+      if (--waiting == 0 && done) {
+        std::sort(tests.begin(), tests.end(),
+                  [](auto& a, auto& b) { return a.node < b.node; });
+        auto d = std::move(done);
+        done = nullptr;
+        d(std::move(tests));
+      }
+    }
+  };
+  auto p = std::make_shared<pending>();
+  p->done = std::move(done);
+  p->waiting = st.testers.size();
+  if (p->waiting == 0)
+    return p->done({});
+  for (auto& [node, tester] : st.testers)
+    self->request(tester.first, defaults::weights_timeout, test_atom::value, averaged,
+                  st.norm_text)
+      .then(
+        [p, node = node](double loss_sum, uint64_t correct, uint64_t samples) {
+          p->tests.push_back({node, correct, samples,
+                              samples ? loss_sum / static_cast<double>(samples) : 0.0});
+          p->settle();
+        },
+        [self, p, node = node](caf::error& err) {
+          spdlog::warn("balancer: node {} did not test the averaged model: {}", node,
+                       self->system().render(err));
+          p->settle();
+        });
+}
+
+std::chrono::microseconds micros(double seconds) {
+  return std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e6));
+}
+
+/// The deadline of `epoch` came: cuts the platforms still training it.
+void deadline_passed(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  auto due = st.epochs.deadline_passed(epoch, clock::now(), st.console.paused);
+  if (st.finished || (!due.wait && due.cut.empty()))
+    return;
+  if (due.wait)
+    return self->delayed_send(self, micros(*due.wait), deadline_atom::value, epoch);
+  std::string names;
+  for (auto& name : due.cut) {
+    self->send(st.handles[name].platform, cut_atom::value, epoch);
+    names += " " + name;
+  }
+  spdlog::info("balancer: epoch {} deadline ({:.2f} s) passed: cut{}", epoch + 1, due.limit,
+               names);
+  st.console.cut(epoch, due.limit, names);
+}
+
+void check_epochs(self_ptr self) {
+  for (auto epoch : self->state.epochs.complete_epochs())
+    evaluate_average(self, epoch);
+}
+
+// -- inspection console -------------------------------------------------------------
+
+/// Sends a control command (pause, resume, checkpoint) to every live
+/// platform.
+inspection::answer console_control(self_ptr self, messages::verb what) {
+  auto& st = self->state;
+  if (st.finished)
+    return {false, "the run is over"};
+  auto live = st.epochs.live();
+  for (auto& name : live)
+    console_send(self, name, st.handles[name].platform, what);
+  auto text = st.console.command(what, live, st.epochs, clock::now());
+  spdlog::info("balancer: console: {}", text);
+  return {true, text};
+}
+
+caf::result<std::string> console_command(self_ptr self, const control& c,
+                                         const std::string& via) {
+  auto& st = self->state;
+  switch (c.verb) {
+    case messages::verb::snapshot: {
+      // Predicted throughputs asked now, of every live platform's predictor.
+      auto rp = self->make_response_promise<std::string>();
+      gather_predictions(
+        self, defaults::console_prediction_timeout,
+        [self, rp, via](std::map<std::string, prediction>& predictions) mutable {
+          auto& st = self->state;
+          inspection::run_status run{st.run, st.started, st.finished,
+                                     st.started ? st.epochs.elapsed(clock::now()) : 0.0};
+          rp.deliver(inspection::to_json(inspection::console_snapshot(
+            st.args.settings.layout, st.epochs, st.console, run, predictions, via)));
+        });
+      return rp;
+    }
+    case messages::verb::history:
+      if (!st.epochs.expects(c.argument))
+        return make_error(ec::unknown_platform, "no platform named '" + c.argument + "'");
+      return inspection::to_json(inspection::history_of(c.argument, st.epochs.all_reports()));
+    case messages::verb::pause:
+    case messages::verb::resume:
+    case messages::verb::checkpoint:
+      return inspection::to_json(console_control(self, c.verb));
+    default:
+      return make_error(ec::bad_request, std::string{"the console cannot ask for "}
+                                           + messages::to_string(c.verb));
+  }
+}
+
+// -- joins --------------------------------------------------------------------------
+
+void joined(self_ptr self, const std::string& name, const std::string& node, caf::actor handle,
+            caf::actor predictor, const std::string& data, uint64_t samples,
+            const std::string& stats) {
+  auto& st = self->state;
+  if (!st.epochs.expects(name)) {
+    spdlog::warn("balancer: platform '{}' of node '{}' is not in the cluster file; ignored", name,
+                 node);
+    return;
+  }
+  // One model for the whole cluster: a platform whose data has another
+  // shape or other classes cannot gossip with the others.
+  const auto ours = data::signature(st.args.data);
+  if (!data.empty() && data != ours) {
+    spdlog::error("balancer: refused platform {} of node {}: its data is {}, the cluster's "
+                  "(this balancer's) is {}",
+                  name, node, data, ours);
+    console_send(self, name, caf::actor_cast<platform_actor>(handle), messages::verb::stop);
+    return;
+  }
+  if (!stats.empty() && !st.node_stats.count(node)) {
+    try {
+      auto m = data::parse_moments(stats);
+      const auto channels = static_cast<size_t>(st.args.data.shape.channels);
+      if (channels > 0 && m.sum.size() != channels)
+        throw data::data_error("sums of " + std::to_string(m.sum.size()) +
+                               " channels for data of " + st.args.data.shape.to_string());
+      st.node_stats[node] = std::move(m);
+    } catch (const data::data_error& e) {
+      spdlog::warn("balancer: node {}'s data statistics are left out of the normalisation: {}",
+                   node, e.what());
+    }
+  }
+  auto h = caf::actor_cast<platform_actor>(handle);
+  // The same platform again: nothing new while it is up; after it was down
+  // (its node froze past cluster.peer_timeout and woke up) it rejoins like a
+  // restarted one.
+  auto* entry = st.epochs.find(name);
+  if (entry && entry->up && st.handles[name].platform == h)
+    return;
+  self->monitor(h);
+  st.handles[name] = {h, caf::actor_cast<predictor_actor>(predictor)};
+  const bool running = st.started && !st.finished;
+  auto j = st.epochs.join(name, node, running, samples);
+  st.console.joined(name, node, j.again);
+  if (st.console.paused)  // the cluster is paused: so is a platform that joins now
+    console_send(self, name, h, messages::verb::pause);
+  if (running) {
+    // Joins a run in progress (a restarted node, a node that joined the
+    // cluster): it takes part from the next epoch (synchronous schedule), or
+    // at once with the epoch the others are in (asynchronous), from the
+    // averaged model unless it trained already.
+    if (!st.latest_model.empty())
+      self->send(h, adopt_atom::value, st.latest_model);
+    if (j.plan) {
+      if (!st.norm_text.empty())
+        self->send(h, norm_atom::value, st.norm_text);
+      self->send(h, plan_atom::value, *j.plan);
+    }
+    spdlog::info("balancer: platform {} {} from node {}; training from epoch {}", name,
+                 j.again ? "is back" : "joined", node, j.first_epoch + 1);
+    return;
+  }
+  spdlog::info("balancer: platform {} joined from node {} ({}/{})", name, node,
+               st.epochs.platforms().size(), st.epochs.settings().expected.size());
+  if (!st.started && st.epochs.has_quorum())
+    start(self);
+}
+
+balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
+  auto& st = self->state;
+  st.epochs = epoch_barrier{args.settings.barrier};
+  st.evaluator = caf::actor_cast<caf::actor>(spawn_evaluator(
+    self->system(), {args.settings.model, args.settings.seed,
+                     learning::model_shape{args.data.shape,
+                                           static_cast<int64_t>(args.data.classes.size())},
+                     st.averaged_model}));
+  self->link_to(st.evaluator);
+  st.args = std::move(args);
+  if (st.args.resume) {
+    // Continuing a run: platforms that do not join within a few seconds
+    // (their node is down) do not hold it back; they join again later.
+    self->delayed_send(self, defaults::resume_grace, start_atom::value);
+  }
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto& [name, h] : st.handles)
+      if (h.platform.address() == dm.source && st.epochs.down(name)) {
+        auto& node = st.epochs.find(name)->node;
+        st.console.down(name, node, caf::to_string(dm.reason));
+        if (!st.finished)
+          spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,
+                       node, caf::to_string(dm.reason), st.epochs.up());
+        // Whatever is asked of it is not waited for any longer.
+        for (auto& w : std::vector<std::weak_ptr<pending_gather>>(st.gathers))
+          if (auto g = w.lock())
+            g->lost(name);
+      }
+    if (!st.finished)
+      check_epochs(self);
+  });
+  return {
+    [self](failed_atom, const std::string& node, const std::string& why) {
+      self->state.console.store_failed(node, why);
+    },
+    [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
+    [self](member_atom, const std::string& node, const std::string& host, uint16_t port,
+           const std::vector<std::string>& platforms) {
+      auto& st = self->state;
+      st.args.settings.layout.joined({node, host, port, platforms});
+      for (auto& p : platforms)
+        if (st.epochs.expect(p))
+          spdlog::info("balancer: node {} joined the cluster; its platform {} joins the run "
+                       "when it is up",
+                       node, p);
+    },
+    [self](testers_atom, const std::vector<std::string>& nodes,
+           const std::vector<caf::actor>& testers, const std::vector<uint64_t>& samples) {
+      auto& st = self->state;
+      st.testers.clear();
+      for (size_t i = 0; i < nodes.size() && i < testers.size() && i < samples.size(); ++i)
+        if (testers[i] && samples[i] > 0) {
+          st.testers[nodes[i]] = {caf::actor_cast<tester_actor>(testers[i]), samples[i]};
+          st.untested.erase(nodes[i]);  // said again if it goes
+        }
+    },
+    [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
+           caf::actor predictor, const std::string& data, uint64_t samples,
+           const std::string& stats) {
+      joined(self, name, node, handle, predictor, data, samples, stats);
+    },
+    [self](report_atom, epoch_report& r) {
+      auto& st = self->state;
+      const auto now = clock::now();
+      if (!st.epochs.record(r, now))
+        return;  // sent again (a balancer took over): already counted
+      st.console.reported(r);
+      if (auto wait = st.epochs.arm_deadline(r, now))
+        self->delayed_send(self, micros(*wait), deadline_atom::value, r.epoch);
+      check_epochs(self);
+    },
+    [self](progress_atom, const epoch_report& r) {
+      self->state.epochs.progress(r);
+      self->state.console.restoring.erase(r.platform);
+    },
+    [self](tick_atom) {
+      auto& st = self->state;
+      if (st.finished)
+        return;
+      if (st.args.interactive) {
+        std::fprintf(stderr, "\r\033[K%s", st.epochs.progress_line(clock::now()).c_str());
+        std::fflush(stderr);
+      } else if (clock::now() - st.last_line >= defaults::progress_log_interval) {
+        st.last_line = clock::now();
+        spdlog::info("{}", st.epochs.progress_line(clock::now()));
+      }
+      self->delayed_send(self, defaults::progress_interval, tick_atom::value);
+    },
+    [self](start_atom) {
+      if (self->state.epochs.platforms().empty())  // none joined yet: later
+        return self->delayed_send(self, defaults::progress_interval, start_atom::value);
+      start(self);
+    },
+    [self](deadline_atom, uint32_t epoch) { deadline_passed(self, epoch); },
+    [self](inspect_atom, const control& command, const std::string& via) {
+      return console_command(self, command, via);
+    },
+  };
+}
+
+} // namespace
+
+balancer_settings balancer_settings::of(const config::cluster_config& cluster,
+                                        std::map<std::string, uint64_t> shard_sizes) {
+  balancer_settings s;
+  s.cluster_id = cluster.id;
+  s.output_dir = cluster.output_dir;
+  s.model = cluster.train.model;
+  s.seed = cluster.seed;
+  s.strategy = cluster.strategy;
+  s.barrier = barrier_settings::of(cluster);
+  s.barrier.shard_sizes = std::move(shard_sizes);
+  s.layout = inspection::cluster_layout::of(cluster);
+  auto shown = cluster;
+  if (!shown.secret.empty())
+    shown.secret = "(not written)";  // run directories get copied around
+  s.cluster_file = config::to_toml(shown);
+  return s;
+}
+
+balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args) {
+  return sys.spawn(balancer, std::move(args));
+}
+
+} // namespace eg::actors

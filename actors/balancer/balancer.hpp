@@ -1,0 +1,73 @@
+#pragma once
+// The balancer: one per cluster. It waits for the configured platforms to
+// join, plans every epoch (epoch-synchronous schedule: epoch e+1 starts once
+// every live platform reported epoch e; asynchronous: one plan, no barrier),
+// gathers the epoch reports, evaluates the average of all platforms' models,
+// shows progress, and writes the run directory at the end. Platforms are
+// monitored: one that goes down no longer holds back an epoch; one that
+// comes back (a restarted node) joins again from the next epoch. After every
+// epoch its run state goes to every node's store, so that a balancer started
+// elsewhere (its node died) or later (the cluster restarted) goes on with the
+// same run. What it knows of epochs (the barrier, plans, deadlines) is a
+// plain class, algorithms/edgegossip/epoch_barrier.hpp, and the console's snapshot is built
+// in actors/balancer/inspection.hpp: the actor itself sends, gathers and writes.
+
+#include "algorithms/edgegossip/epoch_barrier.hpp"
+#include "actors/balancer/inspection.hpp"
+#include "actors/interfaces.hpp"
+#include "data/shape.hpp"
+#include "config/config.hpp"
+#include "storage/store.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace eg::data {
+class dataset;
+}
+namespace eg::learning {
+using data::dataset;
+}
+
+namespace eg::actors {
+
+/// What the balancer takes from the cluster file.
+struct balancer_settings {
+  std::string cluster_id;
+  std::string output_dir;       ///< run directories go here
+  std::string model;            ///< train.model, for the averaged model
+  uint64_t seed = 1;            ///< cluster.seed: the models' initialisation
+  config::strategy_config strategy;
+  barrier_settings barrier;     ///< the epoch barrier's, shard sizes included
+  inspection::cluster_layout layout;  ///< what the console shows of the cluster
+  /// The cluster file as TOML, its secret left out: the run directory's
+  /// config.toml.
+  std::string cluster_file;
+
+  /// The settings of `cluster`, with |X_i| of every platform.
+  static balancer_settings of(const config::cluster_config& cluster,
+                              std::map<std::string, uint64_t> shard_sizes);
+};
+
+struct balancer_args {
+  balancer_settings settings;
+  /// The data the model is built for: its shape, classes and normalisation
+  /// (the exported model carries them).
+  data::description data;
+  node_actor node;        ///< told when the run is over
+  bool interactive = false;  ///< redraw one progress line (a terminal) instead of log lines
+  std::string fingerprint;  ///< config::run_fingerprint of the cluster
+  /// Set to continue a run (a restarted cluster, or a successor to a lost
+  /// balancer): its name, evaluated epochs and reports. The balancer then
+  /// starts with the platforms that joined within a few seconds instead of
+  /// waiting for all of them, and plans the epoch after the last evaluated one.
+  std::optional<storage::run_state> resume;
+};
+
+balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args);
+
+} // namespace eg::actors

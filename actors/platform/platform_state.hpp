@@ -1,0 +1,124 @@
+#pragma once
+// The platform actor's state and its parts, shared by platform.cpp (the
+// actor's behaviour, how it is built) and platform_epochs.cpp (epochs,
+// steps, commits: carrying out what its worker asks). Internal to
+// actors/platform/.
+
+#include "actors/platform/platform.hpp"
+
+#include "algorithms/workers.hpp"
+#include "algorithms/edgegossip/predictor.hpp"
+#include "train/trainer.hpp"
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace eg::actors::platform_parts {
+
+using clock = std::chrono::steady_clock;
+
+inline double seconds_since(clock::time_point t) {
+  return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+struct platform_state {
+  static inline const char* name = "platform";
+  platform_args args;
+  std::unique_ptr<learning::platform_model> model;
+  std::unique_ptr<learning::worker> worker;  ///< the training family's part
+  learning::run_position at;                 ///< name, epoch, ratio, steps done
+  bool waiting = false;  ///< a step waits for a peer's message (the overlap wait)
+  caf::actor balancer;
+  caf::actor server;  ///< parameter-server strategies: null while none is reachable
+  // Run position.
+  uint32_t last_epoch = 0;
+  messages::plan plan;   ///< the current epoch's plan
+  bool running = false;  ///< an epoch is in progress
+  bool paused = false;
+  clock::time_point paused_at;
+  bool step_queued = false;  ///< a step message is on its way (one chain of steps only)
+  bool finished = false;
+  uint32_t epochs_done = 0;  ///< completed epochs (what a checkpoint records)
+  std::optional<epoch_report> last_report;  ///< of epoch epochs_done - 1
+  std::optional<clock::time_point> training_start;
+  // The current epoch.
+  clock::time_point epoch_start;
+  clock::time_point last_progress;
+  double compute_seconds = 0;
+  double loss_sum = 0;
+  uint64_t samples = 0;
+  uint64_t planned = 0;
+  uint64_t planned_batches = 0;  ///< this epoch's iterations (for the warm-up)
+  double epoch_lr = 0;           ///< the schedule's learning rate this epoch
+  uint64_t iterations = 0;
+  uint64_t refused = 0;
+  /// Emulated slowdown: idle seconds the last step still owes before the
+  /// next one (queue_step waits them out).
+  double idle_owed = 0;
+  clock::time_point created = clock::now();
+  // Observations for the predictor: wall time (idle included) and points,
+  // every second of training and at the end of each epoch.
+  clock::time_point last_step_end;
+  learning::observation_meter observed;
+
+  learning::local_trainer& trainer() { return model->trainer(); }
+  /// Seconds since the platform started (the worker's clock).
+  double now() const { return seconds_since(created); }
+
+  /// The emulated slowdown factor in force now (config + interference schedule).
+  double slowdown() const {
+    double s = args.platform.slowdown;
+    if (!training_start)
+      return s;
+    auto t = seconds_since(*training_start);
+    for (auto& step : args.platform.interference)
+      if (step.at_seconds <= t)
+        s = step.slowdown;
+    return s;
+  }
+
+  messages::epoch_report report() {
+    messages::epoch_report r;
+    r.platform = args.platform.name;
+    r.node = args.node_name;
+    r.epoch = at.epoch;
+    r.ratio = at.ratio;
+    r.wall_seconds = seconds_since(epoch_start);
+    r.compute_seconds = compute_seconds;
+    r.samples = samples;
+    r.planned_samples = planned;
+    r.iterations = iterations;
+    r.train_loss = iterations ? loss_sum / static_cast<double>(iterations) : 0;
+    r.gossip_weight = worker->weight();
+    r.messages_refused = refused;
+    r.class_samples = trainer().class_samples();
+    worker->fill_report(r);
+    return r;
+  }
+};
+
+using self_ptr = platform_actor::stateful_pointer<platform_state>;
+
+/// Saves the platform's state to its node's store; `saved` (if given) gets
+/// whether the store has it.
+void checkpoint(self_ptr self, std::function<void(bool)> saved = nullptr);
+/// Plans the epoch of the plan last received and steps.
+void begin_epoch(self_ptr self);
+/// Queues the next step unless one is on its way.
+void queue_step(self_ptr self);
+/// Reports the epoch (and, on the asynchronous schedule, begins the next).
+void finish_epoch(self_ptr self);
+/// Carries out what the worker asked for.
+void carry_out(self_ptr self, learning::worker_outcome out);
+/// The cluster's normalisation from here on.
+void use_normalisation(self_ptr self, const data::normalisation& norm);
+void pause(self_ptr self);
+void resume(self_ptr self);
+/// One training iteration, unless the worker holds it back.
+void step(self_ptr self);
+
+} // namespace eg::actors::platform_parts

@@ -1,0 +1,303 @@
+#pragma once
+// Gossip arithmetic on model parameters, actor-free. A strategy decides what
+// a platform sends after a local step and how a received model is merged.
+
+#include "algorithms/gossip/compression.hpp"
+#include "messages/codec.hpp"
+
+#include <torch/types.h>
+
+#include <memory>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace eg::learning {
+
+/// One message to send after a step: the current parameters with this
+/// gossip weight, to `peer`: an index into the targets the topology gave
+/// for this iteration (algorithms/gossip/topology.hpp).
+struct send_order {
+  size_t peer = 0;
+  double weight = 0;
+};
+
+/// What one message carries: dense tensors (views of the parameters, which
+/// the platform lends while the message is on its way) or sparse parts
+/// (whose bytes `hold` keeps alive).
+struct gossip_payload {
+  std::vector<messages::tensor_view> tensors;
+  std::vector<messages::sparse_part> sparse;
+  std::shared_ptr<const void> hold;  ///< null: views of the parameters
+  uint64_t edge_seq = 0;             ///< sparse: the message's number on its edge
+  uint64_t generation = 0;           ///< sparse: the sender's generation
+  bool keyframe = false;             ///< sparse: restarts the edge's copies
+  double weight = 0;                 ///< sparse (hold set): the weight share sent, maybe less than the order's
+};
+
+class gossip_strategy {
+public:
+  virtual ~gossip_strategy() = default;
+  virtual std::string name() const = 0;
+  /// The gossip weight this platform holds (GoSGD's a_i, push-sum's w_i);
+  /// every message carries part of it, and a merge adds the received part,
+  /// so the cluster's total stays constant (1 for GoSGD, n for push-sum).
+  virtual double weight() const = 0;
+  virtual void set_weight(double w) = 0;
+  /// Merges a received model (x_s, a_s) into `params`. `own_rate` and
+  /// `received_rate` (r_i and r_s: the share of its data each platform
+  /// trains per epoch) scale how much each model counts in the mix; the
+  /// gossip weights add up as they always do. 1 and 1: the plain rule.
+  virtual void merge(const std::vector<torch::Tensor>& params,
+                     const std::vector<torch::Tensor>& received, double received_weight,
+                     double own_rate = 1, double received_rate = 1) = 0;
+  /// Called after each local step with the number of peers the topology
+  /// gives for this iteration (0: none, and then nothing is sent and no
+  /// weight leaves); may rescale `params` and the held weight, and returns
+  /// the messages to send (each carries the params as they are after this
+  /// call), each to one of those peers.
+  virtual std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+                                             size_t targets, std::mt19937_64& rng) = 0;
+  /// Whether after_step() reads or writes `params` (false: it decides from
+  /// the weight and the random draw alone, and the parameters it is given
+  /// may be out of date).
+  virtual bool after_step_reads_parameters() const { return true; }
+  /// Scales how often this platform exchanges per iteration (1: as
+  /// configured). A platform that runs r_i of its iterations in an epoch
+  /// exchanges 1 / r_i times as often, so every platform sends as many
+  /// messages per epoch: otherwise the slow ones, stepping less, hoard
+  /// gossip weight, and their lagging models dominate every merge.
+  virtual void scale_exchange(double factor) = 0;
+  /// What the message of `order` to peer `to` carries. Dense strategies
+  /// send every parameter as it is, named as in `names` (the default); a
+  /// sparse one sends the parts its last after_step() made.
+  virtual gossip_payload payload(const send_order& order, const std::string& to,
+                                 const std::vector<std::string>& names,
+                                 const std::vector<torch::Tensor>& params);
+  /// Merges a received sparse message from platform `from`. The default
+  /// refuses it (std::invalid_argument): a dense strategy takes whole models.
+  virtual void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
+                            const messages::weights& message);
+  /// Called after a checkpoint's model was loaded into the parameters.
+  virtual void restored(const std::vector<torch::Tensor>& /*params*/) {}
+  /// The peers that are live now (after every change).
+  virtual void peers_changed(const std::vector<std::string>& /*live*/) {}
+  /// Messages merged by their weight alone because they arrived out of step
+  /// with their edge (sparse strategies), since the start.
+  virtual uint64_t out_of_step() const { return 0; }
+  /// Called once the parameters are the ones training starts from (the
+  /// initial model, or a restored checkpoint's) and the weight is set.
+  virtual void start(const std::vector<torch::Tensor>& /*params*/) {}
+};
+
+/// GoSGD (Blot et al.): sum-weight gossip. Start weight 1/M; merge
+/// x <- (a x + a_s x_s) / (a + a_s), a <- a + a_s; after a step, with
+/// probability p: a <- a / 2 and send (x, a) to one of the peers the
+/// topology gives (uniformly among them when it gives several).
+class gosgd : public gossip_strategy {
+public:
+  gosgd(double initial_weight, double exchange_probability);
+  std::string name() const override { return "gosgd"; }
+  double weight() const override { return weight_; }
+  void set_weight(double w) override { weight_ = w; }
+  void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+             double received_weight, double own_rate = 1, double received_rate = 1) override;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+                                     std::mt19937_64& rng) override;
+  bool after_step_reads_parameters() const override { return false; }
+  void scale_exchange(double factor) override;
+
+private:
+  double weight_;
+  double configured_p_;
+  double p_;
+};
+
+/// Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019):
+/// SGD over push-sum gossip (Kempe, Dobra, Gehrke, FOCS 2003), for
+/// directed and time-varying graphs (docs/ALGORITHMS.md, "Push-sum SGD").
+/// Each platform holds the numerator x and the push-sum weight w (1 at the
+/// start, so the weights sum to the number of platforms); the parameters
+/// hold the de-biased model z = x / w, on which gradients are taken and
+/// which is evaluated. After every local step to d out-peers it keeps
+/// 1 / (d + 1) of (x, w) and sends each peer a share (w / (d + 1) with z);
+/// a received share s with z_s is added: z <- (w z + s z_s) / (w + s),
+/// w <- w + s. The local step moves z by lr * gradient (x by
+/// lr * w * gradient). Synchronous SGP steps x by lr * gradient (z by
+/// lr / w), which assumes every platform mixes before each step so that w
+/// stays near 1; here platforms run freely, and one that runs ahead halves
+/// its w at every step (2^-k after k steps unanswered): lr / w blew the
+/// model up to NaN within the first epoch of the default run. Momentum,
+/// when configured, is the optimizer's, local and never sent, as in SGP.
+class push_sum : public gossip_strategy {
+public:
+  explicit push_sum(double initial_weight = 1);
+  std::string name() const override { return "sgp"; }
+  double weight() const override { return weight_; }
+  void set_weight(double w) override;
+  /// The push-sum sum: the rates are not used (push-sum's mixing weights
+  /// are the column-stochastic shares the senders chose).
+  void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+             double received_weight, double own_rate = 1, double received_rate = 1) override;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+                                     std::mt19937_64& rng) override;
+  bool after_step_reads_parameters() const override { return false; }
+  /// Push-sum sends after every step: nothing to scale.
+  void scale_exchange(double) override {}
+
+private:
+  double weight_;
+};
+
+/// Sparse-Push's settings (config: strategy.density, consensus_step,
+/// sparse_values, drift_memory).
+struct sparse_push_options {
+  double density = 0.01;
+  double consensus_step = 1;
+  messages::value_type values = messages::value_type::float16;
+  /// SCSP (skew compensation on): how much of the previous steps the
+  /// correction keeps (beta) and how far it answers the pull of the
+  /// messages (g: a share g / (1 + g) of a steady drift is removed).
+  bool compensate = false;
+  double drift_memory = 0.98;
+  double drift_gain = 2.5;
+};
+
+/// Sparse-Push (Aketi, Singh, Rabaey 2021) as push-sum whose messages carry
+/// top-k parts of the model (docs/ALGORITHMS.md, "Sparse-Push"). Each edge
+/// i -> j has a public copy z^ of z_i that both ends hold (edge_copies);
+/// every message moves it by q = top-k(z_i - z^) and carries the push-sum
+/// share s exactly: gamma w_i / (d + 1), or less when the copy lags (see
+/// share_bound). The numerator s z^ moves from
+/// sender to receiver: the receiver merges the copy as push-sum merges a
+/// model, z_j <- (w_j z_j + s z^) / (w_j + s), and the sender keeps the
+/// rest, z_i <- (w_i z_i - s z^) / (w_i - s), so the sum of w z over the
+/// platforms and the messages in flight changes only by the local steps.
+/// What a message leaves out stays in z_i - z^ for the next one on that
+/// edge; the sender's step away from z^ scales that residual by
+/// w / (w - s), so s is bounded by what the message captured of it.
+/// Edge sequence numbers and the sender's generation keep both ends'
+/// copies equal: a message out of step (one lost on the way, or a peer
+/// restarted) merges its weight only, until the sender, seeing the peer
+/// come back, restarts the edge with a keyframe (the whole model).
+/// With `compensate` (SCSP), each step is also corrected by k, a leaky
+/// integral of what moved z between two steps other than the steps
+/// themselves (merges, and the rest kept after a send):
+///   k <- beta k - (1 - beta) g (z before this step - z after the last),
+///   z <- z - k after the step, |k| at most the steps' (moving) norm.
+/// Under consensus every model moves as the average does, so the messages
+/// keep pulling a platform whose own steps drift (label skew) the other
+/// way; k turns that pull into its own steps, removing g / (1 + g) of a
+/// steady drift, with no byte sent (docs/ALGORITHMS.md, "SCSP"). A message
+/// that restarts its edge (a keyframe, or the first of a restarted sender)
+/// moves z once, and is no drift: it is left out of the pull.
+class sparse_push : public gossip_strategy {
+public:
+  sparse_push(flat_layout layout, sparse_push_options options, double initial_weight = 1);
+  std::string name() const override { return options_.compensate ? "scsp" : "sparse-push"; }
+  double weight() const override { return weight_; }
+  void set_weight(double w) override;
+  /// Refuses a dense model: Sparse-Push merges sparse parts only.
+  void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
+             double received_weight, double own_rate = 1, double received_rate = 1) override;
+  void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
+                    const messages::weights& message) override;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+                                     std::mt19937_64& rng) override;
+  void scale_exchange(double) override {}
+  gossip_payload payload(const send_order& order, const std::string& to,
+                         const std::vector<std::string>& names,
+                         const std::vector<torch::Tensor>& params) override;
+  /// Every edge's copies start at `params`: call it with the initial model,
+  /// the same on every platform (before a checkpoint is restored).
+  void start(const std::vector<torch::Tensor>& params) override;
+  /// The restored model is where the next step starts from.
+  void restored(const std::vector<torch::Tensor>& params) override;
+  /// A peer that comes back after it was gone gets a keyframe next.
+  void peers_changed(const std::vector<std::string>& live) override;
+  uint64_t out_of_step() const override { return out_of_step_; }
+
+  /// The largest share of weight w a message may take, from what the
+  /// sender's out-edges' copies lack of z (the residuals r_f = z - z^_f):
+  /// `lacked` = |r_e|^2 of this edge e before the message, and, after it
+  /// (d = r_e - q), `left` = |d|^2, `cross` = sum over the `others` other
+  /// out-edges f of <r_f, d>. Keeping the rest moves z by e d, e = s / (w -
+  /// s): r_e becomes (1 + e) d and each other r_f becomes r_f + e d, so the
+  /// residuals' energy sum_f |r_f|^2 changes by
+  ///   (1 + e)^2 L + 2 e X + (E - 1) e^2 L - R    (R lacked, L left, X cross, E edges)
+  /// which at s = 0 is what the message removed, -(R - L). The bound is the
+  /// largest e at which `kept` of that removal remains (a quarter, so that
+  /// a message always shrinks the residuals by at least a quarter of what
+  /// it carried) (docs/ALGORITHMS.md, "The share bound").
+  static double share_bound(double w, double lacked, double left, double cross, size_t others);
+  /// What share_bound keeps of a message's removal.
+  static constexpr double kept = 0.25;
+
+private:
+  struct out_edge {
+    uint64_t seq = 0;
+    bool keyframe = false;
+  };
+  struct in_edge {
+    uint64_t generation = 0;
+    uint64_t expected = 1;
+    bool valid = false;
+  };
+  sparse_push_options options_;
+  double weight_;
+  uint64_t generation_;
+  edge_copies model_copies_;
+  std::map<std::string, out_edge> out_;
+  std::map<std::string, in_edge> in_;
+  std::set<std::string> live_;
+  uint64_t out_of_step_ = 0;
+  torch::Tensor z_;  // the model as sent and merged, flat
+  // SCSP: the correction k, z as the last step left it, and the moving
+  // average of the steps' norm that bounds k.
+  torch::Tensor correction_, last_step_;
+  double step_norm_ = 0;
+  torch::Tensor scratch_;
+};
+
+/// Builds the strategy named in the config: "gosgd" (GoSGD, start weight
+/// 1 / platforms), "sgp" (push-sum, start weight 1), "sparse-push" or
+/// "scsp" (over `layout`, with `sparse`); throws std::invalid_argument for
+/// an unknown name.
+std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
+                                               double exchange_probability,
+                                               const flat_layout& layout = {},
+                                               const sparse_push_options& sparse = {});
+
+/// Views of the tensors (names from `names`), contiguous, for encoding. The
+/// tensors must stay alive and unchanged while the views are used.
+std::vector<messages::tensor_view> to_views(const std::vector<std::string>& names,
+                                            const std::vector<torch::Tensor>& tensors);
+
+/// Tensors over decoded views (no copy). Throws std::invalid_argument naming
+/// the first tensor whose name, dtype or shape differs from `like`.
+std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& views,
+                                      const std::vector<std::string>& names,
+                                      const std::vector<torch::Tensor>& like);
+
+/// The element-wise mean of several models' parameter lists; with `weights`
+/// (one per model, not all 0) the weighted mean, sum_k w_k x_k / sum_k w_k.
+std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models,
+                                   const std::vector<double>& weights = {});
+
+/// average(), except in the output layer (the last `output_tensors` tensors,
+/// one row per class: LeNet-5's fc3 weight and bias): there the row of
+/// class c is the mean weighted by `class_weights[k][c]` (the points of class
+/// c model k trained), a row no model has a weight for by `weights`. With
+/// label skew a platform that trained a class (perhaps on a small share of
+/// its data) owns that class's logit; weighted by points alone, the rows of
+/// the platforms that never saw the class (pushed down by every batch)
+/// outweighed it. With IID data the rows' weights are the points' in
+/// proportion, and this is average().
+std::vector<torch::Tensor> average_by_class(const std::vector<std::vector<torch::Tensor>>& models,
+                                            const std::vector<double>& weights,
+                                            const std::vector<std::vector<double>>& class_weights,
+                                            size_t output_tensors = 2);
+
+} // namespace eg::learning

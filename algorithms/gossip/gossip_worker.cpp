@@ -1,0 +1,177 @@
+#include "algorithms/gossip/gossip_worker.hpp"
+
+#include "config/defaults.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace eg::learning {
+
+std::unique_ptr<gossip_strategy> make_gossip_strategy(const worker_settings& settings,
+                                                      platform_model& model) {
+  // EdgeGossip gossips as GoSGD does; SGP, Sparse-Push and SCSP by push-sum.
+  const auto& sc = settings.strategy;
+  const bool gosgd_family = !sc.push_sum();
+  sparse_push_options sparse;
+  sparse.density = sc.density;
+  sparse.consensus_step = sc.consensus_step;
+  sparse.values = sc.sparse_values == "float32"  ? messages::value_type::float32
+                  : sc.sparse_values == "float8" ? messages::value_type::float8
+                  : sc.sparse_values == "sign"   ? messages::value_type::sign
+                                                 : messages::value_type::float16;
+  sparse.drift_memory = sc.drift_memory;
+  sparse.drift_gain = sc.drift_gain;
+  return make_strategy(gosgd_family ? "gosgd" : config::to_string(sc.name),
+                       settings.platforms, sc.exchange_probability,
+                       gosgd_family ? flat_layout{} : flat_layout::of(model.names(), model.params()),
+                       sparse);
+}
+
+gossip_worker::gossip_worker(const worker_settings& settings, platform_model& model,
+                             std::unique_ptr<gossip_strategy> strategy,
+                             std::unique_ptr<topology> topology)
+    : worker(settings, model),
+      strategy_(std::move(strategy)),
+      topology_(std::move(topology)),
+      gate_(settings.strategy.push_sum() ? static_cast<uint64_t>(settings.strategy.overlap) : 0),
+      gossip_every_(settings.strategy.push_sum()
+                      ? static_cast<uint64_t>(std::max<int64_t>(settings.strategy.gossip_every, 1))
+                      : 1) {}
+
+std::string gossip_worker::family() const {
+  return settings_.strategy.push_sum() ? "push-sum" : "gossip";
+}
+
+// A sparse strategy's edge copies start at the initial model, the same on
+// every platform.
+void gossip_worker::start() { strategy_->start(model_.params()); }
+
+void gossip_worker::restored(double weight) {
+  strategy_->set_weight(weight);
+  strategy_->restored(model_.params());
+}
+
+void gossip_worker::adopted() { strategy_->restored(model_.params()); }
+
+void gossip_worker::planned(const messages::plan& plan) {
+  ratio_ = plan.ratio;
+  strategy_->scale_exchange(1.0 / std::max(plan.ratio, 1e-3));
+}
+
+void gossip_worker::epoch_begins() {
+  gave_up_ = 0;
+  gate_.new_epoch();
+}
+
+std::vector<worker_note> gossip_worker::epoch_over(uint32_t epoch) {
+  std::vector<worker_note> notes;
+  if (auto n = strategy_->out_of_step(); n > out_of_step_said_) {
+    notes.push_back({true, fmt::format("{} sparse messages arrived out of step with their edge in "
+                                       "epoch {} (lost on the way or a peer restarted): merged by "
+                                       "their weight alone until the edge's keyframe",
+                                       n - out_of_step_said_, epoch + 1)});
+    out_of_step_said_ = n;
+  }
+  if (gave_up_ > 0)
+    notes.push_back(
+      {false, fmt::format("epoch {}: {} overlap wait(s) ran out (a peer silent for {} ms: gone, "
+                          "paused or with fewer iterations)",
+                          epoch + 1, gave_up_,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(defaults::overlap_wait)
+                            .count())});
+  gave_up_ = 0;
+  return notes;
+}
+
+std::string gossip_worker::epoch_summary(const messages::epoch_report& report) const {
+  return fmt::format("received {} messages", report.messages_received);
+}
+
+std::vector<std::string> gossip_worker::awaited(uint64_t k) {
+  auto need = gate_.needed_iteration(round(k));
+  if (!need)
+    return {};
+  auto sources = topology_->sources(*need, settings_.platform, live_);
+  if (!sources)
+    return {};
+  return gate_.missing(*need, *sources);
+}
+
+size_t gossip_worker::give_up(uint64_t k) {
+  auto late = awaited(k);
+  gate_.give_up(late);
+  gave_up_ += late.size();
+  return late.size();
+}
+
+worker_outcome gossip_worker::stepped(const step_done& step, const run_position& at) {
+  worker_outcome out;
+  out.next = step.epoch_done ? next_move::finish_epoch : next_move::step;
+  // The targets first: with nobody to send to, no weight leaves. Between two
+  // gossip rounds (strategy.gossip_every) nobody: the step is local.
+  std::vector<std::string> targets;
+  const uint64_t k = at.total_iterations;
+  if (k % gossip_every_ == 0)
+    targets = topology_->targets(round(k), settings_.platform, live_, rng_);
+  // GoSGD and push-sum decide without reading the weights: a platform on a
+  // GPU copies them back only when a message goes.
+  auto orders = strategy_->after_step(
+    strategy_->after_step_reads_parameters() ? model_.params() : model_.host_params(),
+    targets.size(), rng_);
+  for (auto& order : orders) {
+    const auto& to = targets.at(order.peer);
+    auto payload = strategy_->payload(order, to, model_.names(), model_.params());
+    // Sparse parts hold their own bytes; dense views borrow the parameters
+    // (a loan: the next step or merge copies them only if the message is
+    // still on its way, train/loans.hpp).
+    auto hold = payload.hold ? payload.hold : model_.lend();
+    // A sparse strategy may send less weight than ordered (0 included).
+    const double weight = payload.hold ? payload.weight : order.weight;
+    auto message = weights_message(at, weight, std::move(payload.tensors), std::move(hold));
+    message.value.sparse = std::move(payload.sparse);
+    message.value.edge_seq = payload.edge_seq;
+    message.value.generation = payload.generation;
+    message.value.keyframe = payload.keyframe;
+    for (auto& p : message.value.sparse)
+      message.wire_bytes += p.index_bytes + p.value_bytes;
+    out.sends.push_back({to, std::move(message)});
+  }
+  return out;
+}
+
+void gossip_worker::merge(const messages::held_weights& message) {
+  gate_.heard(message.sender, round(message.value.iteration));
+  try {
+    const auto& w = message.value;
+    if (!w.sparse.empty()) {
+      model_.before_write();
+      strategy_->merge_sparse(model_.params(), message.sender, w);
+      return;
+    }
+    auto received = from_views(w.tensors, model_.names(), model_.params());
+    model_.before_write();
+    if (settings_.edgegossip.merge == config::merge_rule::rate)
+      strategy_->merge(model_.params(), received, w.gossip_weight,
+                       std::max(ratio_, 1e-3), w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);
+    else
+      strategy_->merge(model_.params(), received, w.gossip_weight);
+  } catch (const std::exception& e) {
+    throw refused_message(e.what());
+  }
+}
+
+void gossip_worker::peers(const std::vector<std::string>& live) {
+  strategy_->peers_changed(live);
+  live_ = live;
+}
+
+bool gossip_worker::rescale(double factor) {
+  if (!settings_.strategy.push_sum())
+    return false;
+  strategy_->set_weight(strategy_->weight() * factor);
+  return true;
+}
+
+} // namespace eg::learning

@@ -1,0 +1,494 @@
+// One stage's training (stage_trainer) and the in-process reference pipeline.
+#include "algorithms/split/split.hpp"
+
+#include "algorithms/split/split_detail.hpp"
+
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <deque>
+#include <sstream>
+
+namespace eg::learning {
+
+using split_detail::batched;
+using split_detail::shape_string;
+
+std::string to_string(stage_mode m) {
+  return m == stage_mode::backprop ? "backprop" : "synthetic";
+}
+
+stage_mode parse_stage_mode(const std::string& s) {
+  if (s == "backprop")
+    return stage_mode::backprop;
+  if (s == "synthetic")
+    return stage_mode::synthetic;
+  throw std::invalid_argument("unknown stage mode '" + s + "' (use backprop or synthetic)");
+}
+
+// A batch forwarded and waiting for its gradient from above.
+struct stage_trainer::pending {
+  // backprop: the input (requiring a gradient unless this is the first
+  // stage) and the output with its graph, valid while no step came between.
+  torch::Tensor input;
+  torch::Tensor output;
+  uint64_t step_at_forward = 0;
+  // synthetic: the detached output and the labels, the SG's training input.
+  torch::Tensor labels;
+};
+
+stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options opt,
+                             uint64_t sg_seed)
+    : stage_(std::move(stage)), opt_(opt), sg_seed_(sg_seed) {
+  if (!stage_)
+    throw std::invalid_argument("stage_trainer: no stage");
+  if (opt_.max_in_flight < 1)
+    throw std::invalid_argument("stage_trainer: max_in_flight must be at least 1, not " +
+                                std::to_string(opt_.max_in_flight));
+  if (!(opt_.sgd.lr > 0))
+    throw std::invalid_argument("stage_trainer: lr must be positive");
+  optimizer_ = std::make_unique<torch::optim::SGD>(
+      stage_->parameters(), torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
+  if (opt_.mode == stage_mode::synthetic && !stage_->is_last())
+  {
+    auto sg = opt_.synthetic;
+    sg.classes = stage_->shape().classes;
+    sg_ = std::make_unique<synthetic_gradient>(stage_->output_shape(), sg, sg_seed_);
+  }
+  stage_->train();
+}
+
+stage_trainer::~stage_trainer() = default;
+
+void stage_trainer::check_input(uint64_t batch, const torch::Tensor& input,
+                                const torch::Tensor& labels, const char* what) const {
+  const auto expected = stage_->input_shape();
+  const std::string where = std::string("stage ") + stage_->model_name() + " layers " +
+                            std::to_string(stage_->first_layer()) + ".." +
+                            std::to_string(stage_->last_layer()) + ", " + what + " of batch " +
+                            std::to_string(batch);
+  if (!input.defined() || input.dim() != static_cast<int64_t>(expected.size()) + 1 ||
+      input.size(0) < 1 || input.sizes().slice(1).vec() != expected)
+    throw stage_error(where + ": input of shape " + shape_string(input) + ", expected [B, " +
+                      shape_string(expected).substr(1));
+  if (input.scalar_type() != torch::kFloat32)
+    throw stage_error(where + ": input of type " + std::string(c10::toString(input.scalar_type())) +
+                      ", expected Float");
+  if (!labels.defined() || labels.dim() != 1 || labels.size(0) != input.size(0) ||
+      labels.scalar_type() != torch::kInt64)
+    throw stage_error(where + ": labels of shape " + shape_string(labels) + ", expected [" +
+                      std::to_string(input.size(0)) + "] int64");
+  if (labels.numel() > 0 &&
+      (labels.min().item<int64_t>() < 0 ||
+       labels.max().item<int64_t>() >= stage_->shape().classes))
+    throw stage_error(where + ": a label is not in 0.." +
+                      std::to_string(stage_->shape().classes - 1));
+}
+
+torch::Tensor stage_trainer::prepare_input(const torch::Tensor& input) const {
+  // The first stage's input is data: no gradient to hand down.
+  auto x = input.detach();
+  if (!stage_->is_first())
+    x.requires_grad_(true);
+  return x;
+}
+
+void stage_trainer::step() {
+  optimizer_->step();
+  ++steps_;
+}
+
+stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch::Tensor& input,
+                                                     const torch::Tensor& labels) {
+  if (stage_->is_last())
+    throw std::logic_error("stage_trainer::forward: the last stage takes loss_step");
+  check_input(batch, input, labels, "forward");
+  if (pending_.count(batch))
+    throw stage_error("stage_trainer::forward: batch " + std::to_string(batch) +
+                      " is already in flight");
+  if (static_cast<int64_t>(pending_.size()) >= opt_.max_in_flight)
+    throw stage_error("stage_trainer::forward: batch " + std::to_string(batch) + " would be the " +
+                      std::to_string(pending_.size() + 1) + "th in flight; at most " +
+                      std::to_string(opt_.max_in_flight) + " (max_in_flight) wait for a gradient");
+
+  auto p = std::make_unique<pending>();
+  forward_result r;
+  auto x = prepare_input(input);
+  auto out = stage_->forward(x);
+  if (opt_.mode == stage_mode::backprop) {
+    p->input = x;
+    p->output = out;
+    p->step_at_forward = steps_;
+  } else {
+    // Update at once from the synthetic gradient of the output.
+    auto h = out.detach();
+    auto g = sg_->predict(h, labels);
+    optimizer_->zero_grad();
+    out.backward(g);
+    step();
+    if (!stage_->is_first())
+      r.input_gradient = x.grad().detach().contiguous();
+    p->output = h;
+    p->labels = labels.detach();
+  }
+  r.output = out.detach().contiguous();
+  pending_.emplace(batch, std::move(p));
+  return r;
+}
+
+stage_trainer::backward_result stage_trainer::backward(uint64_t batch,
+                                                       const torch::Tensor& grad_output) {
+  auto it = pending_.find(batch);
+  if (it == pending_.end())
+    throw stage_error("stage_trainer::backward: batch " + std::to_string(batch) +
+                      " is not in flight at stage " + stage_->model_name() + " layers " +
+                      std::to_string(stage_->first_layer()) + ".." +
+                      std::to_string(stage_->last_layer()));
+  auto& p = *it->second;
+  if (!grad_output.defined() || grad_output.sizes() != p.output.sizes())
+    throw stage_error("stage_trainer::backward: gradient of batch " + std::to_string(batch) +
+                      " of shape " + shape_string(grad_output) + ", expected " +
+                      shape_string(p.output) + " (the output's)");
+  if (grad_output.scalar_type() != p.output.scalar_type())
+    throw stage_error("stage_trainer::backward: gradient of batch " + std::to_string(batch) +
+                      " of type " + std::string(c10::toString(grad_output.scalar_type())) +
+                      ", expected " + std::string(c10::toString(p.output.scalar_type())));
+  auto done = std::move(it->second);
+  pending_.erase(it);
+
+  backward_result r;
+  if (opt_.mode == stage_mode::synthetic) {
+    r.synthetic_loss = sg_->train(done->output, done->labels, grad_output);
+    return r;
+  }
+  auto x = done->input;
+  auto out = done->output;
+  if (done->step_at_forward != steps_) {
+    // Parameters changed in place since this batch's forward pass (several
+    // batches in flight): its graph is stale; run it again with the current
+    // parameters.
+    x = prepare_input(x);
+    out = stage_->forward(x);
+  }
+  optimizer_->zero_grad();
+  out.backward(grad_output.detach());
+  step();
+  if (!stage_->is_first())
+    r.input_gradient = x.grad().detach().contiguous();
+  return r;
+}
+
+stage_trainer::loss_result stage_trainer::loss_step(uint64_t batch, const torch::Tensor& input,
+                                                    const torch::Tensor& labels) {
+  if (!stage_->is_last())
+    throw std::logic_error("stage_trainer::loss_step: only the last stage holds the loss");
+  check_input(batch, input, labels, "loss step");
+  auto x = prepare_input(input);
+  optimizer_->zero_grad();
+  auto logits = stage_->forward(x);
+  auto loss = torch::nn::functional::cross_entropy(logits, labels);
+  loss.backward();
+  step();
+  loss_result r;
+  r.loss = loss.item<double>();
+  r.correct = logits.detach().argmax(1).eq(labels).sum().item<int64_t>();
+  r.samples = labels.size(0);
+  if (!stage_->is_first())
+    r.input_gradient = x.grad().detach().contiguous();
+  return r;
+}
+
+torch::Tensor stage_trainer::infer(const torch::Tensor& input) {
+  const auto expected = stage_->input_shape();
+  if (!input.defined() || input.dim() != static_cast<int64_t>(expected.size()) + 1 ||
+      input.sizes().slice(1).vec() != expected)
+    throw stage_error("stage_trainer::infer: input of shape " + shape_string(input) +
+                      ", expected [B, " + shape_string(expected).substr(1));
+  evaluation_scope scope(*stage_);
+  return stage_->forward(input).contiguous();
+}
+
+// --- checkpoints ---------------------------------------------------------------
+
+namespace {
+
+const char* const checkpoint_kind = "edgegossip split stage 1";
+
+std::string describe(const std::string& model, int64_t first, int64_t last, const std::string& mode,
+                     bool sg) {
+  return model + " layers " + std::to_string(first) + ".." + std::to_string(last) + ", " + mode +
+         (sg ? " with a synthetic-gradient module" : "");
+}
+
+// A checkpoint is this magic, the CRC-32 of the rest (4 bytes, little
+// endian), then the torch archive; the archive's zip container does not
+// check its entries, so a flipped bit would otherwise load.
+const std::string checkpoint_magic = "EGSTAGE1";
+
+uint32_t checksum(const char* data, size_t n) {
+  return static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data), static_cast<uInt>(n)));
+}
+
+std::string frame(const std::string& archive) {
+  const uint32_t crc = checksum(archive.data(), archive.size());
+  std::string out = checkpoint_magic;
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  return out + archive;
+}
+
+std::string unframe(const std::string& bytes) {
+  const size_t header = checkpoint_magic.size() + 4;
+  if (bytes.size() < header || bytes.compare(0, checkpoint_magic.size(), checkpoint_magic) != 0)
+    throw stage_error("not a stage checkpoint");
+  uint32_t crc = 0;
+  for (int i = 0; i < 4; ++i)
+    crc |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[checkpoint_magic.size() + i]))
+           << (8 * i);
+  if (checksum(bytes.data() + header, bytes.size() - header) != crc)
+    throw stage_error("checksum mismatch (a corrupt or truncated checkpoint)");
+  return bytes.substr(header);
+}
+
+template <typename T>
+T read_value(torch::serialize::InputArchive& a, const char* key) {
+  c10::IValue v;
+  if (!a.try_read(key, v))
+    throw stage_error(std::string("no '") + key + "'");
+  return v.to<T>();
+}
+
+} // namespace
+
+size_t stage_trainer::forget_before(uint64_t batch) {
+  size_t dropped = 0;
+  for (auto it = pending_.begin(); it != pending_.end() && it->first < batch; ++dropped)
+    it = pending_.erase(it);
+  return dropped;
+}
+
+std::string stage_trainer::save() {
+  torch::serialize::OutputArchive root;
+  root.write("kind", c10::IValue(std::string(checkpoint_kind)));
+  root.write("model", c10::IValue(stage_->model_name()));
+  root.write("first", c10::IValue(stage_->first_layer()));
+  root.write("last", c10::IValue(stage_->last_layer()));
+  root.write("mode", c10::IValue(to_string(opt_.mode)));
+  root.write("has_sg", c10::IValue(sg_ != nullptr));
+  torch::serialize::OutputArchive params, sgd;
+  stage_->save(params);
+  optimizer_->save(sgd);
+  root.write("stage", params);
+  root.write("stage_optimizer", sgd);
+  if (sg_) {
+    torch::serialize::OutputArchive sg, adam;
+    sg_->module().save(sg);
+    sg_->optimizer().save(adam);
+    root.write("sg_shape", c10::IValue(sg_->shape()));
+    root.write("sg", sg);
+    root.write("sg_optimizer", adam);
+  }
+  std::ostringstream out;
+  root.save_to(out);
+  return frame(out.str());
+}
+
+void stage_trainer::load(const std::string& bytes) {
+  const std::string mine = describe(stage_->model_name(), stage_->first_layer(),
+                                    stage_->last_layer(), to_string(opt_.mode), sg_ != nullptr);
+  // Everything is loaded into a fresh copy of this stage first: a blob that
+  // fails anywhere changes nothing here.
+  std::string archive;
+  auto apply = [&](stage_module& stage, torch::optim::SGD& sgd, synthetic_gradient* sg) {
+    torch::serialize::InputArchive root;
+    std::istringstream in(archive);
+    root.load_from(in);
+    if (read_value<std::string>(root, "kind") != checkpoint_kind)
+      throw stage_error("not a stage checkpoint");
+    const auto model = read_value<std::string>(root, "model");
+    const auto first = read_value<int64_t>(root, "first");
+    const auto last = read_value<int64_t>(root, "last");
+    const auto mode = read_value<std::string>(root, "mode");
+    const auto has_sg = read_value<bool>(root, "has_sg");
+    const std::string theirs = describe(model, first, last, mode, has_sg);
+    if (theirs != mine)
+      throw stage_error("the checkpoint is of " + theirs + ", this stage is " + mine);
+    torch::serialize::InputArchive params, opt;
+    root.read("stage", params);
+    stage.load(params);
+    root.read("stage_optimizer", opt);
+    sgd.load(opt);
+    if (sg) {
+      if (read_value<std::vector<int64_t>>(root, "sg_shape") != sg->shape())
+        throw stage_error("the checkpoint's synthetic-gradient module has another shape");
+      torch::serialize::InputArchive sg_params, adam;
+      root.read("sg", sg_params);
+      sg->module().load(sg_params);
+      root.read("sg_optimizer", adam);
+      sg->optimizer().load(adam);
+    }
+  };
+  auto fail = [&](const std::string& why) {
+    return stage_error("cannot load the stage checkpoint into " + mine + ": " + why);
+  };
+  try {
+    archive = unframe(bytes);
+    auto trial = std::make_shared<stage_module>(stage_->model_name(), stage_->first_layer(),
+                                                stage_->last_layer(), stage_->shape());
+    torch::optim::SGD trial_sgd(trial->parameters(),
+                                torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
+    std::unique_ptr<synthetic_gradient> trial_sg;
+    if (sg_)
+      trial_sg = std::make_unique<synthetic_gradient>(sg_->shape(), sg_->options(), sg_seed_);
+    apply(*trial, trial_sgd, trial_sg.get());
+  } catch (const stage_error& e) {
+    throw fail(e.what());
+  } catch (const c10::Error& e) {
+    throw fail(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw fail(e.what());
+  }
+  pending_.clear();
+  apply(*stage_, *optimizer_, sg_.get());
+}
+
+std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& model,
+                                                          const std::vector<int64_t>& cuts,
+                                                          uint64_t seed,
+                                                          const stage_options& opt,
+                                                          const model_shape& shape) {
+  std::vector<std::shared_ptr<stage_trainer>> out;
+  uint64_t k = 0;
+  for (const auto& [first, last] : stage_ranges(model, cuts))
+    out.push_back(std::make_shared<stage_trainer>(make_stage(model, first, last, seed, shape), opt,
+                                                  seed + 1 + k++));
+  return out;
+}
+
+// --- the in-process pipeline ------------------------------------------------------
+
+namespace {
+
+void check_stages(const std::vector<std::shared_ptr<stage_trainer>>& stages) {
+  if (stages.empty())
+    throw std::invalid_argument("pipeline: no stages");
+  for (size_t k = 0; k < stages.size(); ++k) {
+    if (!stages[k])
+      throw std::invalid_argument("pipeline: stage " + std::to_string(k) + " is null");
+    if (k > 0 && stages[k]->stage().input_shape() != stages[k - 1]->stage().output_shape())
+      throw std::invalid_argument("pipeline: stage " + std::to_string(k) + " takes " +
+                                  shape_string(stages[k]->stage().input_shape()) + ", stage " +
+                                  std::to_string(k - 1) + " gives " +
+                                  shape_string(stages[k - 1]->stage().output_shape()));
+  }
+  if (!stages.front()->is_first())
+    throw std::invalid_argument("pipeline: the first stage does not start at layer 0");
+  if (!stages.back()->is_last())
+    throw std::invalid_argument("pipeline: the last stage does not end with the logits");
+}
+
+} // namespace
+
+pipeline_result train_pipeline(const std::vector<std::shared_ptr<stage_trainer>>& stages,
+                               const dataset& train, const epoch_plan& plan, int64_t delay) {
+  check_stages(stages);
+  if (delay < 1)
+    throw std::invalid_argument("train_pipeline: delay must be at least 1");
+  const size_t n = stages.size();
+  for (size_t k = 0; k + 1 < n; ++k)
+    if (stages[k]->options().max_in_flight < delay)
+      throw std::invalid_argument("train_pipeline: delay " + std::to_string(delay) +
+                                  " exceeds stage " + std::to_string(k) + "'s max_in_flight " +
+                                  std::to_string(stages[k]->options().max_in_flight));
+  const auto start = std::chrono::steady_clock::now();
+
+  // The down-messages of a batch not yet delivered: backprop mode, only the
+  // last stage's input gradient (each stage's backward gives the next);
+  // synthetic mode, down[k] for stage k, sent by stage k + 1 at its forward.
+  struct in_transit {
+    uint64_t batch;
+    std::vector<torch::Tensor> down;
+  };
+  std::deque<in_transit> transit;
+  pipeline_result r;
+  double sg_loss = 0;
+  int64_t sg_count = 0;
+  int64_t correct = 0;
+
+  auto deliver = [&](in_transit& t) {
+    if (n == 1)
+      return;
+    if (stages[0]->mode() == stage_mode::backprop) {
+      torch::Tensor g = t.down.back();
+      for (size_t k = n - 1; k-- > 0;)
+        g = stages[k]->backward(t.batch, g).input_gradient;
+      return;
+    }
+    for (size_t k = 0; k + 1 < n; ++k) {
+      auto b = stages[k]->backward(t.batch, t.down[k]);
+      if (b.synthetic_loss) {
+        sg_loss += *b.synthetic_loss;
+        ++sg_count;
+      }
+    }
+  };
+
+  uint64_t id = 0;
+  for (const auto& indices : plan.batches) {
+    if (indices.empty())
+      continue;
+    const uint64_t batch = id++;
+    auto index = torch::tensor(indices, torch::kInt64);
+    auto x = train.batch(index);
+    auto y = train.labels.index_select(0, index);
+    in_transit t{batch, std::vector<torch::Tensor>(n - 1)};
+    for (size_t k = 0; k + 1 < n; ++k) {
+      auto f = stages[k]->forward(batch, x, y);
+      if (k > 0 && f.input_gradient.defined())
+        t.down[k - 1] = f.input_gradient;
+      x = f.output;
+    }
+    auto l = stages.back()->loss_step(batch, x, y);
+    if (n > 1)
+      t.down[n - 2] = l.input_gradient;
+    r.loss += l.loss * static_cast<double>(l.samples);
+    correct += l.correct;
+    r.samples += l.samples;
+    ++r.batches;
+    transit.push_back(std::move(t));
+    while (static_cast<int64_t>(transit.size()) >= delay) {
+      deliver(transit.front());
+      transit.pop_front();
+    }
+  }
+  while (!transit.empty()) {
+    deliver(transit.front());
+    transit.pop_front();
+  }
+
+  if (r.samples > 0) {
+    r.loss /= static_cast<double>(r.samples);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
+  }
+  if (sg_count > 0)
+    r.synthetic_loss = sg_loss / static_cast<double>(sg_count);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+evaluation evaluate(const std::vector<std::shared_ptr<stage_trainer>>& stages, const dataset& data,
+                    int64_t batch) {
+  check_stages(stages);
+  return evaluate_logits(
+    [&](const torch::Tensor& images) {
+      auto x = images;
+      for (const auto& s : stages)
+        x = s->infer(x);
+      return x;
+    },
+    data, batch);
+}
+
+} // namespace eg::learning

@@ -1,0 +1,30 @@
+#pragma once
+// Model and optimizer state as bytes (checkpoints), and the final model as a
+// state dict that Python's torch.load reads.
+
+#include "models/model.hpp"
+
+#include <torch/optim/optimizer.h>
+
+#include <string>
+#include <vector>
+
+namespace eg::learning {
+
+/// Names of the parameters of `m` (buffers are not gossiped), in a fixed order (the order
+/// of named_parameters()).
+std::vector<std::string> parameter_names(const torch::nn::Module& m);
+/// The parameters of `m`, in the order of parameter_names.
+std::vector<torch::Tensor> parameters(torch::nn::Module& m);
+
+/// torch archive bytes of the module / optimizer.
+std::string save_model(torch::nn::Module& m);
+void load_model(torch::nn::Module& m, const std::string& bytes);      // throws std::runtime_error
+std::string save_optimizer(torch::optim::Optimizer& o);
+void load_optimizer(torch::optim::Optimizer& o, const std::string& bytes);  // throws std::runtime_error
+
+/// Writes `m`'s state dict (name -> tensor) in the format of Python's
+/// torch.save, so `torch.load(path)` returns a dict of tensors.
+void write_state_dict(torch::nn::Module& m, const std::string& path);
+
+} // namespace eg::learning
