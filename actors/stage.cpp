@@ -1,149 +1,7 @@
-#include "actors/stage.hpp"
-
-#include "actors/node/node.hpp"
-#include "actors/report_files.hpp"
-#include "models/dataset.hpp"
-#include "algorithms/split/split.hpp"
-#include "train/trainer.hpp"
-#include "messages/lane.hpp"
-#include "storage/store.hpp"
-
-#include <caf/all.hpp>
-#include <spdlog/spdlog.h>
-
-#include <zlib.h>
-
-#include <algorithm>
-#include <chrono>
-#include <deque>
-#include <functional>
-#include <filesystem>
-#include <sstream>
+#include "actors/stage_state.hpp"
 
 namespace eg::actors {
-namespace {
-
-using clock = std::chrono::steady_clock;
-using work_atom = caf::atom_constant<caf::atom("work")>;
-using stage_impl = stage_actor::extend<caf::reacts_to<work_atom>, caf::reacts_to<tick_atom>>;
-
-double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-/// Tensors as a message: views of contiguous CPU tensors, held by the message.
-held_weights tensor_message(uint64_t batch, std::vector<std::string> names,
-                            std::vector<torch::Tensor> tensors) {
-  auto hold = std::make_shared<std::vector<torch::Tensor>>();
-  held_weights h;
-  h.sender = "stage";
-  h.value.iteration = batch;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    auto t = tensors[i].contiguous();
-    messages::tensor_view v;
-    v.name = names[i];
-    v.type = t.scalar_type() == torch::kLong ? messages::dtype::int64 : messages::dtype::float32;
-    v.shape = t.sizes().vec();
-    v.data = t.data_ptr();
-    v.bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    h.wire_bytes += v.bytes;
-    h.value.tensors.push_back(std::move(v));
-    hold->push_back(std::move(t));
-  }
-  h.hold = std::move(hold);
-  return h;
-}
-
-/// The tensor `name` of a message, checked for its type and size (the
-/// stage trainer checks shapes against its layers).
-torch::Tensor tensor_of(const held_weights& m, const std::string& name, torch::ScalarType type) {
-  for (auto& v : m.value.tensors) {
-    if (v.name != name)
-      continue;
-    const auto want = type == torch::kLong ? messages::dtype::int64 : messages::dtype::float32;
-    if (v.type != want)
-      throw learning::stage_error("tensor '" + name + "' of batch "
-                                  + std::to_string(m.value.iteration) + " has the wrong type");
-    int64_t n = 1;
-    for (auto d : v.shape) {
-      if (d < 0)
-        throw learning::stage_error("tensor '" + name + "' has a negative dimension");
-      n *= d;
-    }
-    if (static_cast<size_t>(n) * messages::element_size(v.type) != v.bytes)
-      throw learning::stage_error("tensor '" + name + "': its shape and length disagree");
-    // A copy: the message's buffer goes with the message.
-    return torch::from_blob(const_cast<void*>(v.data), v.shape, type).clone();
-  }
-  throw learning::stage_error("batch " + std::to_string(m.value.iteration) + " has no tensor '"
-                              + name + "'");
-}
-
-enum class work_kind { forward, backward, infer };
-
-/// The tensors' names of each kind of message: the lane's door tells the
-/// kinds apart by them (stage_message_kind).
-const char* input_name(work_kind k) { return k == work_kind::infer ? "test_input" : "input"; }
-const char* labels_name(work_kind k) { return k == work_kind::infer ? "test_labels" : "labels"; }
-
-struct work {
-  work_kind kind;
-  held_weights message;
-};
-
-/// Another stage: its handle and, on another node with a lane, the lane.
-struct neighbour {
-  caf::actor handle;
-  std::optional<messages::lane_endpoint> lane;
-  explicit operator bool() const { return static_cast<bool>(handle); }
-};
-
-struct stage_state {
-  static inline const char* name = "stage";
-  stage_args args;
-  std::string me;  // "@stageK"
-  neighbour below, above;
-  caf::actor first;
-  std::vector<caf::actor> all;  // every stage, first to last (null: missing)
-  bool complete = false;        // every stage is known
-  // Messages for a neighbour not known yet (its node not peered with ours
-  // yet): sent when it is, at most max_waiting of each.
-  std::deque<std::pair<work_kind, held_weights>> waiting_up, waiting_down;
-  struct report {
-    uint64_t batch;
-    bool test;
-    double loss_sum;
-    int64_t correct, samples;
-  };
-  std::deque<report> waiting_reports;
-  static constexpr size_t max_waiting = 64;
-  std::deque<work> queue;
-  bool working = false;  // a work message is on its way (or idling)
-  // An emulated slower machine (slowdown > 1) has its results ready only
-  // after slowdown x the compute time: what a message's work sends waits
-  // here until the stage's idle time after it has passed.
-  bool holding = false;
-  std::vector<std::function<void()>> outbox;
-  // Statistics.
-  std::optional<clock::time_point> started;
-  std::optional<clock::time_point> idle_since;
-  stage_stats stats;
-  // The first stage: the run.
-  std::optional<learning::split_driver> driver;
-  std::optional<caf::typed_response_promise<std::vector<split_epoch>>> run;
-  bool running = false;
-  std::vector<split_epoch> epochs;
-  double training_seconds = 0;
-  std::optional<clock::time_point> training_since;
-  clock::time_point last_progress = clock::now();
-  bool watching = false;  // the resend check is armed
-
-  bool is_first() const { return args.trainer->is_first(); }
-  bool is_last() const { return args.trainer->is_last(); }
-  bool synthetic() const { return args.trainer->mode() == learning::stage_mode::synthetic; }
-};
-
-using self_ptr = stage_impl::stateful_pointer<stage_state>;
-
-void pump(self_ptr self);
+namespace stage_parts {
 
 /// Queues a message and starts working if idle.
 void enqueue(self_ptr self, work_kind kind, held_weights m) {
@@ -322,224 +180,68 @@ void serve(self_ptr self, work w) {
   }
 }
 
-/// Tells every other stage something (the first stage's control).
-template <class... Ts>
-void tell_all(self_ptr self, Ts&&... xs) {
-  for (auto& s : self->state.all)
-    if (s && s != caf::actor_cast<caf::actor>(self))
-      self->send(caf::actor_cast<stage_actor>(s), xs...);
-}
 
-void save(self_ptr self, const std::string& run, uint32_t epochs) {
+/// Serves the next message of the queue (the results of the last one go
+/// first: held for an emulated slowdown), then the next, after the idle time
+/// the slowdown owes.
+void do_work(self_ptr self) {
   auto& st = self->state;
-  if (!st.args.store)
+  // The results of the last message, held for an emulated slowdown.
+  auto ready = std::move(st.outbox);
+  st.outbox.clear();
+  for (auto& send : ready)
+    send();
+  if (st.queue.empty()) {
+    st.working = false;
+    st.idle_since = clock::now();
     return;
-  stage_checkpoint c;
-  c.fingerprint = st.args.fingerprint;
-  c.run = run;
-  c.epochs_done = epochs;
-  if (st.is_first())
-    c.history = st.epochs;
+  }
+  auto w = std::move(st.queue.front());
+  st.queue.pop_front();
+  const auto t0 = clock::now();
+  const char* what = w.kind == work_kind::forward    ? "forward"
+                     : w.kind == work_kind::backward ? "backward"
+                                                     : "evaluation";
+  st.holding = st.args.slowdown > 1.0;
   try {
-    c.trainer = st.args.trainer->save();
+    serve(self, std::move(w));
   } catch (const std::exception& e) {
-    spdlog::error("stage {}: cannot save its checkpoint: {}", st.me, e.what());
-    return;
+    spdlog::warn("stage {}: refused a {} message: {}", st.me, what, e.what());
   }
-  self->send(*st.args.store, store_atom::value,
-             std::string{storage::name(storage::family::checkpoints)},
-             stage_checkpoint_key(st.args.index, epochs), encode_stage_checkpoint(c));
+  st.holding = false;
+  const double compute = seconds(clock::now() - t0);
+  const double idle = compute * std::max(st.args.slowdown - 1.0, 0.0);
+  st.stats.busy_seconds += compute + idle;
+  if (st.is_first())
+    pump(self);
+  if (idle > 0)
+    self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(idle * 1e6)),
+                       work_atom::value);
+  else
+    self->send(self, work_atom::value);
 }
 
-void training_clock(stage_state& st) {
-  const bool training = st.driver && st.driver->training();
-  if (training && !st.training_since)
-    st.training_since = clock::now();
-  if (!training && st.training_since) {
-    st.training_seconds += seconds(clock::now() - *st.training_since);
-    st.training_since.reset();
-  }
-}
-
-/// The run is over: the metrics file and the node (a run on a node), or the
-/// caller's answer.
-void end_run(self_ptr self) {
+/// Every stage of the run and their lanes; a first stage starts its run
+/// once every stage is there.
+void take_stages(self_ptr self, const std::vector<caf::actor>& all,
+                 const std::vector<std::string>& lanes) {
+  place(self, all, lanes);
   auto& st = self->state;
-  st.running = false;
-  if (st.run) {
-    st.run->deliver(st.epochs);
-    st.run.reset();
-  }
-  if (!st.args.output_dir.empty() && !st.args.run.empty()) {
-    namespace fs = std::filesystem;
-    try {
-      auto dir = fs::path(st.args.output_dir) / st.args.run;
-      fs::create_directories(dir);
-      write_split_csv((dir / "split-metrics.csv").string(), st.epochs);
-    } catch (const std::exception& e) {
-      spdlog::error("stage {}: cannot write the run's metrics: {}", st.me, e.what());
+  // A first stage on a node starts its run once every stage is there.
+  if (st.is_first() && st.complete && !st.driver && st.args.epochs > 0 && st.args.train_set) {
+    uint32_t first = 0;
+    uint64_t first_id = 0;
+    if (st.args.restore) {
+      first = st.args.restore->epochs_done;
+      // Ids after a restart must not meet those the other stages hold.
+      first_id = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch()).count());
     }
-  }
-  if (st.args.node)
-    self->send(caf::actor_cast<node_actor>(st.args.node), done_atom::value, messages::role::stage,
-               st.me, st.args.run);
-}
-
-/// The first stage: what the driver says to send, sent; an epoch evaluated,
-/// recorded and checkpointed.
-void pump(self_ptr self) {
-  auto& st = self->state;
-  if (!st.driver || !st.running)
-    return;
-  if (auto e = st.driver->take_epoch()) {
-    training_clock(st);
-    e->seconds = st.training_seconds;
-    st.epochs.push_back(*e);
-    spdlog::info("split run {}: epoch {} done, training loss {:.4f}, test accuracy {:.4f}, "
-                 "{:.1f} s",
-                 st.args.run, e->epoch + 1, e->train_loss, e->test_accuracy, e->seconds);
-    if (st.args.node) {
-      // For the console and the node's metrics file.
-      messages::epoch_report r;
-      r.platform = st.me;
-      r.node = st.args.node_name;
-      r.epoch = e->epoch;
-      r.wall_seconds = e->seconds - (st.epochs.size() > 1 ? st.epochs[st.epochs.size() - 2].seconds : 0.0);
-      r.samples = static_cast<uint64_t>(st.args.train_set->size());
-      r.train_loss = e->train_loss;
-      r.test_accuracy = e->test_accuracy;
-      r.bytes_sent = st.stats.bytes_up;
-      self->send(caf::actor_cast<node_actor>(st.args.node), report_atom::value, r);
-    }
-    const auto done = st.driver->epochs_done();
-    save(self, st.args.run, done);
-    tell_all(self, checkpoint_atom::value, st.args.run, done);
-  }
-  if (st.driver->over()) {
-    training_clock(st);
-    end_run(self);
-    return;
-  }
-  training_clock(st);
-  auto orders = st.driver->next();
-  if (!orders.empty())
-    st.last_progress = clock::now();
-  for (auto& o : orders) {
-    const auto& data = o.test ? *st.args.test_set : *st.args.train_set;
-    auto index = torch::tensor(o.rows, torch::kLong);
-    const auto kind = o.test ? work_kind::infer : work_kind::forward;
-    auto m = tensor_message(o.id, {input_name(kind), labels_name(kind)},
-                            {data.batch(index), data.labels.index_select(0, index)});
-    enqueue(self, kind, std::move(m));
-  }
-}
-
-/// Drops what this stage holds of batches below `below_id`: the pipeline
-/// lost them and the first stage sends them again under new ids.
-void forget(self_ptr self, uint64_t below_id) {
-  auto& st = self->state;
-  const auto n = st.args.trainer->forget_before(below_id);
-  if (n > 0)
-    spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
-  auto stale = [&](const held_weights& m) { return m.value.iteration < below_id; };
-  std::deque<work> keep;
-  for (auto& w : st.queue)
-    if (!stale(w.message))
-      keep.push_back(std::move(w));
-  st.queue = std::move(keep);
-  for (auto* q : {&st.waiting_up, &st.waiting_down}) {
-    std::deque<std::pair<work_kind, held_weights>> left;
-    for (auto& x : *q)
-      if (!stale(x.second))
-        left.push_back(std::move(x));
-    *q = std::move(left);
-  }
-}
-
-/// Every stage is there again (or for the first time): the batches that
-/// were in the pipeline go again, and the stages forget them.
-void resume(self_ptr self) {
-  auto& st = self->state;
-  if (!st.driver || !st.running)
-    return;
-  st.driver->resume();
-  tell_all(self, forget_atom::value, st.driver->first_live_id());
-  forget(self, st.driver->first_live_id());
-  st.last_progress = clock::now();
-  pump(self);
-}
-
-/// The first stage's watch: batches with no progress for resend_after
-/// seconds are taken as lost.
-void watch(self_ptr self) {
-  auto& st = self->state;
-  if (st.watching || !st.running)
-    return;
-  st.watching = true;
-  self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(st.args.resend_after * 250)),
-                     tick_atom::value);
-}
-
-void start_run(self_ptr self, uint32_t epochs, uint32_t first, uint64_t first_id) {
-  auto& st = self->state;
-  learning::split_driver_options o;
-  o.batch = st.args.batch;
-  o.window = st.synthetic() ? std::max<int64_t>(st.args.in_flight, 1) : 1;
-  o.wait_for_gradient = !st.synthetic() && !st.is_last();
-  o.test_batch = st.args.test_batch;
-  o.seed = st.args.seed;
-  st.driver.emplace(st.args.train_set->size(), st.args.test_set->size(), o);
-  st.driver->start(epochs, first, first_id);
-  st.running = true;
-  st.training_since.reset();
-  if (!st.complete)
-    st.driver->pause();
-  st.last_progress = clock::now();
-  watch(self);
-  pump(self);
-}
-
-/// Sets the neighbours from the cluster's stages; pauses or resumes the run.
-void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes) {
-  auto& st = self->state;
-  const size_t k = st.args.index;
-  auto at = [&](size_t i) {
-    neighbour n;
-    if (i < all.size() && all[i]) {
-      n.handle = all[i];
-      if (i < lanes.size() && !lanes[i].empty()) {
-        try {
-          n.lane = messages::parse_endpoint(lanes[i]);
-        } catch (const std::exception& e) {
-          spdlog::warn("stage {}: {}", st.me, e.what());
-        }
-      }
-    }
-    return n;
-  };
-  st.below = k > 0 ? at(k - 1) : neighbour{};
-  st.above = at(k + 1);
-  st.first = all.empty() ? caf::actor{} : all.front();
-  const bool moved = st.all != all;
-  st.all = all;
-  flush_waiting(self);
-  const bool was = st.complete;
-  st.complete = !all.empty() && std::all_of(all.begin(), all.end(), [](auto& a) { return bool(a); });
-  if (!st.is_first() || !st.driver || !st.running)
-    return;
-  if (was && !st.complete) {
-    spdlog::warn("split run {}: a stage is gone; the pipeline waits for it", st.args.run);
-    training_clock(st);
-    st.driver->pause();
-    training_clock(st);
-  } else if (!was && st.complete) {
-    if (st.driver->paused())
-      spdlog::info("split run {}: every stage is there; the pipeline goes on", st.args.run);
-    resume(self);
-  } else if (st.complete && moved) {
-    // A stage came back in the meantime (another handle at its place): what
-    // it held is gone.
-    resume(self);
+    spdlog::info("split run {}: {} stages, {} mode, epochs {}..{}", st.args.run, st.all.size(),
+                 learning::to_string(st.args.trainer->mode()), first + 1, st.args.epochs);
+    start_run(self, st.args.epochs, first, first_id);
+    tell_all(self, forget_atom::value, first_id);
   }
 }
 
@@ -553,9 +255,6 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     spdlog::info("stage {}: resumed from its checkpoint after epoch {} of run {}", st.me,
                  st.args.restore->epochs_done, st.args.restore->run);
   }
-  auto refuse = [self](const char* what, const std::exception& e) {
-    spdlog::warn("stage {}: refused a {} message: {}", self->state.me, what, e.what());
-  };
   return {
     [self](forward_atom, held_weights& m) { enqueue(self, work_kind::forward, std::move(m)); },
     [self](backward_atom, held_weights& m) { enqueue(self, work_kind::backward, std::move(m)); },
@@ -568,63 +267,11 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
       st.complete = true;
     },
     [self](stages_atom, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes) {
-      place(self, all, lanes);
-      auto& st = self->state;
-      // A first stage on a node starts its run once every stage is there.
-      if (st.is_first() && st.complete && !st.driver && st.args.epochs > 0 && st.args.train_set) {
-        uint32_t first = 0;
-        uint64_t first_id = 0;
-        if (st.args.restore) {
-          first = st.args.restore->epochs_done;
-          // Ids after a restart must not meet those the other stages hold.
-          first_id = static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::microseconds>(
-              std::chrono::system_clock::now().time_since_epoch()).count());
-        }
-        spdlog::info("split run {}: {} stages, {} mode, epochs {}..{}", st.args.run, st.all.size(),
-                     learning::to_string(st.args.trainer->mode()), first + 1, st.args.epochs);
-        start_run(self, st.args.epochs, first, first_id);
-        tell_all(self, forget_atom::value, first_id);
-      }
+      take_stages(self, all, lanes);
     },
     [self](forget_atom, uint64_t below_id) { forget(self, below_id); },
     [self](checkpoint_atom, const std::string& run, uint32_t epochs) { save(self, run, epochs); },
-    [self, refuse](work_atom) {
-      auto& st = self->state;
-      // The results of the last message, held for an emulated slowdown.
-      auto ready = std::move(st.outbox);
-      st.outbox.clear();
-      for (auto& send : ready)
-        send();
-      if (st.queue.empty()) {
-        st.working = false;
-        st.idle_since = clock::now();
-        return;
-      }
-      auto w = std::move(st.queue.front());
-      st.queue.pop_front();
-      const auto t0 = clock::now();
-      const char* what = w.kind == work_kind::forward    ? "forward"
-                         : w.kind == work_kind::backward ? "backward"
-                                                         : "evaluation";
-      st.holding = st.args.slowdown > 1.0;
-      try {
-        serve(self, std::move(w));
-      } catch (const std::exception& e) {
-        refuse(what, e);
-      }
-      st.holding = false;
-      const double compute = seconds(clock::now() - t0);
-      const double idle = compute * std::max(st.args.slowdown - 1.0, 0.0);
-      st.stats.busy_seconds += compute + idle;
-      if (st.is_first())
-        pump(self);
-      if (idle > 0)
-        self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(idle * 1e6)),
-                           work_atom::value);
-      else
-        self->send(self, work_atom::value);
-    },
+    [self](work_atom) { do_work(self); },
     [self](finished_atom, uint64_t batch, bool test, double loss_sum, int64_t correct,
            int64_t samples) {
       auto& st = self->state;
@@ -677,7 +324,9 @@ uint32_t crc_of(const std::string& bytes) {
                                      static_cast<uInt>(bytes.size())));
 }
 
-} // namespace
+} // namespace stage_parts
+
+using namespace stage_parts;
 
 std::string stage_name(size_t index) { return "@stage" + std::to_string(index); }
 

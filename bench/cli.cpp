@@ -23,6 +23,119 @@ struct cli_state {
   std::string name;
 };
 
+/// The options of transport, aggregation, predictor, scale and split, and
+/// those every benchmark shares (models, device, samples, threads, data,
+/// output).
+void add_other_options(CLI::App* bench, cli_state& state) {
+  auto* st = &state;
+  bench->add_option("--rounds", st->transport_opt.rounds,
+                    "transport: bursts per model size (default 20 / 10 / 6 / 3)");
+  bench->add_flag("--transport-peer", st->transport_opt.peer)->group("");  // the second process
+  bench->add_option("--combinations", st->aggregation_opt.combinations,
+                    "aggregation: aggregator combinations (default: all three)");
+  bench->add_option("--ratios", st->aggregation_opt.ratios,
+                    "aggregation: aggregation ratios (default 5 10 20)");
+  bench->add_option("--iterations", st->predictor_opt.iterations,
+                    "predictor: LeNet-5 iterations per epoch (default 234: a platform's shard of the default cluster)");
+  bench->add_option("--epochs-per-level", st->predictor_opt.epochs_per_level,
+                    "predictor: epochs under each co-runner level (default 3)");
+  bench->add_option("--replay", st->predictor_opt.replay,
+                    "predictor: replay a recorded run (the directory of its predictor.csv and "
+                    "observations.csv) through the predictor as it is now");
+  bench->add_option("--platforms", st->scale_opt.platforms,
+                    "scale: platforms in one process, one run each (default 16 256 1024)");
+  bench->add_option("--nodes", st->scale_opt.nodes,
+                    "scale: node processes on 127.0.0.1 (default 8; 0 skips)");
+  bench->add_option("--scale-platforms", st->scale_opt.child_platforms)->group("");
+  bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8; default conv8)")
+    ->check(CLI::IsMember({"lenet5", "conv8"}));
+  bench->add_option("--in-flight", st->split_opt.in_flight,
+                    "split: batches in the pipeline at once with synthetic gradients (default 4)")
+    ->check(CLI::Range(1, 64));
+  bench->add_option("--sg-hidden", st->split_opt.sg_hidden,
+                    "split: hidden width of the synthetic-gradient modules (default: theirs, 256)")
+    ->check(CLI::Range(1, 4096));
+  bench->add_option("--sg-conv-layers", st->split_opt.sg_conv_layers,
+                    "split: modules after convolutions: 0 an MLP (default), 2 or 3 5x5 "
+                    "same-padded convolutions")
+    ->check(CLI::IsMember({0, 2, 3}));
+  bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
+  bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
+  bench->add_option("--unequal2", st->split_opt.unequal2,
+                    "split: slowdowns of 2 unequal stages (default 1 4)");
+  bench->add_option("--unequal3", st->split_opt.unequal3,
+                    "split: slowdowns of 3 unequal stages (default 1 2 4)");
+  bench->add_option("--models", st->opt.models,
+                    "framework, aggregation: models to measure (default lenet5 alexnet "
+                    "squeezenet mobilenetv2)")
+    ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "conv8", "squeezenet", "mobilenetv2"}));
+  bench->add_option("--device", st->opt.device,
+                    "framework: cpu (default), or cuda / cuda:N: a platform on that GPU against "
+                    "a bare loop there");
+  bench->add_option("--batches", st->opt.batches,
+                    "framework on a GPU: batch sizes (default 64 512)")
+    ->check(CLI::PositiveNumber);
+  bench->add_option("--samples", st->opt.samples,
+                    "samples per measurement (split: training images; framework: default 60000 "
+                    "for lenet5, 6000 for the larger models)");
+  bench->add_option("--threads", st->opt.threads, "cores to use (default: all)");
+  bench->add_option("--data", st->opt.data_dir, "Fashion-MNIST directory");
+  bench->add_option("--out", st->opt.out_dir, "directory for results and plots");
+}
+
+/// Runs the benchmark the command line named (-1: `bench` was not given).
+int run_bench(const std::shared_ptr<cli_state>& st, CLI::App* bench, CLI::Option* epochs,
+              CLI::Option* strategies, CLI::Option* repeat) {
+  if (!*bench)
+    return -1;
+  spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
+  spdlog::set_level(spdlog::level::warn);
+  if (st->name == "tta") {
+    if (st->target.size() > 1)
+      throw config::config_error("bench tta: --target takes one headline target");
+    if (!st->target.empty())
+      st->tta_opt.target = st->target.front();
+    return tta(st->opt, st->tta_opt);
+  }
+  if (st->name == "traffic") {
+    auto& t = st->traffic_opt;
+    if (epochs->count() > 0)
+      t.epochs = st->tta_opt.epochs;
+    if (strategies->count() > 0)
+      t.strategies = st->tta_opt.strategies;
+    if (repeat->count() > 0)
+      t.repeat = st->tta_opt.repeat;
+    t.target = st->target;
+    t.overrides = st->tta_opt.overrides;
+    t.processes = !st->no_processes;
+    return traffic(st->opt, t);
+  }
+  if (st->name == "aggregation")
+    return aggregation(st->opt, st->aggregation_opt);
+  if (st->name == "scale") {
+    if (epochs->count() > 0)
+      st->scale_opt.epochs = st->tta_opt.epochs;
+    return scale(st->opt, st->scale_opt);
+  }
+  if (st->name == "predictor")
+    return predictor(st->opt, st->predictor_opt);
+  if (st->name == "split") {
+    auto& s = st->split_opt;
+    if (epochs->count() > 0)
+      s.epochs = st->tta_opt.epochs;
+    if (repeat->count() > 0)
+      s.repeat = st->tta_opt.repeat;
+    if (!st->target.empty())
+      s.target = st->target.front();
+    return split(st->opt, s);
+  }
+  if (st->name == "transport")
+    return transport(st->opt, st->transport_opt);
+  if (st->name == "data")
+    return data(st->opt);
+  return framework(st->opt);
+}
+
 std::function<int()> add_subcommand(CLI::App& app) {
   auto st = std::make_shared<cli_state>();
   auto* bench = app.add_subcommand("bench", "run a benchmark: tta (time to accuracy of GoSGD "
@@ -79,108 +192,9 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_flag("--no-processes", st->no_processes,
                   "traffic: skip the node processes (sgp and one sparse-push density over the "
                   "weights lane)");
-  bench->add_option("--rounds", st->transport_opt.rounds,
-                    "transport: bursts per model size (default 20 / 10 / 6 / 3)");
-  bench->add_flag("--transport-peer", st->transport_opt.peer)->group("");  // the second process
-  bench->add_option("--combinations", st->aggregation_opt.combinations,
-                    "aggregation: aggregator combinations (default: all three)");
-  bench->add_option("--ratios", st->aggregation_opt.ratios,
-                    "aggregation: aggregation ratios (default 5 10 20)");
-  bench->add_option("--iterations", st->predictor_opt.iterations,
-                    "predictor: LeNet-5 iterations per epoch (default 234: a platform's shard of the default cluster)");
-  bench->add_option("--epochs-per-level", st->predictor_opt.epochs_per_level,
-                    "predictor: epochs under each co-runner level (default 3)");
-  bench->add_option("--replay", st->predictor_opt.replay,
-                    "predictor: replay a recorded run (the directory of its predictor.csv and "
-                    "observations.csv) through the predictor as it is now");
-  bench->add_option("--platforms", st->scale_opt.platforms,
-                    "scale: platforms in one process, one run each (default 16 256 1024)");
-  bench->add_option("--nodes", st->scale_opt.nodes,
-                    "scale: node processes on 127.0.0.1 (default 8; 0 skips)");
-  bench->add_option("--scale-platforms", st->scale_opt.child_platforms)->group("");
-  bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8; default conv8)")
-    ->check(CLI::IsMember({"lenet5", "conv8"}));
-  bench->add_option("--in-flight", st->split_opt.in_flight,
-                    "split: batches in the pipeline at once with synthetic gradients (default 4)")
-    ->check(CLI::Range(1, 64));
-  bench->add_option("--sg-hidden", st->split_opt.sg_hidden,
-                    "split: hidden width of the synthetic-gradient modules (default: theirs, 256)")
-    ->check(CLI::Range(1, 4096));
-  bench->add_option("--sg-conv-layers", st->split_opt.sg_conv_layers,
-                    "split: modules after convolutions: 0 an MLP (default), 2 or 3 5x5 "
-                    "same-padded convolutions")
-    ->check(CLI::IsMember({0, 2, 3}));
-  bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
-  bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
-  bench->add_option("--unequal2", st->split_opt.unequal2,
-                    "split: slowdowns of 2 unequal stages (default 1 4)");
-  bench->add_option("--unequal3", st->split_opt.unequal3,
-                    "split: slowdowns of 3 unequal stages (default 1 2 4)");
-  bench->add_option("--models", st->opt.models,
-                    "framework, aggregation: models to measure (default lenet5 alexnet "
-                    "squeezenet mobilenetv2)")
-    ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "conv8", "squeezenet", "mobilenetv2"}));
-  bench->add_option("--device", st->opt.device,
-                    "framework: cpu (default), or cuda / cuda:N: a platform on that GPU against "
-                    "a bare loop there");
-  bench->add_option("--batches", st->opt.batches,
-                    "framework on a GPU: batch sizes (default 64 512)")
-    ->check(CLI::PositiveNumber);
-  bench->add_option("--samples", st->opt.samples,
-                    "samples per measurement (split: training images; framework: default 60000 "
-                    "for lenet5, 6000 for the larger models)");
-  bench->add_option("--threads", st->opt.threads, "cores to use (default: all)");
-  bench->add_option("--data", st->opt.data_dir, "Fashion-MNIST directory");
-  bench->add_option("--out", st->opt.out_dir, "directory for results and plots");
+  add_other_options(bench, *st);
   return [st, bench, epochs, strategies, repeat]() -> int {
-    if (!*bench)
-      return -1;
-    spdlog::set_pattern("[%H:%M:%S.%e] %l %v");
-    spdlog::set_level(spdlog::level::warn);
-    if (st->name == "tta") {
-      if (st->target.size() > 1)
-        throw config::config_error("bench tta: --target takes one headline target");
-      if (!st->target.empty())
-        st->tta_opt.target = st->target.front();
-      return tta(st->opt, st->tta_opt);
-    }
-    if (st->name == "traffic") {
-      auto& t = st->traffic_opt;
-      if (epochs->count() > 0)
-        t.epochs = st->tta_opt.epochs;
-      if (strategies->count() > 0)
-        t.strategies = st->tta_opt.strategies;
-      if (repeat->count() > 0)
-        t.repeat = st->tta_opt.repeat;
-      t.target = st->target;
-      t.overrides = st->tta_opt.overrides;
-      t.processes = !st->no_processes;
-      return traffic(st->opt, t);
-    }
-    if (st->name == "aggregation")
-      return aggregation(st->opt, st->aggregation_opt);
-    if (st->name == "scale") {
-      if (epochs->count() > 0)
-        st->scale_opt.epochs = st->tta_opt.epochs;
-      return scale(st->opt, st->scale_opt);
-    }
-    if (st->name == "predictor")
-      return predictor(st->opt, st->predictor_opt);
-    if (st->name == "split") {
-      auto& s = st->split_opt;
-      if (epochs->count() > 0)
-        s.epochs = st->tta_opt.epochs;
-      if (repeat->count() > 0)
-        s.repeat = st->tta_opt.repeat;
-      if (!st->target.empty())
-        s.target = st->target.front();
-      return split(st->opt, s);
-    }
-    if (st->name == "transport")
-      return transport(st->opt, st->transport_opt);
-    if (st->name == "data")
-      return data(st->opt);
-    return framework(st->opt);
+    return run_bench(st, bench, epochs, strategies, repeat);
   };
 }
 

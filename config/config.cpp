@@ -864,6 +864,48 @@ void check_ports(const cluster_config& cfg) {
   }
 }
 
+/// The cluster's own settings: timeouts, TLS files, quorum and majority,
+/// the nodes named for the balancer and the server, the strategy's options
+/// that only some strategies take.
+void check_cluster_settings(const cluster_config& cfg) {
+  if (cfg.peer_timeout < 2 * cfg.heartbeat_interval)
+    throw config_error("cluster.peer_timeout is " + show(cfg.peer_timeout) +
+                       " s: it must be at least twice cluster.heartbeat_interval (" +
+                       show(cfg.heartbeat_interval) + " s), or a late heartbeat reads as death");
+  {
+    const int set = !cfg.tls.certificate.empty() + !cfg.tls.key.empty() + !cfg.tls.ca.empty();
+    if (set != 0 && set != 3)
+      throw config_error("cluster.tls needs all of certificate, key and ca (or none of them); "
+                         "given: " + std::string(cfg.tls.certificate.empty() ? "" : "certificate ") +
+                         (cfg.tls.key.empty() ? "" : "key ") + (cfg.tls.ca.empty() ? "" : "ca"));
+  }
+  if (cfg.quorum > static_cast<int64_t>(cfg.platforms().size()))
+    throw config_error("cluster.quorum is " + std::to_string(cfg.quorum) + " but the cluster has " +
+                       std::to_string(cfg.platforms().size()) + " platforms");
+  if (cfg.majority > static_cast<int64_t>(cfg.nodes.size()))
+    throw config_error("cluster.majority is " + std::to_string(cfg.majority) +
+                       " but the cluster has " + std::to_string(cfg.nodes.size()) + " nodes");
+  if (!cfg.balancer_node.empty() &&
+      std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
+                   [&](const node_config& n) { return n.name == cfg.balancer_node; }))
+    throw config_error("cluster.balancer names no node: " + show(cfg.balancer_node) +
+                       " (nodes: " + names_of(cfg.nodes) + ")");
+  if (!cfg.strategy.server.empty()
+      && std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
+                      [&](const node_config& n) { return n.name == cfg.strategy.server; }))
+    throw config_error("strategy.server names no node: " + show(cfg.strategy.server) +
+                       " (nodes: " + names_of(cfg.nodes) + ")");
+  if (cfg.strategy.gossip_every != 1 && !cfg.strategy.push_sum())
+    throw config_error("strategy.gossip_every is " + std::to_string(cfg.strategy.gossip_every)
+                       + ", but only the push-sum family (sgp, sparse-push, scsp) gossips in "
+                       "rounds; strategy.name is " + show(to_string(cfg.strategy.name)));
+  if (cfg.strategy.parameter_server() && cfg.strategy.check_period > 0
+      && cfg.strategy.min_interval > cfg.strategy.check_period)
+    throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
+                       + " s) is longer than strategy.check_period ("
+                       + std::to_string(cfg.strategy.check_period) + " s)");
+}
+
 } // namespace
 
 void validate(const cluster_config& cfg) {
@@ -961,42 +1003,7 @@ void validate(const cluster_config& cfg) {
                        " has no share (an equal part of what is left) but the shares given "
                        "already sum to " + show(shares));
 
-  if (cfg.peer_timeout < 2 * cfg.heartbeat_interval)
-    throw config_error("cluster.peer_timeout is " + show(cfg.peer_timeout) +
-                       " s: it must be at least twice cluster.heartbeat_interval (" +
-                       show(cfg.heartbeat_interval) + " s), or a late heartbeat reads as death");
-  {
-    const int set = !cfg.tls.certificate.empty() + !cfg.tls.key.empty() + !cfg.tls.ca.empty();
-    if (set != 0 && set != 3)
-      throw config_error("cluster.tls needs all of certificate, key and ca (or none of them); "
-                         "given: " + std::string(cfg.tls.certificate.empty() ? "" : "certificate ") +
-                         (cfg.tls.key.empty() ? "" : "key ") + (cfg.tls.ca.empty() ? "" : "ca"));
-  }
-  if (cfg.quorum > static_cast<int64_t>(cfg.platforms().size()))
-    throw config_error("cluster.quorum is " + std::to_string(cfg.quorum) + " but the cluster has " +
-                       std::to_string(cfg.platforms().size()) + " platforms");
-  if (cfg.majority > static_cast<int64_t>(cfg.nodes.size()))
-    throw config_error("cluster.majority is " + std::to_string(cfg.majority) +
-                       " but the cluster has " + std::to_string(cfg.nodes.size()) + " nodes");
-  if (!cfg.balancer_node.empty() &&
-      std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
-                   [&](const node_config& n) { return n.name == cfg.balancer_node; }))
-    throw config_error("cluster.balancer names no node: " + show(cfg.balancer_node) +
-                       " (nodes: " + names_of(cfg.nodes) + ")");
-  if (!cfg.strategy.server.empty()
-      && std::none_of(cfg.nodes.begin(), cfg.nodes.end(),
-                      [&](const node_config& n) { return n.name == cfg.strategy.server; }))
-    throw config_error("strategy.server names no node: " + show(cfg.strategy.server) +
-                       " (nodes: " + names_of(cfg.nodes) + ")");
-  if (cfg.strategy.gossip_every != 1 && !cfg.strategy.push_sum())
-    throw config_error("strategy.gossip_every is " + std::to_string(cfg.strategy.gossip_every)
-                       + ", but only the push-sum family (sgp, sparse-push, scsp) gossips in "
-                       "rounds; strategy.name is " + show(to_string(cfg.strategy.name)));
-  if (cfg.strategy.parameter_server() && cfg.strategy.check_period > 0
-      && cfg.strategy.min_interval > cfg.strategy.check_period)
-    throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
-                       + " s) is longer than strategy.check_period ("
-                       + std::to_string(cfg.strategy.check_period) + " s)");
+  check_cluster_settings(cfg);
 }
 
 std::string to_toml(const cluster_config& cfg) {
@@ -1074,6 +1081,46 @@ std::string run_fingerprint(const cluster_config& cfg) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
+}
+
+cluster_config as_one_process(const cluster_config& cfg) {
+  // A CPU limit applies to a whole process: in one, it would limit every
+  // node's platforms together.
+  if (cfg.nodes.size() > 1)
+    for (size_t i = 0; i < cfg.nodes.size(); ++i)
+      if (cfg.nodes[i].cpu_limit > 0 || !cfg.nodes[i].cpu_schedule.empty())
+        throw config_error(
+          "nodes[" + std::to_string(i) + "]." +
+          (cfg.nodes[i].cpu_limit > 0 ? "cpu_limit" : "cpu_schedule") + ": node '" +
+          cfg.nodes[i].name + "' has a CPU limit, which applies to a whole process; cpu limits "
+          "need one process per node (`edgegossip launch` or `edgegossip node`), not all " +
+          std::to_string(cfg.nodes.size()) + " nodes in one");
+  cluster_config one = cfg;
+  node_config local;
+  local.name = "local";
+  local.host = "127.0.0.1";
+  local.port = 0;
+  if (cfg.nodes.size() == 1) {
+    local.cpu_limit = cfg.nodes[0].cpu_limit;
+    local.cpu_schedule = cfg.nodes[0].cpu_schedule;
+  }
+  for (auto& n : cfg.nodes) {
+    for (auto& p : n.platforms)
+      local.platforms.push_back(p);
+    for (auto& c : n.corunners)
+      local.corunners.push_back(c);
+  }
+  for (auto& n : cfg.nodes)
+    if (!n.data_dir.empty())
+      throw config_error(
+        "node " + n.name + " has data of its own (nodes.data): each node reads its own "
+        "directory, so start the nodes with `edgegossip launch` or `edgegossip node`, not in "
+        "one process");
+  one.nodes = {local};
+  one.balancer_node = "local";
+  for (auto& stage : one.stages)
+    stage.node = "local";
+  return one;
 }
 
 } // namespace eg::config

@@ -456,4 +456,8 @@ std::vector<node_config> parse_members(const std::string& toml_text, const std::
 /// resumes saved checkpoints only for a run with the same fingerprint.
 std::string run_fingerprint(const cluster_config& cfg);
 
+/// The whole cluster of `cfg` as a single node "local" hosting every
+/// platform and the balancer (what `edgegossip run` executes).
+cluster_config as_one_process(const cluster_config& cfg);
+
 } // namespace eg::config

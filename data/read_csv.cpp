@@ -230,6 +230,121 @@ std::optional<int64_t> column_number(const std::string& s) {
   return std::nullopt;
 }
 
+/// scikit-learn's layout: "rows,features,name,name,...", then rows of
+/// features + 1 fields. Its class names and row count (-1: not this layout).
+std::pair<std::vector<std::string>, int64_t> sklearn_layout(const std::vector<std::string>& first,
+                                                            const std::vector<std::string>& second,
+                                                            bool has_second) {
+  int64_t count = 0, features = 0;
+  bool names = first.size() >= 3;
+  for (size_t i = 2; names && i < first.size(); ++i)
+    names = !first[i].empty() && !is_number(first[i]);
+  if (names && parse_integer(first[0], count) && parse_integer(first[1], features) &&
+      count >= 0 && features >= 1 && has_second &&
+      static_cast<int64_t>(second.size()) == features + 1)
+    return {std::vector<std::string>(first.begin() + 2, first.end()), count};
+  return {{}, -1};
+}
+
+/// The label column: given by number or name (a name matched exactly, then
+/// ignoring case), else a column named label, class, target or y, else the
+/// last one.
+size_t label_column_of(const std::string& path, const read_options& options,
+                       const std::optional<int64_t>& by_number, bool by_name,
+                       const std::vector<std::string>& names, size_t width) {
+  size_t label = width - 1;
+  if (by_number) {
+    if (*by_number >= static_cast<int64_t>(width))
+      throw data_error("'" + path + "': label column " + options.label_column + " is beyond its " +
+                       std::to_string(width) + " columns (numbered from 0)");
+    label = static_cast<size_t>(*by_number);
+  } else if (by_name) {
+    auto at = std::find(names.begin(), names.end(), options.label_column);
+    if (at == names.end())
+      at = std::find_if(names.begin(), names.end(),
+                        [&](const std::string& n) { return lower(n) == lower(options.label_column); });
+    if (at == names.end())
+      throw data_error("'" + path + "' has no column named '" + options.label_column +
+                       "' (its columns: " + name_some(names, 12) + ")");
+    label = static_cast<size_t>(at - names.begin());
+  } else if (!names.empty()) {
+    for (const char* known : {"label", "class", "target", "y"}) {
+      auto at = std::find_if(names.begin(), names.end(),
+                             [&](const std::string& n) { return lower(n) == known; });
+      if (at != names.end()) {
+        label = static_cast<size_t>(at - names.begin());
+        break;
+      }
+    }
+  }
+  return label;
+}
+
+/// The labels as class numbers, and `d`'s classes: whole numbers are the
+/// classes themselves (named by scikit-learn's first row where it has one),
+/// anything else is a class name, numbered in sorted order.
+torch::Tensor label_classes(const std::string& path, const std::vector<std::string>& labels,
+                            const std::vector<int64_t>& label_lines,
+                            const std::vector<std::string>& sklearn_names, dataset& d) {
+  const auto n = static_cast<int64_t>(labels.size());
+  auto out = torch::empty({n}, torch::kInt64);
+  int64_t* lab = out.data_ptr<int64_t>();
+  bool integers = true, numbers = true;
+  for (int64_t i = 0; i < n && integers; ++i) {
+    int64_t v = 0;
+    integers = parse_integer(labels[static_cast<size_t>(i)], v);
+  }
+  if (integers) {
+    int64_t top = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      parse_integer(labels[static_cast<size_t>(i)], lab[i]);
+      if (lab[i] < 0)
+        throw data_error("'" + path + "' line " + std::to_string(label_lines[static_cast<size_t>(i)]) +
+                         ": label " + std::to_string(lab[i]) + " is negative");
+      if (!sklearn_names.empty() && lab[i] >= static_cast<int64_t>(sklearn_names.size()))
+        throw data_error("'" + path + "' line " + std::to_string(label_lines[static_cast<size_t>(i)]) +
+                         ": label " + std::to_string(lab[i]) + " is out of range: the first row names " +
+                         std::to_string(sklearn_names.size()) + " classes");
+      top = std::max(top, lab[i]);
+    }
+    if (!sklearn_names.empty()) {
+      d.classes = sklearn_names;
+      d.numbered_classes = false;
+    } else {
+      for (int64_t k = 0; k <= top; ++k)
+        d.classes.push_back(std::to_string(k));
+      d.numbered_classes = true;
+    }
+  } else {
+    if (!sklearn_names.empty())
+      throw data_error("'" + path + "': scikit-learn's layout numbers its classes, label '" +
+                       labels.front() + "' is not a number");
+    for (int64_t i = 0; i < n && numbers; ++i)
+      numbers = is_number(labels[static_cast<size_t>(i)]);
+    if (numbers) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v = 0;
+        if (!parse_integer(labels[static_cast<size_t>(i)], v))
+          throw data_error("'" + path + "' line " + std::to_string(label_lines[static_cast<size_t>(i)]) +
+                           ": label " + labels[static_cast<size_t>(i)] +
+                           " is not a whole number: labels are class numbers or names (a "
+                           "classifier is trained)");
+      }
+    }
+    std::map<std::string, int64_t> index;
+    for (auto& l : labels)
+      index.emplace(l, 0);
+    for (auto& [name, k] : index) {
+      k = static_cast<int64_t>(d.classes.size());
+      d.classes.push_back(name);
+    }
+    for (int64_t i = 0; i < n; ++i)
+      lab[i] = index[labels[static_cast<size_t>(i)]];
+    d.numbered_classes = false;
+  }
+  return out;
+}
+
 read_result read(const std::string& dir, const read_options& options) {
   if (!is_directory(dir) && !is_file(dir))
     throw data_error("data directory '" + dir + "' does not exist");
@@ -250,22 +365,9 @@ read_result read(const std::string& dir, const read_options& options) {
   const bool by_name = !options.label_column.empty() && !by_number;
   read_result r;
 
-  // scikit-learn's layout: "rows,features,name,name,...", then rows of
-  // features + 1 fields.
-  std::vector<std::string> sklearn_names;
-  int64_t sklearn_rows = -1;
-  {
-    int64_t count = 0, features = 0;
-    bool names = first.size() >= 3;
-    for (size_t i = 2; names && i < first.size(); ++i)
-      names = !first[i].empty() && !is_number(first[i]);
-    if (names && parse_integer(first[0], count) && parse_integer(first[1], features) &&
-        count >= 0 && features >= 1 && has_second &&
-        static_cast<int64_t>(second.size()) == features + 1) {
-      sklearn_names.assign(first.begin() + 2, first.end());
-      sklearn_rows = count;
-    }
-  }
+  const auto layout = sklearn_layout(first, second, has_second);
+  const std::vector<std::string>& sklearn_names = layout.first;
+  const int64_t sklearn_rows = layout.second;
 
   bool header = false;
   size_t width = first.size();
@@ -292,32 +394,7 @@ read_result read(const std::string& dir, const read_options& options) {
   if (header && !has_second)
     throw data_error("'" + path + "' holds a header and no data rows");
 
-  // The label column.
-  size_t label = width - 1;
-  if (by_number) {
-    if (*by_number >= static_cast<int64_t>(width))
-      throw data_error("'" + path + "': label column " + options.label_column + " is beyond its " +
-                       std::to_string(width) + " columns (numbered from 0)");
-    label = static_cast<size_t>(*by_number);
-  } else if (by_name) {
-    auto at = std::find(names.begin(), names.end(), options.label_column);
-    if (at == names.end())
-      at = std::find_if(names.begin(), names.end(),
-                        [&](const std::string& n) { return lower(n) == lower(options.label_column); });
-    if (at == names.end())
-      throw data_error("'" + path + "' has no column named '" + options.label_column +
-                       "' (its columns: " + name_some(names, 12) + ")");
-    label = static_cast<size_t>(at - names.begin());
-  } else if (!names.empty()) {
-    for (const char* known : {"label", "class", "target", "y"}) {
-      auto at = std::find_if(names.begin(), names.end(),
-                             [&](const std::string& n) { return lower(n) == known; });
-      if (at != names.end()) {
-        label = static_cast<size_t>(at - names.begin());
-        break;
-      }
-    }
-  }
+  const size_t label = label_column_of(path, options, by_number, by_name, names, width);
   if (index_column && label == 0)
     index_column = false;
   const int64_t features = static_cast<int64_t>(width) - 1 - (index_column ? 1 : 0);
@@ -378,61 +455,7 @@ read_result read(const std::string& dir, const read_options& options) {
                      " rows, it holds " + std::to_string(n));
 
   auto& d = r.data;
-  auto out = torch::empty({n}, torch::kInt64);
-  int64_t* lab = out.data_ptr<int64_t>();
-  bool integers = true, numbers = true;
-  for (int64_t i = 0; i < n && integers; ++i) {
-    int64_t v = 0;
-    integers = parse_integer(labels[static_cast<size_t>(i)], v);
-  }
-  if (integers) {
-    int64_t top = -1;
-    for (int64_t i = 0; i < n; ++i) {
-      parse_integer(labels[static_cast<size_t>(i)], lab[i]);
-      if (lab[i] < 0)
-        throw data_error("'" + path + "' line " + std::to_string(label_lines[static_cast<size_t>(i)]) +
-                         ": label " + std::to_string(lab[i]) + " is negative");
-      if (!sklearn_names.empty() && lab[i] >= static_cast<int64_t>(sklearn_names.size()))
-        throw data_error("'" + path + "' line " + std::to_string(label_lines[static_cast<size_t>(i)]) +
-                         ": label " + std::to_string(lab[i]) + " is out of range: the first row names " +
-                         std::to_string(sklearn_names.size()) + " classes");
-      top = std::max(top, lab[i]);
-    }
-    if (!sklearn_names.empty()) {
-      d.classes = sklearn_names;
-      d.numbered_classes = false;
-    } else {
-      for (int64_t k = 0; k <= top; ++k)
-        d.classes.push_back(std::to_string(k));
-      d.numbered_classes = true;
-    }
-  } else {
-    if (!sklearn_names.empty())
-      throw data_error("'" + path + "': scikit-learn's layout numbers its classes, label '" +
-                       labels.front() + "' is not a number");
-    for (int64_t i = 0; i < n && numbers; ++i)
-      numbers = is_number(labels[static_cast<size_t>(i)]);
-    if (numbers) {
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t v = 0;
-        if (!parse_integer(labels[static_cast<size_t>(i)], v))
-          throw data_error("'" + path + "' line " + std::to_string(label_lines[static_cast<size_t>(i)]) +
-                           ": label " + labels[static_cast<size_t>(i)] +
-                           " is not a whole number: labels are class numbers or names (a "
-                           "classifier is trained)");
-      }
-    }
-    std::map<std::string, int64_t> index;
-    for (auto& l : labels)
-      index.emplace(l, 0);
-    for (auto& [name, k] : index) {
-      k = static_cast<int64_t>(d.classes.size());
-      d.classes.push_back(name);
-    }
-    for (int64_t i = 0; i < n; ++i)
-      lab[i] = index[labels[static_cast<size_t>(i)]];
-    d.numbered_classes = false;
-  }
+  auto out = label_classes(path, labels, label_lines, sklearn_names, d);
   check_features(features, options, "'" + path + "'");
   d.samples = torch::from_blob(values.data(), {n, features}, torch::kFloat32).clone();
   d.labels = out;

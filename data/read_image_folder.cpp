@@ -403,6 +403,95 @@ std::pair<int64_t, int64_t> most_common(const std::vector<image_info>& info,
 
 enum : char { ok = 0, bad = 1, other_size = 2, pending = 3 };
 
+/// After the sizes are known: images of another size than the most common
+/// one (`height` x `width`, `common` images) are resized, said once in
+/// `warnings`, or refused where resizing is off; images too large to hold
+/// are refused.
+void check_sizes(const std::string& dir, const listing& l, const std::vector<image_info>& info,
+                 const std::vector<char>& readable, int channels, int64_t height, int64_t width,
+                 int64_t common, const read_options& options, std::vector<std::string>& warnings) {
+  const int64_t n = static_cast<int64_t>(l.files.size());
+  auto text = [](int64_t c, int64_t h, int64_t w) { return sample_shape::image(c, h, w).to_string(); };
+  int64_t first = -1, others = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& g = info[static_cast<size_t>(i)];
+    if (readable[static_cast<size_t>(i)] && (g.height != height || g.width != width)) {
+      ++others;
+      if (first < 0)
+        first = i;
+    }
+  }
+  if (first >= 0) {
+    const auto& f = info[static_cast<size_t>(first)];
+    const std::string example = "'" + l.files[static_cast<size_t>(first)].path + "' is " + text(channels, f.height, f.width);
+    if (!options.resize)
+      throw data_error(example + ", " + std::to_string(common) + " other images of '" + dir +
+                       "' are " + text(channels, height, width) +
+                       " (mixed sizes; resizing is off)");
+    warnings.push_back("'" + dir + "': " + std::to_string(others) +
+                       " images of other sizes resized to the most common size, " +
+                       text(channels, height, width) + " (" + example + ")");
+  }
+  if (height > 16384 || width > 16384)
+    throw data_error("'" + dir + "': images of " + text(channels, height, width) +
+                     " are too large to be held whole");
+}
+
+/// The images that could not be decoded (state bad): the run fails on the
+/// first where data.on_bad_sample says "fail", or when none is left; else
+/// the first five are named in `warnings`, and the rest counted.
+std::vector<std::string> undecodable(const std::string& dir, const listing& l,
+                                     const std::vector<char>& state,
+                                     const std::vector<std::string>& why,
+                                     const read_options& options,
+                                     std::vector<std::string>& warnings) {
+  const int64_t n = static_cast<int64_t>(l.files.size());
+  std::vector<std::string> skipped;
+  for (int64_t i = 0; i < n; ++i)
+    if (state[static_cast<size_t>(i)] == bad) {
+      if (options.on_bad_sample == "fail")
+        throw data_error("'" + l.files[static_cast<size_t>(i)].path + "' cannot be decoded: " + why[static_cast<size_t>(i)]);
+      if (skipped.size() < 5)
+        warnings.push_back("'" + l.files[static_cast<size_t>(i)].path + "' skipped: it cannot be decoded (" +
+                           why[static_cast<size_t>(i)] + ")");
+      skipped.push_back(l.files[static_cast<size_t>(i)].path);
+    }
+  if (skipped.size() > 5)
+    warnings.push_back("'" + dir + "': " + std::to_string(skipped.size() - 5) +
+                       " more images skipped that cannot be decoded (" +
+                       std::to_string(skipped.size()) + " in all)");
+  if (!skipped.empty() && static_cast<int64_t>(skipped.size()) == n)
+    throw data_error("'" + dir + "': none of its " + std::to_string(n) +
+                     " images can be decoded (" + name_some(skipped, 3) + ")");
+
+  return skipped;
+}
+
+/// The samples decoded (every state but bad), moved down over the skipped
+/// ones, with their labels, as the read's data set.
+void assemble(read_result& r, const listing& l, const std::vector<char>& state,
+              torch::Tensor samples, int channels, int64_t height, int64_t width) {
+  const int64_t n = static_cast<int64_t>(l.files.size());
+  uint8_t* out = samples.data_ptr<uint8_t>();
+  const int64_t per = channels * height * width;
+  auto labels = torch::empty({n}, torch::kInt64);
+  int64_t* lab = labels.data_ptr<int64_t>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (state[static_cast<size_t>(i)] == bad)
+      continue;
+    if (kept != i)
+      std::memmove(out + kept * per, out + i * per, static_cast<size_t>(per));
+    lab[kept++] = l.files[static_cast<size_t>(i)].label;
+  }
+  auto& d = r.data;
+  d.samples = kept == n ? samples : samples.narrow(0, 0, kept).clone();
+  d.labels = kept == n ? labels : labels.narrow(0, 0, kept).clone();
+  d.shape = sample_shape::image(channels, height, width);
+  d.classes = l.classes;
+  d.numbered_classes = false;
+}
+
 /// Decodes the listing's files; throws data_error.
 ///
 /// With the cluster's shape: one pass, each image decoded into its slot in
@@ -517,70 +606,13 @@ read_result decode(const std::string& dir, const listing& l, const read_options&
       samples = convert_channels(samples, all_channels, "'" + dir + "'");
       channels = all_channels;
     }
-    int64_t first = -1, others = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const auto& g = info[static_cast<size_t>(i)];
-      if (readable[static_cast<size_t>(i)] && (g.height != height || g.width != width)) {
-        ++others;
-        if (first < 0)
-          first = i;
-      }
-    }
-    if (first >= 0) {
-      const auto& f = info[static_cast<size_t>(first)];
-      const std::string example = "'" + path(first) + "' is " + text(channels, f.height, f.width);
-      if (!options.resize)
-        throw data_error(example + ", " + std::to_string(common) + " other images of '" + dir +
-                         "' are " + text(channels, height, width) +
-                         " (mixed sizes; resizing is off)");
-      warnings.push_back("'" + dir + "': " + std::to_string(others) +
-                         " images of other sizes resized to the most common size, " +
-                         text(channels, height, width) + " (" + example + ")");
-    }
-    if (height > 16384 || width > 16384)
-      throw data_error("'" + dir + "': images of " + text(channels, height, width) +
-                       " are too large to be held whole");
+    check_sizes(dir, l, info, readable, channels, height, width, common, options, warnings);
     run(pending, false);
   }
 
   read_result r;
-  std::vector<std::string> skipped;
-  for (int64_t i = 0; i < n; ++i)
-    if (state[static_cast<size_t>(i)] == bad) {
-      if (options.on_bad_sample == "fail")
-        throw data_error("'" + path(i) + "' cannot be decoded: " + why[static_cast<size_t>(i)]);
-      if (skipped.size() < 5)
-        warnings.push_back("'" + path(i) + "' skipped: it cannot be decoded (" +
-                           why[static_cast<size_t>(i)] + ")");
-      skipped.push_back(path(i));
-    }
-  if (skipped.size() > 5)
-    warnings.push_back("'" + dir + "': " + std::to_string(skipped.size() - 5) +
-                       " more images skipped that cannot be decoded (" +
-                       std::to_string(skipped.size()) + " in all)");
-  if (!skipped.empty() && static_cast<int64_t>(skipped.size()) == n)
-    throw data_error("'" + dir + "': none of its " + std::to_string(n) +
-                     " images can be decoded (" + name_some(skipped, 3) + ")");
-
-  // The samples decoded, moved down over the skipped ones.
-  uint8_t* out = samples.data_ptr<uint8_t>();
-  const int64_t per = channels * height * width;
-  auto labels = torch::empty({n}, torch::kInt64);
-  int64_t* lab = labels.data_ptr<int64_t>();
-  int64_t kept = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (state[static_cast<size_t>(i)] == bad)
-      continue;
-    if (kept != i)
-      std::memmove(out + kept * per, out + i * per, static_cast<size_t>(per));
-    lab[kept++] = l.files[static_cast<size_t>(i)].label;
-  }
-  auto& d = r.data;
-  d.samples = kept == n ? samples : samples.narrow(0, 0, kept).clone();
-  d.labels = kept == n ? labels : labels.narrow(0, 0, kept).clone();
-  d.shape = sample_shape::image(channels, height, width);
-  d.classes = l.classes;
-  d.numbered_classes = false;
+  const auto skipped = undecodable(dir, l, state, why, options, warnings);
+  assemble(r, l, state, samples, channels, height, width);
   r.skipped = static_cast<int64_t>(skipped.size());
   r.warnings = std::move(warnings);
   return r;

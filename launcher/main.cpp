@@ -175,6 +175,70 @@ int exit_code(const std::string& node, const eg::actors::run_outcome& outcome) {
 
 } // namespace
 
+/// `edgegossip node --join HOST:PORT --name NAME ...`: the options of a node
+/// joining a running cluster (none of them without --join, and --join
+/// without --node), read into `join`. Answers the --join option.
+CLI::Option* add_join_options(CLI::App& node, CLI::Option* node_opt,
+                              eg::actors::join_request& join) {
+  auto* join_opt = node.add_option(
+    "--join", join.address,
+    "HOST:PORT of any node of a running cluster: join it (no cluster file; the settings come "
+    "from that node)");
+  auto* join_name = node.add_option("--name", join.name,
+                                     "with --join: this node's name (its identity: keep it "
+                                     "across restarts)");
+  std::vector<CLI::Option*> join_only{
+    join_name,
+    node.add_option("--secret", join.secret,
+                     "with --join: the cluster secret (default: $EDGEGOSSIP_SECRET, which keeps "
+                     "it off the command line)"),
+    node.add_option("--cluster", join.cluster_id,
+                     "with --join: the cluster's id (cluster.id; default edgegossip)"),
+    node.add_option("--host", join.host,
+                     "with --join: the address this node listens on and the others dial "
+                     "(default: the one this machine reaches the --join node from)"),
+    node.add_option("--port", join.port,
+                     "with --join: this node's port (default: as before a restart, else the "
+                     "--join node's port on another host, else a free one)"),
+    node.add_option("--lane-port", join.lane_port,
+                     "with --join: its weights lane's port (default: port + 1)"),
+    node.add_option("--metrics-port", join.metrics_port,
+                     "with --join: serve Prometheus' /metrics on this port (default: none)"),
+    node.add_option("--platforms", join.platforms,
+                     "with --join: platforms on this node, NAME0, NAME1, ... (default 1)")
+      ->check(CLI::Range(1, 64)),
+    node.add_option("--threads", join.threads,
+                     "with --join: torch threads of each platform (default 1)")
+      ->check(CLI::Range(1, 256))};
+  join_opt->excludes(node_opt);
+  for (auto* o : join_only)
+    o->needs(join_opt);
+  return join_opt;
+}
+
+/// `edgegossip node --join`: asks the cluster for its settings, then runs
+/// this node in it; its exit code.
+int run_joining(eg::actors::join_request join, const common_options& node_opts,
+                const std::string& node_data, const eg::actors::runtime_options& o) {
+  if (join.name.empty())
+    throw eg::config::config_error("--join needs --name: this node's name");
+  if (!node_opts.config_file.empty())
+    throw eg::config::config_error(
+      "--join takes the cluster's settings from the node it dials: no --config");
+  if (join.secret.empty())
+    if (const char* env = std::getenv("EDGEGOSSIP_SECRET"))
+      join.secret = env;
+  join.data_dir = node_data;
+  join.overrides = node_opts.overrides;
+  join.fresh = node_opts.fresh;
+  auto cfg = eg::actors::join_cluster(join);
+  if (!cfg)
+    return 0;  // stopped while asking
+  // (its own data directory is in its entry of the cluster file now)
+  auto outcome = eg::actors::run_node(*cfg, join.name, o);
+  return exit_code(join.name, outcome);
+}
+
 int main(int argc, char** argv) {
   restart_with_settings(argv);
   CLI::App app{"edgegossip: gossip training across heterogeneous edge machines"};
@@ -204,39 +268,7 @@ int main(int argc, char** argv) {
                    "this node's own data directory (its platforms train on it alone), in place "
                    "of the cluster file's");
   eg::actors::join_request join;
-  auto* join_opt = node->add_option(
-    "--join", join.address,
-    "HOST:PORT of any node of a running cluster: join it (no cluster file; the settings come "
-    "from that node)");
-  auto* join_name = node->add_option("--name", join.name,
-                                     "with --join: this node's name (its identity: keep it "
-                                     "across restarts)");
-  std::vector<CLI::Option*> join_only{
-    join_name,
-    node->add_option("--secret", join.secret,
-                     "with --join: the cluster secret (default: $EDGEGOSSIP_SECRET, which keeps "
-                     "it off the command line)"),
-    node->add_option("--cluster", join.cluster_id,
-                     "with --join: the cluster's id (cluster.id; default edgegossip)"),
-    node->add_option("--host", join.host,
-                     "with --join: the address this node listens on and the others dial "
-                     "(default: the one this machine reaches the --join node from)"),
-    node->add_option("--port", join.port,
-                     "with --join: this node's port (default: as before a restart, else the "
-                     "--join node's port on another host, else a free one)"),
-    node->add_option("--lane-port", join.lane_port,
-                     "with --join: its weights lane's port (default: port + 1)"),
-    node->add_option("--metrics-port", join.metrics_port,
-                     "with --join: serve Prometheus' /metrics on this port (default: none)"),
-    node->add_option("--platforms", join.platforms,
-                     "with --join: platforms on this node, NAME0, NAME1, ... (default 1)")
-      ->check(CLI::Range(1, 64)),
-    node->add_option("--threads", join.threads,
-                     "with --join: torch threads of each platform (default 1)")
-      ->check(CLI::Range(1, 256))};
-  join_opt->excludes(node_opt);
-  for (auto* o : join_only)
-    o->needs(join_opt);
+  auto* join_opt = add_join_options(*node, node_opt, join);
 
   common_options launch_opts;
   auto* launch = app.add_subcommand("launch", "start every node of a cluster file on this "
@@ -270,25 +302,8 @@ int main(int argc, char** argv) {
     if (*node) {
       setup_logging(node_opts.verbose, false);
       eg::actors::runtime_options o{false, true, node_opts.fresh};
-      if (*join_opt) {
-        if (join.name.empty())
-          throw eg::config::config_error("--join needs --name: this node's name");
-        if (!node_opts.config_file.empty())
-          throw eg::config::config_error(
-            "--join takes the cluster's settings from the node it dials: no --config");
-        if (join.secret.empty())
-          if (const char* env = std::getenv("EDGEGOSSIP_SECRET"))
-            join.secret = env;
-        join.data_dir = node_data;
-        join.overrides = node_opts.overrides;
-        join.fresh = node_opts.fresh;
-        auto cfg = eg::actors::join_cluster(join);
-        if (!cfg)
-          return 0;  // stopped while asking
-        // (its own data directory is in its entry of the cluster file now)
-        auto outcome = eg::actors::run_node(*cfg, join.name, o);
-        return exit_code(join.name, outcome);
-      }
+      if (*join_opt)
+        return run_joining(join, node_opts, node_data, o);
       if (node_opts.config_file.empty() || node_name.empty())
         throw eg::config::config_error(
           "node: give --config FILE and --node NAME (a node of the file), or --join HOST:PORT "

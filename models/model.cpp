@@ -2,7 +2,7 @@
 
 #include "models/conv.hpp"
 #include "models/pooling.hpp"
-#include "algorithms/split/split.hpp"
+#include "models/layered.hpp"
 #include "models/zoo.hpp"
 
 #include <torch/torch.h>
@@ -160,7 +160,7 @@ std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t se
     else if (name == "squeezenet" || name == "mobilenetv2" || name == "conv8")
       need_images(name, shape, 8);
     if (name == "conv8") {
-      // The split models' conv8 (algorithms/split/split.hpp), whole: its layers in
+      // The split models' conv8 (models/layered.hpp), whole: its layers in
       // one stage, He-initialised from the seed.
       model = make_stage(name, 0, layer_count(name) - 1, seed, shape);
       model->name_ = name;

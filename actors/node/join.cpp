@@ -1,5 +1,7 @@
 #include "actors/node/join.hpp"
 
+#include "actors/node/node.hpp"
+
 #include "actors/interfaces.hpp"
 #include "actors/node/network.hpp"
 #include "actors/node/node_data.hpp"
@@ -308,6 +310,39 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
       return std::nullopt;
     }
   }
+}
+
+config::cluster_config with_stored_members(const config::cluster_config& cfg,
+                                           const std::string& node, storage::store& db,
+                                           bool fresh) {
+  auto text = db.get(storage::family::runs, members_key);
+  if (fresh || !text || text->empty())
+    return cfg;
+  auto out = cfg;
+  try {
+    for (auto& m : config::parse_members(*text, "the members kept in node " + node + "'s store")) {
+      m.joined = true;
+      auto same = std::find_if(out.nodes.begin(), out.nodes.end(),
+                               [&](auto& n) { return n.name == m.name; });
+      if (same == out.nodes.end())
+        out.nodes.push_back(std::move(m));
+      else if (same->joined)
+        *same = std::move(m);  // (the cluster file now lists it: the file's entry stays)
+    }
+    config::validate(out);
+  } catch (const config::config_error& e) {
+    spdlog::warn("node {}: the nodes that joined the cluster, as its store keeps them, are left "
+                 "out: {}",
+                 node, e.what());
+    return cfg;
+  }
+  std::string names;
+  for (auto& n : out.nodes)
+    if (n.joined)
+      names += (names.empty() ? "" : ", ") + n.name;
+  if (!names.empty())
+    spdlog::info("node {}: nodes that joined the cluster before: {}", node, names);
+  return out;
 }
 
 } // namespace eg::actors

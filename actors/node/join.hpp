@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+namespace eg::storage {
+class store;
+}
+
 namespace eg::actors {
 
 struct join_request {
@@ -47,5 +51,12 @@ std::pair<std::string, uint16_t> parse_address(const std::string& text);
 /// config::config_error when the cluster refuses (a wrong secret, a name in
 /// use, a strategy whose members are fixed) or its answer does not parse.
 std::optional<config::cluster_config> join_cluster(const join_request& request);
+
+/// `cfg` with the nodes that joined it as this node's store keeps them
+/// (node_members.cpp), after the cluster file's; none with `fresh`, or
+/// where the store's list does not parse or fit (said in the log).
+config::cluster_config with_stored_members(const config::cluster_config& cfg,
+                                           const std::string& node, storage::store& db,
+                                           bool fresh);
 
 } // namespace eg::actors

@@ -1,5 +1,10 @@
 #include "actors/node/node_data.hpp"
 
+#include "algorithms/edgegossip/aggregator.hpp"
+#include "storage/store.hpp"
+
+#include <zlib.h>
+
 #include "actors/balancer/inspection.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/node/network.hpp"
@@ -414,6 +419,72 @@ std::optional<loaded_data> load_with_cluster_classes(const config::cluster_confi
                            classes_from + "'s data's: " + list +
                            "; set data.classes in the cluster file to name every class)");
   }
+}
+
+namespace {
+
+/// The store key of a platform's aggregated points: they are reused while
+/// the shard, the data (`data`: the directories read and the training data's
+/// sums) and the aggregator's settings stay the same.
+std::string aggregates_key(const std::string& platform, const config::cluster_config& cfg,
+                           const std::vector<int64_t>& shard, const std::string& data) {
+  auto settings = cfg.edgegossip.aggregator + "/" + std::to_string(cfg.edgegossip.aggregation_ratio)
+                  + "/" + std::to_string(cfg.seed) + "/" + data;
+  auto crc = crc32(0L, reinterpret_cast<const Bytef*>(settings.data()),
+                   static_cast<uInt>(settings.size()));
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(shard.data()),
+              static_cast<uInt>(shard.size() * sizeof(int64_t)));
+  return platform + "/" + std::to_string(shard.size()) + "-" + std::to_string(crc);
+}
+
+} // namespace
+
+std::map<std::string, std::shared_ptr<const learning::aggregated_points>>
+aggregate_local(const config::cluster_config& cfg, const std::vector<config::platform_config>& all,
+                const learning::shards& shards, const learning::dataset& train,
+                const std::string& data, const std::vector<std::string>& local,
+                storage::store& db) {
+  std::map<std::string, std::shared_ptr<const learning::aggregated_points>> out;
+  std::vector<std::pair<size_t, std::future<learning::aggregated_points>>> jobs;
+  auto opt = learning::aggregator_from_name(cfg.edgegossip.aggregator,
+                                            cfg.edgegossip.aggregation_ratio, cfg.seed);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (std::find(local.begin(), local.end(), all[i].name) == local.end())
+      continue;
+    auto key = aggregates_key(all[i].name, cfg, shards[i], data);
+    if (auto saved = db.get(storage::family::aggregates, key)) {
+      try {
+        out[all[i].name] = std::make_shared<const learning::aggregated_points>(
+          learning::deserialize_aggregated(*saved));
+        spdlog::info("[{}] {} aggregated points reused from the store", all[i].name,
+                     out[all[i].name]->size());
+        continue;
+      } catch (const std::exception& e) {
+        spdlog::warn("[{}] stored aggregated points unusable ({}); generating again",
+                     all[i].name, e.what());
+      }
+    }
+    jobs.emplace_back(i, std::async(std::launch::async, [&train, &shards, i, opt] {
+                        return learning::aggregate(train, shards[i], opt);
+                      }));
+  }
+  for (auto& [i, job] : jobs) {
+    const auto& name = all[i].name;
+    auto a = job.get();
+    spdlog::info("[{}] {} aggregated points ({}): reduction {:.2f} s, division {:.2f} s, "
+                 "means {:.2f} s",
+                 name, a.size(), cfg.edgegossip.aggregator, a.reduce_seconds, a.divide_seconds,
+                 a.mean_seconds);
+    try {
+      db.put(storage::family::aggregates, aggregates_key(name, cfg, shards[i], data),
+             learning::serialize(a));
+    } catch (const storage::storage_error& e) {
+      // A store that cannot write is reported by the store actor.
+      spdlog::warn("[{}] aggregated points not stored: {}", name, e.what());
+    }
+    out[name] = std::make_shared<const learning::aggregated_points>(std::move(a));
+  }
+  return out;
 }
 
 } // namespace eg::actors

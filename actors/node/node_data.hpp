@@ -12,6 +12,8 @@
 #include "models/dataset.hpp"
 #include "train/partition.hpp"
 
+#include <memory>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -21,6 +23,10 @@
 
 namespace eg::storage {
 class store;
+}
+
+namespace eg::learning {
+struct aggregated_points;
 }
 
 namespace eg::actors {
@@ -103,6 +109,16 @@ std::optional<loaded_data> load_with_cluster_classes(const config::cluster_confi
                                                      storage::store& db, bool fresh,
                                                      bool watch_signals,
                                                      std::vector<std::string>& answers);
+
+/// EdgeGossip's pre-training stage for the local platforms (`local`):
+/// aggregated points from the store when the data (`data`: the directories
+/// read and the training data's sums) and settings are unchanged, else
+/// generated (platforms in parallel) and stored.
+std::map<std::string, std::shared_ptr<const learning::aggregated_points>>
+aggregate_local(const config::cluster_config& cfg, const std::vector<config::platform_config>& all,
+                const learning::shards& shards, const learning::dataset& train,
+                const std::string& data, const std::vector<std::string>& local,
+                storage::store& db);
 
 /// Waits up to `d` for SIGINT or SIGTERM (blocked in this process while
 /// `watch`, taken here; without `watch` it only waits); true when one came.

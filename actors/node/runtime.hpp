@@ -21,9 +21,7 @@ struct runtime_options {
   std::string data_dir;
 };
 
-/// The whole cluster of `cfg` as a single node "local" hosting every
-/// platform and the balancer (what `edgegossip run` executes).
-config::cluster_config as_one_process(const config::cluster_config& cfg);
+using config::as_one_process;
 
 /// Fractions of the training set per platform (explicit shares, the rest
 /// split equally among platforms without one), in cfg.platforms() order.

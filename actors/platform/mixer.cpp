@@ -85,6 +85,73 @@ void count_received(mixer_state& st, const held_weights& message) {
   st.received_parts += messages::traffic_of(message.value, message.size());
 }
 
+/// Sends the platform's message to peer `target`: on the weights lane to a
+/// peer on another node, as a copy to one in this process, through the
+/// middleman else; counted as it would weigh on the wire.
+void send_to_peer(self_ptr self, const std::string& target, held_weights& message) {
+  auto& st = self->state;
+  auto to = std::find_if(st.peers.begin(), st.peers.end(),
+                         [&](const peer& p) { return p.name == target; });
+  if (to == st.peers.end()) {
+    ++st.messages_dropped;  // went down since the platform heard of it
+    return;
+  }
+  if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
+    send_on_lane(self, to->lane, to->name, std::move(message));
+    return;
+  }
+  // What it would weigh on the wire (counted as such in this process
+  // too, so that runs in one process and across nodes compare).
+  messages::envelope e;
+  e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+  e.payload = message.value;
+  const auto size = messages::measure(e);
+  const auto parts = messages::traffic_of(message.value, size);
+  message.wire_bytes = size.wire;
+  message.unpacked_bytes = size.unpacked;
+  if (to->handle.node() == self->node()) {
+    // A peer in this process gets a copy of its own: the sender's
+    // parameters are free again once it is made.
+    self->send(to->handle, gossip_atom::value, messages::copy_weights(message));
+  } else {
+    // A node without a weights lane: through the middleman, which
+    // encodes it (actors/wire.hpp).
+    self->send(to->handle, gossip_atom::value, std::move(message));
+  }
+  st.sent += parts;
+  ++st.messages_sent;
+}
+
+/// The peer mixers from the node (each new one monitored), told to the
+/// platform.
+void take_peers(self_ptr self, const std::vector<std::string>& names,
+                const std::vector<caf::actor>& handles, const std::vector<std::string>& lanes) {
+  auto& st = self->state;
+  std::vector<peer> next;
+  for (size_t i = 0; i < names.size() && i < handles.size(); ++i) {
+    if (names[i] == st.args.platform || !handles[i])
+      continue;
+    auto h = caf::actor_cast<mixer_actor>(handles[i]);
+    bool known = false;
+    for (auto& p : st.peers)
+      known = known || p.handle == h;
+    if (!known)
+      self->monitor(h);
+    peer p{names[i], h, {}};
+    if (i < lanes.size() && !lanes[i].empty()) {
+      try {
+        p.lane = messages::parse_endpoint(lanes[i]);
+      } catch (const messages::lane_error& e) {
+        spdlog::warn("[{}] peer {} is reached through the middleman: {}", st.args.platform,
+                     names[i], e.what());
+      }
+    }
+    next.push_back(std::move(p));
+  }
+  st.peers = std::move(next);
+  tell_platform(self);
+}
+
 bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
   self->state.args = std::move(args);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -104,37 +171,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       tell_platform(self);
     },
     [self](send_atom, const std::string& target, held_weights& message) {
-      auto& st = self->state;
-      auto to = std::find_if(st.peers.begin(), st.peers.end(),
-                             [&](const peer& p) { return p.name == target; });
-      if (to == st.peers.end()) {
-        ++st.messages_dropped;  // went down since the platform heard of it
-        return;
-      }
-      if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
-        send_on_lane(self, to->lane, to->name, std::move(message));
-        return;
-      }
-      // What it would weigh on the wire (counted as such in this process
-      // too, so that runs in one process and across nodes compare).
-      messages::envelope e;
-      e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
-      e.payload = message.value;
-      const auto size = messages::measure(e);
-      const auto parts = messages::traffic_of(message.value, size);
-      message.wire_bytes = size.wire;
-      message.unpacked_bytes = size.unpacked;
-      if (to->handle.node() == self->node()) {
-        // A peer in this process gets a copy of its own: the sender's
-        // parameters are free again once it is made.
-        self->send(to->handle, gossip_atom::value, messages::copy_weights(message));
-      } else {
-        // A node without a weights lane: through the middleman, which
-        // encodes it (actors/wire.hpp).
-        self->send(to->handle, gossip_atom::value, std::move(message));
-      }
-      st.sent += parts;
-      ++st.messages_sent;
+      send_to_peer(self, target, message);
     },
     [self](gossip_atom, held_weights& message) {
       auto& st = self->state;
@@ -165,30 +202,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
     },
     [self](peers_atom, const std::vector<std::string>& names,
            const std::vector<caf::actor>& handles, const std::vector<std::string>& lanes) {
-      auto& st = self->state;
-      std::vector<peer> next;
-      for (size_t i = 0; i < names.size() && i < handles.size(); ++i) {
-        if (names[i] == st.args.platform || !handles[i])
-          continue;
-        auto h = caf::actor_cast<mixer_actor>(handles[i]);
-        bool known = false;
-        for (auto& p : st.peers)
-          known = known || p.handle == h;
-        if (!known)
-          self->monitor(h);
-        peer p{names[i], h, {}};
-        if (i < lanes.size() && !lanes[i].empty()) {
-          try {
-            p.lane = messages::parse_endpoint(lanes[i]);
-          } catch (const messages::lane_error& e) {
-            spdlog::warn("[{}] peer {} is reached through the middleman: {}", st.args.platform,
-                         names[i], e.what());
-          }
-        }
-        next.push_back(std::move(p));
-      }
-      st.peers = std::move(next);
-      tell_platform(self);
+      take_peers(self, names, handles, lanes);
     },
     [self](stats_atom) -> epoch_report {
       auto& st = self->state;

@@ -1,7 +1,7 @@
 // One stage's training (stage_trainer) and the in-process reference pipeline.
 #include "algorithms/split/split.hpp"
 
-#include "algorithms/split/split_detail.hpp"
+#include "models/shape_text.hpp"
 
 #include <torch/torch.h>
 #include <zlib.h>
@@ -12,8 +12,8 @@
 
 namespace eg::learning {
 
-using split_detail::batched;
-using split_detail::shape_string;
+using shape_text::batched;
+using shape_text::shape_string;
 
 std::string to_string(stage_mode m) {
   return m == stage_mode::backprop ? "backprop" : "synthetic";

@@ -2,7 +2,7 @@
 // (and, with cDNI, the label) to the gradient of the loss w.r.t. it.
 #include "algorithms/split/split.hpp"
 
-#include "algorithms/split/split_detail.hpp"
+#include "models/shape_text.hpp"
 
 #include <torch/torch.h>
 
@@ -12,7 +12,7 @@
 
 namespace eg::learning {
 
-using split_detail::shape_string;
+using shape_text::shape_string;
 
 struct synthetic_gradient::net : torch::nn::Module {
   bool convolutional = false;

@@ -6,6 +6,7 @@
 #include "data/readers.hpp"
 #include "models/model.hpp"
 #include "train/trainer.hpp"
+#include "tensor_testing.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+
+using eg::test::iota;
 
 using namespace eg;
 
@@ -48,12 +51,6 @@ void write_cifar_batch(const std::filesystem::path& file, int n, uint64_t seed) 
         out.put(static_cast<char>(v));
       }
   }
-}
-
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), int64_t{0});
-  return v;
 }
 
 } // namespace

@@ -25,6 +25,9 @@
 #include <string>
 #include <vector>
 
+using eg::test::random_set;
+using eg::test::iota;
+
 using namespace eg::learning;
 namespace tt = boost::test_tools;
 
@@ -36,23 +39,9 @@ tt::assertion_result cuda_present(boost::unit_test::test_unit_id) {
   return r;
 }
 
-/// Random images held as bytes, as the readers hold them: the GPU
-/// platform converts and normalises them on the device, the CPU platform on
-/// the CPU.
-std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
-  torch::manual_seed(seed);
-  return std::make_shared<dataset>(eg::test::random_images(n));
-}
-
 const model_shape& fashion() {
   static const model_shape s = fashion_mnist_shape();
   return s;
-}
-
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
-  return v;
 }
 
 /// Batches of `batch` points in a fixed order: point k * 7 mod n first.

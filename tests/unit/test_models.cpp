@@ -32,6 +32,8 @@
 #include <sstream>
 #include <thread>
 
+using eg::test::iota;
+
 namespace fs = std::filesystem;
 using namespace eg::learning;
 
@@ -60,12 +62,6 @@ std::shared_ptr<const dataset> test_images(int64_t n) {
 
 /// The images as bytes [N, 28, 28], as torchvision's FashionMNIST holds them.
 torch::Tensor as_bytes(const dataset& d) { return d.samples.squeeze(1); }
-
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), int64_t{0});
-  return v;
-}
 
 /// Mean cross-entropy of `m` on `d` in eval mode.
 double loss_on(classifier& m, const dataset& d) { return evaluate(m, d).loss; }

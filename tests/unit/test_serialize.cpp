@@ -23,6 +23,9 @@
 #include <string>
 #include <vector>
 
+using eg::test::random_set;
+using eg::test::iota;
+
 namespace fs = std::filesystem;
 using namespace eg::learning;
 
@@ -31,21 +34,8 @@ namespace {
 using temp_dir = eg::test::scratch_dir;
 using eg::test::all_equal;
 
-/// `n` random 28 x 28 images of 10 classes (bytes, normalised by their own
-/// statistics), drawn from `seed`.
-std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
-  torch::manual_seed(seed);
-  return std::make_shared<const dataset>(eg::test::random_images(n));
-}
-
 /// Fashion-MNIST's model shape.
 const model_shape fashion = fashion_mnist_shape();
-
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
 
 } // namespace
 

@@ -26,6 +26,9 @@
 #include <string>
 #include <vector>
 
+using eg::test::random_set;
+using eg::test::iota;
+
 using namespace eg::learning;
 
 namespace {
@@ -41,21 +44,8 @@ std::vector<torch::Tensor> snapshot(torch::nn::Module& m) {
   return out;
 }
 
-/// `n` random 28 x 28 images of 10 classes (bytes, normalised by their own
-/// statistics), drawn from `seed`.
-std::shared_ptr<const dataset> random_set(int64_t n, uint64_t seed) {
-  torch::manual_seed(seed);
-  return std::make_shared<const dataset>(eg::test::random_images(n));
-}
-
 /// Fashion-MNIST's model shape.
 const model_shape fashion = fashion_mnist_shape();
-
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
 
 } // namespace
 

@@ -1,10 +1,10 @@
 // The splittable models: each an ordered list of layers, a layer being one
 // convolution or fully connected map with its ReLU and pooling.
-#include "algorithms/split/split.hpp"
+#include "models/layered.hpp"
 
 #include "models/conv.hpp"
 #include "models/pooling.hpp"
-#include "algorithms/split/split_detail.hpp"
+#include "models/shape_text.hpp"
 #include "models/zoo.hpp"
 
 #include <torch/torch.h>

@@ -1,5 +1,6 @@
 #pragma once
-// Helpers shared by split.cpp, split_synthetic.cpp and split_stage.cpp.
+// Shapes as text and with a batch dimension: for the layered models and
+// the stages of split models.
 
 #include <torch/types.h>
 
@@ -7,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace eg::learning::split_detail {
+namespace eg::learning::shape_text {
 
 /// "[16, 14, 14]"
 inline std::string shape_string(const std::vector<int64_t>& s) {
@@ -28,4 +29,4 @@ inline std::vector<int64_t> batched(int64_t b, const std::vector<int64_t>& shape
   return out;
 }
 
-} // namespace eg::learning::split_detail
+} // namespace eg::learning::shape_text

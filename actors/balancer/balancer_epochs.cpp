@@ -1,0 +1,174 @@
+#include "actors/balancer/balancer_state.hpp"
+
+// The end of an epoch at the balancer: the averaged model evaluated (by the
+// evaluator) and tested on every node's test data, push-sum's mass kept,
+// the epoch's deadline.
+
+namespace eg::actors::balancer_parts {
+
+void epoch_evaluated(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  st.epochs.close(epoch, clock::now());
+  spdlog::info("{}", st.epochs.epoch_line(epoch));
+  st.console.epoch_done(st.epochs, epoch);
+  if (st.epochs.all_evaluated()) {
+    finish(self);
+    return;
+  }
+  if (!st.args.settings.strategy.asynchronous() && epoch < st.last_epoch()
+      && !st.epochs.planned(epoch + 1))
+    send_plan(self, epoch + 1);
+}
+
+/// Push-sum: the live platforms' weights (`answers`, summing to `weights`)
+/// should sum to their number. A platform lost takes its weight with it; one
+/// restarted from a checkpoint brings that checkpoint's. At the barrier of
+/// the synchronous schedule nothing is in flight, and scaling every weight
+/// by the same factor changes no de-biased model nor their weighted mean:
+/// the balancer restores the sum so. (Asynchronous: weight is in flight
+/// whenever it looks, so it only logs.)
+void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_weights>& answers,
+                        double weights) {
+  auto& st = self->state;
+  const double n = static_cast<double>(answers.size());
+  spdlog::info("balancer: after epoch {} the push-sum weights of the {} live platforms sum to "
+               "{:.6f}", epoch + 1, answers.size(), weights);
+  if (st.args.settings.strategy.asynchronous() || !(weights > 0)
+      || std::abs(weights - n) <= 1e-6 * n)
+    return;
+  const double factor = n / weights;
+  for (auto& w : answers)
+    self->send(st.handles[w.sender].platform, rescale_atom::value, factor);
+  spdlog::info("balancer: push-sum weights scaled by {:.6f} to sum to {} again", factor,
+               answers.size());
+}
+
+void test_average(self_ptr self, held_weights averaged,
+                  std::function<void(std::vector<storage::node_test>)> done);
+
+/// All live platforms reported `epoch`: averages their current models.
+void evaluate_average(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  if (!st.epochs.begin_evaluation(epoch, clock::now()))
+    return;
+  std::vector<std::pair<std::string, platform_actor>> targets;
+  for (auto& name : st.epochs.live())
+    targets.emplace_back(name, st.handles[name].platform);
+  gather<held_weights>(
+    self, targets, defaults::weights_timeout, weights_atom::value, "weights",
+    [self, epoch](std::vector<held_weights>& answers) {
+      auto& st = self->state;
+      std::vector<double> samples;               // each model's weight in the average
+      std::vector<std::vector<double>> classes;  // and of its rows of the output layer
+      // Push-sum: the consensus is sum_i w_i z_i / sum_i w_i, and the weights
+      // sum to the number of platforms but for what is in flight.
+      const bool push_sum = st.args.settings.strategy.push_sum();
+      double weights = 0;
+      for (auto& w : answers) {
+        weights += w.value.gossip_weight;
+        samples.push_back(push_sum ? w.value.gossip_weight
+                                   : st.epochs.averaging_weight(epoch, w.sender));
+        classes.push_back(push_sum ? std::vector<double>{}
+                                   : st.epochs.class_weights(epoch, w.sender));
+      }
+      if (push_sum && !answers.empty())
+        keep_push_sum_mass(self, epoch, answers, weights);
+      const auto start = clock::now();
+      auto done = [self, epoch, start](std::vector<storage::node_test> tests) {
+        auto& st = self->state;
+        const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+        st.epochs.evaluation_done(epoch, std::move(tests), seconds);
+        if (epoch < st.last_epoch())
+          save_run_state(self);  // the last one is saved by finish, marked finished
+        epoch_evaluated(self, epoch);
+      };
+      self
+        ->request(caf::actor_cast<evaluator_actor>(st.evaluator), caf::infinite,
+                  evaluate_atom::value, std::move(answers), std::move(samples),
+                  std::move(classes))
+        .then(
+          [self, done](held_weights& averaged) {
+            if (averaged.value.tensors.empty())
+              return done({});
+            self->state.latest_model = *self->state.averaged_model;
+            test_average(self, std::move(averaged), done);
+          },
+          [self, done](caf::error& err) {
+            spdlog::error("balancer: the averaged model was not made: {}",
+                          self->system().render(err));
+            done({});
+          });
+    });
+}
+
+/// Every node with test data tests the averaged model on it; `done` gets
+/// the answers (a node that does not answer within the weights timeout, or
+/// refuses, is left out of this epoch's accuracy and named).
+void test_average(self_ptr self, held_weights averaged,
+                  std::function<void(std::vector<storage::node_test>)> done) {
+  auto& st = self->state;
+  for (auto& n : st.args.settings.layout.nodes)
+    if (!st.testers.count(n.name) && st.untested.insert(n.name).second)
+      spdlog::info("balancer: node {} has no tester reachable (no test data, or the node is "
+                   "down): the cluster's accuracy leaves it out until it has",
+                   n.name);
+  struct pending {
+    size_t waiting = 0;
+    std::vector<storage::node_test> tests;
+    std::function<void(std::vector<storage::node_test>)> done;
+    void settle() {
+      if (--waiting == 0 && done) {
+        std::sort(tests.begin(), tests.end(),
+                  [](auto& a, auto& b) { return a.node < b.node; });
+        auto d = std::move(done);
+        done = nullptr;
+        d(std::move(tests));
+      }
+    }
+  };
+  auto p = std::make_shared<pending>();
+  p->done = std::move(done);
+  p->waiting = st.testers.size();
+  if (p->waiting == 0)
+    return p->done({});
+  for (auto& [node, tester] : st.testers)
+    self->request(tester.first, defaults::weights_timeout, test_atom::value, averaged,
+                  st.norm_text)
+      .then(
+        [p, node = node](double loss_sum, uint64_t correct, uint64_t samples) {
+          p->tests.push_back({node, correct, samples,
+                              samples ? loss_sum / static_cast<double>(samples) : 0.0});
+          p->settle();
+        },
+        [self, p, node = node](caf::error& err) {
+          spdlog::warn("balancer: node {} did not test the averaged model: {}", node,
+                       self->system().render(err));
+          p->settle();
+        });
+}
+
+
+/// The deadline of `epoch` came: cuts the platforms still training it.
+void deadline_passed(self_ptr self, uint32_t epoch) {
+  auto& st = self->state;
+  auto due = st.epochs.deadline_passed(epoch, clock::now(), st.console.paused);
+  if (st.finished || (!due.wait && due.cut.empty()))
+    return;
+  if (due.wait)
+    return self->delayed_send(self, micros(*due.wait), deadline_atom::value, epoch);
+  std::string names;
+  for (auto& name : due.cut) {
+    self->send(st.handles[name].platform, cut_atom::value, epoch);
+    names += " " + name;
+  }
+  spdlog::info("balancer: epoch {} deadline ({:.2f} s) passed: cut{}", epoch + 1, due.limit,
+               names);
+  st.console.cut(epoch, due.limit, names);
+}
+
+void check_epochs(self_ptr self) {
+  for (auto epoch : self->state.epochs.complete_epochs())
+    evaluate_average(self, epoch);
+}
+
+} // namespace eg::actors::balancer_parts
