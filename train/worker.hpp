@@ -36,7 +36,6 @@ public:
   explicit platform_model(std::unique_ptr<local_trainer> trainer);
 
   local_trainer& trainer() { return *trainer_; }
-  const local_trainer& trainer() const { return *trainer_; }
   /// A new trainer for the same model (a checkpoint that did not fit: the
   /// optimizer starts afresh).
   void replace_trainer(std::unique_ptr<local_trainer> trainer);

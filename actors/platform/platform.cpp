@@ -4,21 +4,18 @@
 #include "algorithms/workers.hpp"
 #include "models/dataset.hpp"
 #include "models/model.hpp"
-#include "algorithms/edgegossip/predictor.hpp"
 #include "models/serialize.hpp"
-#include "train/trainer.hpp"
 #include "storage/store.hpp"
+#include "train/trainer.hpp"
 
 #include "config/defaults.hpp"
 
 #include <caf/all.hpp>
-#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <random>
 #include <utility>
 
 namespace eg::actors {

@@ -35,7 +35,6 @@ public:
   void peers(const std::vector<std::string>& live) override;
   bool rescale(double factor) override;
 
-  const gossip_strategy& strategy() const { return *strategy_; }
 
 private:
   /// Gossip rounds done by iteration k (counted from 1): round r ends with
