@@ -339,16 +339,10 @@ server_impl::behavior_type server(self_ptr self, server_args args) {
 
 learning::commit_settings commit_settings_of(const config::strategy_config& s) {
   learning::commit_settings c;
-  switch (s.name) {
-    case config::strategy_name::bsp: c.model = learning::sync_model::bsp; break;
-    case config::strategy_name::ssp: c.model = learning::sync_model::ssp; break;
-    case config::strategy_name::async: c.model = learning::sync_model::async; break;
-    case config::strategy_name::adacomm: c.model = learning::sync_model::adacomm; break;
-    case config::strategy_name::adsp: c.model = learning::sync_model::adsp; break;
-    default:
-      throw std::invalid_argument(std::string{"strategy '"} + config::to_string(s.name)
-                                  + "' has no parameter server");
-  }
+  const auto* model = learning::sync_models().find(s.name);
+  if (!model)
+    throw std::invalid_argument("strategy '" + s.name + "' has no parameter server");
+  c.model = *model;
   c.commit_steps = s.commit_steps;
   c.staleness = static_cast<uint64_t>(s.staleness);
   c.check_period = s.check_period;

@@ -11,7 +11,7 @@ std::unique_ptr<worker> make_worker(const worker_settings& settings, platform_mo
   if (sc.parameter_server())
     return std::make_unique<ps_worker>(settings, model);
   auto strategy = make_gossip_strategy(settings, model);
-  auto topology = make_topology(config::to_string(sc.topology), settings.members,
+  auto topology = make_topology(sc.topology, settings.members,
                                 static_cast<size_t>(sc.out_peers));
   if (sc.edgegossip())
     return std::make_unique<edgegossip_worker>(settings, model, std::move(strategy),

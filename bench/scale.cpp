@@ -184,7 +184,7 @@ config::cluster_config scale_config(const options& opt, const scale_options& s,
   cfg.train.model = "logreg";
   cfg.train.batch = s.batch;
   cfg.train.epochs = s.epochs;
-  cfg.strategy.name = config::strategy_name::gosgd;
+  cfg.strategy.name = "gosgd";
   cfg.strategy.exchange_probability = s.exchange_probability;
   return cfg;
 }

@@ -54,12 +54,19 @@
 
 namespace eg::config {
 
-const std::vector<const char*>& names_of(strategy_name) {
-  static const std::vector<const char*> n{"gosgd", "gosgd-async", "edgegossip", "sgp",
-                                          "sparse-push", "scsp", "bsp", "ssp",
-                                          "async", "adacomm", "adsp"};
-  return n;
+registry<strategy_traits>& strategies() {
+  static registry<strategy_traits> r{"strategy"};
+  return r;
 }
+registry<std::string>& topologies() {
+  static registry<std::string> r{"topology"};
+  return r;
+}
+registry<std::string>& models() {
+  static registry<std::string> r{"model"};
+  return r;
+}
+
 const std::vector<const char*>& names_of(schedule) {
   static const std::vector<const char*> n{"sync", "async"};
   return n;
@@ -78,10 +85,6 @@ const std::vector<const char*>& names_of(selection) {
 }
 const std::vector<const char*>& names_of(merge_rule) {
   static const std::vector<const char*> n{"gossip", "rate"};
-  return n;
-}
-const std::vector<const char*>& names_of(topology_name) {
-  static const std::vector<const char*> n{"uniform", "exponential", "ring", "full"};
   return n;
 }
 
@@ -106,6 +109,8 @@ struct text_rule {
   // "torchscript:model.pt").
   std::vector<const char*> choices;
   bool may_be_empty;
+  /// More choices: the names of a registry (config/registry.hpp).
+  std::vector<std::string> (*registered)() = nullptr;
 };
 
 // A list of tables (nodes, platforms, interference steps).
@@ -146,6 +151,9 @@ const real_rule deadline_factor{[](double x) { return x == 0 || (std::isfinite(x
                                 "0 (off) or a factor >= 1"};
 const text_rule any_text{{}, true};
 const text_rule non_empty{{}, false};
+const text_rule strategy_rule{{}, false, [] { return strategies().names(); }};
+const text_rule topology_rule{{}, false, [] { return topologies().names(); }};
+const text_rule model_rule{{"torchscript:PATH"}, false, [] { return models().names(); }};
 
 // --- the keys -----------------------------------------------------------------------
 // visit(key, field, rule) for every key; C is the config type, const or not.
@@ -183,9 +191,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("data.on_bad_sample", c.data.on_bad_sample, text_rule{{"skip", "fail"}, false});
   visit("data.label_column", c.data.label_column, any_text);
   visit("data.augment", c.data.augment, any_bool);
-  visit("train.model", c.train.model,
-        text_rule{{"lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", "torchscript:PATH"},
-                   false});
+  visit("train.model", c.train.model, model_rule);
   visit("train.lr", c.train.lr, positive);
   visit("train.momentum", c.train.momentum, momentum);
   visit("train.batch", c.train.batch, positive_int);
@@ -194,9 +200,9 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.evaluate_every", c.train.evaluate_every, non_negative_int);
   visit("train.lr_schedule", c.train.lr_schedule, text_rule{{"constant", "cosine"}, false});
   visit("train.lr_warmup", c.train.lr_warmup, non_negative);
-  visit("strategy.name", c.strategy.name, enum_rule{});
+  visit("strategy.name", c.strategy.name, strategy_rule);
   visit("strategy.schedule", c.strategy.schedule, enum_rule{});
-  visit("strategy.topology", c.strategy.topology, enum_rule{});
+  visit("strategy.topology", c.strategy.topology, topology_rule);
   visit("strategy.out_peers", c.strategy.out_peers, positive_int);
   visit("strategy.exchange_probability", c.strategy.exchange_probability, probability);
   visit("strategy.density", c.strategy.density, probability);
@@ -336,8 +342,10 @@ std::string complaint(const std::string& key, double v, const real_rule& r) {
 
 std::string complaint(const std::string& key, const std::string& v, const text_rule& r) {
   if (v.empty() && !r.may_be_empty) return key + " must not be empty";
-  auto matches = [&](const char* choice) {
-    const std::string c = choice;
+  std::vector<std::string> choices;
+  if (r.registered) choices = r.registered();
+  choices.insert(choices.end(), r.choices.begin(), r.choices.end());
+  auto matches = [&](const std::string& c) {
     const auto colon = c.find(':');
     const bool placeholder =
       colon != std::string::npos && colon + 1 < c.size() &&
@@ -346,10 +354,12 @@ std::string complaint(const std::string& key, const std::string& v, const text_r
       return v.size() > colon + 1 && v.compare(0, colon + 1, c, 0, colon + 1) == 0;
     return v == c;
   };
-  if (r.choices.empty() || std::any_of(r.choices.begin(), r.choices.end(), matches)) return {};
+  if (!r.registered && choices.empty()) return {};
+  if (std::any_of(choices.begin(), choices.end(), matches)) return {};
+  if (choices.empty()) return key + " names nothing registered in this build, got " + show(v);
   std::string options;
-  for (size_t i = 0; i < r.choices.size(); ++i)
-    options += (i == 0 ? "" : i + 1 == r.choices.size() ? " or " : ", ") + show(r.choices[i]);
+  for (size_t i = 0; i < choices.size(); ++i)
+    options += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + show(choices[i]);
   return key + " must be " + options + ", got " + show(v);
 }
 
@@ -898,7 +908,7 @@ void check_cluster_settings(const cluster_config& cfg) {
   if (cfg.strategy.gossip_every != 1 && !cfg.strategy.push_sum())
     throw config_error("strategy.gossip_every is " + std::to_string(cfg.strategy.gossip_every)
                        + ", but only the push-sum family (sgp, sparse-push, scsp) gossips in "
-                       "rounds; strategy.name is " + show(to_string(cfg.strategy.name)));
+                       "rounds; strategy.name is " + show(cfg.strategy.name));
   if (cfg.strategy.parameter_server() && cfg.strategy.check_period > 0
       && cfg.strategy.min_interval > cfg.strategy.check_period)
     throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
@@ -1036,8 +1046,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
        << cfg.data.partition << '|' << cfg.data.alpha << '|' << cfg.data.train_samples << '|'
        << cfg.data.test_samples << '|' << cfg.train.model << '|' << cfg.train.lr << '|'
        << cfg.train.momentum << '|' << cfg.train.batch << '|' << cfg.train.max_iterations << '|'
-       << to_string(cfg.strategy.name) << '|' << to_string(cfg.strategy.schedule) << '|'
-       << to_string(cfg.strategy.topology) << '|' << cfg.strategy.out_peers << '|'
+       << cfg.strategy.name << '|' << to_string(cfg.strategy.schedule) << '|'
+       << cfg.strategy.topology << '|' << cfg.strategy.out_peers << '|'
        << cfg.strategy.exchange_probability << '|' << cfg.strategy.density << '|'
        << cfg.strategy.consensus_step << '|' << cfg.strategy.sparse_values << '|'
        << cfg.strategy.drift_memory << '|' << cfg.strategy.commit_steps << '|'
@@ -1052,7 +1062,7 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << "|lr_schedule|" << cfg.train.lr_schedule;
   if (cfg.train.lr_warmup != 0)  // (likewise)
     text << "|lr_warmup|" << cfg.train.lr_warmup;
-  if (cfg.strategy.name == strategy_name::scsp)  // (likewise)
+  if (cfg.strategy.name == "scsp")  // (likewise)
     text << "|drift_gain|" << cfg.strategy.drift_gain;
   // The data as configured (likewise absent at the defaults).
   if (cfg.data.format != "auto" || !cfg.data.classes.empty() || !cfg.data.test_dir.empty() ||

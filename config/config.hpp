@@ -2,6 +2,8 @@
 // The cluster configuration: built-in defaults, then a TOML cluster file, then
 // `--set key=value` overrides from the command line. No torch, no CAF here.
 
+#include "config/registry.hpp"
+
 #include <cstdint>
 #include <ostream>
 #include <map>
@@ -21,25 +23,6 @@ public:
 
 // -- enumerations: parsed once here; elsewhere compared as values --------------
 
-/// The training mode: "gosgd" (epoch-synchronous unless the schedule says
-/// otherwise), "gosgd-async" (GoSGD, asynchronous schedule), "edgegossip"
-/// (GoSGD gossip plus the predictor, balancer and accuracy-aware trainer),
-/// "sgp" (push-sum SGD), "sparse-push" (push-sum with top-k messages) and
-/// "scsp" (Sparse-Push with skew compensation).
-enum class strategy_name : uint8_t {
-  gosgd,
-  gosgd_async,
-  edgegossip,
-  sgp,
-  sparse_push,
-  scsp,
-  // A parameter server (docs/ALGORITHMS.md, "Parameter server and ADSP").
-  bsp,
-  ssp,
-  async,
-  adacomm,
-  adsp,
-};
 enum class schedule : uint8_t { sync, async };  ///< epoch barrier, or none
 /// How gossip travels between nodes: the weights lane, or CAF messages.
 enum class transport : uint8_t { lane, middleman };
@@ -51,17 +34,13 @@ enum class selection : uint8_t { loss, random };
 /// How a merge mixes two models: by gossip weight, or by gossip weight
 /// times each one's share r of its data.
 enum class merge_rule : uint8_t { gossip, rate };
-/// Who a platform may send to at iteration k (algorithms/gossip/topology.hpp).
-enum class topology_name : uint8_t { uniform, exponential, ring, full };
 
 /// The name of each value, as in cluster files ("gosgd-async", "continue" ...).
-const std::vector<const char*>& names_of(strategy_name);
 const std::vector<const char*>& names_of(schedule);
 const std::vector<const char*>& names_of(transport);
 const std::vector<const char*>& names_of(store_failure_action);
 const std::vector<const char*>& names_of(selection);
 const std::vector<const char*>& names_of(merge_rule);
-const std::vector<const char*>& names_of(topology_name);
 template <class E, class = decltype(names_of(E{}))>
 const char* to_string(E value) {
   return names_of(E{})[static_cast<size_t>(value)];
@@ -180,8 +159,9 @@ struct data_config {
 };
 
 struct train_config {
-  /// "lenet5", "logreg", "alexnet", "squeezenet", "mobilenetv2", or
-  /// "torchscript:PATH" (a model scripted in Python).
+  /// A model of config::models() ("lenet5", "logreg", "mlp", "alexnet",
+  /// "conv8", "squeezenet", "mobilenetv2"), or "torchscript:PATH" (a model
+  /// scripted in Python).
   std::string model = "lenet5";
   double lr = 0.01;
   double momentum = 0.9;
@@ -203,13 +183,21 @@ struct train_config {
 };
 
 struct strategy_config {
-  strategy_name name = strategy_name::gosgd;
+  /// The training mode, one of config::strategies(): "gosgd"
+  /// (epoch-synchronous unless the schedule says otherwise), "gosgd-async"
+  /// (GoSGD, asynchronous schedule), "edgegossip" (GoSGD gossip plus the
+  /// predictor, balancer and accuracy-aware trainer), "sgp" (push-sum SGD),
+  /// "sparse-push" (push-sum with top-k messages), "scsp" (Sparse-Push with
+  /// skew compensation), and the parameter server's "bsp", "ssp", "async",
+  /// "adacomm" and "adsp" (docs/ALGORITHMS.md).
+  std::string name = "gosgd";
   config::schedule schedule = schedule::sync;
   /// Who sends to whom: "uniform" (`out_peers` peers drawn uniformly at
   /// random among the live ones every iteration; GoSGD's rule with 1),
   /// "exponential" (the directed, time-varying 1-peer exponential graph of
-  /// SGP), "ring" (directed) or "full" (every live peer).
-  topology_name topology = topology_name::uniform;
+  /// SGP), "ring" (directed) or "full" (every live peer): one of
+  /// config::topologies().
+  std::string topology = "uniform";
   /// GoSGD's p. More exchange pulls platforms toward stale models: in the
   /// default run the averaged model reached 0.868 / 0.864 / 0.854 / 0.843 /
   /// 0.827 after 5 epochs with p = 0.02 / 0.05 / 0.1 / 0.2 / 1 (README).
@@ -266,25 +254,18 @@ struct strategy_config {
   /// fitted loss curve's; the paper's 0.7 is CIFAR-10's).
   double target_loss = 0.35;
 
+  /// What the registry says of `name` (config::strategies()); throws
+  /// std::invalid_argument for a name it does not hold.
+  const strategy_traits& traits() const { return strategies().at(name); }
   /// True for the parameter-server strategies.
-  bool parameter_server() const {
-    return name == strategy_name::bsp || name == strategy_name::ssp
-           || name == strategy_name::async || name == strategy_name::adacomm
-           || name == strategy_name::adsp;
-  }
-  /// True when platforms run without an epoch barrier (every
-  /// parameter-server strategy but BSP: their workers do not wait).
-  bool asynchronous() const {
-    return schedule == schedule::async || name == strategy_name::gosgd_async
-           || (parameter_server() && name != strategy_name::bsp);
-  }
+  bool parameter_server() const { return traits().family == strategy_family::parameter_server; }
+  /// True when platforms run without an epoch barrier (gosgd-async, every
+  /// parameter-server strategy but BSP, or any with schedule "async").
+  bool asynchronous() const { return schedule == schedule::async || traits().asynchronous; }
   /// True when the predictor, balancer and accuracy-aware trainer are on.
-  bool edgegossip() const { return name == strategy_name::edgegossip; }
+  bool edgegossip() const { return traits().balanced; }
   /// True for the push-sum family (weights that sum to the platforms).
-  bool push_sum() const {
-    return name == strategy_name::sgp || name == strategy_name::sparse_push ||
-           name == strategy_name::scsp;
-  }
+  bool push_sum() const { return traits().family == strategy_family::push_sum; }
 };
 
 /// EdgeGossip's parameters (docs/ALGORITHMS.md, "EdgeGossip"; Han et al., IEEE TPDS 2021).

@@ -76,6 +76,35 @@ std::string self_path(const char* argv0) {
   return buf;
 }
 
+/// The list subcommand: the strategies, topologies and models this build
+/// knows (config/registry.hpp), each with its line; the returned function
+/// runs it when it was chosen (exit code 0) and answers -1 otherwise.
+std::function<int()> add_list(CLI::App& app) {
+  auto* cmd = app.add_subcommand("list", "the strategies, topologies and models a cluster file "
+                                         "may name (strategy.name, strategy.topology, "
+                                         "train.model)");
+  return [cmd] {
+    if (!*cmd) return -1;
+    using eg::config::strategy_family;
+    std::printf("strategies (strategy.name):\n");
+    for (const auto& name : eg::config::strategies().names()) {
+      const auto& t = eg::config::strategies().at(name);
+      const char* family = t.family == strategy_family::gossip     ? "gossip"
+                           : t.family == strategy_family::push_sum ? "push-sum"
+                                                                    : "parameter server";
+      std::printf("  %-12s %-17s %s\n", name.c_str(), family, t.summary.c_str());
+    }
+    std::printf("topologies (strategy.topology):\n");
+    for (const auto& name : eg::config::topologies().names())
+      std::printf("  %-12s %s\n", name.c_str(), eg::config::topologies().at(name).c_str());
+    std::printf("models (train.model):\n");
+    for (const auto& name : eg::config::models().names())
+      std::printf("  %-12s %s\n", name.c_str(), eg::config::models().at(name).c_str());
+    std::printf("  %-12s %s\n", "torchscript:PATH", "a model scripted in Python (docs/MODELS.md)");
+    return 0;
+  };
+}
+
 /// The console subcommand; the returned function runs it when it was
 /// chosen (its exit code) and answers -1 otherwise.
 std::function<int()> add_console(CLI::App& app) {
@@ -253,7 +282,8 @@ int main(int argc, char** argv) {
   std::optional<uint32_t> epochs;
   std::optional<std::string> strategy, schedule, output;
   run->add_option("--epochs", epochs, "epochs to train (train.epochs)");
-  run->add_option("--strategy", strategy, "gossip strategy (strategy.name): gosgd");
+  run->add_option("--strategy", strategy,
+                  "training strategy (strategy.name; `edgegossip list`): gosgd");
   run->add_option("--schedule", schedule, "sync (epoch barrier) or async (strategy.schedule)");
   run->add_option("--output", output, "directory of run directories (output.dir)");
 
@@ -277,6 +307,7 @@ int main(int argc, char** argv) {
 
   auto run_bench = eg::bench::add_subcommand(app);
   auto run_console = add_console(app);
+  auto run_list = add_list(app);
 
   try {
     app.parse(argc, argv);
@@ -317,6 +348,8 @@ int main(int argc, char** argv) {
     if (int rc = run_bench(); rc >= 0)
       return rc;
     if (int rc = run_console(); rc >= 0)
+      return rc;
+    if (int rc = run_list(); rc >= 0)
       return rc;
     if (*launch) {
       auto cfg = launch_opts.load();

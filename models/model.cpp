@@ -130,11 +130,19 @@ bool operator==(const model_shape& a, const model_shape& b) {
 
 model_shape shape_of(const data::dataset& d) { return {d.shape, d.num_classes()}; }
 
-const std::vector<std::string>& zoo_models() {
-  static const std::vector<std::string> names{"lenet5",  "logreg",     "mlp",        "alexnet",
-                                              "conv8", "squeezenet", "mobilenetv2"};
-  return names;
+config::registry<model_builder>& model_builders() {
+  static config::registry<model_builder> r{"model"};
+  return r;
 }
+
+model_registration::model_registration(const std::string& name, std::string summary,
+                                       model_builder builder) {
+  if (!builder.build) throw std::logic_error("model '" + name + "' registered without a builder");
+  config::models().add(name, std::move(summary));
+  model_builders().add(name, std::move(builder));
+}
+
+std::vector<std::string> zoo_models() { return model_builders().names(); }
 
 std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t seed,
                                             const model_shape& shape) {
@@ -148,47 +156,52 @@ std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t se
   if (name.compare(0, scripted_prefix.size(), scripted_prefix) == 0) {
     model = zoo::scripted(name.substr(scripted_prefix.size()), shape);
   } else {
-    const auto& zoo = zoo_models();
-    if (std::find(zoo.begin(), zoo.end(), name) == zoo.end())
-      throw std::invalid_argument("unknown model '" + name +
-                                  "' (use lenet5, logreg, mlp, alexnet, conv8, squeezenet, mobilenetv2 "
-                                  "or torchscript:PATH)");
-    if (name == "lenet5")
-      need_images(name, shape, 12);
-    else if (name == "alexnet")
-      need_images(name, shape, 16);
-    else if (name == "squeezenet" || name == "mobilenetv2" || name == "conv8")
-      need_images(name, shape, 8);
-    if (name == "conv8") {
-      // The split models' conv8 (models/layered.hpp), whole: its layers in
-      // one stage, He-initialised from the seed.
-      model = make_stage(name, 0, layer_count(name) - 1, seed, shape);
-      model->name_ = name;
-      model->shape_ = shape;
-      return model;
+    const auto* builder = model_builders().find(name);
+    if (!builder)
+      throw std::invalid_argument("unknown model '" + name + "' (use " + model_builders().known() +
+                                  " or torchscript:PATH)");
+    if (builder->min_side > 0) need_images(name, shape, builder->min_side);
+    if (builder->seeds_itself) {
+      model = builder->build(shape, seed);
+    } else {
+      // Initialisation draws from torch's global generator: seeding it and
+      // building must not interleave with another thread doing the same.
+      static std::mutex init_mutex;
+      std::lock_guard<std::mutex> lock(init_mutex);
+      torch::manual_seed(seed);
+      model = builder->build(shape, seed);
     }
-    // Initialisation draws from torch's global generator: seeding it and
-    // building must not interleave with another thread doing the same.
-    static std::mutex init_mutex;
-    std::lock_guard<std::mutex> lock(init_mutex);
-    torch::manual_seed(seed);
-    if (name == "lenet5")
-      model = std::make_shared<lenet5>(shape);
-    else if (name == "logreg")
-      model = std::make_shared<logreg>(shape);
-    else if (name == "mlp")
-      model = std::make_shared<mlp>(shape);
-    else if (name == "alexnet")
-      model = zoo::alexnet(shape);
-    else if (name == "squeezenet")
-      model = zoo::squeezenet(shape);
-    else
-      model = zoo::mobilenetv2(shape);
   }
   model->name_ = name;
   model->shape_ = shape;
   return model;
 }
+
+namespace {
+
+template <class M>
+model_builder built_as(int64_t min_side) {
+  return {min_side, [](const model_shape& s, uint64_t) { return std::make_shared<M>(s); }};
+}
+
+const model_registration lenet5_model{
+  "lenet5", "LeNet-5: two convolutions, three fully connected layers (images of 12+ pixels)",
+  built_as<lenet5>(12)};
+const model_registration logreg_model{
+  "logreg", "multinomial logistic regression on the raw values (any samples)", built_as<logreg>(0)};
+const model_registration mlp_model{
+  "mlp", "two hidden layers of 128 and 64 units (any samples)", built_as<mlp>(0)};
+// The split models' conv8 (models/layered.hpp), whole: its layers in one
+// stage, He-initialised from the seed.
+const model_registration conv8_model{
+  "conv8", "five convolutions and three fully connected layers, the split models' (images of 8+)",
+  {8,
+   [](const model_shape& s, uint64_t seed) -> std::shared_ptr<classifier> {
+     return make_stage("conv8", 0, layer_count("conv8") - 1, seed, s);
+   },
+   true}};
+
+} // namespace
 
 int64_t parameter_count(const torch::nn::Module& m) {
   int64_t n = 0;

@@ -7,6 +7,7 @@
 // built for the data's sample shape and class count (model_shape), which
 // only the data knows. docs/MODELS.md describes them.
 
+#include "config/registry.hpp"
 #include "data/dataset.hpp"
 #include "models/model_shape.hpp"
 
@@ -14,6 +15,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,10 +51,31 @@ private:
   model_shape shape_;
 };
 
-/// The models of the zoo: lenet5, logreg, mlp, alexnet, conv8 (the split
+/// How a model of the zoo is built.
+struct model_builder {
+  /// The least side of the images it takes (its poolings); 0: any samples,
+  /// flat features too.
+  int64_t min_side = 0;
+  /// Builds it for a shape. make_classifier seeds torch's generator with the
+  /// seed first (under a lock), unless `seeds_itself`: then the builder
+  /// draws from the seed it is given, and must not touch the global one.
+  std::function<std::shared_ptr<classifier>(const model_shape&, uint64_t seed)> build;
+  bool seeds_itself = false;
+};
+
+/// The zoo's models, by name (config::models() holds their summaries).
+config::registry<model_builder>& model_builders();
+
+/// Registers a model: a static object of this type beside its code
+/// (tests/unit/test_registry.cpp adds one so).
+struct model_registration {
+  model_registration(const std::string& name, std::string summary, model_builder builder);
+};
+
+/// The models of the zoo, in alphabetical order: alexnet, conv8 (the split
 /// models' five convolutions and three fully connected layers, whole),
-/// squeezenet, mobilenetv2.
-const std::vector<std::string>& zoo_models();
+/// lenet5, logreg, mlp, mobilenetv2, squeezenet, and any other registered.
+std::vector<std::string> zoo_models();
 
 /// Builds a model of zoo_models() for `shape`, or "torchscript:PATH" (a model
 /// scripted in Python, checked with one forward pass of a batch of that

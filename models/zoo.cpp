@@ -445,16 +445,25 @@ private:
 
 } // namespace
 
-std::shared_ptr<classifier> alexnet(const model_shape& s) {
-  return std::make_shared<alexnet_model>(s);
-}
-std::shared_ptr<classifier> squeezenet(const model_shape& s) {
-  return std::make_shared<squeezenet_model>(s);
-}
-std::shared_ptr<classifier> mobilenetv2(const model_shape& s) {
-  return std::make_shared<mobilenetv2_model>(s);
+} // namespace zoo
+
+namespace {
+
+template <class M>
+model_builder built_as(int64_t min_side) {
+  return {min_side, [](const model_shape& s, uint64_t) { return std::make_shared<M>(s); }};
 }
 
-} // namespace zoo
+const model_registration alexnet_model{
+  "alexnet", "AlexNet in its CIFAR adaptation (images of 16+ pixels)",
+  built_as<zoo::alexnet_model>(16)};
+const model_registration squeezenet_model{
+  "squeezenet", "SqueezeNet 1.1, CIFAR adaptation (images of 8+ pixels)",
+  built_as<zoo::squeezenet_model>(8)};
+const model_registration mobilenetv2_model{
+  "mobilenetv2", "MobileNetV2, CIFAR adaptation (images of 8+ pixels)",
+  built_as<zoo::mobilenetv2_model>(8)};
+
+} // namespace
 
 } // namespace eg::learning

@@ -1,6 +1,6 @@
 #pragma once
 // The model zoo's builders and the TorchScript text of LibTorch's layers
-// (models/zoo.cpp; make_classifier calls them). Included by models/*.cpp
+// (models/zoo.cpp, which registers AlexNet, SqueezeNet and MobileNetV2). Included by models/*.cpp
 // only.
 
 #include "models/model.hpp"
@@ -13,12 +13,6 @@
 #include <string>
 
 namespace eg::learning::zoo {
-
-/// CIFAR-style AlexNet, SqueezeNet 1.1 and MobileNetV2 for images of
-/// `shape` (docs/MODELS.md). Called with torch's generator seeded.
-std::shared_ptr<classifier> alexnet(const model_shape& shape);
-std::shared_ptr<classifier> squeezenet(const model_shape& shape);
-std::shared_ptr<classifier> mobilenetv2(const model_shape& shape);
 
 /// A model scripted in Python (models/scripted.cpp), checked with one
 /// forward pass of a batch of `shape`: throws std::invalid_argument naming

@@ -184,7 +184,7 @@ void start(self_ptr self) {
     else
       spdlog::info("{} of {} platforms joined; training run {} ({} {}, {} epochs)",
                    st.epochs.platforms().size(), expected, st.run,
-                   config::to_string(st.args.settings.strategy.name),
+                   st.args.settings.strategy.name,
                    config::to_string(st.args.settings.strategy.schedule),
                    st.last_epoch() + 1);
     resume.reset();

@@ -207,7 +207,7 @@ cluster_layout cluster_layout::of(const config::cluster_config& cluster) {
     }
     return l;
   }
-  l.strategy = config::to_string(cluster.strategy.name);
+  l.strategy = cluster.strategy.name;
   l.schedule = cluster.strategy.asynchronous() ? "async" : "sync";
   l.balancer = cluster.balancer().name;
   if (cluster.strategy.parameter_server())

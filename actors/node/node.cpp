@@ -310,10 +310,10 @@ node_settings node_settings::of(const config::cluster_config& cluster) {
   if (cluster.split.enabled())
     s.not_joinable = "a split run's stages are fixed by the cluster file";
   else if (cluster.strategy.parameter_server())
-    s.not_joinable = std::string{"strategy "} + config::to_string(cluster.strategy.name) +
+    s.not_joinable = std::string{"strategy "} + cluster.strategy.name +
                      " has its workers fixed by the cluster file (the parameter server's)";
   else if (cluster.strategy.push_sum())
-    s.not_joinable = std::string{"strategy "} + config::to_string(cluster.strategy.name) +
+    s.not_joinable = std::string{"strategy "} + cluster.strategy.name +
                      " gossips over a topology fixed by the cluster file (push-sum); nodes "
                      "join runs of gosgd and edgegossip";
   s.layout = inspection::cluster_layout::of(cluster);

@@ -122,7 +122,7 @@ std::shared_ptr<node_metrics> serve_metrics(const config::cluster_config& cfg,
   };
   auto m = std::make_shared<node_metrics>(
     me.host, me.metrics_port,
-    metrics_identity{cfg.id, me.name, EDGEGOSSIP_VERSION, config::to_string(cfg.strategy.name),
+    metrics_identity{cfg.id, me.name, EDGEGOSSIP_VERSION, cfg.strategy.name,
                      cfg.train.model},
     std::move(src));
   m->peers(0, cfg.nodes.size() - 1);

@@ -346,24 +346,65 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   return p;
 }
 
+config::registry<gossip_factory>& gossip_rules() {
+  static config::registry<gossip_factory> r{"gossip strategy"};
+  return r;
+}
+
+gossip_registration::gossip_registration(const std::string& name, config::strategy_traits traits,
+                                         gossip_factory make) {
+  if (traits.family == config::strategy_family::parameter_server)
+    throw std::logic_error("strategy '" + name + "': a gossip rule for a parameter-server strategy");
+  config::strategies().add(name, std::move(traits));
+  gossip_rules().add(name, std::move(make));
+}
+
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
                                                double exchange_probability,
                                                const flat_layout& layout,
                                                const sparse_push_options& sparse) {
   if (platforms <= 0)
     throw std::invalid_argument("make_strategy: the number of platforms must be positive");
-  if (name == "gosgd")
-    return std::make_unique<gosgd>(1.0 / static_cast<double>(platforms), exchange_probability);
-  if (name == "sgp")
-    return std::make_unique<push_sum>(1.0);
-  if (name == "sparse-push" || name == "scsp") {
-    auto o = sparse;
-    o.compensate = name == "scsp";
-    return std::make_unique<sparse_push>(layout, o, 1.0);
-  }
-  throw std::invalid_argument("unknown gossip strategy '" + name +
-                              "' (known: gosgd, sgp, sparse-push, scsp)");
+  return gossip_rules().at(name)({platforms, exchange_probability, layout, sparse});
 }
+
+namespace {
+
+// The strategies of this file. GoSGD's rule also serves gosgd-async (no
+// epoch barrier) and EdgeGossip (the balancer's plans on top).
+std::unique_ptr<gossip_strategy> make_gosgd(const gossip_setup& s) {
+  return std::make_unique<gosgd>(1.0 / static_cast<double>(s.platforms), s.exchange_probability);
+}
+std::unique_ptr<gossip_strategy> make_sparse_push(const gossip_setup& s, bool compensate) {
+  auto o = s.sparse;
+  o.compensate = compensate;
+  return std::make_unique<sparse_push>(s.layout, o, 1.0);
+}
+using config::strategy_family;
+const gossip_registration gosgd_strategy{
+  "gosgd", {strategy_family::gossip, false, false, "GoSGD (Blot et al. 2016), epoch-synchronous"},
+  make_gosgd};
+const gossip_registration gosgd_async_strategy{
+  "gosgd-async", {strategy_family::gossip, true, false, "GoSGD without the epoch barrier"},
+  make_gosgd};
+const gossip_registration edgegossip_strategy{
+  "edgegossip",
+  {strategy_family::gossip, false, true,
+   "EdgeGossip (Han et al. 2021): GoSGD with the predictor, balancer and accuracy-aware trainer"},
+  make_gosgd};
+const gossip_registration sgp_strategy{
+  "sgp", {strategy_family::push_sum, false, false, "Stochastic gradient push (Assran et al. 2019)"},
+  [](const gossip_setup&) { return std::make_unique<push_sum>(1.0); }};
+const gossip_registration sparse_push_strategy{
+  "sparse-push",
+  {strategy_family::push_sum, false, false, "Sparse-Push (Aketi et al. 2021): top-k push-sum"},
+  [](const gossip_setup& s) { return make_sparse_push(s, false); }};
+const gossip_registration scsp_strategy{
+  "scsp",
+  {strategy_family::push_sum, false, false, "Sparse-Push with skew compensation"},
+  [](const gossip_setup& s) { return make_sparse_push(s, true); }};
+
+} // namespace
 
 namespace {
 

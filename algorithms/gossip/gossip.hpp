@@ -3,10 +3,12 @@
 // a platform sends after a local step and how a received model is merged.
 
 #include "algorithms/gossip/compression.hpp"
+#include "config/registry.hpp"
 #include "messages/codec.hpp"
 
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <map>
 #include <random>
@@ -261,10 +263,32 @@ private:
   torch::Tensor scratch_;
 };
 
-/// Builds the strategy named in the config: "gosgd" (GoSGD, start weight
-/// 1 / platforms), "sgp" (push-sum, start weight 1), "sparse-push" or
-/// "scsp" (over `layout`, with `sparse`); throws std::invalid_argument for
-/// an unknown name.
+/// What a gossip strategy is built from.
+struct gossip_setup {
+  int64_t platforms = 1;              ///< in the cluster (GoSGD's start weight 1 / platforms)
+  double exchange_probability = 0.05; ///< GoSGD's p
+  flat_layout layout;                 ///< the model's parameters, flattened (sparse messages)
+  sparse_push_options sparse;         ///< strategy.density, consensus_step, ...
+};
+using gossip_factory = std::function<std::unique_ptr<gossip_strategy>(const gossip_setup&)>;
+
+/// The rule of each strategy of the gossip and push-sum families, by the
+/// strategy's name (config::strategies() holds its traits).
+config::registry<gossip_factory>& gossip_rules();
+
+/// Registers a strategy of the gossip or push-sum family: its traits for
+/// config and the actors, its rule for the platform's worker. A static
+/// object of this type beside the strategy's code is all a new strategy
+/// needs (tests/unit/test_registry.cpp adds one so).
+struct gossip_registration {
+  gossip_registration(const std::string& name, config::strategy_traits traits,
+                      gossip_factory make);
+};
+
+/// Builds the rule of strategy `name` ("gosgd": GoSGD, start weight
+/// 1 / platforms; "sgp": push-sum, start weight 1; "sparse-push" or "scsp"
+/// over `layout`, with `sparse`; EdgeGossip and gosgd-async gossip as
+/// GoSGD); throws std::invalid_argument for a name with no rule.
 std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t platforms,
                                                double exchange_probability,
                                                const flat_layout& layout = {},

@@ -11,9 +11,8 @@ namespace eg::learning {
 
 std::unique_ptr<gossip_strategy> make_gossip_strategy(const worker_settings& settings,
                                                       platform_model& model) {
-  // EdgeGossip gossips as GoSGD does; SGP, Sparse-Push and SCSP by push-sum.
+  // The strategy's rule, from its registration (gossip_rules()).
   const auto& sc = settings.strategy;
-  const bool gosgd_family = !sc.push_sum();
   sparse_push_options sparse;
   sparse.density = sc.density;
   sparse.consensus_step = sc.consensus_step;
@@ -23,10 +22,8 @@ std::unique_ptr<gossip_strategy> make_gossip_strategy(const worker_settings& set
                                                  : messages::value_type::float16;
   sparse.drift_memory = sc.drift_memory;
   sparse.drift_gain = sc.drift_gain;
-  return make_strategy(gosgd_family ? "gosgd" : config::to_string(sc.name),
-                       settings.platforms, sc.exchange_probability,
-                       gosgd_family ? flat_layout{} : flat_layout::of(model.names(), model.params()),
-                       sparse);
+  return make_strategy(sc.name, settings.platforms, sc.exchange_probability,
+                       flat_layout::of(model.names(), model.params()), sparse);
 }
 
 gossip_worker::gossip_worker(const worker_settings& settings, platform_model& model,

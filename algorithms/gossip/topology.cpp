@@ -161,22 +161,45 @@ void overlap_gate::give_up(const std::vector<std::string>& sources) {
 
 // --- factory -----------------------------------------------------------------
 
-std::vector<std::string> topology_names() { return {"uniform", "exponential", "ring", "full"}; }
+config::registry<topology_factory>& topology_rules() {
+  static config::registry<topology_factory> r{"topology"};
+  return r;
+}
+
+topology_registration::topology_registration(const std::string& name, std::string summary,
+                                             topology_factory make) {
+  config::topologies().add(name, std::move(summary));
+  topology_rules().add(name, std::move(make));
+}
+
+std::vector<std::string> topology_names() { return topology_rules().names(); }
 
 std::unique_ptr<topology> make_topology(const std::string& name, std::vector<std::string> members,
                                         size_t out_peers) {
-  if (name == "uniform")
-    return std::make_unique<uniform_random>(out_peers);
-  if (name == "full")
-    return std::make_unique<fully_connected>();
-  if (name == "exponential")
-    return std::make_unique<exponential>(std::move(members));
-  if (name == "ring")
-    return std::make_unique<ring>(std::move(members));
-  std::string known;
-  for (const auto& n : topology_names())
-    known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown topology '" + name + "' (known: " + known + ")");
+  return topology_rules().at(name)(std::move(members), out_peers);
 }
+
+namespace {
+
+const topology_registration uniform_topology{
+  "uniform", "out_peers peers drawn uniformly at random among the live ones, every iteration",
+  [](std::vector<std::string>, size_t out_peers) {
+    return std::make_unique<uniform_random>(out_peers);
+  }};
+const topology_registration full_topology{
+  "full", "every live peer", [](std::vector<std::string>, size_t) {
+    return std::make_unique<fully_connected>();
+  }};
+const topology_registration exponential_topology{
+  "exponential", "SGP's directed, time-varying 1-peer exponential graph",
+  [](std::vector<std::string> members, size_t) {
+    return std::make_unique<exponential>(std::move(members));
+  }};
+const topology_registration ring_topology{
+  "ring", "a directed ring in cluster-file order", [](std::vector<std::string> members, size_t) {
+    return std::make_unique<ring>(std::move(members));
+  }};
+
+} // namespace
 
 } // namespace eg::learning

@@ -34,8 +34,11 @@
 // graph on every platform at every instant (each sender splits its own
 // mass), so views of who is live that differ for a moment do no harm.
 
+#include "config/registry.hpp"
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -193,13 +196,24 @@ private:
   std::set<std::string> given_up_;
 };
 
+using topology_factory =
+  std::function<std::unique_ptr<topology>(std::vector<std::string> members, size_t out_peers)>;
+/// The topologies, by name (config::topologies() holds their summaries).
+config::registry<topology_factory>& topology_rules();
+
+/// Registers a topology: a static object of this type beside its code.
+struct topology_registration {
+  topology_registration(const std::string& name, std::string summary, topology_factory make);
+};
+
 /// "uniform" (with `out_peers`), "exponential", "ring" or "full" over
-/// `members` (cluster-file order; unused by "uniform" and "full"). Throws
-/// std::invalid_argument naming an unknown name and the known ones.
+/// `members` (cluster-file order; unused by "uniform" and "full"), or
+/// another registered one. Throws std::invalid_argument naming an unknown
+/// name and the known ones.
 std::unique_ptr<topology> make_topology(const std::string& name, std::vector<std::string> members,
                                         size_t out_peers = 1);
 
-/// The names make_topology knows, in the order above.
+/// The names make_topology knows, in alphabetical order.
 std::vector<std::string> topology_names();
 
 } // namespace eg::learning

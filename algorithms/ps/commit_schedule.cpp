@@ -6,6 +6,43 @@
 
 namespace eg::learning {
 
+config::registry<sync_model>& sync_models() {
+  static config::registry<sync_model> r{"parameter-server strategy"};
+  return r;
+}
+
+server_registration::server_registration(const std::string& name, config::strategy_traits traits,
+                                         sync_model model) {
+  traits.family = config::strategy_family::parameter_server;
+  config::strategies().add(name, std::move(traits));
+  sync_models().add(name, model);
+}
+
+namespace {
+
+using config::strategy_family;
+// Every model but BSP runs without the epoch barrier: its workers do not wait.
+const server_registration bsp_strategy{
+  "bsp", {strategy_family::parameter_server, false, false, "bulk-synchronous parameter server"},
+  sync_model::bsp};
+const server_registration ssp_strategy{
+  "ssp", {strategy_family::parameter_server, true, false, "stale-synchronous parameter server"},
+  sync_model::ssp};
+const server_registration async_strategy{
+  "async", {strategy_family::parameter_server, true, false, "asynchronous parameter server"},
+  sync_model::async};
+const server_registration adacomm_strategy{
+  "adacomm",
+  {strategy_family::parameter_server, true, false, "ADACOMM: commit period from the loss"},
+  sync_model::adacomm};
+const server_registration adsp_strategy{
+  "adsp",
+  {strategy_family::parameter_server, true, false,
+   "ADSP (Hu et al. 2020): commit rate searched, nobody waits"},
+  sync_model::adsp};
+
+} // namespace
+
 namespace {
 
 /// ADSP searches C_target again after search_again, or the authors' 1000 s

@@ -8,6 +8,7 @@
 // the platform call them.
 
 #include "algorithms/ps/adsp.hpp"
+#include "config/registry.hpp"
 
 #include <cstdint>
 #include <map>
@@ -25,6 +26,17 @@ enum class sync_model {
   async,    ///< commit every `commit_steps` steps; nobody waits
   adacomm,  ///< commit every tau steps, tau from the loss (ADACOMM's rule)
   adsp,     ///< commit every max(min, Gamma / C_target - O_i) seconds; C_target searched
+};
+
+/// The synchronisation model of each parameter-server strategy, by the
+/// strategy's name (config::strategies() holds its traits).
+config::registry<sync_model>& sync_models();
+
+/// Registers a parameter-server strategy: its traits for config and the
+/// actors, its synchronisation model for the server. A static object of
+/// this type beside the model's code (here: commit_schedule.cpp).
+struct server_registration {
+  server_registration(const std::string& name, config::strategy_traits traits, sync_model model);
 };
 
 struct commit_settings {

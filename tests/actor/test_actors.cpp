@@ -630,7 +630,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   test::temp_dir dir;
   auto cfg = config::default_config();
   cfg.id = "eg";
-  cfg.strategy.name = config::strategy_name::edgegossip;
+  cfg.strategy.name = "edgegossip";
   cfg.train.epochs = 2;
   cfg.output_dir = dir / "runs";
   auto test_set = tiny_test_set();

@@ -231,8 +231,8 @@ struct rig_options {
   double exchange = 0;      // GoSGD's p
   double slowdown = 1;      // > 1: each step after the first waits in the timer queue
   config::merge_rule merge = config::merge_rule::gossip;
-  config::strategy_name strategy = config::strategy_name::gosgd;
-  config::topology_name topology = config::topology_name::uniform;
+  std::string strategy = "gosgd";
+  std::string topology = "uniform";
   int64_t overlap = 0;      // push-sum's tau (0: no waiting)
   int64_t gossip_every = 1; // push-sum's local steps per gossip round
   bool with_test_set = true; // false: a node without test data
@@ -776,8 +776,8 @@ BOOST_FIXTURE_TEST_CASE(push_sum_with_overlap_1_waits_for_its_in_neighbours_mess
   rig_options o;
   o.shard = 64;  // 4 iterations
   o.platforms = 4;
-  o.strategy = config::strategy_name::sgp;
-  o.topology = config::topology_name::exponential;
+  o.strategy = "sgp";
+  o.topology = "exponential";
   o.overlap = 1;
   rig r{sys, self, sched, o};
   self->send(r.platform, peers_atom::value, std::vector<std::string>{"p1", "p2", "p3"});
@@ -811,8 +811,8 @@ BOOST_FIXTURE_TEST_CASE(push_sum_gossiping_every_2_steps_counts_rounds_for_graph
   rig_options o;
   o.shard = 96;  // 6 iterations
   o.platforms = 4;
-  o.strategy = config::strategy_name::sgp;
-  o.topology = config::topology_name::exponential;
+  o.strategy = "sgp";
+  o.topology = "exponential";
   o.overlap = 1;
   o.gossip_every = 2;
   rig r{sys, self, sched, o};
@@ -847,8 +847,8 @@ BOOST_FIXTURE_TEST_CASE(push_sum_on_the_exponential_graph_sends_half_to_each_hop
   rig_options o;
   o.shard = 64;  // 4 iterations
   o.platforms = 4;
-  o.strategy = config::strategy_name::sgp;
-  o.topology = config::topology_name::exponential;
+  o.strategy = "sgp";
+  o.topology = "exponential";
   rig r{sys, self, sched, o};
   self->send(r.platform, peers_atom::value, std::vector<std::string>{"p1", "p2", "p3"});
   send_plan(self, r, plan_of(0, 1.0, 0));

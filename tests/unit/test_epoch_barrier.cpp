@@ -241,7 +241,7 @@ BOOST_AUTO_TEST_CASE(a_platform_of_a_node_that_joined_is_expected_from_the_next_
 BOOST_AUTO_TEST_CASE(settings_come_from_the_cluster_file) {
   auto cfg = config::default_config();
   cfg.train.epochs = 7;
-  cfg.strategy.name = config::strategy_name::edgegossip;
+  cfg.strategy.name = "edgegossip";
   cfg.edgegossip.p_threshold = 0.5;
   cfg.edgegossip.f_threshold = 0.25;
   cfg.quorum = 3;
@@ -269,7 +269,7 @@ BOOST_AUTO_TEST_CASE(settings_come_from_the_cluster_file) {
   with_joined.nodes.push_back(d);
   BOOST_TEST(barrier_settings::of(with_joined).expected.size() == cfg.platforms().size() + 1);
   BOOST_TEST(barrier_settings::of(with_joined).quorum == cfg.platforms().size());
-  cfg.strategy.name = config::strategy_name::gosgd_async;
+  cfg.strategy.name = "gosgd-async";
   BOOST_TEST(barrier_settings::of(cfg).asynchronous);
   BOOST_TEST(!barrier_settings::of(cfg).edgegossip);
 }

@@ -40,20 +40,12 @@ std::unique_ptr<platform_model> model_of(uint64_t seed = 1, int64_t points = 128
     std::make_unique<local_trainer>(m, d, shard, sgd_options{0.05, 0.9, 32}));
 }
 
-config::strategy_name strategy_named(const std::string& name) {
-  const auto& names = config::names_of(config::strategy_name{});
-  for (size_t i = 0; i < names.size(); ++i)
-    if (name == names[i])
-      return static_cast<config::strategy_name>(i);
-  throw std::invalid_argument("no strategy " + name);
-}
-
 worker_settings settings_of(const std::string& strategy, const std::string& name = "p0") {
   worker_settings s;
   s.platform = name;
   s.members = {"p0", "p1"};
   s.platforms = 2;
-  s.strategy.name = strategy_named(strategy);
+  s.strategy.name = strategy;
   s.strategy.exchange_probability = 1.0;
   s.batch = 32;
   return s;
@@ -143,7 +135,7 @@ BOOST_AUTO_TEST_CASE(a_message_that_does_not_fit_is_refused_and_the_model_is_unc
 
 BOOST_AUTO_TEST_CASE(push_sum_waits_for_its_in_neighbour_until_its_message_comes_or_time_runs_out) {
   auto settings = settings_of("sgp", "p0");
-  settings.strategy.topology = config::topology_name::ring;
+  settings.strategy.topology = "ring";
   settings.strategy.overlap = 1;
   auto ma = model_of(1), mb = model_of(2);
   auto a = make_worker(settings, *ma);
