@@ -1,4 +1,5 @@
 #include "actors/report_files.hpp"
+#include "common/error.hpp"
 
 #include <ctime>
 #include <fstream>
@@ -19,7 +20,7 @@ namespace {
 std::ofstream open_for_writing(const std::string& path) {
   std::ofstream out(path, std::ios::trunc);
   if (!out)
-    throw std::runtime_error("cannot write '" + path + "'");
+    throw storage_failure("cannot write '" + path + "'");
   out.precision(6);
   out << std::fixed;
   return out;
@@ -80,7 +81,7 @@ void write_split_csv(const std::string& path, const std::vector<learning::split_
     out << e.epoch + 1 << ',' << e.seconds << ',' << e.train_loss << ',' << e.train_accuracy << ','
         << e.test_accuracy << '\n';
   if (!out.flush())
-    throw std::runtime_error("cannot write '" + path + "'");
+    throw storage_failure("cannot write '" + path + "'");
 }
 
 std::string new_run_name(const std::string& cluster) {

@@ -1,4 +1,5 @@
 #include "actors/server.hpp"
+#include "common/error.hpp"
 
 #include "config/defaults.hpp"
 #include "algorithms/gossip/gossip.hpp"
@@ -246,7 +247,7 @@ server_impl::behavior_type server(self_ptr self, server_args args) {
       st.model = learning::make_classifier(args.model, args.seed, args.shape);
       spdlog::error("server: its checkpoint of version {} does not load ({}): starting from "
                     "the initial model",
-                    args.restore->iteration, e.what());
+                    args.restore->iteration, eg::describe(e));
     }
     args.restore.reset();
   }
@@ -341,7 +342,7 @@ learning::commit_settings commit_settings_of(const config::strategy_config& s) {
   learning::commit_settings c;
   const auto* model = learning::sync_models().find(s.name);
   if (!model)
-    throw std::invalid_argument("strategy '" + s.name + "' has no parameter server");
+    throw argument_error("strategy '" + s.name + "' has no parameter server");
   c.model = *model;
   c.commit_steps = s.commit_steps;
   c.staleness = static_cast<uint64_t>(s.staleness);

@@ -1,4 +1,5 @@
 #include "actors/stage_state.hpp"
+#include "common/error.hpp"
 
 namespace eg::actors {
 namespace stage_parts {
@@ -206,7 +207,7 @@ void do_work(self_ptr self) {
   try {
     serve(self, std::move(w));
   } catch (const std::exception& e) {
-    spdlog::warn("stage {}: refused a {} message: {}", st.me, what, e.what());
+    spdlog::warn("stage {}: refused a {} message: {}", st.me, what, eg::describe(e));
   }
   st.holding = false;
   const double compute = seconds(clock::now() - t0);

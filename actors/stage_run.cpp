@@ -1,4 +1,5 @@
 #include "actors/stage_state.hpp"
+#include "common/error.hpp"
 
 // The first stage's run of a split model: epochs, the in-flight window,
 // checkpoints after every epoch, a missing stage, the end.
@@ -18,7 +19,7 @@ void save(self_ptr self, const std::string& run, uint32_t epochs) {
   try {
     c.trainer = st.args.trainer->save();
   } catch (const std::exception& e) {
-    spdlog::error("stage {}: cannot save its checkpoint: {}", st.me, e.what());
+    spdlog::error("stage {}: cannot save its checkpoint: {}", st.me, eg::describe(e));
     return;
   }
   self->send(*st.args.store, store_atom::value,
@@ -52,7 +53,7 @@ void end_run(self_ptr self) {
       fs::create_directories(dir);
       write_split_csv((dir / "split-metrics.csv").string(), st.epochs);
     } catch (const std::exception& e) {
-      spdlog::error("stage {}: cannot write the run's metrics: {}", st.me, e.what());
+      spdlog::error("stage {}: cannot write the run's metrics: {}", st.me, eg::describe(e));
     }
   }
   if (st.args.node)
@@ -186,7 +187,7 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
         try {
           n.lane = messages::parse_endpoint(lanes[i]);
         } catch (const std::exception& e) {
-          spdlog::warn("stage {}: {}", st.me, e.what());
+          spdlog::warn("stage {}: {}", st.me, eg::describe(e));
         }
       }
     }

@@ -71,21 +71,11 @@ caf::error decode_as(caf::execution_unit* ctx, const std::vector<char>& in, cons
 
 } // namespace
 
-const char* to_string(ec x) {
-  switch (x) {
-    case ec::refused: return "refused";
-    case ec::bad_request: return "bad_request";
-    case ec::unknown_platform: return "unknown_platform";
-    case ec::run_over: return "run_over";
-    case ec::unreachable: return "unreachable";
-    case ec::lost: return "lost";
-  }
-  return "unknown";
-}
-
 caf::error make_error(ec x, std::string why) {
   return caf::error(static_cast<uint8_t>(x), caf::atom("eg"), caf::make_message(std::move(why)));
 }
+
+caf::error make_error(const std::exception& e) { return make_error(code_of(e), e.what()); }
 
 bool is(const caf::error& err, ec x, std::string* why) {
   if (err.category() != caf::atom("eg") || err.code() != static_cast<uint8_t>(x))

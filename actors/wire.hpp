@@ -8,6 +8,7 @@
 // receiving actor system's wire identity; a message that fails is dropped at
 // the door and said in the log, before any actor sees it.
 
+#include "common/error.hpp"
 #include "messages/codec.hpp"
 
 #include <caf/error.hpp>
@@ -20,18 +21,15 @@
 
 namespace eg::actors {
 
-/// Errors that cross actor boundaries (and nodes), category "eg".
-enum class ec : uint8_t {
-  refused = 1,       ///< a handshake or console request that does not prove the secret
-  bad_request,       ///< a malformed or unknown command
-  unknown_platform,  ///< no platform of that name
-  run_over,          ///< the run is over: nothing to control
-  unreachable,       ///< the node that must answer cannot be reached
-  lost,              ///< part of a message never arrived: nothing of it was applied
-};
-const char* to_string(ec x);
+/// Errors that cross actor boundaries (and nodes), category "eg": the
+/// project's codes (common/error.hpp), which every layer's exceptions carry.
+using ec = eg::errc;
+using eg::to_string;
 /// The error `x` with `why` as its text (what the other side shows).
 caf::error make_error(ec x, std::string why);
+/// The error an exception of the project stands for: its code (internal for
+/// one of no layer of the project) and its text.
+caf::error make_error(const std::exception& e);
 /// Whether `err` is `x`; `why` (if given) gets its text.
 bool is(const caf::error& err, ec x, std::string* why = nullptr);
 

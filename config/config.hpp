@@ -2,6 +2,7 @@
 // The cluster configuration: built-in defaults, then a TOML cluster file, then
 // `--set key=value` overrides from the command line. No torch, no CAF here.
 
+#include "common/error.hpp"
 #include "config/registry.hpp"
 
 #include <cstdint>
@@ -16,9 +17,9 @@ namespace eg::config {
 
 /// A configuration that cannot be used; what() names the key (and the line
 /// where the TOML parser gives one). Launchers exit with code 2 on it.
-class config_error : public std::runtime_error {
+class config_error : public failure<errc::bad_config> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 // -- enumerations: parsed once here; elsewhere compared as values --------------

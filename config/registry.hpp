@@ -13,6 +13,8 @@
 // only read, from any thread. A test may add an entry of its own before it
 // starts an actor system.
 
+#include "common/error.hpp"
+
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -46,7 +48,7 @@ public:
   /// The entry of `name`; throws std::invalid_argument naming the known ones.
   const T& at(const std::string& name) const {
     if (auto* e = find(name)) return *e;
-    throw std::invalid_argument("unknown " + what_ + " '" + name + "' (known: " + known() + ")");
+    throw unknown_name("unknown " + what_ + " '" + name + "' (known: " + known() + ")");
   }
   std::vector<std::string> names() const {
     std::vector<std::string> out;

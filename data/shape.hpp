@@ -3,6 +3,7 @@
 // headers can name it): the shape of a sample, the normalisation, the
 // class names, and the error for bad data.
 
+#include "common/error.hpp"
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -12,9 +13,9 @@ namespace eg::data {
 
 /// A data set that is missing, malformed or refused; what() names the file
 /// (and the line or sample where there is one).
-class data_error : public std::runtime_error {
+class data_error : public failure<errc::bad_data> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 /// The shape of one sample: an image of C x H x W, or F features (flat).

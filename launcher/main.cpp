@@ -7,6 +7,7 @@
 //   edgegossip console HOST:PORT                watch and steer a running cluster
 
 #include "actors/node/join.hpp"
+#include "common/error.hpp"
 #include "actors/node/runtime.hpp"
 #include "bench/bench.hpp"
 #include "config/config.hpp"
@@ -378,8 +379,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "edgegossip: storage: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "edgegossip: %s\n", e.what());
-    return 1;
+    // Input the user can correct (a model that does not fit the data, a
+    // name nothing registered) exits 2 as a bad file does; anything else 1,
+    // with its code beside the cause.
+    const auto code = eg::code_of(e);
+    const bool input = code == eg::errc::bad_config || code == eg::errc::bad_data
+                       || code == eg::errc::mismatch;
+    std::fprintf(stderr, "edgegossip: %s\n", input ? e.what() : eg::describe(e).c_str());
+    return input ? 2 : 1;
   }
   return 0;
 }

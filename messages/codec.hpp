@@ -5,6 +5,7 @@
 // writes them once into the output buffer and decoding points into the
 // received buffer (no per-element work). No torch and no CAF in this layer.
 
+#include "common/error.hpp"
 #include "messages/buffer.hpp"
 #include "messages/sparse.hpp"
 
@@ -33,9 +34,9 @@ inline constexpr unsigned char packed_marker[2] = {0xFF, 0xFF};
 
 /// A message that cannot be accepted: not Cap'n Proto, truncated, oversized,
 /// from another cluster or protocol version. what() says which.
-class codec_error : public std::runtime_error {
+class codec_error : public failure<errc::bad_message> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 enum class dtype : uint8_t { float32 = 0, float64 = 1, int64 = 2, int32 = 3, uint8 = 4 };

@@ -24,6 +24,7 @@
 // copies bytes the same way (with the same bound on what comes back). One
 // route per peer address, made on first use.
 
+#include "common/error.hpp"
 #include "messages/handshake.hpp"
 
 #include <cstdint>
@@ -33,9 +34,9 @@
 
 namespace eg::messages {
 
-class door_error : public std::runtime_error {
+class door_error : public failure<errc::network_failed> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 struct door_options {

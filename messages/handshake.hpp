@@ -17,6 +17,7 @@
 // buffer and a bounded time. Also here: the little helpers both users share
 // (rate-limited warnings, deadlines, thread names).
 
+#include "common/error.hpp"
 #include "messages/socket.hpp"
 
 #include <chrono>
@@ -28,9 +29,9 @@
 
 namespace eg::messages {
 
-class handshake_error : public std::runtime_error {
+class handshake_error : public failure<errc::refused> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 /// Which handshake: the lane's or the front door's.

@@ -56,6 +56,7 @@
 // (peer gone, queue full, too old) is counted and dropped, never retried;
 // peers' liveness is the CAF monitors' business.
 
+#include "common/error.hpp"
 #include "messages/buffer.hpp"
 #include "messages/codec.hpp"
 
@@ -67,9 +68,9 @@
 
 namespace eg::messages {
 
-class lane_error : public std::runtime_error {
+class lane_error : public failure<errc::network_failed> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 /// Where a node's lane listens.

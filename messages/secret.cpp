@@ -1,4 +1,5 @@
 #include "messages/secret.hpp"
+#include "common/error.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -32,7 +33,7 @@ std::string keyed_digest(const std::string& secret, const std::string& text) {
 std::string make_nonce() {
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1)
-    throw std::runtime_error("no random bytes for a handshake nonce (OpenSSL RAND_bytes)");
+    throw failure<errc::system_failed>("no random bytes for a handshake nonce (OpenSSL RAND_bytes)");
   std::string hex(2 * sizeof raw, '0');
   for (size_t i = 0; i < sizeof raw; ++i)
     std::snprintf(&hex[2 * i], 3, "%02x", raw[i]);

@@ -7,6 +7,7 @@
 // caller allows. Errors throw socket_error naming the call, the address and
 // errno's (or OpenSSL's) text.
 
+#include "common/error.hpp"
 #include <sys/uio.h>
 
 #include <chrono>
@@ -22,9 +23,9 @@ struct ssl_ctx_st;
 
 namespace eg::messages {
 
-class socket_error : public std::runtime_error {
+class socket_error : public failure<errc::network_failed> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 /// The peer did not do its part (send, or take what was written) within

@@ -1,4 +1,5 @@
 #include "models/conv.hpp"
+#include "common/error.hpp"
 #include "models/variant_compat.hpp"
 
 #include <ATen/Parallel.h>
@@ -408,7 +409,7 @@ Tensor conv2d_relu(const torch::nn::Conv2d& conv, const Tensor& x) {
 Tensor conv2d_relu(const torch::nn::Conv2d& conv, const Tensor& x, int width) {
   const auto& widths = vector_widths();
   if (width != 0 && std::find(widths.begin(), widths.end(), width) == widths.end())
-    throw std::invalid_argument("conv2d_relu: this processor runs no kernels of " +
+    throw argument_error("conv2d_relu: this processor runs no kernels of " +
                                 std::to_string(width) + " floats a vector");
   // Torch's own convolution and ReLU, for what the kernels do not take.
   const auto torch_path = [&] { return torch::relu(conv.ptr()->forward(x)); };

@@ -1,4 +1,5 @@
 #include "models/export.hpp"
+#include "common/error.hpp"
 
 #include "models/dataset.hpp"
 #include "models/scripted.hpp"
@@ -76,11 +77,11 @@ torch::jit::Module export_module(classifier& m, const data::normalisation& norm,
                                  const std::vector<std::string>& classes) {
   const auto& shape = m.shape();
   if (static_cast<int64_t>(classes.size()) != shape.classes)
-    throw std::invalid_argument("model '" + m.model_name() + "' has " +
+    throw mismatch_error("model '" + m.model_name() + "' has " +
                                 std::to_string(shape.classes) + " outputs, the export was given " +
                                 std::to_string(classes.size()) + " class names");
   if (!norm.empty() && static_cast<int64_t>(norm.mean.size()) != shape.input.channels)
-    throw std::invalid_argument("model '" + m.model_name() + "': a normalisation of " +
+    throw mismatch_error("model '" + m.model_name() + "': a normalisation of " +
                                 std::to_string(norm.mean.size()) + " channels for samples of " +
                                 shape.input.to_string());
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
@@ -109,7 +110,7 @@ torch::jit::Module export_module(classifier& m, const data::normalisation& norm,
   } else {
     const std::string script = m.script();
     if (script.empty())
-      throw std::invalid_argument("model '" + m.model_name() +
+      throw mismatch_error("model '" + m.model_name() +
                                   "' cannot be exported: it has no TorchScript form");
     // The parameters under their dotted names: a module for each prefix.
     std::map<std::string, torch::jit::Module> modules;
@@ -132,7 +133,7 @@ torch::jit::Module export_module(classifier& m, const data::normalisation& norm,
       owner.register_parameter(rest, copy(p.value()), /*is_buffer=*/false);
     }
     for (const auto& b : m.named_buffers())
-      throw std::invalid_argument("model '" + m.model_name() + "' cannot be exported: buffer " +
+      throw mismatch_error("model '" + m.model_name() + "' cannot be exported: buffer " +
                                   b.key() + " has no TorchScript form");
     try {
       root.define(script);
@@ -152,7 +153,7 @@ void write_torchscript(classifier& m, const data::normalisation& norm,
   try {
     module.save(path);
   } catch (const c10::Error& e) {
-    throw std::runtime_error("cannot write the TorchScript model to '" + path +
+    throw storage_failure("cannot write the TorchScript model to '" + path +
                              "': " + e.what_without_backtrace());
   }
 }

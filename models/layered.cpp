@@ -1,6 +1,7 @@
 // The splittable models: each an ordered list of layers, a layer being one
 // convolution or fully connected map with its ReLU and pooling.
 #include "models/layered.hpp"
+#include "common/error.hpp"
 
 #include "models/conv.hpp"
 #include "models/pooling.hpp"
@@ -75,7 +76,7 @@ const model_spec& spec(const std::string& model) {
   for (const auto& m : specs())
     if (model == m.name)
       return m;
-  throw std::invalid_argument("unknown split model '" + model + "' (use " + known_models() + ")");
+  throw mismatch_error("unknown split model '" + model + "' (use " + known_models() + ")");
 }
 
 // Output shapes of every layer, from the input of `shape`.
@@ -91,7 +92,7 @@ std::vector<std::vector<int64_t>> shapes(const model_spec& m, const model_shape&
         w /= 2;
       }
       if (h < 1 || w < 1)
-        throw std::invalid_argument("split model '" + std::string(m.name) + "' needs larger images "
+        throw mismatch_error("split model '" + std::string(m.name) + "' needs larger images "
                                     "than " + shape.input.to_string() + " (layer " + l.name +
                                     " would output nothing)");
       s = {l.out, h, w};
@@ -109,10 +110,10 @@ std::vector<std::vector<int64_t>> shapes(const model_spec& m, const model_shape&
 model_spec spec(const std::string& model, const model_shape& shape) {
   model_spec m = spec(model);
   if (shape.input.flat)
-    throw std::invalid_argument("split model '" + model + "' needs images, the data has " +
+    throw mismatch_error("split model '" + model + "' needs images, the data has " +
                                 shape.input.to_string());
   if (shape.classes < 2)
-    throw std::invalid_argument("split model '" + model + "' for " +
+    throw mismatch_error("split model '" + model + "' for " +
                                 std::to_string(shape.classes) + " classes");
   m.layers.front().in = shape.input.channels;
   m.layers.back().out = shape.classes;
@@ -130,7 +131,7 @@ model_spec spec(const std::string& model, const model_shape& shape) {
 void check_range(const model_spec& m, int64_t first, int64_t last) {
   const auto n = static_cast<int64_t>(m.layers.size());
   if (first < 0 || last >= n || first > last)
-    throw std::invalid_argument("bad layer range " + std::to_string(first) + ".." +
+    throw mismatch_error("bad layer range " + std::to_string(first) + ".." +
                                 std::to_string(last) + " of split model '" + m.name + "' (" +
                                 std::to_string(n) + " layers, 0.." + std::to_string(n - 1) + ")");
 }
@@ -181,7 +182,7 @@ std::vector<int64_t> activation_shape(const std::string& model, int64_t layer,
   const auto m = spec(model, shape);
   const auto n = static_cast<int64_t>(m.layers.size());
   if (layer < -1 || layer >= n)
-    throw std::invalid_argument("layer " + std::to_string(layer) + " is not in split model '" +
+    throw mismatch_error("layer " + std::to_string(layer) + " is not in split model '" +
                                 model + "' (-1 for the input, 0.." + std::to_string(n - 1) + ")");
   if (layer == -1)
     return shape.input.dims();
@@ -280,7 +281,7 @@ std::vector<std::pair<int64_t, int64_t>> stage_ranges(const std::string& model,
   int64_t first = 0;
   for (int64_t c : cuts) {
     if (c < first || c > n - 2)
-      throw std::invalid_argument("bad cut after layer " + std::to_string(c) + " of split model '" +
+      throw mismatch_error("bad cut after layer " + std::to_string(c) + " of split model '" +
                                   model + "': cuts must increase and lie in 0.." +
                                   std::to_string(n - 2));
     out.emplace_back(first, c);

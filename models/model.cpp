@@ -1,4 +1,5 @@
 #include "models/model.hpp"
+#include "common/error.hpp"
 
 #include "models/conv.hpp"
 #include "models/pooling.hpp"
@@ -19,10 +20,10 @@ namespace {
 /// std::invalid_argument naming the model and the shape otherwise.
 void need_images(const std::string& model, const model_shape& s, int64_t min_side) {
   if (s.input.flat)
-    throw std::invalid_argument("model '" + model + "' needs images, the data has " +
+    throw mismatch_error("model '" + model + "' needs images, the data has " +
                                 s.input.to_string() + " (use mlp or logreg for features)");
   if (s.input.height < min_side || s.input.width < min_side)
-    throw std::invalid_argument("model '" + model + "' needs images of at least " +
+    throw mismatch_error("model '" + model + "' needs images of at least " +
                                 std::to_string(min_side) + "x" + std::to_string(min_side) +
                                 " pixels, the data's are " + s.input.to_string());
 }
@@ -148,17 +149,17 @@ std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t se
                                             const model_shape& shape) {
   static const std::string scripted_prefix = "torchscript:";
   if (shape.classes < 2)
-    throw std::invalid_argument("model '" + name + "' for " + std::to_string(shape.classes) +
+    throw mismatch_error("model '" + name + "' for " + std::to_string(shape.classes) +
                                 " classes: a classifier needs at least 2");
   if (shape.input.numel() <= 0)
-    throw std::invalid_argument("model '" + name + "' for samples of no values");
+    throw mismatch_error("model '" + name + "' for samples of no values");
   std::shared_ptr<classifier> model;
   if (name.compare(0, scripted_prefix.size(), scripted_prefix) == 0) {
     model = zoo::scripted(name.substr(scripted_prefix.size()), shape);
   } else {
     const auto* builder = model_builders().find(name);
     if (!builder)
-      throw std::invalid_argument("unknown model '" + name + "' (use " + model_builders().known() +
+      throw mismatch_error("unknown model '" + name + "' (use " + model_builders().known() +
                                   " or torchscript:PATH)");
     if (builder->min_side > 0) need_images(name, shape, builder->min_side);
     if (builder->seeds_itself) {

@@ -1,4 +1,5 @@
 #include "models/scripted.hpp"
+#include "common/error.hpp"
 
 #include "models/dataset.hpp"
 #include "models/zoo.hpp"
@@ -27,15 +28,15 @@ scripted_classifier::scripted_classifier(const std::string& path, const model_sh
     : path_(path) {
   const std::string what = "torchscript model '" + path + "': ";
   if (path.empty())
-    throw std::invalid_argument("torchscript model: no file after 'torchscript:'");
+    throw argument_error("torchscript model: no file after 'torchscript:'");
   try {
     module_ = torch::jit::load(path, torch::kCPU);
   } catch (const c10::Error& e) {
-    throw std::invalid_argument(what + "cannot load it as TorchScript (save it with "
+    throw mismatch_error(what + "cannot load it as TorchScript (save it with "
                                 "torch.jit.script(model).save(PATH)): " + message(e));
   }
   if (!module_.find_method("forward"))
-    throw std::invalid_argument(what + "it has no forward method");
+    throw argument_error(what + "it has no forward method");
   // Platforms gossip and average parameters only: buffers (BatchNorm's
   // running statistics) would stay each platform's own, and the averaged
   // model would be evaluated with the file's.
@@ -43,7 +44,7 @@ scripted_classifier::scripted_classifier(const std::string& path, const model_sh
   for (const auto& b : module_.named_buffers())
     buffers += (buffers.empty() ? "" : ", ") + b.name;
   if (!buffers.empty())
-    throw std::invalid_argument(
+    throw mismatch_error(
       what + "it has buffers (" + buffers + "), which gossip would not average: use a model "
       "without them (e.g. GroupNorm or LayerNorm instead of BatchNorm)");
 
@@ -68,7 +69,7 @@ scripted_classifier::scripted_classifier(const std::string& path, const model_sh
     ++count;
   }
   if (count == 0)
-    throw std::invalid_argument(what + "it has no parameters to train");
+    throw mismatch_error(what + "it has no parameters to train");
 
   // The check: a batch of two samples of the data's shape in eval mode,
   // then train mode again.
@@ -83,20 +84,20 @@ scripted_classifier::scripted_classifier(const std::string& path, const model_sh
     try {
       out = module_.forward({torch::zeros(dims)});
     } catch (const c10::Error& e) {
-      throw std::invalid_argument(what + "its forward fails on " + batch + ": " + message(e));
+      throw mismatch_error(what + "its forward fails on " + batch + ": " + message(e));
     } catch (const std::exception& e) {  // the interpreter's errors
-      throw std::invalid_argument(what + "its forward fails on " + batch + ": " + e.what());
+      throw argument_error(what + "its forward fails on " + batch + ": " + e.what());
     }
   }
   if (!out.isTensor())
-    throw std::invalid_argument(what + "its forward returns " + out.tagKind() + ", not " +
+    throw argument_error(what + "its forward returns " + out.tagKind() + ", not " +
                                 scores_of);
   const auto scores = out.toTensor();
   if (scores.dim() != 2 || scores.size(0) != 2 || scores.size(1) != data_shape.classes)
-    throw std::invalid_argument(what + "its forward maps " + batch + " to " + sizes_of(scores) +
+    throw mismatch_error(what + "its forward maps " + batch + " to " + sizes_of(scores) +
                                 ", not to " + scores_of);
   if (!scores.is_floating_point())
-    throw std::invalid_argument(what + "its forward returns " +
+    throw argument_error(what + "its forward returns " +
                                 std::string(c10::toString(scores.scalar_type())) +
                                 " scores, not floating-point ones");
 }

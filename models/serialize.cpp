@@ -1,4 +1,5 @@
 #include "models/serialize.hpp"
+#include "common/error.hpp"
 
 #include <torch/torch.h>
 
@@ -33,9 +34,9 @@ void load_model(torch::nn::Module& m, const std::string& bytes) {
     archive.load_from(in);
     m.load(archive);
   } catch (const c10::Error& e) {
-    throw std::runtime_error(std::string("cannot load the model: ") + e.what_without_backtrace());
+    throw failure<errc::mismatch>(std::string("cannot load the model: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot load the model: ") + e.what());
+    throw failure<errc::mismatch>(std::string("cannot load the model: ") + e.what());
   }
 }
 
@@ -54,10 +55,10 @@ void load_optimizer(torch::optim::Optimizer& o, const std::string& bytes) {
     archive.load_from(in);
     o.load(archive);
   } catch (const c10::Error& e) {
-    throw std::runtime_error(std::string("cannot load the optimizer state: ") +
+    throw failure<errc::mismatch>(std::string("cannot load the optimizer state: ") +
                              e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot load the optimizer state: ") + e.what());
+    throw failure<errc::mismatch>(std::string("cannot load the optimizer state: ") + e.what());
   }
 }
 
@@ -72,11 +73,11 @@ void write_state_dict(torch::nn::Module& m, const std::string& path) {
 
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out)
-    throw std::runtime_error("cannot write the model to '" + path + "': " + std::strerror(errno));
+    throw storage_failure("cannot write the model to '" + path + "': " + std::strerror(errno));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out)
-    throw std::runtime_error("cannot write the model to '" + path + "': write failed");
+    throw storage_failure("cannot write the model to '" + path + "': write failed");
 }
 
 } // namespace eg::learning

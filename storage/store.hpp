@@ -2,6 +2,7 @@
 // One RocksDB per node behind a small interface: no RocksDB type leaks out.
 // Column families per kind of record; keys sort by platform, then epoch.
 
+#include "common/error.hpp"
 #include "messages/codec.hpp"
 
 #include <cstdint>
@@ -18,9 +19,9 @@ namespace eg::storage {
 /// The database cannot be opened, read or written; what() names the
 /// directory and RocksDB's status (or, for a store that failed before, says
 /// it is not writable since then, and why).
-class storage_error : public std::runtime_error {
+class storage_error : public failure<errc::storage_failed> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 enum class family { checkpoints, metrics, aggregates, rankings, predictor, runs };

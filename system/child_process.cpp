@@ -1,4 +1,5 @@
 #include "system/child_process.hpp"
+#include "common/error.hpp"
 
 #include <csignal>
 #include <cstring>
@@ -13,7 +14,7 @@ namespace eg::actors {
 
 pid_t spawn_child(const std::vector<std::string>& args, bool quiet_stdout) {
   if (args.empty())
-    throw std::invalid_argument("spawn_child: no program");
+    throw argument_error("spawn_child: no program");
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
   for (auto& a : copy)
@@ -39,7 +40,7 @@ pid_t spawn_child(const std::vector<std::string>& args, bool quiet_stdout) {
   posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
   if (rc != 0)
-    throw std::runtime_error("cannot start " + args[0] + ": " + std::strerror(rc));
+    throw system_failure("cannot start " + args[0] + ": " + std::strerror(rc));
   return pid;
 }
 

@@ -1,4 +1,5 @@
 #include "system/cpu_limit.hpp"
+#include "common/error.hpp"
 
 #include "system/child_process.hpp"
 
@@ -40,7 +41,7 @@ std::string show(double cores) {
 
 void check_cores(double cores) {
   if (!(cores == 0 || (std::isfinite(cores) && cores >= cpu_limit::min_cores)))
-    throw std::invalid_argument("a CPU limit must be 0 (none) or at least " +
+    throw argument_error("a CPU limit must be 0 (none) or at least " +
                                 show(cpu_limit::min_cores) + " cores, got " + show(cores));
 }
 
@@ -223,7 +224,7 @@ std::string describe_status(int status) {
 cpu_limit::cpu_limit(double cores, const std::string& how) {
   check_cores(cores);
   if (how != "auto" && how != "cgroup" && how != "cpulimit")
-    throw std::invalid_argument("a CPU limiter must be 'auto', 'cgroup' or 'cpulimit', got '" +
+    throw unknown_name("a CPU limiter must be 'auto', 'cgroup' or 'cpulimit', got '" +
                                 how + "'");
   if (limiter_alive.exchange(true))
     throw std::logic_error("this process already has a CPU limit");
@@ -243,7 +244,7 @@ cpu_limit::cpu_limit(double cores, const std::string& how) {
   if (how != "cgroup" && attempt("cpulimit", &cpu_limit::try_cpulimit))
     return;
   limiter_alive = false;
-  throw std::runtime_error("cannot limit the CPU of process " + std::to_string(getpid()) + " (" +
+  throw system_failure("cannot limit the CPU of process " + std::to_string(getpid()) + " (" +
                            (cores == 0 ? std::string("no limit yet") : show(cores) + " cores") +
                            ", limiter '" + how + "'): " + tried);
 }
@@ -293,11 +294,11 @@ void cpu_limit::apply(double cores) {
   } else if (mechanism_ == "cgroup v1") {
     if (write_text(dir_ + "/cpu.cfs_quota_us", cores == 0 ? "-1" : std::to_string(quota_us(cores)),
                    why) != 0)
-      throw std::runtime_error("cannot change the CPU limit to " + show(cores) + " cores: " + why);
+      throw system_failure("cannot change the CPU limit to " + show(cores) + " cores: " + why);
   } else {
     auto quota = cores == 0 ? std::string("max") : std::to_string(quota_us(cores));
     if (write_text(dir_ + "/cpu.max", quota + " " + std::to_string(period_us), why) != 0)
-      throw std::runtime_error("cannot change the CPU limit to " + show(cores) + " cores: " + why);
+      throw system_failure("cannot change the CPU limit to " + show(cores) + " cores: " + why);
   }
   cores_ = cores;
 }
@@ -417,7 +418,7 @@ void cpu_limit::start_cpulimit(double cores) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid)
-      throw std::runtime_error(program_ + " -p " + target + " -l " + percent + " ended at once (" +
+      throw system_failure(program_ + " -p " + target + " -l " + percent + " ended at once (" +
                                describe_status(status) + ")");
   }
   helper_ = pid;

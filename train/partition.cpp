@@ -1,4 +1,5 @@
 #include "train/partition.hpp"
+#include "common/error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,15 +17,15 @@ constexpr double tolerance = 1e-9;
 // Validates the shares and returns their sum.
 double check_shares(const std::vector<double>& shares) {
   if (shares.empty())
-    throw std::invalid_argument("partition: no platforms");
+    throw argument_error("partition: no platforms");
   double sum = 0;
   for (double s : shares) {
     if (!(s >= 0))
-      throw std::invalid_argument("partition: share " + std::to_string(s) + " is negative");
+      throw argument_error("partition: share " + std::to_string(s) + " is negative");
     sum += s;
   }
   if (sum > 1 + tolerance)
-    throw std::invalid_argument("partition: shares sum to " + std::to_string(sum) + ", above 1");
+    throw argument_error("partition: shares sum to " + std::to_string(sum) + ", above 1");
   return sum;
 }
 
@@ -121,14 +122,14 @@ shards partition_dirichlet(const std::vector<int64_t>& labels, const std::vector
                            double alpha, int64_t num_classes, uint64_t seed) {
   const double total = check_shares(shares);
   if (!(alpha > 0))
-    throw std::invalid_argument("partition: Dirichlet alpha must be positive");
+    throw argument_error("partition: Dirichlet alpha must be positive");
   if (num_classes <= 0)
-    throw std::invalid_argument("partition: number of classes must be positive");
+    throw mismatch_error("partition: number of classes must be positive");
 
   std::vector<std::vector<int64_t>> by_class(static_cast<size_t>(num_classes));
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0 || labels[i] >= num_classes)
-      throw std::invalid_argument("partition: label " + std::to_string(labels[i]) + " of sample " +
+      throw mismatch_error("partition: label " + std::to_string(labels[i]) + " of sample " +
                                   std::to_string(i) + " is not in 0.." +
                                   std::to_string(num_classes - 1));
     by_class[static_cast<size_t>(labels[i])].push_back(static_cast<int64_t>(i));

@@ -1,4 +1,5 @@
 #include "train/trainer.hpp"
+#include "common/error.hpp"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -21,9 +22,9 @@ int64_t epoch_plan::samples() const {
 epoch_plan shuffled_plan(const std::vector<int64_t>& shard, int64_t batch, double ratio,
                          std::mt19937_64& rng) {
   if (batch <= 0)
-    throw std::invalid_argument("shuffled_plan: batch size must be positive");
+    throw argument_error("shuffled_plan: batch size must be positive");
   if (!(ratio > 0 && ratio <= 1))
-    throw std::invalid_argument("shuffled_plan: ratio " + std::to_string(ratio) +
+    throw argument_error("shuffled_plan: ratio " + std::to_string(ratio) +
                                 " is not in (0, 1]");
   std::vector<int64_t> order(shard);
   std::shuffle(order.begin(), order.end(), rng);
@@ -44,7 +45,7 @@ namespace {
 template <typename T>
 T required(T p, const char* what) {
   if (!p)
-    throw std::invalid_argument(std::string("local_trainer: no ") + what);
+    throw argument_error(std::string("local_trainer: no ") + what);
   return p;
 }
 
@@ -100,18 +101,18 @@ torch::Device training_device(const std::string& name) {
   } catch (const c10::Error&) {
   }
   if (!device || !(device->is_cpu() || device->is_cuda()) || (device->is_cpu() && name != "cpu"))
-    throw std::invalid_argument("device '" + name + "' is not cpu, cuda or cuda:N");
+    throw argument_error("device '" + name + "' is not cpu, cuda or cuda:N");
   if (device->is_cpu())
     return *device;
   if (!at::hasCUDA())
-    throw std::invalid_argument("device '" + name + "': this edgegossip was built without CUDA "
+    throw argument_error("device '" + name + "': this edgegossip was built without CUDA "
                                 "(its LibTorch has no CUDA support; build against a CUDA "
                                 "LibTorch with -DEDGEGOSSIP_CUDA=ON, see docs/MODELS.md)");
   if (!torch::cuda::is_available())
-    throw std::invalid_argument("device '" + name + "': no CUDA device is visible");
+    throw argument_error("device '" + name + "': no CUDA device is visible");
   const auto count = static_cast<int64_t>(torch::cuda::device_count());
   if (device->has_index() && device->index() >= count)
-    throw std::invalid_argument("device '" + name + "': there are only " + std::to_string(count) +
+    throw argument_error("device '" + name + "': there are only " + std::to_string(count) +
                                 " CUDA devices");
   return *device;
 }
@@ -131,7 +132,7 @@ local_trainer::local_trainer(std::shared_ptr<classifier> model,
   const int64_t n = train_->size();
   for (int64_t i : shard_)
     if (i < 0 || i >= n)
-      throw std::invalid_argument("local_trainer: sample " + std::to_string(i) +
+      throw argument_error("local_trainer: sample " + std::to_string(i) +
                                   " is not in the training set of " + std::to_string(n));
   if (replica_ != model_) {
     replica_params_ = replica_->parameters();
@@ -173,7 +174,7 @@ void local_trainer::set_normalisation(const data::normalisation& norm) {
   try {
     train_ = data::with_normalisation(train_, norm);
   } catch (const data::data_error& e) {
-    throw std::invalid_argument(std::string("set_normalisation: ") + e.what());
+    throw argument_error(std::string("set_normalisation: ") + e.what());
   }
   norm_ = train_->norm_tensors(device_);
   if (!replica_params_.empty())
@@ -232,20 +233,20 @@ void local_trainer::to_host() {
 
 double scheduled_lr(double lr, const std::string& schedule, uint32_t epoch, uint32_t epochs) {
   if (epochs == 0)
-    throw std::invalid_argument("scheduled_lr: a run of no epochs");
+    throw argument_error("scheduled_lr: a run of no epochs");
   if (schedule == "constant")
     return lr;
   if (schedule == "cosine") {
     const double at = static_cast<double>(std::min(epoch, epochs - 1)) / epochs;
     return lr * 0.5 * (1 + std::cos(M_PI * at));
   }
-  throw std::invalid_argument("unknown learning-rate schedule '" + schedule +
+  throw argument_error("unknown learning-rate schedule '" + schedule +
                               "' (known: constant, cosine)");
 }
 
 double warmup_factor(double warmup, double progress) {
   if (!(warmup >= 0) || !(progress >= 0))
-    throw std::invalid_argument("warmup_factor: the warm-up and the progress must not be negative");
+    throw argument_error("warmup_factor: the warm-up and the progress must not be negative");
   if (warmup == 0 || progress >= warmup)
     return 1;
   return progress / warmup;
@@ -253,7 +254,7 @@ double warmup_factor(double warmup, double progress) {
 
 void local_trainer::set_lr(double lr) {
   if (!(lr > 0))
-    throw std::invalid_argument("set_lr: the learning rate must be positive");
+    throw argument_error("set_lr: the learning rate must be positive");
   opt_.lr = lr;
   for (auto& group : optimizer_.param_groups())
     static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
@@ -276,7 +277,7 @@ void local_trainer::begin_epoch(epoch_plan plan) {
     const int64_t n = train_->size();
     for (int64_t i : all)
       if (i < 0 || i >= n)
-        throw std::invalid_argument("local_trainer: sample " + std::to_string(i) +
+        throw argument_error("local_trainer: sample " + std::to_string(i) +
                                     " is not in the training set of " + std::to_string(n));
     device_plan_ = torch::from_blob(all.data(), {static_cast<int64_t>(all.size())}, torch::kInt64)
                      .to(device_);
@@ -384,7 +385,7 @@ step_result local_trainer::device_step() {
 evaluation evaluate_logits(const std::function<torch::Tensor(const torch::Tensor&)>& logits_of,
                            const dataset& data, int64_t batch) {
   if (batch <= 0)
-    throw std::invalid_argument("evaluate: batch size must be positive");
+    throw argument_error("evaluate: batch size must be positive");
   const int64_t n = data.size();
   if (n == 0)
     return {};

@@ -1,4 +1,5 @@
 #include "actors/balancer/balancer_state.hpp"
+#include "common/error.hpp"
 
 namespace eg::actors {
 namespace balancer_parts {
@@ -101,12 +102,12 @@ void write_outputs(self_ptr self) {
       learning::write_torchscript(*model, data.norm, data.classes,
                                   (dir / "model_scripted.pt").string());
     } catch (const std::exception& e) {
-      spdlog::error("cannot write the TorchScript model: {}", e.what());
+      spdlog::error("cannot write the TorchScript model: {}", eg::describe(e));
     }
     std::ofstream((dir / "config.toml").string()) << st.args.settings.cluster_file;
     spdlog::info("run directory: {}", dir.string());
   } catch (const std::exception& e) {
-    spdlog::error("cannot write the run directory {}: {}", dir.string(), e.what());
+    spdlog::error("cannot write the run directory {}: {}", dir.string(), eg::describe(e));
   }
 }
 

@@ -1,4 +1,5 @@
 #include "actors/balancer/evaluator.hpp"
+#include "common/error.hpp"
 
 #include "actors/wire.hpp"
 #include "models/dataset.hpp"
@@ -64,7 +65,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
             models.push_back(learning::from_views(answers[i].value.tensors, st->names, st->like));
           } catch (const std::exception& e) {
             spdlog::warn("balancer: ignoring weights of {} that cannot be averaged: {}",
-                         answers[i].sender, e.what());
+                         answers[i].sender, eg::describe(e));
             continue;
           }
           samples.push_back(i < weights.size() ? weights[i] : 1.0);

@@ -6,6 +6,7 @@
 // and builds a snapshot from both (console_snapshot), the node passes its
 // JSON on, the console parses and draws it.
 
+#include "common/error.hpp"
 #include "algorithms/edgegossip/epoch_barrier.hpp"
 #include "messages/codec.hpp"
 
@@ -27,9 +28,9 @@ struct cluster_config;
 namespace eg::inspection {
 
 /// A JSON document that is not a snapshot / history / answer.
-class inspection_error : public std::runtime_error {
+class inspection_error : public failure<errc::bad_request> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 /// The text of the error a node answers for a wrong cluster secret (the

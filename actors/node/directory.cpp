@@ -1,4 +1,5 @@
 #include "actors/node/directory.hpp"
+#include "common/error.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -18,7 +19,7 @@ void directory::set_samples(messages::role r, const std::string& node, uint64_t 
 void directory::replace_node(const std::string& node, const std::vector<messages::component>& what,
                              const std::vector<caf::actor>& handles) {
   if (what.size() != handles.size())
-    throw std::invalid_argument("directory: " + std::to_string(what.size()) + " components but "
+    throw argument_error("directory: " + std::to_string(what.size()) + " components but "
                                 + std::to_string(handles.size()) + " handles");
   remove_node(node);
   for (size_t i = 0; i < what.size(); ++i)

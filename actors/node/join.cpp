@@ -42,8 +42,10 @@ std::optional<kept_join> load_kept(const storage::store& db, const std::string& 
     if (j.at("cluster_id").get<std::string>() != cluster_id)
       return std::nullopt;
     return kept_join{j.at("cluster").get<std::string>(), j.at("from").get<std::string>()};
-  } catch (const std::exception&) {
-    return std::nullopt;  // (written by another version: asked again)
+  } catch (const nlohmann::json::exception& e) {
+    // (written by another version: asked again)
+    spdlog::warn("the stored join record is unreadable ({}): asking again", e.what());
+    return std::nullopt;
   }
 }
 
@@ -143,7 +145,7 @@ std::pair<std::string, uint16_t> parse_address(const std::string& text) {
     port = std::stoi(text.substr(colon + 1), &used);
     if (used != text.size() - colon - 1)
       port = 0;
-  } catch (const std::exception&) {
+  } catch (const std::logic_error&) {  // std::stoi: not a number, or out of range
     port = 0;
   }
   if (port <= 0 || port > 65535)

@@ -1,4 +1,5 @@
 #include "actors/node/metrics.hpp"
+#include "common/error.hpp"
 
 #include "messages/codec.hpp"
 #include "messages/lane.hpp"
@@ -195,7 +196,7 @@ public:
       acceptor_.bind(at);
       acceptor_.listen(64);
     } catch (const std::exception& e) {
-      throw std::runtime_error("cannot serve metrics on " + address + " (nodes.metrics_port): " +
+      throw failure<errc::network_failed>("cannot serve metrics on " + address + " (nodes.metrics_port): " +
                                e.what());
     }
     port_ = acceptor_.local_endpoint().port();

@@ -7,6 +7,7 @@
 // declared down like one whose process ended: CAF closes the connection and
 // every monitor of the peer's actors gets its down message.
 
+#include "common/error.hpp"
 #include "actors/interfaces.hpp"
 #include "config/config.hpp"
 #include "messages/door.hpp"
@@ -24,9 +25,9 @@
 
 namespace eg::actors {
 
-class network_error : public std::runtime_error {
+class network_error : public failure<errc::network_failed> {
 public:
-  using std::runtime_error::runtime_error;
+  using failure::failure;
 };
 
 /// cluster.tls for one node: "{node}" in the certificate's and key's paths

@@ -1,4 +1,5 @@
 #include "actors/node/node_data.hpp"
+#include "common/error.hpp"
 
 #include "algorithms/edgegossip/aggregator.hpp"
 #include "storage/store.hpp"
@@ -309,8 +310,10 @@ std::optional<std::vector<std::string>> saved_classes(const storage::store& db,
     if (classes.size() < 2)
       return std::nullopt;
     return classes;
-  } catch (const std::exception&) {
-    return std::nullopt;  // asked again
+  } catch (const nlohmann::json::exception& e) {
+    // A record this version cannot read: the classes are asked for again.
+    spdlog::warn("the cluster's stored classes are unreadable ({}): asking again", e.what());
+    return std::nullopt;
   }
 }
 
@@ -364,7 +367,7 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
           db.put(storage::family::runs, classes_key,
                  nlohmann::json{{"cluster", cfg.id}, {"from", peer}, {"classes", *got}}.dump());
         } catch (const std::exception& e) {
-          spdlog::warn("node {}: the cluster's classes not kept in the store: {}", node, e.what());
+          spdlog::warn("node {}: the cluster's classes not kept in the store: {}", node, eg::describe(e));
         }
         return got;
       }
@@ -461,7 +464,7 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
         continue;
       } catch (const std::exception& e) {
         spdlog::warn("[{}] stored aggregated points unusable ({}); generating again",
-                     all[i].name, e.what());
+                     all[i].name, eg::describe(e));
       }
     }
     jobs.emplace_back(i, std::async(std::launch::async, [&train, &shards, i, opt] {

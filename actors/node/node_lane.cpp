@@ -1,4 +1,5 @@
 #include "actors/node/node_state.hpp"
+#include "common/error.hpp"
 
 #include "actors/node/network.hpp"
 #include "actors/server.hpp"
@@ -116,7 +117,7 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
     if (cfg.tls.enabled())  // never plain text when TLS was asked for
       throw;
     spdlog::error("[{}] no weights lane ({}); gossip goes through the middleman", st.args.name,
-                  e.what());
+                  eg::describe(e));
     return nullptr;
   }
 }

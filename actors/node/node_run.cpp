@@ -1,4 +1,5 @@
 #include "actors/node/node_state.hpp"
+#include "common/error.hpp"
 
 #include "actors/node/metrics.hpp"
 #include "actors/report_files.hpp"
@@ -43,7 +44,7 @@ void finish(self_ptr self) {
       fs::create_directories(dir);
       write_platform_csv((dir / (st.args.name + "-metrics.csv")).string(), st.reports);
     } catch (const std::exception& e) {
-      spdlog::error("[{}] cannot write its metrics: {}", st.args.name, e.what());
+      spdlog::error("[{}] cannot write its metrics: {}", st.args.name, eg::describe(e));
     }
   }
   if (st.lane) {

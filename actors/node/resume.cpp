@@ -1,4 +1,5 @@
 #include "actors/node/resume.hpp"
+#include "common/error.hpp"
 
 #include "actors/node/node_data.hpp"
 #include "actors/report_files.hpp"
@@ -60,7 +61,7 @@ std::optional<stage_checkpoint> latest_stage_checkpoint(const storage::store& db
       return c;
     } catch (const std::exception& e) {
       spdlog::warn("stage {}: checkpoint {} unusable ({}); trying an older one", stage_name(index),
-                   i->first, e.what());
+                   i->first, eg::describe(e));
     }
   }
   return std::nullopt;

@@ -1,4 +1,5 @@
 #include "actors/node/runtime.hpp"
+#include "common/error.hpp"
 #include "actors/node/process_guards.hpp"
 #include "actors/node/join.hpp"
 #include "actors/node/resume.hpp"
@@ -146,7 +147,7 @@ std::unique_ptr<scheduled_cpu_limit> limit_cpu(const config::cluster_config& cfg
   try {
     cpu = std::make_unique<scheduled_cpu_limit>(me.cpu_limit, me.cpu_schedule, cfg.cpu_limiter);
   } catch (const std::exception& e) {
-    throw std::runtime_error("node " + me.name + " cannot limit its CPU: " + e.what());
+    throw system_failure("node " + me.name + " cannot limit its CPU: " + e.what());
   }
   if (me.cpu_limit > 0)
     spdlog::info("node {}: CPU limited to {} cores by {}, {} changes scheduled", me.name,
@@ -329,7 +330,7 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
     } catch (const std::exception& e) {
       caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
-      throw std::runtime_error("node " + me.name + ": " + e.what());
+      throw failure<errc::network_failed>("node " + me.name + ": " + e.what());
     }
   }
   doors_closer closing{door, routes};

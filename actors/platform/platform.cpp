@@ -1,4 +1,5 @@
 #include "actors/platform/platform_state.hpp"
+#include "common/error.hpp"
 
 #include "algorithms/gossip/gossip.hpp"
 #include "algorithms/workers.hpp"
@@ -58,7 +59,7 @@ void build(platform_state& st, platform_args& args) {
                   args.restore->epoch);
   } catch (const std::exception& e) {
     spdlog::error("[{}] its checkpoint does not fit this model ({}): starting afresh",
-                  args.platform.name, e.what());
+                  args.platform.name, eg::describe(e));
     auto fresh = learning::make_classifier(args.train.model, args.seed, shape);
     learning::load_model(*model, learning::save_model(*fresh));
     st.model->replace_trainer(
@@ -105,7 +106,7 @@ void adopt(self_ptr self, const std::string& averaged) {
   } catch (const std::exception& e) {
     spdlog::warn("[{}] kept its initial model: the cluster's averaged model does not load "
                  "({})",
-                 st.args.platform.name, e.what());
+                 st.args.platform.name, eg::describe(e));
   }
 }
 
@@ -166,7 +167,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       } catch (const std::exception& e) {
         ++st.refused;
         spdlog::warn("[{}] refused the cluster's normalisation: {}", st.args.platform.name,
-                     e.what());
+                     eg::describe(e));
       }
     },
     [self](step_atom) { step(self); },

@@ -1,4 +1,5 @@
 #include "actors/platform/predictor.hpp"
+#include "common/error.hpp"
 
 #include "algorithms/edgegossip/predictor.hpp"
 #include "storage/store.hpp"
@@ -39,7 +40,7 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
       st.model.restore(args.restore);
       spdlog::info("[{}] predictor restored {} samples", args.platform, st.model.size());
     } catch (const std::exception& e) {
-      spdlog::warn("[{}] predictor samples not restored: {}", args.platform, e.what());
+      spdlog::warn("[{}] predictor samples not restored: {}", args.platform, eg::describe(e));
     }
   }
   st.args = std::move(args);

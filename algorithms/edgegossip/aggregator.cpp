@@ -1,4 +1,5 @@
 #include "algorithms/edgegossip/aggregator.hpp"
+#include "common/error.hpp"
 #include "algorithms/edgegossip/aggregator_detail.hpp"
 
 #include <faiss/Clustering.h>
@@ -44,7 +45,7 @@ double seconds_since(steady::time_point start) {
 
 void check_ratio(int64_t ratio) {
   if (ratio < 1)
-    throw std::invalid_argument("aggregator: ratio must be >= 1, got " + std::to_string(ratio));
+    throw argument_error("aggregator: ratio must be >= 1, got " + std::to_string(ratio));
 }
 
 // Independent streams per class from one seed (splitmix64's finaliser).
@@ -244,7 +245,7 @@ private:
 };
 
 [[noreturn]] void damaged(const std::string& what) {
-  throw std::runtime_error("aggregated points: " + what);
+  throw storage_failure("aggregated points: " + what);
 }
 
 class reader {
@@ -304,7 +305,7 @@ torch::Tensor reduce(const torch::Tensor& x, const aggregator_options& opt) {
   case reduction::hash:
     return random_projection(x, hash_dims, opt.seed);
   }
-  throw std::invalid_argument("aggregator: unknown reduction");
+  throw argument_error("aggregator: unknown reduction");
 }
 
 } // namespace detail
@@ -324,7 +325,7 @@ aggregator_options aggregator_from_name(const std::string& name, int64_t ratio, 
     opt.reduce = reduction::hash;
     opt.divide = division::kmeans;
   } else {
-    throw std::invalid_argument("unknown aggregator '" + name +
+    throw argument_error("unknown aggregator '" + name +
                                 "' (choices: svd-kmeans, isvd-lsh, hash-kmeans)");
   }
   return opt;
@@ -413,7 +414,7 @@ aggregated_points renormalised(const aggregated_points& a, const data::normalisa
     std::vector<float> f(static_cast<size_t>(channels), static_cast<float>(otherwise));
     if (!v.empty()) {
       if (static_cast<int64_t>(v.size()) != channels)
-        throw std::invalid_argument("renormalised: a normalisation of " + std::to_string(v.size()) +
+        throw argument_error("renormalised: a normalisation of " + std::to_string(v.size()) +
                                     " channels for points of " + std::to_string(channels));
       std::copy(v.begin(), v.end(), f.begin());
     }
@@ -432,7 +433,7 @@ std::string serialize(const aggregated_points& a) {
   const int64_t m = a.size();
   if (!a.points.defined() || a.points.dim() < 1 || a.points.size(0) != m || !a.labels.defined() ||
       a.labels.numel() != m)
-    throw std::invalid_argument("aggregated points: points, labels and members disagree in number");
+    throw argument_error("aggregated points: points, labels and members disagree in number");
   auto points = a.points.to(torch::kFloat).contiguous();
   auto labels = a.labels.to(torch::kLong).contiguous();
 

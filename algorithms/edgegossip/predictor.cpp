@@ -1,4 +1,5 @@
 #include "algorithms/edgegossip/predictor.hpp"
+#include "common/error.hpp"
 
 #include <unistd.h>
 
@@ -311,21 +312,21 @@ slowdown_model::slowdown_model(double forgetting, size_t window, double tracking
     : forgetting_(forgetting), window_(window), tracking_(tracking),
       min_fit_samples_(std::max<size_t>(2, min_fit_samples)), change_(change) {
   if (!(change > 1))
-    throw std::invalid_argument("slowdown_model: change " + std::to_string(change) +
+    throw argument_error("slowdown_model: change " + std::to_string(change) +
                                 " is not above 1");
   if (!(forgetting > 0 && forgetting <= 1))
-    throw std::invalid_argument("slowdown_model: forgetting " + std::to_string(forgetting) +
+    throw argument_error("slowdown_model: forgetting " + std::to_string(forgetting) +
                                 " is not in (0, 1]");
   if (!(tracking > 0 && tracking <= 1))
-    throw std::invalid_argument("slowdown_model: tracking " + std::to_string(tracking) +
+    throw argument_error("slowdown_model: tracking " + std::to_string(tracking) +
                                 " is not in (0, 1]");
   if (window == 0)
-    throw std::invalid_argument("slowdown_model: the window must hold at least one sample");
+    throw argument_error("slowdown_model: the window must hold at least one sample");
 }
 
 void slowdown_model::observe(const contention& u, double seconds_per_point) {
   if (!valid_sample(u, seconds_per_point))
-    throw std::invalid_argument("slowdown_model::observe: needs finite contention and a positive "
+    throw argument_error("slowdown_model::observe: needs finite contention and a positive "
                                 "time per point, got " + std::to_string(seconds_per_point));
   samples_.push_back({u, seconds_per_point});
   if (samples_.size() > window_)
@@ -499,7 +500,7 @@ void slowdown_model::restore(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line) || (line != model_header && line != model_header_v1))
-    throw std::runtime_error("slowdown_model::restore: line 1 is not '" +
+    throw storage_failure("slowdown_model::restore: line 1 is not '" +
                              std::string(model_header) + "'");
   const bool v1 = line == model_header_v1;
   const size_t fields = v1 ? 4 : 5;

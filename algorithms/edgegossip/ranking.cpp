@@ -1,4 +1,5 @@
 #include "algorithms/edgegossip/ranking.hpp"
+#include "common/error.hpp"
 
 #include <torch/torch.h>
 
@@ -16,7 +17,7 @@ std::vector<float> aggregated_losses(classifier& model, const aggregated_points&
   if (m == 0)
     return {};
   if (!a.labels.defined() || a.labels.size(0) != m)
-    throw std::invalid_argument("aggregated_losses: " + std::to_string(m) +
+    throw argument_error("aggregated_losses: " + std::to_string(m) +
                                 " points but a different number of labels");
 
   evaluation_scope scope(model);
@@ -56,7 +57,7 @@ std::vector<int64_t> rank_by_loss(const std::vector<float>& losses) {
 epoch_plan ranked_plan(const std::vector<std::vector<int64_t>>& members,
                        const std::vector<int64_t>& ranking, int64_t batch, int64_t budget) {
   if (batch <= 0)
-    throw std::invalid_argument("ranked_plan: batch size must be positive");
+    throw argument_error("ranked_plan: batch size must be positive");
   epoch_plan plan;
   if (budget <= 0)
     return plan;
@@ -65,7 +66,7 @@ epoch_plan ranked_plan(const std::vector<std::vector<int64_t>>& members,
   int64_t planned = 0;
   for (int64_t j : ranking) {
     if (j < 0 || j >= static_cast<int64_t>(members.size()))
-      throw std::invalid_argument("ranked_plan: ranking names aggregated point " +
+      throw argument_error("ranked_plan: ranking names aggregated point " +
                                   std::to_string(j) + " of " + std::to_string(members.size()));
     const auto& subset = members[static_cast<size_t>(j)];
     current.insert(current.end(), subset.begin(), subset.end());
@@ -87,9 +88,9 @@ epoch_plan accuracy_aware_plan(const std::vector<std::vector<int64_t>>& members,
                                const std::vector<int64_t>& ranking, int64_t batch,
                                int64_t budget, std::mt19937_64& rng) {
   if (batch <= 0)
-    throw std::invalid_argument("accuracy_aware_plan: batch size must be positive");
+    throw argument_error("accuracy_aware_plan: batch size must be positive");
   if (classes.size() != members.size())
-    throw std::invalid_argument("accuracy_aware_plan: " + std::to_string(classes.size()) +
+    throw mismatch_error("accuracy_aware_plan: " + std::to_string(classes.size()) +
                                 " classes for " + std::to_string(members.size()) + " subsets");
   // Each class's share of the budget follows its share of the points.
   std::map<int64_t, double> points_of;
@@ -104,7 +105,7 @@ epoch_plan accuracy_aware_plan(const std::vector<std::vector<int64_t>>& members,
   std::vector<int64_t> points;
   for (int64_t j : ranking) {
     if (j < 0 || j >= static_cast<int64_t>(members.size()))
-      throw std::invalid_argument("accuracy_aware_plan: ranking names aggregated point " +
+      throw argument_error("accuracy_aware_plan: ranking names aggregated point " +
                                   std::to_string(j) + " of " + std::to_string(members.size()));
     auto& subset = members[static_cast<size_t>(j)];
     auto& room = left[classes[static_cast<size_t>(j)]];

@@ -1,4 +1,5 @@
 #include "algorithms/gossip/compression.hpp"
+#include "common/error.hpp"
 
 #include "messages/sparse.hpp"
 
@@ -14,7 +15,7 @@ namespace eg::learning {
 flat_layout flat_layout::of(const std::vector<std::string>& names,
                             const std::vector<torch::Tensor>& params) {
   if (names.size() != params.size())
-    throw std::invalid_argument("flat_layout: " + std::to_string(names.size()) + " names for " +
+    throw mismatch_error("flat_layout: " + std::to_string(names.size()) + " names for " +
                                 std::to_string(params.size()) + " tensors");
   flat_layout l;
   // FNV-1a over names and shapes: stable across builds and machines.
@@ -66,7 +67,7 @@ void unflatten_into(const torch::Tensor& flat, double scale,
     at += p.numel();
   }
   if (at != flat.numel())
-    throw std::invalid_argument("unflatten_into: a flat vector of " +
+    throw mismatch_error("unflatten_into: a flat vector of " +
                                 std::to_string(flat.numel()) + " entries for " +
                                 std::to_string(at) + " parameters");
 }
@@ -80,10 +81,10 @@ int64_t entries_for(int64_t numel, double density) {
 
 sparse_entries top_k(const torch::Tensor& flat, const flat_layout& layout, double density) {
   if (!(density > 0 && density <= 1))
-    throw std::invalid_argument("top_k: density " + std::to_string(density) +
+    throw argument_error("top_k: density " + std::to_string(density) +
                                 " is not in (0, 1]");
   if (flat.numel() != layout.numel() || flat.scalar_type() != torch::kFloat32)
-    throw std::invalid_argument("top_k: a flat vector that does not fit the layout");
+    throw mismatch_error("top_k: a flat vector that does not fit the layout");
   torch::NoGradGuard no_grad;
   sparse_entries e;
   const float* v = flat.data_ptr<float>();
@@ -201,13 +202,13 @@ void round_as_sent(sparse_entries& e, const flat_layout& layout, messages::value
       });
       return;
   }
-  throw std::invalid_argument("unknown value type " + std::to_string(static_cast<int>(type)));
+  throw argument_error("unknown value type " + std::to_string(static_cast<int>(type)));
 }
 
 encoded_part encode(const sparse_entries& e, const flat_layout& layout,
                     messages::value_type type) {
   if (e.indices.size() != e.values.size())
-    throw std::invalid_argument("encode: " + std::to_string(e.indices.size()) + " indices for " +
+    throw argument_error("encode: " + std::to_string(e.indices.size()) + " indices for " +
                                 std::to_string(e.values.size()) + " values");
   encoded_part p;
   p.layout = layout.fingerprint;
@@ -246,14 +247,14 @@ encoded_part encode(const sparse_entries& e, const flat_layout& layout,
 
 sparse_entries decode(const messages::sparse_part& part, const flat_layout& layout) {
   if (part.layout != layout.fingerprint)
-    throw std::invalid_argument("a sparse part for another model (layout fingerprint differs)");
+    throw mismatch_error("a sparse part for another model (layout fingerprint differs)");
   if (part.numel != static_cast<uint64_t>(layout.numel()))
-    throw std::invalid_argument("a sparse part over " + std::to_string(part.numel) +
+    throw mismatch_error("a sparse part over " + std::to_string(part.numel) +
                                 " parameters, the model has " + std::to_string(layout.numel()));
   const bool sign = part.values == messages::value_type::sign;
   if (!sign &&
       part.value_bytes != static_cast<size_t>(part.count) * messages::element_size(part.values))
-    throw std::invalid_argument("a sparse part of " + std::to_string(part.count) +
+    throw mismatch_error("a sparse part of " + std::to_string(part.count) +
                                 " entries carries " + std::to_string(part.value_bytes) +
                                 " value bytes");
   sparse_entries e;
@@ -262,14 +263,14 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
     messages::decode_indices(part.indices, part.index_bytes, part.coding, part.count, part.numel,
                              e.indices.data());
   } catch (const messages::codec_error& err) {
-    throw std::invalid_argument(std::string("sparse indices: ") + err.what());
+    throw argument_error(std::string("sparse indices: ") + err.what());
   }
   e.values.resize(part.count);
   if (sign) {
     size_t tensors = 0;
     for_each_tensor(e.indices, layout, [&](size_t, size_t) { ++tensors; });
     if (part.value_bytes != messages::sign_value_bytes(part.count, tensors))
-      throw std::invalid_argument("a sparse part of " + std::to_string(part.count) +
+      throw mismatch_error("a sparse part of " + std::to_string(part.count) +
                                   " sign values in " + std::to_string(tensors) +
                                   " tensors carries " + std::to_string(part.value_bytes) +
                                   " value bytes (" +
@@ -277,14 +278,14 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
                                   " expected)");
     const uint8_t* bits = part.value_data + 2 * tensors;
     if (part.count % 8 != 0 && (bits[part.count / 8] >> (part.count % 8)) != 0)
-      throw std::invalid_argument("sparse sign values: nonzero padding bits");
+      throw argument_error("sparse sign values: nonzero padding bits");
     size_t t = 0;
     for_each_tensor(e.indices, layout, [&](size_t first, size_t last) {
       uint16_t h;
       std::memcpy(&h, part.value_data + 2 * t, 2);
       const float scale = from_half(h);
       if (!std::isfinite(scale) || std::signbit(scale))
-        throw std::invalid_argument("sparse sign scale " + std::to_string(t) +
+        throw argument_error("sparse sign scale " + std::to_string(t) +
                                     " is not a number of at least 0");
       for (size_t i = first; i < last; ++i)
         e.values[i] = (bits[i / 8] >> (i % 8)) & 1u ? -scale : scale;
@@ -304,7 +305,7 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
       std::memcpy(&x, part.value_data + 4 * i, 4);
     }
     if (!std::isfinite(x))
-      throw std::invalid_argument("sparse value " + std::to_string(i) + " is not a number");
+      throw argument_error("sparse value " + std::to_string(i) + " is not a number");
     e.values[i] = x;
   }
   return e;
@@ -313,14 +314,14 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
 edge_copies::edge_copies(flat_layout layout, double density, messages::value_type values)
     : layout_(std::move(layout)), density_(density), values_(values) {
   if (!(density > 0 && density <= 1))
-    throw std::invalid_argument("edge copies: density " + std::to_string(density) +
+    throw argument_error("edge copies: density " + std::to_string(density) +
                                 " is not in (0, 1]");
   initial_ = torch::zeros({layout_.numel()}, torch::kFloat32);
 }
 
 void edge_copies::start(const torch::Tensor& initial) {
   if (initial.numel() != layout_.numel())
-    throw std::invalid_argument("edge copies: an initial model that does not fit the layout");
+    throw mismatch_error("edge copies: an initial model that does not fit the layout");
   initial_ = initial.reshape({-1}).to(torch::kFloat32).clone();
   out_.clear();
   in_.clear();

@@ -1,4 +1,5 @@
 #include "algorithms/gossip/gossip.hpp"
+#include "common/error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,9 +14,9 @@ namespace eg::learning {
 gosgd::gosgd(double initial_weight, double exchange_probability)
     : weight_(initial_weight), configured_p_(exchange_probability), p_(exchange_probability) {
   if (!(initial_weight > 0))
-    throw std::invalid_argument("gosgd: initial weight must be positive");
+    throw argument_error("gosgd: initial weight must be positive");
   if (!(exchange_probability >= 0 && exchange_probability <= 1))
-    throw std::invalid_argument("gosgd: exchange probability " +
+    throw argument_error("gosgd: exchange probability " +
                                 std::to_string(exchange_probability) + " is not in [0, 1]");
 }
 
@@ -27,13 +28,13 @@ void check_received(const char* who, const std::vector<torch::Tensor>& params,
                     const std::vector<torch::Tensor>& received, double received_weight) {
   const std::string w = who;
   if (params.size() != received.size())
-    throw std::invalid_argument(w + "::merge: received " + std::to_string(received.size()) +
+    throw mismatch_error(w + "::merge: received " + std::to_string(received.size()) +
                                 " tensors, the model has " + std::to_string(params.size()));
   if (!(received_weight > 0) || !std::isfinite(received_weight))
-    throw std::invalid_argument(w + "::merge: received weight must be positive");
+    throw mismatch_error(w + "::merge: received weight must be positive");
   for (size_t i = 0; i < params.size(); ++i)
     if (!params[i].sizes().equals(received[i].sizes()))
-      throw std::invalid_argument(w + "::merge: tensor " + std::to_string(i) +
+      throw mismatch_error(w + "::merge: tensor " + std::to_string(i) +
                                   " has another shape than the model's");
 }
 
@@ -54,7 +55,7 @@ void gosgd::merge(const std::vector<torch::Tensor>& params,
 
   if (!(own_rate > 0) || !(received_rate > 0) || !std::isfinite(own_rate) ||
       !std::isfinite(received_rate))
-    throw std::invalid_argument("gosgd::merge: rates must be positive");
+    throw mismatch_error("gosgd::merge: rates must be positive");
   const double total = weight_ + received_weight;
   const double mine = weight_ * own_rate, theirs = received_weight * received_rate;
   mix(params, received, mine / (mine + theirs), theirs / (mine + theirs));
@@ -63,7 +64,7 @@ void gosgd::merge(const std::vector<torch::Tensor>& params,
 
 void gosgd::scale_exchange(double factor) {
   if (!(factor > 0))
-    throw std::invalid_argument("gosgd: exchange scale " + std::to_string(factor) +
+    throw argument_error("gosgd: exchange scale " + std::to_string(factor) +
                                 " is not positive");
   p_ = std::min(1.0, configured_p_ * factor);
 }
@@ -82,12 +83,12 @@ std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&, siz
 
 push_sum::push_sum(double initial_weight) : weight_(initial_weight) {
   if (!(initial_weight > 0) || !std::isfinite(initial_weight))
-    throw std::invalid_argument("push-sum: initial weight must be positive");
+    throw argument_error("push-sum: initial weight must be positive");
 }
 
 void push_sum::set_weight(double w) {
   if (!(w > 0) || !std::isfinite(w))
-    throw std::invalid_argument("push-sum: weight " + std::to_string(w) + " is not positive");
+    throw argument_error("push-sum: weight " + std::to_string(w) + " is not positive");
   weight_ = w;
 }
 
@@ -128,7 +129,7 @@ gossip_payload gossip_strategy::payload(const send_order&, const std::string&,
 
 void gossip_strategy::merge_sparse(const std::vector<torch::Tensor>&, const std::string&,
                                    const messages::weights&) {
-  throw std::invalid_argument(name() + " merges whole models; a sparse message was refused");
+  throw mismatch_error(name() + " merges whole models; a sparse message was refused");
 }
 
 sparse_push::sparse_push(flat_layout layout, sparse_push_options options, double initial_weight)
@@ -136,28 +137,28 @@ sparse_push::sparse_push(flat_layout layout, sparse_push_options options, double
       model_copies_(layout, options.density, options.values) {
   generation_ = (generation_ << 32) ^ std::random_device{}();
   if (!(initial_weight > 0) || !std::isfinite(initial_weight))
-    throw std::invalid_argument("sparse-push: initial weight must be positive");
+    throw argument_error("sparse-push: initial weight must be positive");
   if (!(options.consensus_step > 0 && options.consensus_step <= 1))
-    throw std::invalid_argument("sparse-push: consensus step " +
+    throw argument_error("sparse-push: consensus step " +
                                 std::to_string(options.consensus_step) + " is not in (0, 1]");
   if (!(options.drift_memory >= 0 && options.drift_memory < 1))
-    throw std::invalid_argument("scsp: drift memory " + std::to_string(options.drift_memory) +
+    throw argument_error("scsp: drift memory " + std::to_string(options.drift_memory) +
                                 " is not in [0, 1)");
   if (!(options.drift_gain >= 0) || !std::isfinite(options.drift_gain))
-    throw std::invalid_argument("scsp: drift gain " + std::to_string(options.drift_gain) +
+    throw argument_error("scsp: drift gain " + std::to_string(options.drift_gain) +
                                 " is not a number of 0 or more");
 }
 
 void sparse_push::set_weight(double w) {
   if (!(w > 0) || !std::isfinite(w))
-    throw std::invalid_argument("sparse-push: weight " + std::to_string(w) + " is not positive");
+    throw argument_error("sparse-push: weight " + std::to_string(w) + " is not positive");
   weight_ = w;
 }
 
 void sparse_push::start(const std::vector<torch::Tensor>& params) {
   flatten_into(params, 1.0, z_);
   if (z_.numel() != model_copies_.layout().numel())
-    throw std::invalid_argument("sparse-push: the parameters do not fit the layout");
+    throw mismatch_error("sparse-push: the parameters do not fit the layout");
   model_copies_.start(z_);
   if (options_.compensate) {
     correction_ = torch::zeros_like(z_);
@@ -190,7 +191,7 @@ void sparse_push::peers_changed(const std::vector<std::string>& live) {
 
 void sparse_push::merge(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&,
                         double, double, double) {
-  throw std::invalid_argument(name() + " merges sparse messages; a whole model was refused");
+  throw mismatch_error(name() + " merges sparse messages; a whole model was refused");
 }
 
 void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
@@ -198,15 +199,15 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   if (!z_.defined())
     throw std::logic_error("sparse-push: merge before start");
   if (message.sparse.size() != 1)
-    throw std::invalid_argument(name() + " takes 1 sparse part a message, received " +
+    throw mismatch_error(name() + " takes 1 sparse part a message, received " +
                                 std::to_string(message.sparse.size()));
   if (!message.tensors.empty())
-    throw std::invalid_argument(name() + ": a message with whole tensors beside sparse parts");
+    throw mismatch_error(name() + ": a message with whole tensors beside sparse parts");
   // A share may be 0: a message that carried almost nothing of a lagging
   // copy moves no weight, but its part must still reach the copy.
   const double s = message.gossip_weight;
   if (!(s >= 0) || !std::isfinite(s))
-    throw std::invalid_argument(name() + ": received weight must be a non-negative number");
+    throw mismatch_error(name() + ": received weight must be a non-negative number");
   // Everything checked before anything changes: a bad message changes nothing.
   auto model_part = decode(message.sparse[0], model_copies_.layout());
 
@@ -364,7 +365,7 @@ std::unique_ptr<gossip_strategy> make_strategy(const std::string& name, int64_t 
                                                const flat_layout& layout,
                                                const sparse_push_options& sparse) {
   if (platforms <= 0)
-    throw std::invalid_argument("make_strategy: the number of platforms must be positive");
+    throw argument_error("make_strategy: the number of platforms must be positive");
   return gossip_rules().at(name)({platforms, exchange_probability, layout, sparse});
 }
 
@@ -416,7 +417,7 @@ messages::dtype to_wire(torch::ScalarType t, const std::string& name) {
   case torch::kInt32: return messages::dtype::int32;
   case torch::kUInt8: return messages::dtype::uint8;
   default:
-    throw std::invalid_argument("tensor '" + name + "': dtype " + std::string(c10::toString(t)) +
+    throw mismatch_error("tensor '" + name + "': dtype " + std::string(c10::toString(t)) +
                                 " cannot be sent");
   }
 }
@@ -429,7 +430,7 @@ torch::ScalarType from_wire(messages::dtype t, const std::string& name) {
   case messages::dtype::int32: return torch::kInt32;
   case messages::dtype::uint8: return torch::kUInt8;
   }
-  throw std::invalid_argument("tensor '" + name + "': unknown dtype " +
+  throw mismatch_error("tensor '" + name + "': unknown dtype " +
                               std::to_string(static_cast<int>(t)));
 }
 
@@ -438,14 +439,14 @@ torch::ScalarType from_wire(messages::dtype t, const std::string& name) {
 std::vector<messages::tensor_view> to_views(const std::vector<std::string>& names,
                                             const std::vector<torch::Tensor>& tensors) {
   if (names.size() != tensors.size())
-    throw std::invalid_argument("to_views: " + std::to_string(names.size()) + " names for " +
+    throw mismatch_error("to_views: " + std::to_string(names.size()) + " names for " +
                                 std::to_string(tensors.size()) + " tensors");
   std::vector<messages::tensor_view> views;
   views.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous())
-      throw std::invalid_argument("tensor '" + names[i] + "': not a contiguous CPU tensor");
+      throw mismatch_error("tensor '" + names[i] + "': not a contiguous CPU tensor");
     messages::tensor_view v;
     v.name = names[i];
     v.type = to_wire(t.scalar_type(), names[i]);
@@ -461,27 +462,27 @@ std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& 
                                       const std::vector<std::string>& names,
                                       const std::vector<torch::Tensor>& like) {
   if (views.size() != names.size() || views.size() != like.size())
-    throw std::invalid_argument("from_views: received " + std::to_string(views.size()) +
+    throw mismatch_error("from_views: received " + std::to_string(views.size()) +
                                 " tensors, the model has " + std::to_string(like.size()));
   std::vector<torch::Tensor> out;
   out.reserve(views.size());
   for (size_t i = 0; i < views.size(); ++i) {
     const auto& v = views[i];
     if (v.name != names[i])
-      throw std::invalid_argument("tensor '" + names[i] + "': received '" + v.name +
+      throw mismatch_error("tensor '" + names[i] + "': received '" + v.name +
                                   "' in its place");
     const auto type = from_wire(v.type, names[i]);
     if (type != like[i].scalar_type())
-      throw std::invalid_argument("tensor '" + names[i] + "': dtype " +
+      throw mismatch_error("tensor '" + names[i] + "': dtype " +
                                   std::string(c10::toString(type)) + ", expected " +
                                   std::string(c10::toString(like[i].scalar_type())));
     if (!like[i].sizes().equals(v.shape))
-      throw std::invalid_argument("tensor '" + names[i] + "': shape " +
+      throw mismatch_error("tensor '" + names[i] + "': shape " +
                                   c10::str(c10::IntArrayRef(v.shape)) + ", expected " +
                                   c10::str(like[i].sizes()));
     const auto expected_bytes = static_cast<size_t>(like[i].numel()) * c10::elementSize(type);
     if (v.bytes != expected_bytes || (expected_bytes > 0 && !v.data))
-      throw std::invalid_argument("tensor '" + names[i] + "': " + std::to_string(v.bytes) +
+      throw mismatch_error("tensor '" + names[i] + "': " + std::to_string(v.bytes) +
                                   " bytes, expected " + std::to_string(expected_bytes));
     // Merging only reads the received tensors, so the const buffer is safe.
     out.push_back(torch::from_blob(const_cast<void*>(v.data), v.shape, torch::dtype(type)));
@@ -492,26 +493,26 @@ std::vector<torch::Tensor> from_views(const std::vector<messages::tensor_view>& 
 std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>& models,
                                    const std::vector<double>& weights) {
   if (models.empty())
-    throw std::invalid_argument("average: no models");
+    throw argument_error("average: no models");
   if (!weights.empty() && weights.size() != models.size())
-    throw std::invalid_argument("average: " + std::to_string(weights.size()) + " weights for " +
+    throw argument_error("average: " + std::to_string(weights.size()) + " weights for " +
                                 std::to_string(models.size()) + " models");
   double total = 0;
   for (double w : weights) {
     if (!(w >= 0) || !std::isfinite(w))
-      throw std::invalid_argument("average: weight " + std::to_string(w) +
+      throw argument_error("average: weight " + std::to_string(w) +
                                   " is not a finite non-negative number");
     total += w;
   }
   if (!weights.empty() && !(total > 0))
-    throw std::invalid_argument("average: the weights are all 0");
+    throw argument_error("average: the weights are all 0");
   auto share = [&](size_t k) {
     return weights.empty() ? 1.0 / static_cast<double>(models.size()) : weights[k] / total;
   };
   const size_t n = models.front().size();
   for (const auto& m : models)
     if (m.size() != n)
-      throw std::invalid_argument("average: the models have different numbers of tensors");
+      throw mismatch_error("average: the models have different numbers of tensors");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> mean;
   mean.reserve(n);
@@ -519,7 +520,7 @@ std::vector<torch::Tensor> average(const std::vector<std::vector<torch::Tensor>>
     auto sum = models.front()[i].detach().mul(share(0));
     for (size_t k = 1; k < models.size(); ++k) {
       if (!models[k][i].sizes().equals(sum.sizes()))
-        throw std::invalid_argument("average: tensor " + std::to_string(i) +
+        throw mismatch_error("average: tensor " + std::to_string(i) +
                                     " has different shapes across models");
       sum.add_(models[k][i], share(k));
     }
@@ -534,25 +535,25 @@ std::vector<torch::Tensor> average_by_class(const std::vector<std::vector<torch:
                                             size_t output_tensors) {
   auto mean = average(models, weights);
   if (class_weights.size() != models.size())
-    throw std::invalid_argument("average_by_class: " + std::to_string(class_weights.size()) +
+    throw argument_error("average_by_class: " + std::to_string(class_weights.size()) +
                                 " class weights for " + std::to_string(models.size()) + " models");
   const size_t classes = class_weights.front().size();
   for (const auto& w : class_weights) {
     if (w.size() != classes)
-      throw std::invalid_argument("average_by_class: the models count different classes");
+      throw mismatch_error("average_by_class: the models count different classes");
     for (double x : w)
       if (!(x >= 0) || !std::isfinite(x))
-        throw std::invalid_argument("average_by_class: class weight " + std::to_string(x) +
+        throw argument_error("average_by_class: class weight " + std::to_string(x) +
                                     " is not a finite non-negative number");
   }
   const size_t n = mean.size();
   if (output_tensors > n)
-    throw std::invalid_argument("average_by_class: the models have fewer tensors than the "
+    throw mismatch_error("average_by_class: the models have fewer tensors than the "
                                 "output layer");
   torch::NoGradGuard no_grad;
   for (size_t i = n - output_tensors; i < n; ++i) {
     if (mean[i].dim() == 0 || mean[i].size(0) != static_cast<int64_t>(classes))
-      throw std::invalid_argument("average_by_class: tensor " + std::to_string(i) + " has " +
+      throw mismatch_error("average_by_class: tensor " + std::to_string(i) + " has " +
                                   (mean[i].dim() ? std::to_string(mean[i].size(0)) : "no") +
                                   " rows, not one per class (" + std::to_string(classes) + ")");
     for (size_t c = 0; c < classes; ++c) {

@@ -1,4 +1,5 @@
 #include "algorithms/gossip/topology.hpp"
+#include "common/error.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -10,7 +11,7 @@ namespace eg::learning {
 
 uniform_random::uniform_random(size_t out_peers) : out_peers_(out_peers) {
   if (out_peers == 0)
-    throw std::invalid_argument("topology: out_peers must be at least 1");
+    throw argument_error("topology: out_peers must be at least 1");
 }
 
 std::string uniform_random::name() const { return "uniform"; }
@@ -66,7 +67,7 @@ member_graph::member_graph(std::vector<std::string> members) : members_(std::mov
   std::unordered_set<std::string> seen;
   for (const auto& m : members_)
     if (!seen.insert(m).second)
-      throw std::invalid_argument("topology: platform '" + m + "' is a member twice");
+      throw argument_error("topology: platform '" + m + "' is a member twice");
 }
 
 std::pair<std::vector<const std::string*>, std::optional<size_t>>

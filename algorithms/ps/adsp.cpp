@@ -1,4 +1,5 @@
 #include "algorithms/ps/adsp.hpp"
+#include "common/error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,13 +16,13 @@ constexpr double inf = std::numeric_limits<double>::infinity();
 double adsp_commit_interval(double check_period, int64_t c_target, double overhead,
                             double minimum) {
   if (!(check_period > 0) || !std::isfinite(check_period))
-    throw std::invalid_argument("adsp: check period must be positive");
+    throw argument_error("adsp: check period must be positive");
   if (!(minimum > 0) || !std::isfinite(minimum))
-    throw std::invalid_argument("adsp: minimum commit interval must be positive");
+    throw argument_error("adsp: minimum commit interval must be positive");
   if (c_target < 1)
-    throw std::invalid_argument("adsp: C_target must be at least 1");
+    throw argument_error("adsp: C_target must be at least 1");
   if (!(overhead >= 0) || !std::isfinite(overhead))
-    throw std::invalid_argument("adsp: commit overhead must be a non-negative number");
+    throw argument_error("adsp: commit overhead must be a non-negative number");
   return std::max(minimum, check_period / static_cast<double>(c_target) - overhead);
 }
 
@@ -140,7 +141,7 @@ std::optional<loss_curve> fit_loss_curve(const std::vector<std::pair<double, dou
 
 commit_rate_search::commit_rate_search(int64_t start) : base_(start) {
   if (start < 1)
-    throw std::invalid_argument("adsp: C_target starts at 1 or more");
+    throw argument_error("adsp: C_target starts at 1 or more");
 }
 
 int64_t commit_rate_search::trial() const {
@@ -171,7 +172,7 @@ void commit_rate_search::again() {
 
 search_trigger::search_trigger(double period, double rise) : period_(period), rise_(rise) {
   if (!(period > 0) || !(rise > 0))
-    throw std::invalid_argument("adsp: search period and loss rise must be positive");
+    throw argument_error("adsp: search period and loss rise must be positive");
 }
 
 void search_trigger::settled(double now, double loss) {
@@ -208,14 +209,14 @@ void staleness_bound::leave(const std::string& worker) { clocks_.erase(worker); 
 void staleness_bound::tick(const std::string& worker) {
   auto it = clocks_.find(worker);
   if (it == clocks_.end())
-    throw std::invalid_argument("ssp: worker '" + worker + "' has not joined");
+    throw argument_error("ssp: worker '" + worker + "' has not joined");
   ++it->second;
 }
 
 uint64_t staleness_bound::clock(const std::string& worker) const {
   auto it = clocks_.find(worker);
   if (it == clocks_.end())
-    throw std::invalid_argument("ssp: worker '" + worker + "' has not joined");
+    throw argument_error("ssp: worker '" + worker + "' has not joined");
   return it->second;
 }
 
@@ -238,9 +239,9 @@ bool staleness_bound::may_proceed(const std::string& worker) const {
 
 int64_t adacomm_period(double loss, double initial_loss, int64_t tau0, int64_t tau) {
   if (tau0 < 1 || tau < 1)
-    throw std::invalid_argument("adacomm: periods must be at least 1");
+    throw argument_error("adacomm: periods must be at least 1");
   if (!(initial_loss > 0) || !std::isfinite(initial_loss))
-    throw std::invalid_argument("adacomm: initial loss must be positive");
+    throw argument_error("adacomm: initial loss must be positive");
   int64_t next;
   const double ratio = loss / initial_loss;
   const double candidate =

@@ -1,4 +1,5 @@
 #include "algorithms/ps/commit_schedule.hpp"
+#include "common/error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -70,9 +71,9 @@ commit_schedule::commit_schedule(commit_settings s, const std::vector<std::strin
     workers_[w];
   }
   if (s_.commit_steps < 1)
-    throw std::invalid_argument("parameter server: commit_steps must be at least 1");
+    throw argument_error("parameter server: commit_steps must be at least 1");
   if (!(s_.check_period >= 0) || !(s_.min_interval >= 0) || (gamma_ > 0 && min_ > gamma_))
-    throw std::invalid_argument("parameter server: check period and minimum interval must be "
+    throw argument_error("parameter server: check period and minimum interval must be "
                                 "positive (or 0: measured), the minimum no longer than the period");
 }
 
@@ -272,7 +273,7 @@ void commit_schedule::release_held(std::vector<release>& out) {
 
 commit_clock::commit_clock(int64_t first_steps) : next_{first_steps, 0} {
   if (first_steps < 1)
-    throw std::invalid_argument("commit clock: first_steps must be at least 1");
+    throw argument_error("commit clock: first_steps must be at least 1");
 }
 
 void commit_clock::stepped(double loss) {

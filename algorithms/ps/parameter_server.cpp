@@ -1,4 +1,5 @@
 #include "algorithms/ps/parameter_server.hpp"
+#include "common/error.hpp"
 
 #include <torch/torch.h>
 
@@ -20,14 +21,14 @@ std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& params) {
 void check_like(const char* what, const std::vector<torch::Tensor>& model,
                 const std::vector<torch::Tensor>& other) {
   if (model.size() != other.size())
-    throw std::invalid_argument(std::string(what) + ": " + std::to_string(other.size()) +
+    throw mismatch_error(std::string(what) + ": " + std::to_string(other.size()) +
                                 " tensors, the model has " + std::to_string(model.size()));
   for (size_t i = 0; i < model.size(); ++i) {
     if (!model[i].sizes().equals(other[i].sizes()))
-      throw std::invalid_argument(std::string(what) + ": tensor " + std::to_string(i) +
+      throw mismatch_error(std::string(what) + ": tensor " + std::to_string(i) +
                                   " has another shape than the model's");
     if (!torch::isfinite(other[i]).all().item<bool>())
-      throw std::invalid_argument(std::string(what) + ": tensor " + std::to_string(i) +
+      throw mismatch_error(std::string(what) + ": tensor " + std::to_string(i) +
                                   " holds a value that is not finite");
   }
 }
@@ -37,7 +38,7 @@ void check_like(const char* what, const std::vector<torch::Tensor>& model,
 global_model::global_model(const std::vector<torch::Tensor>& initial, int64_t workers)
     : params_(copies(initial)), workers_(workers) {
   if (workers < 1)
-    throw std::invalid_argument("parameter server: at least one worker");
+    throw argument_error("parameter server: at least one worker");
 }
 
 void global_model::apply(const std::vector<torch::Tensor>& update) {
@@ -51,7 +52,7 @@ void global_model::apply(const std::vector<torch::Tensor>& update) {
 
 void global_model::set_workers(int64_t workers) {
   if (workers < 1)
-    throw std::invalid_argument("parameter server: at least one worker");
+    throw argument_error("parameter server: at least one worker");
   workers_ = workers;
 }
 

@@ -7,6 +7,7 @@
 // the caller; `train_pipeline` does it in one thread for tests and benches.
 // See docs/SPLIT.md.
 
+#include "common/error.hpp"
 #include "models/dataset.hpp"
 #include "models/layered.hpp"
 #include "models/model.hpp"
@@ -30,9 +31,9 @@ namespace eg::learning {
 /// A message or blob a stage refuses (wrong shape, unknown batch, too many
 /// batches in flight, a checkpoint of another stage); what() says what was
 /// expected and what came.
-class stage_error : public std::invalid_argument {
+class stage_error : public failure<errc::mismatch, std::invalid_argument> {
 public:
-  using std::invalid_argument::invalid_argument;
+  using failure::failure;
 };
 
 // --- synthetic gradients (DNI) ------------------------------------------------

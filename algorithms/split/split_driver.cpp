@@ -1,4 +1,5 @@
 #include "algorithms/split/split_driver.hpp"
+#include "common/error.hpp"
 
 #include "train/trainer.hpp"
 
@@ -11,9 +12,9 @@ namespace eg::learning {
 split_driver::split_driver(int64_t train_size, int64_t test_size, split_driver_options opt)
     : train_size_(train_size), test_size_(test_size), opt_(opt) {
   if (train_size_ <= 0 || test_size_ <= 0)
-    throw std::invalid_argument("split_driver: the training and test sets must not be empty");
+    throw argument_error("split_driver: the training and test sets must not be empty");
   if (opt_.batch <= 0 || opt_.window <= 0 || opt_.test_batch <= 0)
-    throw std::invalid_argument("split_driver: batch, window and test_batch must be positive");
+    throw argument_error("split_driver: batch, window and test_batch must be positive");
 }
 
 void split_driver::start(uint32_t epochs, uint32_t first, uint64_t first_id) {

@@ -1,5 +1,6 @@
 // One stage's training (stage_trainer) and the in-process reference pipeline.
 #include "algorithms/split/split.hpp"
+#include "common/error.hpp"
 
 #include "models/shape_text.hpp"
 
@@ -24,7 +25,7 @@ stage_mode parse_stage_mode(const std::string& s) {
     return stage_mode::backprop;
   if (s == "synthetic")
     return stage_mode::synthetic;
-  throw std::invalid_argument("unknown stage mode '" + s + "' (use backprop or synthetic)");
+  throw mismatch_error("unknown stage mode '" + s + "' (use backprop or synthetic)");
 }
 
 // A batch forwarded and waiting for its gradient from above.
@@ -42,12 +43,12 @@ stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options 
                              uint64_t sg_seed)
     : stage_(std::move(stage)), opt_(opt), sg_seed_(sg_seed) {
   if (!stage_)
-    throw std::invalid_argument("stage_trainer: no stage");
+    throw mismatch_error("stage_trainer: no stage");
   if (opt_.max_in_flight < 1)
-    throw std::invalid_argument("stage_trainer: max_in_flight must be at least 1, not " +
+    throw mismatch_error("stage_trainer: max_in_flight must be at least 1, not " +
                                 std::to_string(opt_.max_in_flight));
   if (!(opt_.sgd.lr > 0))
-    throw std::invalid_argument("stage_trainer: lr must be positive");
+    throw mismatch_error("stage_trainer: lr must be positive");
   optimizer_ = std::make_unique<torch::optim::SGD>(
       stage_->parameters(), torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
   if (opt_.mode == stage_mode::synthetic && !stage_->is_last())
@@ -373,20 +374,20 @@ namespace {
 
 void check_stages(const std::vector<std::shared_ptr<stage_trainer>>& stages) {
   if (stages.empty())
-    throw std::invalid_argument("pipeline: no stages");
+    throw mismatch_error("pipeline: no stages");
   for (size_t k = 0; k < stages.size(); ++k) {
     if (!stages[k])
-      throw std::invalid_argument("pipeline: stage " + std::to_string(k) + " is null");
+      throw mismatch_error("pipeline: stage " + std::to_string(k) + " is null");
     if (k > 0 && stages[k]->stage().input_shape() != stages[k - 1]->stage().output_shape())
-      throw std::invalid_argument("pipeline: stage " + std::to_string(k) + " takes " +
+      throw mismatch_error("pipeline: stage " + std::to_string(k) + " takes " +
                                   shape_string(stages[k]->stage().input_shape()) + ", stage " +
                                   std::to_string(k - 1) + " gives " +
                                   shape_string(stages[k - 1]->stage().output_shape()));
   }
   if (!stages.front()->is_first())
-    throw std::invalid_argument("pipeline: the first stage does not start at layer 0");
+    throw mismatch_error("pipeline: the first stage does not start at layer 0");
   if (!stages.back()->is_last())
-    throw std::invalid_argument("pipeline: the last stage does not end with the logits");
+    throw mismatch_error("pipeline: the last stage does not end with the logits");
 }
 
 } // namespace
@@ -395,11 +396,11 @@ pipeline_result train_pipeline(const std::vector<std::shared_ptr<stage_trainer>>
                                const dataset& train, const epoch_plan& plan, int64_t delay) {
   check_stages(stages);
   if (delay < 1)
-    throw std::invalid_argument("train_pipeline: delay must be at least 1");
+    throw argument_error("train_pipeline: delay must be at least 1");
   const size_t n = stages.size();
   for (size_t k = 0; k + 1 < n; ++k)
     if (stages[k]->options().max_in_flight < delay)
-      throw std::invalid_argument("train_pipeline: delay " + std::to_string(delay) +
+      throw mismatch_error("train_pipeline: delay " + std::to_string(delay) +
                                   " exceeds stage " + std::to_string(k) + "'s max_in_flight " +
                                   std::to_string(stages[k]->options().max_in_flight));
   const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 // The synthetic-gradient module (DNI): a small network from an activation
 // (and, with cDNI, the label) to the gradient of the loss w.r.t. it.
 #include "algorithms/split/split.hpp"
+#include "common/error.hpp"
 
 #include "models/shape_text.hpp"
 
@@ -58,7 +59,7 @@ struct synthetic_gradient::net : torch::nn::Module {
     }
     classes = opt.classes;
     if (conditioned && classes < 2)
-      throw std::invalid_argument("synthetic gradients conditioned on the label need the "
+      throw argument_error("synthetic gradients conditioned on the label need the "
                                   "data's class count");
     if (conditioned)
       label_map = register_module(
@@ -105,32 +106,32 @@ synthetic_gradient::synthetic_gradient(std::vector<int64_t> shape, synthetic_gra
                                        uint64_t seed)
     : shape_(std::move(shape)), opt_(opt) {
   if (shape_.size() != 1 && shape_.size() != 3)
-    throw std::invalid_argument("synthetic_gradient: activation shape " + shape_string(shape_) +
+    throw mismatch_error("synthetic_gradient: activation shape " + shape_string(shape_) +
                                 " is neither [D] nor [C, H, W]");
   for (int64_t d : shape_)
     if (d <= 0)
-      throw std::invalid_argument("synthetic_gradient: activation shape " + shape_string(shape_) +
+      throw mismatch_error("synthetic_gradient: activation shape " + shape_string(shape_) +
                                   " has an empty dimension");
   if ((shape_.size() == 1 || opt_.conv_layers == 0) && (opt_.layers < 0 || opt_.layers > 2))
-    throw std::invalid_argument("synthetic_gradient: layers must be 0, 1 or 2, not " +
+    throw mismatch_error("synthetic_gradient: layers must be 0, 1 or 2, not " +
                                 std::to_string(opt_.layers));
   if (shape_.size() == 3 && opt_.conv_layers != 0 && (opt_.conv_layers < 2 || opt_.conv_layers > 3))
-    throw std::invalid_argument("synthetic_gradient: conv_layers must be 0 (an MLP), 2 or 3, not " +
+    throw mismatch_error("synthetic_gradient: conv_layers must be 0 (an MLP), 2 or 3, not " +
                                 std::to_string(opt_.conv_layers));
   if (!(opt_.gate_rate >= 0 && opt_.gate_rate <= 1))
-    throw std::invalid_argument("synthetic_gradient: gate_rate must be in [0, 1], not " +
+    throw argument_error("synthetic_gradient: gate_rate must be in [0, 1], not " +
                                 std::to_string(opt_.gate_rate));
   if (opt_.warmup < 0)
-    throw std::invalid_argument("synthetic_gradient: warmup must be 0 (off) or positive, not " +
+    throw argument_error("synthetic_gradient: warmup must be 0 (off) or positive, not " +
                                 std::to_string(opt_.warmup));
   if ((shape_.size() == 1 || opt_.conv_layers == 0) && opt_.hidden <= 0)
-    throw std::invalid_argument("synthetic_gradient: hidden must be positive, not " +
+    throw argument_error("synthetic_gradient: hidden must be positive, not " +
                                 std::to_string(opt_.hidden));
   if (!(opt_.clip >= 0))
-    throw std::invalid_argument("synthetic_gradient: clip must be 0 (off) or positive, not " +
+    throw argument_error("synthetic_gradient: clip must be 0 (off) or positive, not " +
                                 std::to_string(opt_.clip));
   if (!(opt_.lr > 0))
-    throw std::invalid_argument("synthetic_gradient: lr must be positive, not " +
+    throw argument_error("synthetic_gradient: lr must be positive, not " +
                                 std::to_string(opt_.lr));
   {
     static std::mutex init_mutex;
