@@ -249,41 +249,31 @@ training_figures training(const data::dataset& d, int rounds, int steps) {
   return {samples / bytes_s, samples / floats_s, median(ratios), median(cpu_ratios)};
 }
 
-} // namespace
-
-int data(const options& opt) {
-  actors::tune_allocator();  // the same allocator settings as the nodes
-  const int cores = opt.threads > 0 ? opt.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency());
-  const int64_t wanted = opt.samples > 0 ? opt.samples : 60000;
-  std::printf("data: the data layer against baselines in the same run (%d cores; load average "
-              "%.1f at the start)\n",
-              cores, load_average());
-
-  const fs::path root = fs::temp_directory_path() /
-                        ("edgegossip-bench-data-" + std::to_string(::getpid()));
-  struct cleanup {
-    fs::path p;
-    ~cleanup() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } remove_at_end{root};
-  const std::string folder = (root / "images").string();
-  const std::string cache = (root / "cache").string();
-
+/// Reads the first `wanted` (at most all) Fashion-MNIST training images of
+/// `data_dir` and writes them as a PNG image folder; returns how many.
+int64_t write_images(const std::string& data_dir, int64_t wanted, const std::string& folder) {
   int64_t n = 0;
   {
     data::read_options o;
-    auto train = data::read_split(opt.data_dir, "idx", o).data;
+    auto train = data::read_split(data_dir, "idx", o).data;
     n = std::min<int64_t>(wanted, train.size());
     const auto t = clock_type::now();
     write_folder(train, n, folder);
     std::printf("wrote %lld Fashion-MNIST training images as PNG files in %.1f s (%s)\n",
                 static_cast<long long>(n), seconds_since(t), folder.c_str());
   }
+  return n;
+}
 
-  // -- decoding ----------------------------------------------------------------------
+/// The reader's decoding rate on one thread against the bare loop.
+struct decode_figures {
+  double ratio = 0;      ///< by the wall clock
+  double cpu_ratio = 0;  ///< by CPU time
+};
+
+/// Decoding: the bare loop, the reader on one thread and on `cores`, median
+/// of 5 runs each; prints them.
+decode_figures decoding(const std::string& folder, int64_t n, int cores) {
   const auto files = data::image_folder_files(folder);
   std::vector<timing> bare, one, all;
   for (int r = 0; r < 5; ++r) {
@@ -310,10 +300,12 @@ int data(const options& opt) {
   std::printf("  %-40s %8.0f images/s (%6.0f)  %.2fx by the wall clock\n",
               ("image-folder reader, " + std::to_string(cores) + " threads").c_str(),
               rate(all, false), rate(all, true), rate(all, false) / rate(bare, false));
+  return {decode_ratio, decode_cpu_ratio};
+}
 
-  // -- start-up from a warm cache -----------------------------------------------------------
-  data::read_options cached;
-  cached.cache_dir = cache;
+/// Start-up: a cold read that writes the cache, then 3 reads from it;
+/// prints them and returns the median of the warm ones.
+double startup(const std::string& folder, const data::read_options& cached, int64_t n) {
   double cold = 0;
   {
     const auto t = clock_type::now();
@@ -334,8 +326,19 @@ int data(const options& opt) {
   std::printf("  %-44s %10.2f s\n", "decoded, cache written", cold);
   std::printf("  %-44s %10.2f s  (median of 3, worst %.2f; goal <= 2 s)\n", "from the warm cache",
               median(warm), *std::max_element(warm.begin(), warm.end()));
+  return median(warm);
+}
 
-  // -- memory ------------------------------------------------------------------------------
+/// The set loaded from the cache and the memory it holds.
+struct memory_figures {
+  data::dataset loaded;
+  double sample_bytes = 0;  ///< pixels of one sample
+  double ratio = 0;         ///< resident bytes per sample / sample_bytes
+};
+
+/// Memory: resident memory before and after loading the set from the cache;
+/// prints it.
+memory_figures memory(const std::string& folder, const data::read_options& cached, int64_t n) {
   // The allocator keeps freed memory (tune_allocator's trim threshold): it
   // is handed back before each reading, so that what is measured is what the
   // set holds, not the listing's memory freed after the load.
@@ -356,8 +359,12 @@ int data(const options& opt) {
               static_cast<double>(untrimmed - before) / static_cast<double>(n));
   std::printf("  %-44s %10.0f bytes + 8 of its label\n", "its pixels", sample_bytes);
   std::printf("  %-44s %10.2fx (goal <= 1.2)\n", "ratio", memory_ratio);
+  return {std::move(loaded), sample_bytes, memory_ratio};
+}
 
-  // -- training throughput -------------------------------------------------------------------
+/// Training throughput from bytes against float32 on `loaded`; prints it.
+training_figures training_throughput(const options& opt, data::dataset& loaded,
+                                     double sample_bytes, int64_t n) {
   // One thread unless --threads says otherwise: a platform trains on its own
   // thread, and two threads of one small model on a shared machine measure
   // the scheduler more than the input pipeline.
@@ -375,13 +382,54 @@ int data(const options& opt) {
               "bytes, dataset::batch", tr.bytes, tr.ratio, tr.cpu_ratio);
   std::printf("  %-44s %10.0f MB against %.0f MB of float32\n", "held", sample_bytes * n / 1e6,
               sample_bytes * 4 * n / 1e6);
+  return tr;
+}
+
+} // namespace
+
+int data(const options& opt) {
+  actors::tune_allocator();  // the same allocator settings as the nodes
+  const int cores = opt.threads > 0 ? opt.threads
+                                    : static_cast<int>(std::thread::hardware_concurrency());
+  const int64_t wanted = opt.samples > 0 ? opt.samples : 60000;
+  std::printf("data: the data layer against baselines in the same run (%d cores; load average "
+              "%.1f at the start)\n",
+              cores, load_average());
+
+  const fs::path root = fs::temp_directory_path() /
+                        ("edgegossip-bench-data-" + std::to_string(::getpid()));
+  struct cleanup {
+    fs::path p;
+    ~cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } remove_at_end{root};
+  const std::string folder = (root / "images").string();
+  const std::string cache = (root / "cache").string();
+
+  const int64_t n = write_images(opt.data_dir, wanted, folder);
+
+  // -- decoding ----------------------------------------------------------------------
+  const auto dec = decoding(folder, n, cores);
+
+  // -- start-up from a warm cache -----------------------------------------------------------
+  data::read_options cached;
+  cached.cache_dir = cache;
+  const double warm = startup(folder, cached, n);
+
+  // -- memory ------------------------------------------------------------------------------
+  auto mem = memory(folder, cached, n);
+
+  // -- training throughput -------------------------------------------------------------------
+  const auto tr = training_throughput(opt, mem.loaded, mem.sample_bytes, n);
 
   std::printf("summary: data: decoding %.2fx a bare stbi_load loop (%.2fx by CPU time; goal >= "
               "0.9), warm-cache start %.2f s for %lld images (goal <= 2 s), resident %.2fx the "
               "sample bytes (goal <= 1.2), training from bytes %.2fx float32 (%.2fx by CPU time; "
               "goal >= 0.95); load average %.1f at the end\n",
-              decode_ratio, decode_cpu_ratio, median(warm), static_cast<long long>(n),
-              memory_ratio, tr.ratio, tr.cpu_ratio, load_average());
+              dec.ratio, dec.cpu_ratio, warm, static_cast<long long>(n),
+              mem.ratio, tr.ratio, tr.cpu_ratio, load_average());
   std::fflush(stdout);
   return 0;
 }

@@ -335,25 +335,17 @@ int replay(const std::filesystem::path& dir) {
   return 0;
 }
 
-} // namespace
+/// The predictor's own costs, in seconds.
+struct costs {
+  double sample = 0;   ///< per contention sample
+  double observe = 0;  ///< per observation
+  double report = 0;   ///< per report
+};
 
-int predictor(const options& opt, const predictor_options& p) {
-  if (!p.replay.empty())
-    return replay(p.replay);
-  actors::tune_allocator();
-  at::set_num_threads(1);
-  auto train = std::make_shared<learning::dataset>(
-    learning::load_fashion_mnist(opt.data_dir, learning::split::train, 20000));
-  std::vector<int64_t> shard(static_cast<size_t>(train->size()));
-  std::iota(shard.begin(), shard.end(), int64_t{0});
-  learning::local_trainer trainer(learning::make_classifier("lenet5", 1, learning::shape_of(*train)), train, shard,
-                                  learning::sgd_options{});
-  std::mt19937_64 rng(1);
-  auto dir = std::filesystem::absolute(std::filesystem::path(opt.out_dir) / "predictor");
-  std::filesystem::create_directories(dir / "scratch");
-
-  // -- the predictor's own costs ------------------------------------------------
-  double cost_sample = 0, cost_observe = 0, cost_report = 0;
+/// The predictor's own costs: contention samples, observations and encoded
+/// reports, 2,000 of each; prints them.
+costs measure_costs() {
+  costs c;
   {
     learning::contention_sampler s;
     const int n = 2000;
@@ -361,14 +353,14 @@ int predictor(const options& opt, const predictor_options& p) {
     learning::contention u;
     for (int i = 0; i < n; ++i)
       u = s.sample();
-    cost_sample = seconds_since(start) / n;
+    c.sample = seconds_since(start) / n;
     learning::slowdown_model m;
     std::mt19937_64 r(2);
     std::uniform_real_distribution<double> d(0, 2);
     start = clock_type::now();
     for (int i = 0; i < n; ++i)
       m.observe({d(r), d(r) * 10, d(r) * 50, d(r)}, 1e-4 * (1 + d(r)));
-    cost_observe = seconds_since(start) / n;  // the window fills to 600 samples
+    c.observe = seconds_since(start) / n;  // the window fills to 600 samples
     start = clock_type::now();
     size_t bytes = 0;
     for (int i = 0; i < n; ++i) {
@@ -380,28 +372,40 @@ int predictor(const options& opt, const predictor_options& p) {
       pr.t0 = m.t0();
       bytes += messages::encode({{"bench", messages::protocol_version, "p0"}, pr, nullptr}).size();
     }
-    cost_report = seconds_since(start) / n;
+    c.report = seconds_since(start) / n;
     std::printf("predictor cost: %.1f us per contention sample (/proc), %.1f us per "
                 "observation (refit over a full window of %zu), %.1f us per report "
                 "(prediction encoded, %zu bytes)\n",
-                1e6 * cost_sample, 1e6 * cost_observe, m.size(), 1e6 * cost_report,
+                1e6 * c.sample, 1e6 * c.observe, m.size(), 1e6 * c.report,
                 bytes / n);
   }
+  return c;
+}
 
-  // -- prediction error under co-runners ------------------------------------------
+/// Training on the shard as a platform does, with the predictor beside it:
+/// the epochs predicted and measured, and the observations it got.
+struct measurement {
+  measurement(const std::vector<int64_t>& shard, std::mt19937_64& rng,
+              learning::local_trainer& trainer, int64_t iterations)
+      : shard(shard), rng(rng), trainer(trainer), iterations(iterations) {}
+
+  const std::vector<int64_t>& shard;
+  std::mt19937_64& rng;
+  learning::local_trainer& trainer;
   learning::slowdown_model model;
   sampler_thread sampler;
-  const int64_t iterations = p.iterations;
+  const int64_t iterations;
   std::vector<epoch_record> records;
   std::vector<observation_record> trace;
-  const auto measuring = clock_type::now();
+  const clock_type::time_point measuring = clock_type::now();
   // The platform's meter (learning::observation_meter), without its flush
   // at each epoch end: the recorded traces replay as they were made.
   learning::observation_meter meter;
+
   // Trains `its` iterations (fewer when `max_seconds` > 0 runs out first);
   // observations as the platform makes them.
   // More iterations than the shard has batches take several shuffled passes.
-  auto train_for = [&](int64_t its, double max_seconds) {
+  void train_for(int64_t its, double max_seconds) {
     const auto begin = clock_type::now();
     for (int64_t left = its; left > 0;) {
       auto plan = learning::shuffled_plan(shard, 64, 1.0, rng);
@@ -429,8 +433,9 @@ int predictor(const options& opt, const predictor_options& p) {
       if (max_seconds > 0 && seconds_since(begin) >= max_seconds)
         return;
     }
-  };
-  auto run_epoch = [&](const std::string& phase, const std::string& name) {
+  }
+  // One epoch predicted, then trained and timed.
+  epoch_record run_epoch(const std::string& phase, const std::string& name) {
     epoch_record rec;
     rec.phase = phase;
     rec.level = name;
@@ -447,19 +452,23 @@ int predictor(const options& opt, const predictor_options& p) {
     rec.actual = seconds_since(start);
     records.push_back(rec);
     return rec;
-  };
+  }
   // Training goes on while a level changes (co-runners start beside a
   // platform at work), for `settle` seconds before the next epoch is predicted.
   // It trains epochs of the same length as the measured ones (each begins
   // with a new shuffled plan): with short ones, that per-epoch work made the
   // observations 10 % slower than the epochs (bench predictor, 360
   // iterations an epoch).
-  auto keep_training = [&](double seconds) {
+  void keep_training(double seconds) {
     auto start = clock_type::now();
     while (seconds_since(start) < seconds)
       train_for(iterations, seconds - seconds_since(start));
-  };
+  }
+};
 
+/// The history pass over every co-runner level, then the evaluation pass in
+/// another order; prints each epoch.
+void run_levels(const predictor_options& p, const std::filesystem::path& dir, measurement& m) {
   auto all = levels();
   std::vector<size_t> history(all.size()), evaluation(all.size());
   std::iota(history.begin(), history.end(), size_t{0});
@@ -469,15 +478,15 @@ int predictor(const options& opt, const predictor_options& p) {
   std::printf("prediction error: LeNet-5, %lld iterations of batch 64 per epoch, 1 thread; "
               "%zu co-runner levels, %d epochs each, history pass then evaluation pass in "
               "another order\n",
-              static_cast<long long>(iterations), all.size(), p.epochs_per_level);
+              static_cast<long long>(m.iterations), all.size(), p.epochs_per_level);
   std::printf("%-11s %-16s %6s %6s %7s %6s %10s %9s %8s\n", "phase", "level", "core", "net MB",
               "disk MB", "wait", "predicted", "actual s", "error %");
   for (auto [phase, seq] : {std::pair{"history", &history}, std::pair{"evaluation", &evaluation}}) {
     for (size_t li : *seq) {
       corunner load(all[li], (dir / "scratch").string());
-      keep_training(p.settle_seconds);
+      m.keep_training(p.settle_seconds);
       for (int e = 0; e < p.epochs_per_level; ++e) {
-        auto rec = run_epoch(phase, all[li].name);
+        auto rec = m.run_epoch(phase, all[li].name);
         auto err = [&](double predicted) {
           return predicted > 0 ? 100 * (predicted - rec.actual) / rec.actual : 0.0;
         };
@@ -488,10 +497,11 @@ int predictor(const options& opt, const predictor_options& p) {
       }
     }
   }
-  std::filesystem::remove_all(dir / "scratch");
+}
 
-  const auto e = errors_of(records);
-
+/// The trace's two files (predictor.csv, observations.csv) and predictor.gp.
+void write_trace(const std::filesystem::path& dir, const std::vector<epoch_record>& records,
+                 const std::vector<observation_record>& trace) {
   {
     std::ofstream csv(dir / "predictor.csv");
     csv.precision(17);
@@ -523,6 +533,36 @@ int predictor(const options& opt, const predictor_options& p) {
        << "' every ::1 using 1:9 with linespoints title 'actual', '' every ::1 using 1:($8 > 0 ? "
           "$8 : 1/0) with linespoints title 'predicted'\n";
   }
+}
+
+} // namespace
+
+int predictor(const options& opt, const predictor_options& p) {
+  if (!p.replay.empty())
+    return replay(p.replay);
+  actors::tune_allocator();
+  at::set_num_threads(1);
+  auto train = std::make_shared<learning::dataset>(
+    learning::load_fashion_mnist(opt.data_dir, learning::split::train, 20000));
+  std::vector<int64_t> shard(static_cast<size_t>(train->size()));
+  std::iota(shard.begin(), shard.end(), int64_t{0});
+  learning::local_trainer trainer(learning::make_classifier("lenet5", 1, learning::shape_of(*train)), train, shard,
+                                  learning::sgd_options{});
+  std::mt19937_64 rng(1);
+  auto dir = std::filesystem::absolute(std::filesystem::path(opt.out_dir) / "predictor");
+  std::filesystem::create_directories(dir / "scratch");
+
+  // -- the predictor's own costs ------------------------------------------------
+  const auto cost = measure_costs();
+
+  // -- prediction error under co-runners ------------------------------------------
+  measurement m(shard, rng, trainer, p.iterations);
+  run_levels(p, dir, m);
+  std::filesystem::remove_all(dir / "scratch");
+
+  const auto e = errors_of(m.records);
+
+  write_trace(dir, m.records, m.trace);
   if (std::system(("gnuplot '" + (dir / "predictor.gp").string() + "' 2>/dev/null").c_str()) != 0)
     std::printf("(gnuplot failed: no plot)\n");
   std::printf("figures: %s, plot: %s\n", (dir / "predictor.csv").string().c_str(),
@@ -532,8 +572,8 @@ int predictor(const options& opt, const predictor_options& p) {
               "epochs, after the fact) %.2f%%; goal <= 3%%: %s; cost %.0f us per sample, %.0f "
               "us per observation, %.1f us per report\n",
               e.mape, e.epochs, e.worst, e.last_epoch, e.noise_floor,
-              e.mape >= 0 && e.mape <= 3 ? "met" : "missed", 1e6 * cost_sample,
-              1e6 * cost_observe, 1e6 * cost_report);
+              e.mape >= 0 && e.mape <= 3 ? "met" : "missed", 1e6 * cost.sample,
+              1e6 * cost.observe, 1e6 * cost.report);
   return 0;
 }
 

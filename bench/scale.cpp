@@ -277,34 +277,25 @@ child_run run_child(const std::vector<std::string>& args, bool with_children) {
   return r;
 }
 
-} // namespace
+using sized_figures = std::vector<std::pair<size_t, run_figures>>;
 
-int scale(const options& opt, const scale_options& s) {
-  if (s.child_platforms > 0)
-    return one_process(opt, s);
-  auto dir = std::filesystem::absolute(std::filesystem::path(opt.out_dir) / "scale");
-  std::filesystem::create_directories(dir);
-  std::printf("scale: GoSGD, logistic regression on Fashion-MNIST (60,000 points split "
-              "equally), batch %lld, exchange probability %.2f, %u epochs, %lld test points "
-              "per evaluation\n",
-              static_cast<long long>(s.batch), s.exchange_probability, s.epochs,
-              static_cast<long long>(s.test_samples));
-  std::fflush(stdout);
+/// The command line of a child run of this benchmark.
+std::vector<std::string> child_args(const options& opt, const scale_options& s) {
+  std::vector<std::string> a{"edgegossip", "bench", "scale", "--data", opt.data_dir,
+                             "--out", opt.out_dir, "--epochs", std::to_string(s.epochs)};
+  return a;
+}
 
-  std::string summary;
-  std::vector<std::pair<size_t, run_figures>> in_process;
-  auto base = [&] {
-    std::vector<std::string> a{"edgegossip", "bench", "scale", "--data", opt.data_dir,
-                               "--out", opt.out_dir, "--epochs", std::to_string(s.epochs)};
-    return a;
-  };
-  // -- platforms in one process -------------------------------------------------
+/// Platforms in one process: each size of s.platforms in a child process;
+/// prints a row and the spread per size, and a failed size into `summary`.
+sized_figures run_in_process(const options& opt, const scale_options& s, std::string& summary) {
+  sized_figures in_process;
   std::printf("\n%9s %8s %12s %14s %11s %12s %12s\n", "platforms", "wall s", "peak RSS MB",
               "MB / platform", "messages/s", "spread e1", "spread last");
   double baseline_rss = 0;
   size_t baseline_n = 0;
   for (int n : s.platforms) {
-    auto args = base();
+    auto args = child_args(opt, s);
     args.insert(args.end(), {"--scale-platforms", std::to_string(n)});
     auto c = run_child(args, false);
     auto at = c.out.find("result: ");
@@ -335,59 +326,71 @@ int scale(const options& opt, const scale_options& s) {
     std::fflush(stdout);
     in_process.emplace_back(f.platforms, f);
   }
+  return in_process;
+}
 
-  // -- node processes on 127.0.0.1 -------------------------------------------------
-  run_figures multi;
-  bool multi_ok = false;
-  if (s.nodes > 0) {
-    auto cfg = scale_config(opt, s, "bench-scale-nodes");
-    cfg.storage_dir = (dir / "data-nodes").string();
-    cfg.output_dir = (dir / "runs-nodes").string();
-    std::filesystem::remove_all(cfg.storage_dir);
-    std::filesystem::remove_all(cfg.output_dir);
-    cfg.nodes.clear();
-    for (int i = 0; i < s.nodes; ++i) {
-      config::node_config node;
-      node.name = "n" + std::to_string(i);
-      node.host = "127.0.0.1";
-      node.port = free_port();
-      for (int j = 0; j < s.platforms_per_node; ++j)
-        node.platforms.push_back({node.name + "p" + std::to_string(j), 1, 0.0, 1.0, {}});
-      cfg.nodes.push_back(node);
-    }
-    cfg.balancer_node = cfg.nodes.front().name;
-    config::validate(cfg);
-    auto file = dir / "nodes.toml";
-    std::ofstream(file) << config::to_toml(cfg);
-    std::printf("\n%d node processes on 127.0.0.1, %d platform%s each (edgegossip launch "
-                "--config %s)\n",
-                s.nodes, s.platforms_per_node, s.platforms_per_node > 1 ? "s" : "",
-                file.string().c_str());
-    std::fflush(stdout);
-    auto c = run_child({"edgegossip", "launch", "--config", file.string()}, true);
-    // The balancer's node writes the run directory.
-    std::filesystem::path run_dir;
-    if (std::filesystem::exists(cfg.output_dir))
-      for (auto& e : std::filesystem::directory_iterator(cfg.output_dir))
-        if (e.is_directory() && std::filesystem::exists(e.path() / "cluster.csv"))
-          run_dir = e.path();
-    if (c.status != 0 || run_dir.empty()) {
-      std::printf("  failed (exit status %d); output:\n%s\n", c.status, c.out.c_str());
-    } else {
-      multi = read_run(run_dir);
-      multi.wall_seconds = c.seconds;
-      multi.peak_rss = c.peak_rss;
-      multi_ok = true;
-      const double rate = multi.training_seconds > 0 ? multi.messages / multi.training_seconds : 0;
-      std::printf("  %zu platforms on %zu processes (launcher included): wall %.1f s, peak RSS "
-                  "%.0f MB in all (%.0f MB per node), %.0f messages/s\n",
-                  multi.platforms, c.processes, multi.wall_seconds, multi.peak_rss / 1e6,
-                  multi.peak_rss / 1e6 / s.nodes, rate);
-      print_spread(multi);
-    }
+/// The cluster of s.nodes node processes on 127.0.0.1, each on a free port.
+config::cluster_config nodes_config(const options& opt, const scale_options& s,
+                                    const std::filesystem::path& dir) {
+  auto cfg = scale_config(opt, s, "bench-scale-nodes");
+  cfg.storage_dir = (dir / "data-nodes").string();
+  cfg.output_dir = (dir / "runs-nodes").string();
+  std::filesystem::remove_all(cfg.storage_dir);
+  std::filesystem::remove_all(cfg.output_dir);
+  cfg.nodes.clear();
+  for (int i = 0; i < s.nodes; ++i) {
+    config::node_config node;
+    node.name = "n" + std::to_string(i);
+    node.host = "127.0.0.1";
+    node.port = free_port();
+    for (int j = 0; j < s.platforms_per_node; ++j)
+      node.platforms.push_back({node.name + "p" + std::to_string(j), 1, 0.0, 1.0, {}});
+    cfg.nodes.push_back(node);
   }
+  cfg.balancer_node = cfg.nodes.front().name;
+  config::validate(cfg);
+  return cfg;
+}
 
-  // -- plot: spread of the platforms' accuracies over the epochs -----------------------
+/// Node processes on 127.0.0.1 started by `edgegossip launch`; their figures
+/// into `multi`, printed. False when the run failed.
+bool run_nodes(const options& opt, const scale_options& s, const std::filesystem::path& dir,
+               run_figures& multi) {
+  auto cfg = nodes_config(opt, s, dir);
+  auto file = dir / "nodes.toml";
+  std::ofstream(file) << config::to_toml(cfg);
+  std::printf("\n%d node processes on 127.0.0.1, %d platform%s each (edgegossip launch "
+              "--config %s)\n",
+              s.nodes, s.platforms_per_node, s.platforms_per_node > 1 ? "s" : "",
+              file.string().c_str());
+  std::fflush(stdout);
+  auto c = run_child({"edgegossip", "launch", "--config", file.string()}, true);
+  // The balancer's node writes the run directory.
+  std::filesystem::path run_dir;
+  if (std::filesystem::exists(cfg.output_dir))
+    for (auto& e : std::filesystem::directory_iterator(cfg.output_dir))
+      if (e.is_directory() && std::filesystem::exists(e.path() / "cluster.csv"))
+        run_dir = e.path();
+  if (c.status != 0 || run_dir.empty()) {
+    std::printf("  failed (exit status %d); output:\n%s\n", c.status, c.out.c_str());
+    return false;
+  }
+  multi = read_run(run_dir);
+  multi.wall_seconds = c.seconds;
+  multi.peak_rss = c.peak_rss;
+  const double rate = multi.training_seconds > 0 ? multi.messages / multi.training_seconds : 0;
+  std::printf("  %zu platforms on %zu processes (launcher included): wall %.1f s, peak RSS "
+              "%.0f MB in all (%.0f MB per node), %.0f messages/s\n",
+              multi.platforms, c.processes, multi.wall_seconds, multi.peak_rss / 1e6,
+              multi.peak_rss / 1e6 / s.nodes, rate);
+  print_spread(multi);
+  return true;
+}
+
+/// Spread of the platforms' accuracies over the epochs: scale.csv, the
+/// plotted series (scale-N.csv), scale.gp and gnuplot's scale.png.
+void plot_spread(const std::filesystem::path& dir, const scale_options& s,
+                 const sized_figures& in_process, const run_figures& multi, bool multi_ok) {
   {
     std::ofstream gp(dir / "scale.gp");
     gp << "set terminal pngcairo size 900,520 noenhanced\n"
@@ -419,9 +422,11 @@ int scale(const options& opt, const scale_options& s) {
   }
   if (std::system(("gnuplot '" + (dir / "scale.gp").string() + "' 2>/dev/null").c_str()) != 0)
     std::printf("(gnuplot failed: no plot)\n");
-  std::printf("figures: %s, plot: %s\n", (dir / "scale.csv").string().c_str(),
-              (dir / "scale.png").string().c_str());
+}
 
+/// Prints the summary line; `summary` holds the failed sizes so far.
+void print_summary(const scale_options& s, const sized_figures& in_process,
+                   const run_figures& multi, bool multi_ok, std::string summary) {
   size_t most = 0;
   for (auto& [n, f] : in_process) {
     bool converging = f.epochs.size() >= 2
@@ -442,6 +447,38 @@ int scale(const options& opt, const scale_options& s) {
               "(goal >= 1024: %s); %d node processes %s;%s\n",
               most, most >= 1024 ? "met" : "missed", s.nodes, multi_ok ? "ran" : "failed",
               summary.c_str());
+}
+
+} // namespace
+
+int scale(const options& opt, const scale_options& s) {
+  if (s.child_platforms > 0)
+    return one_process(opt, s);
+  auto dir = std::filesystem::absolute(std::filesystem::path(opt.out_dir) / "scale");
+  std::filesystem::create_directories(dir);
+  std::printf("scale: GoSGD, logistic regression on Fashion-MNIST (60,000 points split "
+              "equally), batch %lld, exchange probability %.2f, %u epochs, %lld test points "
+              "per evaluation\n",
+              static_cast<long long>(s.batch), s.exchange_probability, s.epochs,
+              static_cast<long long>(s.test_samples));
+  std::fflush(stdout);
+
+  std::string summary;
+  // -- platforms in one process -------------------------------------------------
+  const auto in_process = run_in_process(opt, s, summary);
+
+  // -- node processes on 127.0.0.1 -------------------------------------------------
+  run_figures multi;
+  bool multi_ok = false;
+  if (s.nodes > 0)
+    multi_ok = run_nodes(opt, s, dir, multi);
+
+  // -- plot: spread of the platforms' accuracies over the epochs -----------------------
+  plot_spread(dir, s, in_process, multi, multi_ok);
+  std::printf("figures: %s, plot: %s\n", (dir / "scale.csv").string().c_str(),
+              (dir / "scale.png").string().c_str());
+
+  print_summary(s, in_process, multi, multi_ok, std::move(summary));
   return 0;
 }
 

@@ -107,14 +107,8 @@ std::string join(const std::vector<double>& v) {
   return os.str();
 }
 
-} // namespace
-
-int split(const options& opt, const split_options& s) {
-  at::set_num_threads(1);
-  auto train = std::make_shared<learning::dataset>(
-    learning::load_fashion_mnist(opt.data_dir, learning::split::train, opt.samples));
-  auto test = std::make_shared<learning::dataset>(
-    learning::load_fashion_mnist(opt.data_dir, learning::split::test));
+/// The whole model, then 2 and 3 stages, each of equal and unequal speed.
+std::vector<setup> setups_of(const split_options& s) {
   std::vector<setup> setups{{"whole", {}, {1.0}}};
   auto add = [&](const std::vector<int64_t>& cuts, const std::vector<double>& unequal) {
     const auto n = cuts.size() + 1;
@@ -126,6 +120,12 @@ int split(const options& opt, const split_options& s) {
   for (auto& su : setups)
     if (su.slowdowns.size() != su.cuts.size() + 1)
       throw std::invalid_argument("bench split: " + su.name + ": one slowdown per stage");
+  return setups;
+}
+
+/// Prints the run's parameters, the cuts and the model's layers.
+void print_header(const split_options& s, const learning::dataset& train,
+                  const learning::dataset& test) {
   learning::synthetic_gradient_options sg;
   if (s.sg_hidden > 0)
     sg.hidden = s.sg_hidden;
@@ -133,8 +133,8 @@ int split(const options& opt, const split_options& s) {
               "batch %lld, SGD lr %g momentum %g, %lld batches in flight (synthetic), "
               "synthetic-gradient modules %s with %lld hidden units%s, %d seed(s); one thread per "
               "stage, stages as actors in one process, slower stages emulated\n",
-              s.model.c_str(), static_cast<long long>(train->size()),
-              static_cast<long long>(test->size()), s.epochs, static_cast<long long>(s.batch),
+              s.model.c_str(), static_cast<long long>(train.size()),
+              static_cast<long long>(test.size()), s.epochs, static_cast<long long>(s.batch),
               s.lr, s.momentum, static_cast<long long>(s.in_flight),
               sg.conditioned ? "conditioned on the label (cDNI)" : "unconditioned",
               static_cast<long long>(sg.hidden),
@@ -150,58 +150,55 @@ int split(const options& opt, const split_options& s) {
   for (size_t i = 0; i < names.size(); ++i)
     std::printf("%s%zu %s", i ? ", " : "", i, names[i].c_str());
   std::printf(")\n\n");
+}
 
-  namespace fs = std::filesystem;
-  fs::create_directories(opt.out_dir);
-  const auto csv_path = fs::path(opt.out_dir) / "split.csv";
-  std::ofstream csv(csv_path);
-  csv << "setup,mode,seed,epoch,seconds,train_loss,test_accuracy\n";
-  struct row {
-    std::string setup, mode;
-    spread seconds, accuracy, to_target, megabytes, idle;
-    std::vector<double> curve_seconds, curve_accuracy;  // seed 1's
-  };
-  std::vector<row> rows;
-  const std::vector<std::pair<std::string, learning::stage_mode>> modes{
-    {"backprop", learning::stage_mode::backprop}, {"synthetic", learning::stage_mode::synthetic}};
-  for (auto& su : setups) {
-    for (auto& [mode_name, mode] : modes) {
-      if (su.cuts.empty() && mode == learning::stage_mode::synthetic)
-        continue;  // one stage: nothing to decouple
-      row r;
-      r.setup = su.name;
-      r.mode = su.cuts.empty() ? "-" : mode_name;
-      for (int k = 0; k < s.repeat; ++k) {
-        const uint64_t seed = s.seed + static_cast<uint64_t>(k);
-        auto o = run_one(s, su, mode, seed, train, test);
-        r.seconds.add(o.seconds());
-        r.accuracy.add(o.accuracy());
-        const auto t = o.time_to(s.target);
-        r.to_target.add(t, t >= 0);
-        r.megabytes.add(static_cast<double>(o.bytes()) / 1e6);
-        double idle = 0;
-        for (auto& st : o.stages)
-          idle = std::max(idle, st.idle_share());
-        r.idle.add(su.cuts.empty() ? 0.0 : idle);
-        for (auto& e : o.epochs) {
-          csv << '"' << su.name << "\"," << r.mode << ',' << seed << ',' << e.epoch + 1 << ','
-              << e.seconds << ',' << e.train_loss << ',' << e.test_accuracy << '\n';
-          if (k == 0) {
-            r.curve_seconds.push_back(e.seconds);
-            r.curve_accuracy.push_back(e.test_accuracy);
-          }
-        }
-        std::string idle_each;
-        for (auto& st : o.stages)
-          idle_each += (idle_each.empty() ? "" : " ") + fixed(100 * st.idle_share(), 0) + "%";
-        std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s\n",
-                    su.name.c_str(), r.mode.c_str(), static_cast<unsigned long long>(seed),
-                    o.seconds(), o.accuracy(), idle_each.c_str());
-        std::fflush(stdout);
+/// One line of the table: a setup and mode over every seed.
+struct row {
+  std::string setup, mode;
+  spread seconds, accuracy, to_target, megabytes, idle;
+  std::vector<double> curve_seconds, curve_accuracy;  // seed 1's
+};
+
+/// Runs `su` in `mode` for every seed: its epochs to `csv`, a line per seed.
+row run_row(const split_options& s, const setup& su, const std::string& mode_name,
+            learning::stage_mode mode, const std::shared_ptr<const learning::dataset>& train,
+            const std::shared_ptr<const learning::dataset>& test, std::ofstream& csv) {
+  row r;
+  r.setup = su.name;
+  r.mode = su.cuts.empty() ? "-" : mode_name;
+  for (int k = 0; k < s.repeat; ++k) {
+    const uint64_t seed = s.seed + static_cast<uint64_t>(k);
+    auto o = run_one(s, su, mode, seed, train, test);
+    r.seconds.add(o.seconds());
+    r.accuracy.add(o.accuracy());
+    const auto t = o.time_to(s.target);
+    r.to_target.add(t, t >= 0);
+    r.megabytes.add(static_cast<double>(o.bytes()) / 1e6);
+    double idle = 0;
+    for (auto& st : o.stages)
+      idle = std::max(idle, st.idle_share());
+    r.idle.add(su.cuts.empty() ? 0.0 : idle);
+    for (auto& e : o.epochs) {
+      csv << '"' << su.name << "\"," << r.mode << ',' << seed << ',' << e.epoch + 1 << ','
+          << e.seconds << ',' << e.train_loss << ',' << e.test_accuracy << '\n';
+      if (k == 0) {
+        r.curve_seconds.push_back(e.seconds);
+        r.curve_accuracy.push_back(e.test_accuracy);
       }
-      rows.push_back(std::move(r));
     }
+    std::string idle_each;
+    for (auto& st : o.stages)
+      idle_each += (idle_each.empty() ? "" : " ") + fixed(100 * st.idle_share(), 0) + "%";
+    std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s\n",
+                su.name.c_str(), r.mode.c_str(), static_cast<unsigned long long>(seed),
+                o.seconds(), o.accuracy(), idle_each.c_str());
+    std::fflush(stdout);
   }
+  return r;
+}
+
+/// Prints the table of rows.
+void print_table(const split_options& s, const std::vector<row>& rows) {
   std::printf("\n| setup | mode | training time | test accuracy | time to %.2f | MB between "
               "stages | most idle stage |\n| --- | --- | --- | --- | --- | --- | --- |\n",
               s.target);
@@ -210,7 +207,11 @@ int split(const options& opt, const split_options& s) {
                 r.seconds.show("%.1f", " s").c_str(), r.accuracy.show("%.4f").c_str(),
                 r.to_target.show("%.1f", " s").c_str(), r.megabytes.show("%.1f").c_str(),
                 r.idle.show("%.2f").c_str());
+}
 
+/// Writes split.gp and the curves of seed 1 (split-N.dat), then runs gnuplot.
+void plot_accuracy(const options& opt, const split_options& s, const std::vector<row>& rows) {
+  namespace fs = std::filesystem;
   // Accuracy against time, seed 1.
   const auto script = fs::path(opt.out_dir) / "split.gp";
   {
@@ -234,9 +235,10 @@ int split(const options& opt, const split_options& s) {
   }
   if (std::system(("gnuplot '" + script.string() + "' 2>/dev/null").c_str()) != 0)
     std::printf("(gnuplot failed: no plot)\n");
-  std::printf("\nper epoch: %s; plot: %s\n", csv_path.string().c_str(),
-              (fs::path(opt.out_dir) / "split.png").string().c_str());
+}
 
+/// Prints the summary line: synthetic against backprop on the same stages.
+void print_summary(const split_options& s, const std::vector<row>& rows) {
   // Summary: synthetic against backprop on the same stages (median over the
   // split setups of the per-setup medians), and the unequal 2-stage case.
   std::vector<double> speedups, points;
@@ -262,6 +264,39 @@ int split(const options& opt, const split_options& s) {
               "%+.2f pts (median over %zu split setups, %s, %u epochs)\n",
               sp.median(), pt.median(), unequal_speedup, unequal_points, speedups.size(),
               s.model.c_str(), s.epochs);
+}
+
+} // namespace
+
+int split(const options& opt, const split_options& s) {
+  at::set_num_threads(1);
+  auto train = std::make_shared<learning::dataset>(
+    learning::load_fashion_mnist(opt.data_dir, learning::split::train, opt.samples));
+  auto test = std::make_shared<learning::dataset>(
+    learning::load_fashion_mnist(opt.data_dir, learning::split::test));
+  const auto setups = setups_of(s);
+  print_header(s, *train, *test);
+
+  namespace fs = std::filesystem;
+  fs::create_directories(opt.out_dir);
+  const auto csv_path = fs::path(opt.out_dir) / "split.csv";
+  std::ofstream csv(csv_path);
+  csv << "setup,mode,seed,epoch,seconds,train_loss,test_accuracy\n";
+  std::vector<row> rows;
+  const std::vector<std::pair<std::string, learning::stage_mode>> modes{
+    {"backprop", learning::stage_mode::backprop}, {"synthetic", learning::stage_mode::synthetic}};
+  for (auto& su : setups) {
+    for (auto& [mode_name, mode] : modes) {
+      if (su.cuts.empty() && mode == learning::stage_mode::synthetic)
+        continue;  // one stage: nothing to decouple
+      rows.push_back(run_row(s, su, mode_name, mode, train, test, csv));
+    }
+  }
+  print_table(s, rows);
+  plot_accuracy(opt, s, rows);
+  std::printf("\nper epoch: %s; plot: %s\n", csv_path.string().c_str(),
+              (fs::path(opt.out_dir) / "split.png").string().c_str());
+  print_summary(s, rows);
   return 0;
 }
 

@@ -562,9 +562,9 @@ std::string signed_points(const row& r) {
   return b;
 }
 
-} // namespace
-
-int traffic(const options& opt, const traffic_options& t) {
+/// The 8-platform cluster in one process with the overrides and epochs of
+/// `t`; every strategy is checked on it before the first run.
+config::cluster_config base_config(const options& opt, const traffic_options& t) {
   if (t.strategies.empty())
     throw config::config_error("bench traffic: no strategy");
   if (t.target.size() > 2)
@@ -581,13 +581,11 @@ int traffic(const options& opt, const traffic_options& t) {
     apply_strategy(cfg, s);
     config::validate(cfg);
   }
-  const bool with_sgp = std::find(t.strategies.begin(), t.strategies.end(), "sgp")
-                        != t.strategies.end();
-  auto root = fs::absolute(fs::path(opt.out_dir) / "traffic");
-  fs::create_directories(root);
-  const uint64_t first_seed = base.seed;
-  const uint32_t process_epochs = std::min<uint32_t>(3, t.epochs);
+  return base;
+}
 
+/// The IID setting, then the label-skewed one, with the targets of `t`.
+std::vector<setting> make_settings(const traffic_options& t) {
   std::vector<setting> settings(2);
   settings[0].name = "iid";
   settings[0].partition = "iid";
@@ -601,7 +599,14 @@ int traffic(const options& opt, const traffic_options& t) {
     settings[1].target = t.target[1];
     settings[1].target_rule = "--target";
   }
+  return settings;
+}
 
+/// Prints the cluster, the strategies, the data settings and the runs to come.
+void print_header(const traffic_options& t, const config::cluster_config& base,
+                  const std::vector<setting>& settings, bool with_sgp,
+                  uint32_t process_epochs) {
+  const uint64_t first_seed = base.seed;
   std::string list;
   for (auto& s : t.strategies)
     list += (list.empty() ? "" : " ") + s;
@@ -630,6 +635,285 @@ int traffic(const options& opt, const traffic_options& t) {
                 platform_count, process_epochs);
   std::printf("\n");
   std::fflush(stdout);
+}
+
+/// Every seed of setting `st`: each strategy run in one process, a line
+/// each, its curve into `all`; the results into st.seeds.
+void run_setting(setting& st, const traffic_options& t, const config::cluster_config& base,
+                 const fs::path& root, uint64_t first_seed, std::ofstream& all) {
+  for (int k = 0; k < t.repeat; ++k) {
+    auto cfg = base;
+    cfg.seed = first_seed + static_cast<uint64_t>(k);
+    config::apply_override(cfg, "data.partition=" + st.partition);
+    if (st.partition == "dirichlet")
+      cfg.data.alpha = t.alpha;
+    auto dir = root / st.name / ("seed-" + std::to_string(cfg.seed));
+    fs::create_directories(dir);
+    std::vector<run_result> results;
+    for (auto& s : t.strategies) {
+      auto r = run_one(cfg, s, dir, false);
+      std::printf("  %-7s seed %llu %-18s %5.0f s wall; accuracy after %u epochs %.4f; "
+                  "%.2f MB sent\n",
+                  st.name.c_str(), static_cast<unsigned long long>(cfg.seed), s.c_str(),
+                  r.wall_seconds, t.epochs, r.final_accuracy(), r.total_bytes() / mb);
+      std::fflush(stdout);
+      for (auto& p : r.curve)
+        all << st.name << ',' << r.seed << ',' << s << ',' << p.epoch << ',' << p.seconds << ','
+            << p.accuracy << ',' << p.bytes << ',' << p.received << ',' << p.messages << ','
+            << p.sent.values << ',' << p.sent.indices << ',' << p.sent.weights << ','
+            << p.sent.headers << ',' << p.sent.packing_saved << '\n';
+      all.flush();
+      results.push_back(std::move(r));
+    }
+    st.seeds.push_back(std::move(results));
+  }
+}
+
+/// The target of a setting run without one.
+void choose_target(setting& st, const traffic_options& t, bool with_sgp) {
+  // Non-IID: the averaged model's accuracy swings by points from one
+  // epoch to the next, so a fixed target may be out of reach of every
+  // strategy; 0.02 below dense SGP's final accuracy is within reach of
+  // the strategies that keep up with it.
+  if (with_sgp) {
+    spread sgp_final;
+    for (auto& rs : st.seeds)
+      sgp_final.add(find(rs, "sgp")->final_accuracy());
+    st.target = std::floor((sgp_final.median() - 0.02) * 1000) / 1000;
+    st.target_rule = "sgp's final accuracy " + fixed(sgp_final.median(), 4) + " - 0.02";
+  } else {
+    double lowest = 1;
+    for (auto& s : t.strategies) {
+      spread best;
+      for (auto& rs : st.seeds) {
+        double b = 0;
+        for (auto& p : find(rs, s)->curve)
+          b = std::max(b, p.accuracy);
+        best.add(b);
+      }
+      lowest = std::min(lowest, best.median());
+    }
+    st.target = std::floor(lowest * 1000) / 1000;
+    st.target_rule = "the lowest best accuracy of the strategies";
+  }
+}
+
+/// The sparse-push strategy the headline is about.
+struct choice {
+  std::string chosen;
+  double ratio = 0;  // its median bytes ratio against sgp
+  int rank = -1;     // 2: reached within 1 point, 1: reached, 0: not reached
+};
+
+// The sparse-push density (and period) with the fewest bytes to the IID
+// target (the median ratio against sgp) that still reaches it in every
+// seed and loses at most 1 point of final accuracy against sgp (the median
+// of the seeds' differences: the paper's claim is "466x for about 1 %");
+// else the one with the fewest bytes to the target; else the least
+// compressed one (H / D), marked.
+choice choose_sparse_push(const traffic_options& t, const setting& iid, bool with_sgp) {
+  choice c;
+  for (auto& s : t.strategies) {
+    if (family_of(s) != "sparse-push" || iid.seeds.empty())
+      continue;
+    auto r = figures(iid, s);
+    const bool reached = r.not_reached == 0;
+    const bool close = with_sgp && r.vs_sgp_points.median() >= -1;  // (false for NaN: no sgp)
+    const int rank = reached ? (close ? 2 : 1) : 0;
+    const double ratio = r.ratio.median();
+    const bool better = rank > c.rank
+                        || (rank == c.rank && (rank > 0 ? ratio > c.ratio
+                                                        : compression_of(s)
+                                                            < compression_of(c.chosen)));
+    if (better) {
+      c.chosen = s;
+      c.ratio = ratio;
+      c.rank = rank;
+    }
+  }
+  return c;
+}
+
+/// The first scsp strategy of `t` ("" when none).
+std::string first_scsp(const traffic_options& t) {
+  std::string scsp;
+  for (auto& s : t.strategies)
+    if (family_of(s) == "scsp" && scsp.empty())
+      scsp = s;
+  return scsp;
+}
+
+/// Sparse-Push at SCSP's density, to show what the skew compensation adds.
+std::string plain_at(const traffic_options& t, const std::string& scsp) {
+  std::string plain_at_scsp;
+  if (!scsp.empty())
+    for (auto& s : t.strategies)
+      if (family_of(s) == "sparse-push" && std::fabs(density_of(s) - density_of(scsp)) < 1e-12
+          && every_of(s) == every_of(scsp))
+        plain_at_scsp = s;
+  return plain_at_scsp;
+}
+
+/// Runs `s` as node processes of `cfg` in `dir`; prints its row and writes
+/// it to `csv` against `in_process` after the same epochs. The largest
+/// difference of bytes per message so far into `worst`, counted in
+/// `compared`.
+void process_row(const config::cluster_config& cfg, const std::string& s, const fs::path& dir,
+                 const run_result* in_process, uint32_t process_epochs, std::ofstream& csv,
+                 double& worst, size_t& compared) {
+  auto r = run_one(cfg, s, dir, true);
+  auto& p = r.last();
+  // The in-process run after the same number of epochs.
+  const point* q = nullptr;
+  if (in_process)
+    for (auto& x : in_process->curve)
+      if (x.epoch == p.epoch)
+        q = &x;
+  double per_lane = p.messages > 0 ? p.bytes / p.messages : 0;
+  double per_one = q && q->messages > 0 ? q->bytes / q->messages : 0;
+  double diff_total = q && q->bytes > 0 ? 100 * (p.bytes - q->bytes) / q->bytes : NAN;
+  double diff_msg = per_one > 0 ? 100 * (per_lane - per_one) / per_one : NAN;
+  if (std::isfinite(diff_msg)) {
+    worst = std::max(worst, std::fabs(diff_msg));
+    ++compared;
+  }
+  double total = p.sent.total();
+  bool parts_ok = r.has_parts && total > 0;
+  std::printf("%-18s %9.4f %10.2f %10.2f %10s %8s %11.0f %11s %8s %6s %6s %6s %6s %6s   "
+              "(%.0f s wall)\n",
+              s.c_str(), p.accuracy, p.bytes / mb, p.received / mb,
+              q ? fixed(q->bytes / mb, 2).c_str() : "n/a",
+              std::isfinite(diff_total) ? (fixed(diff_total, 2) + "%").c_str() : "n/a",
+              per_lane, q ? fixed(per_one, 0).c_str() : "n/a",
+              std::isfinite(diff_msg) ? (fixed(diff_msg, 2) + "%").c_str() : "n/a",
+              parts_ok ? share(p.sent.values, total).c_str() : "n/a",
+              parts_ok ? share(p.sent.indices, total).c_str() : "n/a",
+              parts_ok ? share(p.sent.weights, total).c_str() : "n/a",
+              parts_ok ? share(p.sent.headers, total).c_str() : "n/a",
+              parts_ok ? share(p.sent.packing_saved, total).c_str() : "n/a", r.wall_seconds);
+  csv << s << ',' << process_epochs << ',' << p.accuracy << ',' << p.bytes << ','
+      << p.received << ',' << p.messages << ',' << (q ? q->bytes : -1) << ','
+      << (q ? q->messages : -1) << ',' << per_lane << ',' << (q ? per_one : -1) << ','
+      << p.sent.values << ',' << p.sent.indices << ',' << p.sent.weights << ','
+      << p.sent.headers << ',' << p.sent.packing_saved << '\n';
+}
+
+/// Node processes: sgp and the chosen sparse-push again as node processes,
+/// the bytes that crossed the weights lane against the count in one process
+/// (the first IID seed); returns the summary's part ("" when not run).
+std::string node_processes(const traffic_options& t, const config::cluster_config& base,
+                           const setting& iid, bool with_sgp, const std::string& chosen,
+                           uint32_t process_epochs, const fs::path& root) {
+  std::string process_summary;
+  if (!t.processes || iid.seeds.empty())
+    return process_summary;
+  const uint64_t first_seed = base.seed;
+  std::vector<std::string> specs;
+  if (with_sgp)
+    specs.push_back("sgp");
+  if (!chosen.empty())
+    specs.push_back(chosen);
+  if (specs.empty())
+    specs.push_back(t.strategies.front());
+  auto cfg = base;
+  cfg.seed = first_seed;
+  cfg.train.epochs = process_epochs;
+  config::apply_override(cfg, "data.partition=iid");
+  // The same cluster id as in one process: it is in every message's header.
+  cfg = as_node_processes(cfg);
+  auto dir = root / "processes";
+  fs::create_directories(dir);
+  std::printf("\nnode processes: the same %d platforms as %zu node processes of 1 platform on "
+              "127.0.0.1 (every message on the weights lane), iid, seed %llu, %u epochs; "
+              "against the first %u epochs of the run in one process\n",
+              platform_count, cfg.nodes.size(), static_cast<unsigned long long>(first_seed),
+              process_epochs, process_epochs);
+  std::printf("%-18s %9s %10s %10s %10s %8s %11s %11s %8s %6s %6s %6s %6s %6s\n",
+              "strategy", "acc", "lane MB", "recv MB", "1-proc MB", "diff", "B/msg lane",
+              "B/msg 1-pr", "diff", "values", "index", "weight", "header", "packed");
+  std::fflush(stdout);
+  std::ofstream csv(root / "traffic-processes.csv");
+  csv << "strategy,epochs,accuracy,lane_bytes_sent,lane_bytes_received,lane_messages,"
+         "one_process_bytes_sent,one_process_messages,bytes_per_message_lane,"
+         "bytes_per_message_one_process,values,indices,weights,headers,packing_saved\n";
+  double worst = 0;
+  size_t compared = 0;
+  for (auto& s : specs) {
+    const run_result* in_process = find(iid.seeds.front(), s);
+    try {
+      process_row(cfg, s, dir, in_process, process_epochs, csv, worst, compared);
+    } catch (const std::exception& e) {
+      std::printf("%-18s failed: %s\n", s.c_str(), e.what());
+      process_summary += "; node processes: " + s + " failed";
+    }
+    std::fflush(stdout);
+  }
+  std::printf("  lane MB: bytes the senders wrote to the weights lane; recv MB: what the "
+              "receivers took from it; 1-proc: counted in one process (what each message "
+              "would weigh on the wire); B/msg: bytes per message\n");
+  if (compared)
+    process_summary += "; node processes: bytes per message within " + fixed(worst, 2)
+                       + "% of the count in one process";
+  return process_summary;
+}
+
+/// The parts of the summary line.
+struct headline_texts {
+  std::string sp = "sparse-push n/a";
+  std::string scsp = "scsp n/a (non-IID)";
+  std::string extra;
+};
+
+/// The headline: the chosen sparse-push on IID data and scsp (and plain
+/// sparse-push at its density) on non-IID data, against sgp.
+headline_texts headline(const std::vector<setting>& settings, const choice& c,
+                        const std::string& scsp, const std::string& plain_at_scsp,
+                        bool with_sgp) {
+  headline_texts h;
+  const bool chosen_reached = c.rank > 0;
+  if (!c.chosen.empty() && with_sgp) {
+    auto r = figures(settings[0], c.chosen);
+    h.sp = "sparse-push " + ratio_text(r) + " fewer bytes than sgp, " + signed_points(r)
+           + " pts";
+    h.extra += "; sparse-push density " + density_text(c.chosen) + " (IID target "
+               + fixed(settings[0].target, 3) + (chosen_reached ? "" : " not reached")
+               + (c.rank == 2 ? ", within 1 pt" : c.rank == 1 ? ", none within 1 pt" : "")
+               + ")";
+  }
+  if (settings[1].seeds.empty())
+    h.scsp = "scsp n/a (non-IID not run)";
+  else if (!scsp.empty() && with_sgp) {
+    auto r = figures(settings[1], scsp);
+    h.scsp = "scsp " + ratio_text(r) + ", " + signed_points(r) + " pts (non-IID)";
+    h.extra += "; scsp density " + density_text(scsp) + " (non-IID target "
+               + fixed(settings[1].target, 3) + (r.not_reached ? " not reached" : "") + ")";
+    if (!plain_at_scsp.empty()) {
+      auto p = figures(settings[1], plain_at_scsp);
+      h.extra += "; plain sparse-push non-IID " + ratio_text(p) + ", " + signed_points(p) + " pts";
+      // What the skew compensation wins back of plain Sparse-Push's loss
+      // against sgp, at the same density and period (medians of the seeds).
+      const double plain = p.vs_sgp_points.median(), with = r.vs_sgp_points.median();
+      if (plain < 0 && std::isfinite(with))
+        h.extra += "; scsp recovers " + fixed(100 * (with - plain) / -plain, 0)
+                   + "% of plain sparse-push's loss";
+    }
+  }
+  return h;
+}
+
+} // namespace
+
+int traffic(const options& opt, const traffic_options& t) {
+  auto base = base_config(opt, t);
+  const bool with_sgp = std::find(t.strategies.begin(), t.strategies.end(), "sgp")
+                        != t.strategies.end();
+  auto root = fs::absolute(fs::path(opt.out_dir) / "traffic");
+  fs::create_directories(root);
+  const uint64_t first_seed = base.seed;
+  const uint32_t process_epochs = std::min<uint32_t>(3, t.epochs);
+
+  auto settings = make_settings(t);
+  print_header(t, base, settings, with_sgp, process_epochs);
   auto started = std::chrono::steady_clock::now();
 
   std::ofstream all(root / "traffic-seeds.csv");
@@ -639,228 +923,32 @@ int traffic(const options& opt, const traffic_options& t) {
   for (auto& st : settings) {
     if (t.settings != "both" && t.settings != st.name)
       continue;
-    for (int k = 0; k < t.repeat; ++k) {
-      auto cfg = base;
-      cfg.seed = first_seed + static_cast<uint64_t>(k);
-      config::apply_override(cfg, "data.partition=" + st.partition);
-      if (st.partition == "dirichlet")
-        cfg.data.alpha = t.alpha;
-      auto dir = root / st.name / ("seed-" + std::to_string(cfg.seed));
-      fs::create_directories(dir);
-      std::vector<run_result> results;
-      for (auto& s : t.strategies) {
-        auto r = run_one(cfg, s, dir, false);
-        std::printf("  %-7s seed %llu %-18s %5.0f s wall; accuracy after %u epochs %.4f; "
-                    "%.2f MB sent\n",
-                    st.name.c_str(), static_cast<unsigned long long>(cfg.seed), s.c_str(),
-                    r.wall_seconds, t.epochs, r.final_accuracy(), r.total_bytes() / mb);
-        std::fflush(stdout);
-        for (auto& p : r.curve)
-          all << st.name << ',' << r.seed << ',' << s << ',' << p.epoch << ',' << p.seconds << ','
-              << p.accuracy << ',' << p.bytes << ',' << p.received << ',' << p.messages << ','
-              << p.sent.values << ',' << p.sent.indices << ',' << p.sent.weights << ','
-              << p.sent.headers << ',' << p.sent.packing_saved << '\n';
-        all.flush();
-        results.push_back(std::move(r));
-      }
-      st.seeds.push_back(std::move(results));
-    }
-    if (st.target <= 0) {
-      // Non-IID: the averaged model's accuracy swings by points from one
-      // epoch to the next, so a fixed target may be out of reach of every
-      // strategy; 0.02 below dense SGP's final accuracy is within reach of
-      // the strategies that keep up with it.
-      if (with_sgp) {
-        spread sgp_final;
-        for (auto& rs : st.seeds)
-          sgp_final.add(find(rs, "sgp")->final_accuracy());
-        st.target = std::floor((sgp_final.median() - 0.02) * 1000) / 1000;
-        st.target_rule = "sgp's final accuracy " + fixed(sgp_final.median(), 4) + " - 0.02";
-      } else {
-        double lowest = 1;
-        for (auto& s : t.strategies) {
-          spread best;
-          for (auto& rs : st.seeds) {
-            double b = 0;
-            for (auto& p : find(rs, s)->curve)
-              b = std::max(b, p.accuracy);
-            best.add(b);
-          }
-          lowest = std::min(lowest, best.median());
-        }
-        st.target = std::floor(lowest * 1000) / 1000;
-        st.target_rule = "the lowest best accuracy of the strategies";
-      }
-    }
+    run_setting(st, t, base, root, first_seed, all);
+    if (st.target <= 0)
+      choose_target(st, t, with_sgp);
     print_table(st, t.strategies, t.epochs, t.repeat, root / ("traffic-" + st.name + ".csv"));
     plot(st, root / st.name);
     std::fflush(stdout);
   }
 
-  // The sparse-push density (and period) with the fewest bytes to the IID
-  // target (the median ratio against sgp) that still reaches it in every
-  // seed and loses at most 1 point of final accuracy against sgp (the median
-  // of the seeds' differences: the paper's claim is "466x for about 1 %");
-  // else the one with the fewest bytes to the target; else the least
-  // compressed one (H / D), marked.
-  std::string chosen;
-  double chosen_ratio = 0;  // its median bytes ratio against sgp
-  int chosen_rank = -1;  // 2: reached within 1 point, 1: reached, 0: not reached
-  for (auto& s : t.strategies) {
-    if (family_of(s) != "sparse-push" || settings[0].seeds.empty())
-      continue;
-    auto r = figures(settings[0], s);
-    const bool reached = r.not_reached == 0;
-    const bool close = with_sgp && r.vs_sgp_points.median() >= -1;  // (false for NaN: no sgp)
-    const int rank = reached ? (close ? 2 : 1) : 0;
-    const double ratio = r.ratio.median();
-    const bool better = rank > chosen_rank
-                        || (rank == chosen_rank && (rank > 0 ? ratio > chosen_ratio
-                                                             : compression_of(s)
-                                                                 < compression_of(chosen)));
-    if (better) {
-      chosen = s;
-      chosen_ratio = ratio;
-      chosen_rank = rank;
-    }
-  }
-  const bool chosen_reached = chosen_rank > 0;
-  std::string scsp;
-  for (auto& s : t.strategies)
-    if (family_of(s) == "scsp" && scsp.empty())
-      scsp = s;
-  // Sparse-Push at SCSP's density, to show what the skew compensation adds.
-  std::string plain_at_scsp;
-  if (!scsp.empty())
-    for (auto& s : t.strategies)
-      if (family_of(s) == "sparse-push" && std::fabs(density_of(s) - density_of(scsp)) < 1e-12
-          && every_of(s) == every_of(scsp))
-        plain_at_scsp = s;
+  const auto chosen = choose_sparse_push(t, settings[0], with_sgp);
+  const std::string scsp = first_scsp(t);
+  const std::string plain_at_scsp = plain_at(t, scsp);
 
   // -- node processes: the bytes that crossed the weights lane ------------------------
-  std::string process_summary;
-  if (t.processes && !settings[0].seeds.empty()) {
-    std::vector<std::string> specs;
-    if (with_sgp)
-      specs.push_back("sgp");
-    if (!chosen.empty())
-      specs.push_back(chosen);
-    if (specs.empty())
-      specs.push_back(t.strategies.front());
-    auto cfg = base;
-    cfg.seed = first_seed;
-    cfg.train.epochs = process_epochs;
-    config::apply_override(cfg, "data.partition=iid");
-    // The same cluster id as in one process: it is in every message's header.
-    cfg = as_node_processes(cfg);
-    auto dir = root / "processes";
-    fs::create_directories(dir);
-    std::printf("\nnode processes: the same %d platforms as %zu node processes of 1 platform on "
-                "127.0.0.1 (every message on the weights lane), iid, seed %llu, %u epochs; "
-                "against the first %u epochs of the run in one process\n",
-                platform_count, cfg.nodes.size(), static_cast<unsigned long long>(first_seed),
-                process_epochs, process_epochs);
-    std::printf("%-18s %9s %10s %10s %10s %8s %11s %11s %8s %6s %6s %6s %6s %6s\n",
-                "strategy", "acc", "lane MB", "recv MB", "1-proc MB", "diff", "B/msg lane",
-                "B/msg 1-pr", "diff", "values", "index", "weight", "header", "packed");
-    std::fflush(stdout);
-    std::ofstream csv(root / "traffic-processes.csv");
-    csv << "strategy,epochs,accuracy,lane_bytes_sent,lane_bytes_received,lane_messages,"
-           "one_process_bytes_sent,one_process_messages,bytes_per_message_lane,"
-           "bytes_per_message_one_process,values,indices,weights,headers,packing_saved\n";
-    double worst = 0;
-    size_t compared = 0;
-    for (auto& s : specs) {
-      const run_result* in_process = find(settings[0].seeds.front(), s);
-      try {
-        auto r = run_one(cfg, s, dir, true);
-        auto& p = r.last();
-        // The in-process run after the same number of epochs.
-        const point* q = nullptr;
-        if (in_process)
-          for (auto& x : in_process->curve)
-            if (x.epoch == p.epoch)
-              q = &x;
-        double per_lane = p.messages > 0 ? p.bytes / p.messages : 0;
-        double per_one = q && q->messages > 0 ? q->bytes / q->messages : 0;
-        double diff_total = q && q->bytes > 0 ? 100 * (p.bytes - q->bytes) / q->bytes : NAN;
-        double diff_msg = per_one > 0 ? 100 * (per_lane - per_one) / per_one : NAN;
-        if (std::isfinite(diff_msg)) {
-          worst = std::max(worst, std::fabs(diff_msg));
-          ++compared;
-        }
-        double total = p.sent.total();
-        bool parts_ok = r.has_parts && total > 0;
-        std::printf("%-18s %9.4f %10.2f %10.2f %10s %8s %11.0f %11s %8s %6s %6s %6s %6s %6s   "
-                    "(%.0f s wall)\n",
-                    s.c_str(), p.accuracy, p.bytes / mb, p.received / mb,
-                    q ? fixed(q->bytes / mb, 2).c_str() : "n/a",
-                    std::isfinite(diff_total) ? (fixed(diff_total, 2) + "%").c_str() : "n/a",
-                    per_lane, q ? fixed(per_one, 0).c_str() : "n/a",
-                    std::isfinite(diff_msg) ? (fixed(diff_msg, 2) + "%").c_str() : "n/a",
-                    parts_ok ? share(p.sent.values, total).c_str() : "n/a",
-                    parts_ok ? share(p.sent.indices, total).c_str() : "n/a",
-                    parts_ok ? share(p.sent.weights, total).c_str() : "n/a",
-                    parts_ok ? share(p.sent.headers, total).c_str() : "n/a",
-                    parts_ok ? share(p.sent.packing_saved, total).c_str() : "n/a", r.wall_seconds);
-        csv << s << ',' << process_epochs << ',' << p.accuracy << ',' << p.bytes << ','
-            << p.received << ',' << p.messages << ',' << (q ? q->bytes : -1) << ','
-            << (q ? q->messages : -1) << ',' << per_lane << ',' << (q ? per_one : -1) << ','
-            << p.sent.values << ',' << p.sent.indices << ',' << p.sent.weights << ','
-            << p.sent.headers << ',' << p.sent.packing_saved << '\n';
-      } catch (const std::exception& e) {
-        std::printf("%-18s failed: %s\n", s.c_str(), e.what());
-        process_summary += "; node processes: " + s + " failed";
-      }
-      std::fflush(stdout);
-    }
-    std::printf("  lane MB: bytes the senders wrote to the weights lane; recv MB: what the "
-                "receivers took from it; 1-proc: counted in one process (what each message "
-                "would weigh on the wire); B/msg: bytes per message\n");
-    if (compared)
-      process_summary += "; node processes: bytes per message within " + fixed(worst, 2)
-                         + "% of the count in one process";
-  }
+  const std::string process_summary =
+    node_processes(t, base, settings[0], with_sgp, chosen.chosen, process_epochs, root);
 
   // -- the headline -------------------------------------------------------------------
-  std::string sp_text = "sparse-push n/a";
-  std::string scsp_text = "scsp n/a (non-IID)";
-  std::string extra;
-  if (!chosen.empty() && with_sgp) {
-    auto r = figures(settings[0], chosen);
-    sp_text = "sparse-push " + ratio_text(r) + " fewer bytes than sgp, " + signed_points(r)
-              + " pts";
-    extra += "; sparse-push density " + density_text(chosen) + " (IID target "
-             + fixed(settings[0].target, 3) + (chosen_reached ? "" : " not reached")
-             + (chosen_rank == 2 ? ", within 1 pt" : chosen_rank == 1 ? ", none within 1 pt" : "")
-             + ")";
-  }
-  if (settings[1].seeds.empty())
-    scsp_text = "scsp n/a (non-IID not run)";
-  else if (!scsp.empty() && with_sgp) {
-    auto r = figures(settings[1], scsp);
-    scsp_text = "scsp " + ratio_text(r) + ", " + signed_points(r) + " pts (non-IID)";
-    extra += "; scsp density " + density_text(scsp) + " (non-IID target "
-             + fixed(settings[1].target, 3) + (r.not_reached ? " not reached" : "") + ")";
-    if (!plain_at_scsp.empty()) {
-      auto p = figures(settings[1], plain_at_scsp);
-      extra += "; plain sparse-push non-IID " + ratio_text(p) + ", " + signed_points(p) + " pts";
-      // What the skew compensation wins back of plain Sparse-Push's loss
-      // against sgp, at the same density and period (medians of the seeds).
-      const double plain = p.vs_sgp_points.median(), with = r.vs_sgp_points.median();
-      if (plain < 0 && std::isfinite(with))
-        extra += "; scsp recovers " + fixed(100 * (with - plain) / -plain, 0)
-                 + "% of plain sparse-push's loss";
-    }
-  }
+  auto h = headline(settings, chosen, scsp, plain_at_scsp, with_sgp);
   double minutes =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60;
   std::printf("\nfigures: %s/traffic-{iid,non-iid,processes,seeds}.csv, plots: "
               "%s/{iid,non-iid}/traffic-*.png (%.1f min)\n",
               root.string().c_str(), root.string().c_str(), minutes);
   if (t.repeat > 1)
-    extra += "; medians over " + std::to_string(t.repeat) + " seeds";
-  std::printf("summary: %s; %s%s%s\n", sp_text.c_str(), scsp_text.c_str(), extra.c_str(),
+    h.extra += "; medians over " + std::to_string(t.repeat) + " seeds";
+  std::printf("summary: %s; %s%s%s\n", h.sp.c_str(), h.scsp.c_str(), h.extra.c_str(),
               process_summary.c_str());
   return 0;
 }

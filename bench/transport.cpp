@@ -349,6 +349,194 @@ struct answers {
   }
 };
 
+void expect(const model_bytes& m, uint64_t got, const char* path) {
+  if (got != m.bytes())
+    throw std::runtime_error(std::string("transport (") + path + "): the peer decoded "
+                             + std::to_string(got) + " of " + std::to_string(m.bytes())
+                             + " bytes");
+}
+
+/// The bench process's ends of the three ways to the peer, and bursts of
+/// messages over each.
+struct ways {
+  messages::lane& lane;
+  answers& back;
+  const messages::lane_endpoint& to_peer;
+  caf::actor_system& sys;
+  const echo_actor& remote;
+  messages::socket_fd& raw;
+  caf::scoped_actor& self;
+  // The model's tensors are lent to the messages as a platform lends its
+  // parameters (train/loans.hpp); they do not change during a burst, so
+  // nothing is copied: a platform pays one copy only for a message still
+  // queued when it next writes its parameters.
+  learning::parameter_loans loans;
+
+  // A burst: `count` gossip messages as the nodes send them (each encoded
+  // in pieces that reference the tensors, queued on the weights lane and
+  // written with one gather write, the sender going on at once), decoded one by one by an actor on the peer, each answered
+  // on the peer's lane; done when the last answer is in. With count 1 it
+  // is one round trip.
+  void lane_burst(const model_bytes& m, int count, round_times& r) {
+    auto start = clock_type::now();
+    for (int k = 0; k < count; ++k) {
+      auto t = clock_type::now();
+      auto buf = std::make_shared<const messages::gathered>(messages::encode_gathered(
+        as_weights(m, static_cast<uint64_t>(k)), loans.lend(m.tensors)));
+      r.encode.push_back(seconds_since(t));
+      if (!lane.send(to_peer, "echo", std::move(buf)))
+        throw std::runtime_error("transport: the weights lane dropped a message");
+    }
+    for (int k = 0; k < count; ++k) {
+      auto [got, decode_seconds] = back.take();
+      r.decode.push_back(decode_seconds);
+      expect(m, got, "weights lane");
+    }
+    r.lane.push_back(seconds_since(start) / count);
+  }
+  // The same through the CAF middleman (cluster.transport = "middleman"):
+  // the echo actor's answers come back as messages.
+  void caf_burst(const model_bytes& m, int count, round_times& r) {
+    auto start = clock_type::now();
+    for (int k = 0; k < count; ++k)
+      self->send(remote, actors::gossip_atom::value,
+                 messages::encode(as_weights(m, static_cast<uint64_t>(k))));
+    for (int k = 0; k < count; ++k) {
+      uint64_t got = 0;
+      self->receive([&](uint64_t n, double) { got = n; },
+                    [&](caf::error& e) { throw std::runtime_error("transport: " + sys.render(e)); },
+                    caf::after(std::chrono::seconds(60)) >>
+                      [&] { throw std::runtime_error("transport: no answer through CAF"); });
+      expect(m, got, "middleman");
+    }
+    r.caf.push_back(seconds_since(start) / count);
+  }
+  // The same bytes over a plain socket: length and the tensors' bytes per
+  // message, written back to back; the peer answers each with its length.
+  void raw_burst(const model_bytes& m, int count, round_times& r) {
+    auto start = clock_type::now();
+    uint64_t n = m.bytes();
+    std::vector<iovec> iov{{&n, sizeof n}};
+    for (auto& x : m.tensors)
+      iov.push_back({x.data_ptr(), static_cast<size_t>(x.nbytes())});
+    for (int k = 0; k < count; ++k)
+      messages::writev_all(raw.get(), iov);
+    for (int k = 0; k < count; ++k) {
+      uint64_t ack = 0;
+      if (!messages::read_all(raw.get(), &ack, sizeof ack) || ack != n)
+        throw std::runtime_error("transport: raw peer went away");
+    }
+    r.raw.push_back(seconds_since(start) / count);
+  }
+  // Alternate which goes first so drift of the machine hits all alike.
+  void measure(const model_bytes& m, int count, int repeats, round_times& r) {
+    round_times warm;  // connections, buffers and the allocator's pools
+    raw_burst(m, count, warm);
+    lane_burst(m, count, warm);
+    caf_burst(m, count, warm);
+    for (int i = 0; i < repeats; ++i)
+      switch (i % 3) {
+      case 0: raw_burst(m, count, r); lane_burst(m, count, r); caf_burst(m, count, r); break;
+      case 1: lane_burst(m, count, r); caf_burst(m, count, r); raw_burst(m, count, r); break;
+      default: caf_burst(m, count, r); raw_burst(m, count, r); lane_burst(m, count, r);
+      }
+  }
+};
+
+struct size_case {
+  model_bytes model;
+  int burst;    // messages in flight at once
+  int repeats;  // bursts measured
+};
+
+/// LeNet-5 and 4, 40 and 250 MB, each with its burst and repeats.
+std::vector<size_case> size_cases(const transport_options& t) {
+  // A burst of 4 MB messages is 64 of them (about 80 ms): in bursts of 16
+  // (20 ms) the ratio swung from 0.58 to 1.50 between runs, as stalls of
+  // the machine of a few ms fell on one way or another.
+  std::vector<size_case> cases;
+  cases.push_back({lenet5(), 32, t.rounds > 0 ? t.rounds : 20});
+  cases.push_back({synthetic(size_t{4} << 20, "4 MB"), 64, t.rounds > 0 ? t.rounds : 10});
+  cases.push_back({synthetic(size_t{40} << 20, "40 MB"), 4, t.rounds > 0 ? t.rounds : 6});
+  cases.push_back({synthetic(size_t{250} << 20, "250 MB"), 2, t.rounds > 0 ? t.rounds : 3});
+  return cases;
+}
+
+/// Throughput of each case in bursts, a row each; returns the summary's
+/// parts and the worst lane / raw ratio of 4 MB and up in `worst_large`.
+std::string throughput(ways& w, const std::vector<size_case>& cases, double& worst_large) {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  std::printf("transport: weights between two processes on 127.0.0.1: the weights lane (Cap'n "
+              "Proto codec, as the nodes send gossip) and the CAF 0.17 middleman, against a "
+              "plain TCP socket; throughput from bursts of messages sent back to back, medians "
+              "of bursts taken in turn; GLIBC_TUNABLES=%s\n",
+              tunables ? tunables : "(unset)");
+  std::printf("%-8s %11s %11s %10s %10s %7s %10s %7s %11s %11s\n", "model", "bytes",
+              "burst x n", "raw MB/s", "lane MB/s", "ratio", "CAF MB/s", "ratio", "encode ms",
+              "decode ms");
+  std::string summary;
+  worst_large = 1e9;
+  for (auto& c : cases) {
+    round_times r;
+    w.measure(c.model, c.burst, c.repeats, r);
+    const double mb = static_cast<double>(c.model.bytes()) / 1e6;
+    const double raw_s = median(r.raw), lane_s = median(r.lane), caf_s = median(r.caf);
+    const double ratio = raw_s / lane_s;
+    char shape[32];
+    std::snprintf(shape, sizeof shape, "%d x %d", c.burst, c.repeats);
+    std::printf("%-8s %11zu %11s %10.0f %10.0f %7.2f %10.0f %7.2f %11.3f %11.3f\n",
+                c.model.label.c_str(), c.model.bytes(), shape, mb / raw_s, mb / lane_s, ratio,
+                mb / caf_s, raw_s / caf_s, 1e3 * median(r.encode), 1e3 * median(r.decode));
+    std::fflush(stdout);
+    char part[96];
+    std::snprintf(part, sizeof part, " %s %.2f (middleman %.2f);", c.model.label.c_str(), ratio,
+                  raw_s / caf_s);
+    summary += part;
+    if (c.model.bytes() >= (size_t{4} << 20) - (size_t{64} << 10))
+      worst_large = std::min(worst_large, ratio);
+  }
+  return summary;
+}
+
+/// Round trips, one message at a time: latency, and what throughput a
+/// sender that waits for each answer sees. Returns LeNet-5's times.
+round_times round_trips(ways& w, const std::vector<size_case>& cases) {
+  std::printf("one message at a time (round trips, medians):\n");
+  round_times lenet_times;
+  for (auto& c : cases) {
+    round_times r;
+    w.measure(c.model, 1, &c == &cases.front() ? 10 * c.repeats : c.repeats, r);
+    std::printf("  %-8s raw %9.3f ms, lane %9.3f ms (ratio %.2f), middleman %9.3f ms (%.2f)\n",
+                c.model.label.c_str(), 1e3 * median(r.raw), 1e3 * median(r.lane),
+                median(r.raw) / median(r.lane), 1e3 * median(r.caf),
+                median(r.raw) / median(r.caf));
+    if (&c == &cases.front())
+      lenet_times = r;
+  }
+  std::printf("round trip, LeNet-5 weights there and an answer back: lane median %.0f us (p90 "
+              "%.0f us), middleman %.0f us, raw socket %.0f us (p90 %.0f us)\n",
+              1e6 * median(lenet_times.lane), 1e6 * percentile(lenet_times.lane, 0.9),
+              1e6 * median(lenet_times.caf), 1e6 * median(lenet_times.raw),
+              1e6 * percentile(lenet_times.raw, 0.9));
+  return lenet_times;
+}
+
+/// Closes the ways to the peer, waits for it and prints its buffer cache.
+void finish_peer(messages::socket_fd& raw, const peer_process& p, messages::lane& lane) {
+  raw.close();
+  ::close(p.stdin_fd);
+  unsigned long long peer_reused = 0, peer_allocated = 0;
+  const auto last = read_line(p.stdout_fd);
+  ::close(p.stdout_fd);
+  int status = 0;
+  ::waitpid(p.pid, &status, 0);
+  lane.stop();
+  if (std::sscanf(last.c_str(), "cache %llu %llu", &peer_reused, &peer_allocated) == 2)
+    std::printf("peer process: buffer cache %llu reused, %llu allocated (what the lane and "
+                "the raw socket read messages of 1 MB and more into)\n",
+                peer_reused, peer_allocated);
+}
+
 } // namespace
 
 int transport(const options& opt, const transport_options& t) {
@@ -372,151 +560,12 @@ int transport(const options& opt, const transport_options& t) {
     throw std::runtime_error("cannot reach the transport peer: " + sys.render(remote.error()));
   auto raw = messages::connect_tcp("127.0.0.1", p.raw_port);
   caf::scoped_actor self{sys};
+  ways w{lane, back, to_peer, sys, *remote, raw, self, {}};
 
-  auto expect = [](const model_bytes& m, uint64_t got, const char* path) {
-    if (got != m.bytes())
-      throw std::runtime_error(std::string("transport (") + path + "): the peer decoded "
-                               + std::to_string(got) + " of " + std::to_string(m.bytes())
-                               + " bytes");
-  };
-  // A burst: `count` gossip messages as the nodes send them (each encoded
-  // in pieces that reference the tensors, queued on the weights lane and
-  // written with one gather write, the sender going on at once), decoded one by one by an actor on the peer, each answered
-  // on the peer's lane; done when the last answer is in. With count 1 it
-  // is one round trip.
-  // The model's tensors are lent to the messages as a platform lends its
-  // parameters (train/loans.hpp); they do not change during a burst, so
-  // nothing is copied: a platform pays one copy only for a message still
-  // queued when it next writes its parameters.
-  learning::parameter_loans loans;
-  auto lane_burst = [&](const model_bytes& m, int count, round_times& r) {
-    auto start = clock_type::now();
-    for (int k = 0; k < count; ++k) {
-      auto t = clock_type::now();
-      auto buf = std::make_shared<const messages::gathered>(messages::encode_gathered(
-        as_weights(m, static_cast<uint64_t>(k)), loans.lend(m.tensors)));
-      r.encode.push_back(seconds_since(t));
-      if (!lane.send(to_peer, "echo", std::move(buf)))
-        throw std::runtime_error("transport: the weights lane dropped a message");
-    }
-    for (int k = 0; k < count; ++k) {
-      auto [got, decode_seconds] = back.take();
-      r.decode.push_back(decode_seconds);
-      expect(m, got, "weights lane");
-    }
-    r.lane.push_back(seconds_since(start) / count);
-  };
-  // The same through the CAF middleman (cluster.transport = "middleman"):
-  // the echo actor's answers come back as messages.
-  auto caf_burst = [&](const model_bytes& m, int count, round_times& r) {
-    auto start = clock_type::now();
-    for (int k = 0; k < count; ++k)
-      self->send(*remote, actors::gossip_atom::value,
-                 messages::encode(as_weights(m, static_cast<uint64_t>(k))));
-    for (int k = 0; k < count; ++k) {
-      uint64_t got = 0;
-      self->receive([&](uint64_t n, double) { got = n; },
-                    [&](caf::error& e) { throw std::runtime_error("transport: " + sys.render(e)); },
-                    caf::after(std::chrono::seconds(60)) >>
-                      [&] { throw std::runtime_error("transport: no answer through CAF"); });
-      expect(m, got, "middleman");
-    }
-    r.caf.push_back(seconds_since(start) / count);
-  };
-  // The same bytes over a plain socket: length and the tensors' bytes per
-  // message, written back to back; the peer answers each with its length.
-  auto raw_burst = [&](const model_bytes& m, int count, round_times& r) {
-    auto start = clock_type::now();
-    uint64_t n = m.bytes();
-    std::vector<iovec> iov{{&n, sizeof n}};
-    for (auto& x : m.tensors)
-      iov.push_back({x.data_ptr(), static_cast<size_t>(x.nbytes())});
-    for (int k = 0; k < count; ++k)
-      messages::writev_all(raw.get(), iov);
-    for (int k = 0; k < count; ++k) {
-      uint64_t ack = 0;
-      if (!messages::read_all(raw.get(), &ack, sizeof ack) || ack != n)
-        throw std::runtime_error("transport: raw peer went away");
-    }
-    r.raw.push_back(seconds_since(start) / count);
-  };
-  // Alternate which goes first so drift of the machine hits all alike.
-  auto measure = [&](const model_bytes& m, int count, int repeats, round_times& r) {
-    round_times warm;  // connections, buffers and the allocator's pools
-    raw_burst(m, count, warm);
-    lane_burst(m, count, warm);
-    caf_burst(m, count, warm);
-    for (int i = 0; i < repeats; ++i)
-      switch (i % 3) {
-      case 0: raw_burst(m, count, r); lane_burst(m, count, r); caf_burst(m, count, r); break;
-      case 1: lane_burst(m, count, r); caf_burst(m, count, r); raw_burst(m, count, r); break;
-      default: caf_burst(m, count, r); raw_burst(m, count, r); lane_burst(m, count, r);
-      }
-  };
-
-  struct size_case {
-    model_bytes model;
-    int burst;    // messages in flight at once
-    int repeats;  // bursts measured
-  };
-  // A burst of 4 MB messages is 64 of them (about 80 ms): in bursts of 16
-  // (20 ms) the ratio swung from 0.58 to 1.50 between runs, as stalls of
-  // the machine of a few ms fell on one way or another.
-  std::vector<size_case> cases;
-  cases.push_back({lenet5(), 32, t.rounds > 0 ? t.rounds : 20});
-  cases.push_back({synthetic(size_t{4} << 20, "4 MB"), 64, t.rounds > 0 ? t.rounds : 10});
-  cases.push_back({synthetic(size_t{40} << 20, "40 MB"), 4, t.rounds > 0 ? t.rounds : 6});
-  cases.push_back({synthetic(size_t{250} << 20, "250 MB"), 2, t.rounds > 0 ? t.rounds : 3});
-
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  std::printf("transport: weights between two processes on 127.0.0.1: the weights lane (Cap'n "
-              "Proto codec, as the nodes send gossip) and the CAF 0.17 middleman, against a "
-              "plain TCP socket; throughput from bursts of messages sent back to back, medians "
-              "of bursts taken in turn; GLIBC_TUNABLES=%s\n",
-              tunables ? tunables : "(unset)");
-  std::printf("%-8s %11s %11s %10s %10s %7s %10s %7s %11s %11s\n", "model", "bytes",
-              "burst x n", "raw MB/s", "lane MB/s", "ratio", "CAF MB/s", "ratio", "encode ms",
-              "decode ms");
-  std::string summary;
+  const auto cases = size_cases(t);
   double worst_large = 1e9;
-  for (auto& c : cases) {
-    round_times r;
-    measure(c.model, c.burst, c.repeats, r);
-    const double mb = static_cast<double>(c.model.bytes()) / 1e6;
-    const double raw_s = median(r.raw), lane_s = median(r.lane), caf_s = median(r.caf);
-    const double ratio = raw_s / lane_s;
-    char shape[32];
-    std::snprintf(shape, sizeof shape, "%d x %d", c.burst, c.repeats);
-    std::printf("%-8s %11zu %11s %10.0f %10.0f %7.2f %10.0f %7.2f %11.3f %11.3f\n",
-                c.model.label.c_str(), c.model.bytes(), shape, mb / raw_s, mb / lane_s, ratio,
-                mb / caf_s, raw_s / caf_s, 1e3 * median(r.encode), 1e3 * median(r.decode));
-    std::fflush(stdout);
-    char part[96];
-    std::snprintf(part, sizeof part, " %s %.2f (middleman %.2f);", c.model.label.c_str(), ratio,
-                  raw_s / caf_s);
-    summary += part;
-    if (c.model.bytes() >= (size_t{4} << 20) - (size_t{64} << 10))
-      worst_large = std::min(worst_large, ratio);
-  }
-  // Round trips, one message at a time: latency, and what throughput a
-  // sender that waits for each answer sees.
-  std::printf("one message at a time (round trips, medians):\n");
-  round_times lenet_times;
-  for (auto& c : cases) {
-    round_times r;
-    measure(c.model, 1, &c == &cases.front() ? 10 * c.repeats : c.repeats, r);
-    std::printf("  %-8s raw %9.3f ms, lane %9.3f ms (ratio %.2f), middleman %9.3f ms (%.2f)\n",
-                c.model.label.c_str(), 1e3 * median(r.raw), 1e3 * median(r.lane),
-                median(r.raw) / median(r.lane), 1e3 * median(r.caf),
-                median(r.raw) / median(r.caf));
-    if (&c == &cases.front())
-      lenet_times = r;
-  }
-  std::printf("round trip, LeNet-5 weights there and an answer back: lane median %.0f us (p90 "
-              "%.0f us), middleman %.0f us, raw socket %.0f us (p90 %.0f us)\n",
-              1e6 * median(lenet_times.lane), 1e6 * percentile(lenet_times.lane, 0.9),
-              1e6 * median(lenet_times.caf), 1e6 * median(lenet_times.raw),
-              1e6 * percentile(lenet_times.raw, 0.9));
+  const auto summary = throughput(w, cases, worst_large);
+  const auto lenet_times = round_trips(w, cases);
   auto ls = lane.stats();
   auto cache = messages::buffer_cache();
   std::printf("bench process: lane %llu frames sent, %llu lost; buffer cache %zu reused, %zu "
@@ -524,18 +573,7 @@ int transport(const options& opt, const transport_options& t) {
               static_cast<unsigned long long>(ls.frames_sent),
               static_cast<unsigned long long>(ls.frames_lost), cache.reused, cache.allocated);
 
-  raw.close();
-  ::close(p.stdin_fd);
-  unsigned long long peer_reused = 0, peer_allocated = 0;
-  const auto last = read_line(p.stdout_fd);
-  ::close(p.stdout_fd);
-  int status = 0;
-  ::waitpid(p.pid, &status, 0);
-  lane.stop();
-  if (std::sscanf(last.c_str(), "cache %llu %llu", &peer_reused, &peer_allocated) == 2)
-    std::printf("peer process: buffer cache %llu reused, %llu allocated (what the lane and "
-                "the raw socket read messages of 1 MB and more into)\n",
-                peer_reused, peer_allocated);
+  finish_peer(raw, p, lane);
   std::printf("summary: weights lane throughput / raw socket:%s LeNet-5 round trip %.0f us vs "
               "%.0f us raw; %s (goal >= 0.8 for 4 MB and up, worst %.2f)\n",
               summary.c_str(), 1e6 * median(lenet_times.lane), 1e6 * median(lenet_times.raw),

@@ -331,9 +331,9 @@ void plot(const std::vector<outcome>& results, const fs::path& dir, double targe
     std::printf("(gnuplot failed: no plot; the figures are in %s)\n", data.string().c_str());
 }
 
-} // namespace
-
-int tta(const options& opt, const tta_options& t) {
+/// The profile of `t`, or its cluster file, with the targets, overrides and
+/// epochs of `t` applied to its cluster.
+profile configured_profile(const tta_options& t) {
   auto prof = make_profile(t.profile);
   if (!t.config_file.empty()) {
     prof.cfg = config::load(t.config_file);
@@ -355,6 +355,151 @@ int tta(const options& opt, const tta_options& t) {
   base.train.epochs = t.epochs;
   if (!prof.processes)
     base = actors::as_one_process(base);
+  return prof;
+}
+
+/// What each platform trained: its share of all samples against its share
+/// of the cluster's speed (samples/s, summed over platforms).
+void print_platforms(const outcome& o) {
+  double speed = 0;
+  uint64_t samples = 0;
+  for (const auto& f : o.platforms) {
+    speed += f.samples_per_second();
+    samples += f.samples;
+  }
+  for (const auto& f : o.platforms)
+    std::printf("    %-8s %9.0f samples/s (%5.1f %% of the cluster's), trained %8llu "
+                "samples (%5.1f %%), r %.3f in its first epoch, %.3f in its last\n",
+                f.name.c_str(), f.samples_per_second(),
+                speed > 0 ? 100 * f.samples_per_second() / speed : 0.0,
+                static_cast<unsigned long long>(f.samples),
+                samples ? 100.0 * static_cast<double>(f.samples) / samples : 0.0,
+                f.first_ratio, f.last_ratio);
+}
+
+/// Every strategy of `t` on `cfg` (one seed) in `dir`: a line each, its
+/// rows in `all` and the seed's plot.
+std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
+                              const config::cluster_config& cfg, const fs::path& dir,
+                              double headline, std::ofstream& all) {
+  std::vector<outcome> results;
+  for (auto& s : t.strategies) {
+    auto o = run_strategy(prof, cfg, s, dir);
+    std::printf("  seed %llu %-12s %4.0f s wall; accuracy after %u epochs %.4f; %.2f %s\n",
+                static_cast<unsigned long long>(cfg.seed), s.c_str(), o.wall_seconds,
+                t.epochs, o.final_accuracy, headline,
+                o.time_to.back() < 0 ? "not reached"
+                                     : ("after " + fixed(o.time_to.back(), 1) + " s").c_str());
+    if (!o.platforms.empty())
+      print_platforms(o);
+    std::fflush(stdout);
+    results.push_back(std::move(o));
+  }
+  // Accuracy at equal training time: when the shortest run ended.
+  double equal = std::numeric_limits<double>::infinity();
+  for (auto& r : results)
+    if (!r.curve.empty())
+      equal = std::min(equal, r.curve.back().seconds);
+  for (auto& r : results) {
+    r.equal_time_accuracy = accuracy_at(r.curve, equal);
+    all << prof.name << ',' << cfg.seed << ',' << r.strategy << ',' << r.time_to.back() << ','
+        << r.mean_time << ',' << r.final_accuracy << ',' << r.last_accuracy << ',' << equal << ','
+        << r.equal_time_accuracy << ',' << r.prediction_error << '\n';
+  }
+  plot(results, dir, headline,
+       "tta, profile " + prof.name + ", seed " + std::to_string(cfg.seed));
+  return results;
+}
+
+/// The outcome of strategy `s` among `rs`, or null.
+const outcome* find_strategy(const std::vector<outcome>& rs, const std::string& s) {
+  for (auto& r : rs)
+    if (r.strategy == s)
+      return &r;
+  return nullptr;
+}
+
+/// How many times faster `time` is than `base_time` (-1: either undefined).
+double speedup(double base_time, double time) {
+  return base_time > 0 && time > 0 ? base_time / time : -1.0;
+}
+
+/// One strategy's figures over the seeds, and against GoSGD and
+/// asynchronous GoSGD of the same seeds.
+struct comparison {
+  spread headline_time, mean_time, final_acc, last_acc, vs_gosgd, vs_async, mean_vs_gosgd,
+    mean_vs_async, diff_final, diff_last, diff_equal, prediction;
+};
+
+comparison compare(const std::vector<std::vector<outcome>>& seeds, const std::string& s) {
+  comparison c;
+  for (auto& rs : seeds) {
+    auto* r = find_strategy(rs, s);
+    auto* g = find_strategy(rs, "gosgd");
+    auto* a = find_strategy(rs, "gosgd-async");
+    c.headline_time.add(r->time_to.back(), r->time_to.back() >= 0);
+    c.mean_time.add(r->mean_time, r->mean_time >= 0);
+    c.final_acc.add(r->final_accuracy);
+    c.last_acc.add(r->last_accuracy);
+    if (r->prediction_error >= 0)
+      c.prediction.add(100 * r->prediction_error);
+    if (g) {
+      double x = speedup(g->time_to.back(), r->time_to.back());
+      c.vs_gosgd.add(x, x > 0);
+      x = speedup(g->mean_time, r->mean_time);
+      c.mean_vs_gosgd.add(x, x > 0);
+      c.diff_final.add(100 * (r->final_accuracy - g->final_accuracy));
+      c.diff_last.add(100 * (r->last_accuracy - g->last_accuracy));
+      c.diff_equal.add(100 * (r->equal_time_accuracy - g->equal_time_accuracy));
+    }
+    if (a) {
+      double x = speedup(a->time_to.back(), r->time_to.back());
+      c.vs_async.add(x, x > 0);
+      x = speedup(a->mean_time, r->mean_time);
+      c.mean_vs_async.add(x, x > 0);
+    }
+  }
+  return c;
+}
+
+/// Prints strategy `s`'s figures over the seeds; appends its part of the
+/// summary line to `summary`.
+void print_strategy(const std::vector<std::vector<outcome>>& seeds, const std::string& s,
+                    const tta_options& t, double headline, const std::string& targets_text,
+                    std::string& summary) {
+  const auto c = compare(seeds, s);
+  std::printf("%s:\n", s.c_str());
+  std::printf("  time to %.2f            %s\n", headline, c.headline_time.show("%.1f", " s").c_str());
+  std::printf("  mean time to %-10s %s\n", targets_text.c_str(), c.mean_time.show("%.1f", " s").c_str());
+  std::printf("  accuracy after %2u epochs %s\n", t.epochs, c.final_acc.show("%.4f").c_str());
+  std::printf("  mean of the last 3       %s\n", c.last_acc.show("%.4f").c_str());
+  if (!c.prediction.values.empty())
+    std::printf("  predicted epoch times off by %s (the balancer's, mean over epochs)\n",
+                c.prediction.show("%.1f", " %").c_str());
+  if (s != "gosgd") {
+    std::printf("  vs gosgd: %s sooner to %.2f, %s sooner on the mean; %s pts after %u "
+                "epochs (%s on the last 3), %s pts at equal training time\n",
+                c.vs_gosgd.show("%.2f", "x").c_str(), headline,
+                c.mean_vs_gosgd.show("%.2f", "x").c_str(), c.diff_final.show("%+.2f").c_str(),
+                t.epochs, c.diff_last.show("%+.2f").c_str(), c.diff_equal.show("%+.2f").c_str());
+    if (s != "gosgd-async" && find_strategy(seeds.front(), "gosgd-async"))
+      std::printf("  vs gosgd-async: %s sooner to %.2f, %s sooner on the mean\n",
+                  c.vs_async.show("%.2f", "x").c_str(), headline,
+                  c.mean_vs_async.show("%.2f", "x").c_str());
+    summary += " " + s + " " + c.vs_gosgd.show("%.2f", "x") + " (mean of targets "
+               + c.mean_vs_gosgd.show("%.2f", "x") + ") vs gosgd"
+               + (s != "gosgd-async" && find_strategy(seeds.front(), "gosgd-async")
+                    ? ", " + c.vs_async.show("%.2f", "x") + " vs gosgd-async"
+                    : std::string{})
+               + ", " + c.diff_final.show("%+.2f") + " pts;";
+  }
+}
+
+} // namespace
+
+int tta(const options& opt, const tta_options& t) {
+  auto prof = configured_profile(t);
+  auto& base = prof.cfg;
   const double headline = prof.targets.back();
   auto root = fs::absolute(fs::path(opt.out_dir) / "tta" / prof.name);
   fs::create_directories(root);
@@ -383,121 +528,17 @@ int tta(const options& opt, const tta_options& t) {
     // the runs before theirs in this seed (the paper's history), not from
     // another seed's.
     fs::remove_all(base.storage_dir);
-    std::vector<outcome> results;
-    for (auto& s : t.strategies) {
-      auto o = run_strategy(prof, cfg, s, dir);
-      std::printf("  seed %llu %-12s %4.0f s wall; accuracy after %u epochs %.4f; %.2f %s\n",
-                  static_cast<unsigned long long>(cfg.seed), s.c_str(), o.wall_seconds,
-                  t.epochs, o.final_accuracy, headline,
-                  o.time_to.back() < 0 ? "not reached"
-                                       : ("after " + fixed(o.time_to.back(), 1) + " s").c_str());
-      if (!o.platforms.empty()) {
-        // What each platform trained: its share of all samples against its
-        // share of the cluster's speed (samples/s, summed over platforms).
-        double speed = 0;
-        uint64_t samples = 0;
-        for (const auto& f : o.platforms) {
-          speed += f.samples_per_second();
-          samples += f.samples;
-        }
-        for (const auto& f : o.platforms)
-          std::printf("    %-8s %9.0f samples/s (%5.1f %% of the cluster's), trained %8llu "
-                      "samples (%5.1f %%), r %.3f in its first epoch, %.3f in its last\n",
-                      f.name.c_str(), f.samples_per_second(),
-                      speed > 0 ? 100 * f.samples_per_second() / speed : 0.0,
-                      static_cast<unsigned long long>(f.samples),
-                      samples ? 100.0 * static_cast<double>(f.samples) / samples : 0.0,
-                      f.first_ratio, f.last_ratio);
-      }
-      std::fflush(stdout);
-      results.push_back(std::move(o));
-    }
-    // Accuracy at equal training time: when the shortest run ended.
-    double equal = std::numeric_limits<double>::infinity();
-    for (auto& r : results)
-      if (!r.curve.empty())
-        equal = std::min(equal, r.curve.back().seconds);
-    for (auto& r : results) {
-      r.equal_time_accuracy = accuracy_at(r.curve, equal);
-      all << prof.name << ',' << cfg.seed << ',' << r.strategy << ',' << r.time_to.back() << ','
-          << r.mean_time << ',' << r.final_accuracy << ',' << r.last_accuracy << ',' << equal << ','
-          << r.equal_time_accuracy << ',' << r.prediction_error << '\n';
-    }
-    plot(results, dir, headline,
-         "tta, profile " + prof.name + ", seed " + std::to_string(cfg.seed));
-    seeds.push_back(std::move(results));
+    seeds.push_back(run_seed(prof, t, cfg, dir, headline, all));
   }
 
   // The figures of each strategy against GoSGD and asynchronous GoSGD, per
   // seed, then their median and range over the seeds.
-  auto find = [](const std::vector<outcome>& rs, const std::string& s) -> const outcome* {
-    for (auto& r : rs)
-      if (r.strategy == s)
-        return &r;
-    return nullptr;
-  };
-  auto ratio = [](double base_time, double time) {
-    return base_time > 0 && time > 0 ? base_time / time : -1.0;
-  };
   std::printf("\nprofile %s, %d seed(s): median [min .. max]; speed-ups are GoSGD's (or async "
               "GoSGD's) time over the strategy's; n/a: a target not reached\n",
               prof.name.c_str(), t.repeat);
   std::string summary;
-  for (auto& s : t.strategies) {
-    spread headline_time, mean_time, final_acc, last_acc, vs_gosgd, vs_async, mean_vs_gosgd,
-      mean_vs_async, diff_final, diff_last, diff_equal, prediction;
-    for (auto& rs : seeds) {
-      auto* r = find(rs, s);
-      auto* g = find(rs, "gosgd");
-      auto* a = find(rs, "gosgd-async");
-      headline_time.add(r->time_to.back(), r->time_to.back() >= 0);
-      mean_time.add(r->mean_time, r->mean_time >= 0);
-      final_acc.add(r->final_accuracy);
-      last_acc.add(r->last_accuracy);
-      if (r->prediction_error >= 0)
-        prediction.add(100 * r->prediction_error);
-      if (g) {
-        double x = ratio(g->time_to.back(), r->time_to.back());
-        vs_gosgd.add(x, x > 0);
-        x = ratio(g->mean_time, r->mean_time);
-        mean_vs_gosgd.add(x, x > 0);
-        diff_final.add(100 * (r->final_accuracy - g->final_accuracy));
-        diff_last.add(100 * (r->last_accuracy - g->last_accuracy));
-        diff_equal.add(100 * (r->equal_time_accuracy - g->equal_time_accuracy));
-      }
-      if (a) {
-        double x = ratio(a->time_to.back(), r->time_to.back());
-        vs_async.add(x, x > 0);
-        x = ratio(a->mean_time, r->mean_time);
-        mean_vs_async.add(x, x > 0);
-      }
-    }
-    std::printf("%s:\n", s.c_str());
-    std::printf("  time to %.2f            %s\n", headline, headline_time.show("%.1f", " s").c_str());
-    std::printf("  mean time to %-10s %s\n", targets_text.c_str(), mean_time.show("%.1f", " s").c_str());
-    std::printf("  accuracy after %2u epochs %s\n", t.epochs, final_acc.show("%.4f").c_str());
-    std::printf("  mean of the last 3       %s\n", last_acc.show("%.4f").c_str());
-    if (!prediction.values.empty())
-      std::printf("  predicted epoch times off by %s (the balancer's, mean over epochs)\n",
-                  prediction.show("%.1f", " %").c_str());
-    if (s != "gosgd") {
-      std::printf("  vs gosgd: %s sooner to %.2f, %s sooner on the mean; %s pts after %u "
-                  "epochs (%s on the last 3), %s pts at equal training time\n",
-                  vs_gosgd.show("%.2f", "x").c_str(), headline,
-                  mean_vs_gosgd.show("%.2f", "x").c_str(), diff_final.show("%+.2f").c_str(),
-                  t.epochs, diff_last.show("%+.2f").c_str(), diff_equal.show("%+.2f").c_str());
-      if (s != "gosgd-async" && find(seeds.front(), "gosgd-async"))
-        std::printf("  vs gosgd-async: %s sooner to %.2f, %s sooner on the mean\n",
-                    vs_async.show("%.2f", "x").c_str(), headline,
-                    mean_vs_async.show("%.2f", "x").c_str());
-      summary += " " + s + " " + vs_gosgd.show("%.2f", "x") + " (mean of targets "
-                 + mean_vs_gosgd.show("%.2f", "x") + ") vs gosgd"
-                 + (s != "gosgd-async" && find(seeds.front(), "gosgd-async")
-                      ? ", " + vs_async.show("%.2f", "x") + " vs gosgd-async"
-                      : std::string{})
-                 + ", " + diff_final.show("%+.2f") + " pts;";
-    }
-  }
+  for (auto& s : t.strategies)
+    print_strategy(seeds, s, t, headline, targets_text, summary);
   std::printf("figures: %s, plots: %s/seed-N/tta.png\n", (root / "tta-seeds.csv").string().c_str(),
               root.string().c_str());
   std::printf("summary: profile %s, %d seed(s), time to %.2f (median [range]):%s\n",

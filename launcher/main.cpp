@@ -269,6 +269,24 @@ int run_joining(eg::actors::join_request join, const common_options& node_opts,
   return exit_code(join.name, outcome);
 }
 
+/// `edgegossip launch`: every node of the file as a process of its own.
+int run_launch(const common_options& launch_opts, const char* argv0) {
+  auto cfg = launch_opts.load();
+  std::vector<std::string> names;
+  for (auto& n : cfg.nodes)
+    names.push_back(n.name);
+  std::vector<std::string> extra;
+  for (auto& o : launch_opts.overrides) {
+    extra.push_back("--set");
+    extra.push_back(o);
+  }
+  if (launch_opts.verbose)
+    extra.push_back("--verbose");
+  if (launch_opts.fresh)
+    extra.push_back("--fresh");
+  return eg::launcher::launch_nodes(self_path(argv0), launch_opts.config_file, names, extra);
+}
+
 int main(int argc, char** argv) {
   restart_with_settings(argv);
   CLI::App app{"edgegossip: gossip training across heterogeneous edge machines"};
@@ -352,23 +370,8 @@ int main(int argc, char** argv) {
       return rc;
     if (int rc = run_list(); rc >= 0)
       return rc;
-    if (*launch) {
-      auto cfg = launch_opts.load();
-      std::vector<std::string> names;
-      for (auto& n : cfg.nodes)
-        names.push_back(n.name);
-      std::vector<std::string> extra;
-      for (auto& o : launch_opts.overrides) {
-        extra.push_back("--set");
-        extra.push_back(o);
-      }
-      if (launch_opts.verbose)
-        extra.push_back("--verbose");
-      if (launch_opts.fresh)
-        extra.push_back("--fresh");
-      return eg::launcher::launch_nodes(self_path(argv[0]), launch_opts.config_file, names,
-                                        extra);
-    }
+    if (*launch)
+      return run_launch(launch_opts, argv[0]);
   } catch (const eg::config::config_error& e) {
     std::fprintf(stderr, "edgegossip: %s\n", e.what());
     return 2;
