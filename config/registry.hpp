@@ -84,7 +84,7 @@ struct strategy_traits {
   bool asynchronous = false;
   /// EdgeGossip's predictor, balancer and accuracy-aware trainer are on.
   bool balanced = false;
-  /// One line on what it is (`edgegossip strategies`, errors).
+  /// One line on what it is (`edgegossip list`, errors).
   std::string summary;
 };
 
