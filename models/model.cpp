@@ -180,18 +180,14 @@ std::shared_ptr<classifier> make_classifier(const std::string& name, uint64_t se
 
 namespace {
 
-template <class M>
-model_builder built_as(int64_t min_side) {
-  return {min_side, [](const model_shape& s, uint64_t) { return std::make_shared<M>(s); }};
-}
-
 const model_registration lenet5_model{
   "lenet5", "LeNet-5: two convolutions, three fully connected layers (images of 12+ pixels)",
-  built_as<lenet5>(12)};
+  zoo::built_as<lenet5>(12)};
 const model_registration logreg_model{
-  "logreg", "multinomial logistic regression on the raw values (any samples)", built_as<logreg>(0)};
+  "logreg", "multinomial logistic regression on the raw values (any samples)",
+  zoo::built_as<logreg>(0)};
 const model_registration mlp_model{
-  "mlp", "two hidden layers of 128 and 64 units (any samples)", built_as<mlp>(0)};
+  "mlp", "two hidden layers of 128 and 64 units (any samples)", zoo::built_as<mlp>(0)};
 // The split models' conv8 (models/layered.hpp), whole: its layers in one
 // stage, He-initialised from the seed.
 const model_registration conv8_model{

@@ -449,20 +449,15 @@ private:
 
 namespace {
 
-template <class M>
-model_builder built_as(int64_t min_side) {
-  return {min_side, [](const model_shape& s, uint64_t) { return std::make_shared<M>(s); }};
-}
-
 const model_registration alexnet_model{
   "alexnet", "AlexNet in its CIFAR adaptation (images of 16+ pixels)",
-  built_as<zoo::alexnet_model>(16)};
+  zoo::built_as<zoo::alexnet_model>(16)};
 const model_registration squeezenet_model{
   "squeezenet", "SqueezeNet 1.1, CIFAR adaptation (images of 8+ pixels)",
-  built_as<zoo::squeezenet_model>(8)};
+  zoo::built_as<zoo::squeezenet_model>(8)};
 const model_registration mobilenetv2_model{
   "mobilenetv2", "MobileNetV2, CIFAR adaptation (images of 8+ pixels)",
-  built_as<zoo::mobilenetv2_model>(8)};
+  zoo::built_as<zoo::mobilenetv2_model>(8)};
 
 } // namespace
 

@@ -14,6 +14,14 @@
 
 namespace eg::learning::zoo {
 
+/// The builder of a model class constructed from the shape alone (its
+/// parameters drawn from torch's generator, which make_classifier seeds),
+/// for a model_registration.
+template <class M>
+model_builder built_as(int64_t min_side) {
+  return {min_side, [](const model_shape& s, uint64_t) { return std::make_shared<M>(s); }};
+}
+
 /// A model scripted in Python (models/scripted.cpp), checked with one
 /// forward pass of a batch of `shape`: throws std::invalid_argument naming
 /// the file and the problem.
