@@ -1,12 +1,14 @@
 #pragma once
 // Every actor interface of edgegossip in one place, so the whole protocol can
 // be read here. Messages are typed: the structs of messages/codec.hpp (plan,
-// epoch_report, prediction, hello, control, held_weights) travel between the
-// actors of one node as they are; when the middleman carries one to another
-// node it goes as a Cap'n Proto envelope, checked once at the door
-// (actors/wire.hpp). Gossip between nodes goes on the weights lane
+// epoch_report, prediction, hello, control, and one message per training
+// protocol: held_weights for gossip, held_commit and held_global_model for
+// the parameter server, held_stage_batch for split models) travel between
+// the actors of one node as they are; when the middleman carries one to
+// another node it goes as a Cap'n Proto envelope, checked once at the door
+// (actors/wire.hpp). Tensors between nodes go on the weights lane
 // (messages/lane.hpp), not through the middleman: the node's lane callback
-// decodes each frame once, the mixers and platforms see held_weights.
+// decodes each frame once and hands it on by its body (node_lane.cpp).
 
 #include "actors/wire.hpp"
 #include "messages/buffer.hpp"
@@ -26,6 +28,9 @@ namespace eg::actors {
 
 using messages::control;
 using messages::epoch_report;
+using messages::held_commit;
+using messages::held_global_model;
+using messages::held_stage_batch;
 using messages::held_weights;
 using messages::hello;
 using messages::plan;
@@ -107,13 +112,13 @@ using mixer_actor = caf::typed_actor<
   caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<caf::actor>,
                  std::vector<std::string>>,
   // From its platform, parameter-server strategies: its update (sender the
-  // platform, iteration the commit's number) for the server on the node of
-  // this weights lane endpoint (messages::to_string(lane_endpoint)); sent on
-  // the lane, counted as traffic.
-  caf::reacts_to<commit_atom, std::string, held_weights>,
+  // platform) for the server on the node of this weights lane endpoint
+  // (messages::to_string(lane_endpoint)); sent on the lane, counted as
+  // traffic.
+  caf::reacts_to<commit_atom, std::string, held_commit>,
   // From the node's weights lane: the global model the server on that node
-  // sent (iteration: its version), to count and pass on to the platform.
-  caf::reacts_to<pull_atom, std::string, held_weights>,
+  // sent, to count and pass on to the platform.
+  caf::reacts_to<pull_atom, std::string, held_global_model>,
   // Traffic since the last call (the counters of an epoch report).
   caf::replies_to<stats_atom>::with<epoch_report>>;
 
@@ -165,7 +170,7 @@ using platform_actor = caf::typed_actor<
   caf::reacts_to<server_atom, caf::actor, std::string>,
   // From its mixer: the global model the server sent on the weights lane
   // (from that node), the answer to a commit.
-  caf::reacts_to<pull_atom, std::string, held_weights>,
+  caf::reacts_to<pull_atom, std::string, held_global_model>,
   // To itself: the model answering the commit of this generation did not
   // come on the weights lane in time.
   caf::reacts_to<pull_atom, uint64_t>,
@@ -183,8 +188,8 @@ using server_actor = caf::typed_actor<
   // model and when to commit next (after this many steps, or seconds: one
   // of them > 0), at once or when the synchronisation model lets the
   // worker go on; ec::bad_request for an update that does not fit.
-  caf::replies_to<commit_atom, held_weights, double, double, bool>::with<held_weights, int64_t,
-                                                                         double>,
+  caf::replies_to<commit_atom, held_commit, double, double, bool>::with<held_global_model,
+                                                                        int64_t, double>,
   // The same commit from a worker on another node, whose update travels on
   // the weights lane (it arrives as the next message): the worker, the
   // commit's number, loss, overhead, whether it ends the epoch. Answered
@@ -194,18 +199,17 @@ using server_actor = caf::typed_actor<
   // commits it again with its next).
   caf::replies_to<commit_atom, std::string, uint64_t, double, double, bool>::with<uint64_t, int64_t,
                                                                                     double>,
-  // From its node's weights lane: a worker's update (sender: the worker,
-  // iteration: the commit's number), checked there to come from the
-  // worker's own node.
-  caf::reacts_to<commit_atom, held_weights>,
+  // From its node's weights lane: a worker's update (sender: the worker),
+  // checked there to come from the worker's own node.
+  caf::reacts_to<commit_atom, held_commit>,
   // From its node: the platforms live now (expected workers not among them
   // hold no one back), the weights lane endpoint of each one's node
   // (messages::to_string(lane_endpoint); "": in this process, or no lane),
   // and every node's store (where it checkpoints).
   caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<std::string>,
                  std::vector<store_actor>>,
-  // The global model, a copy (averaging, inspection).
-  caf::replies_to<weights_atom>::with<held_weights>>;
+  // The global model, a copy (inspection).
+  caf::replies_to<weights_atom>::with<held_global_model>>;
 
 // -- evaluator: the balancer's model averaging -------------------------------------
 using evaluator_actor = caf::typed_actor<

@@ -30,7 +30,7 @@ using server_impl = server_actor::extend<caf::reacts_to<tick_atom>>;
 
 /// The answer to a commit whose update came in the typed message: the
 /// model goes with it.
-using answer_promise = caf::typed_response_promise<held_weights, int64_t, double>;
+using answer_promise = caf::typed_response_promise<held_global_model, int64_t, double>;
 /// The answer to a commit whose update came on the weights lane: the
 /// model's version; the model goes to the worker on the lane.
 using lane_promise = caf::typed_response_promise<uint64_t, int64_t, double>;
@@ -49,7 +49,7 @@ struct lane_commit {
 };
 
 /// Commits whose halves travel apart, keyed by worker and commit number.
-using commit_halves = messages::rendezvous<std::pair<std::string, uint64_t>, lane_commit, held_weights>;
+using commit_halves = messages::rendezvous<std::pair<std::string, uint64_t>, lane_commit, held_commit>;
 
 struct server_state {
   static inline const char* name = "server";
@@ -75,13 +75,12 @@ struct server_state {
   double now() const { return std::chrono::duration<double>(clock::now() - start).count(); }
 
   /// The global model as a message (a copy: it changes with the next commit).
-  held_weights model_message() const {
-    held_weights h;
+  held_global_model model_message() const {
+    held_global_model h;
     h.sender = std::string{server_name};
-    h.value.gossip_weight = 1;
-    h.value.iteration = global->version();
+    h.value.version = global->version();
     h.value.tensors = learning::to_views(names, global->params());
-    return messages::copy_weights(h);
+    return messages::copy_held(h);
   }
 };
 
@@ -129,7 +128,7 @@ void answer(self_ptr self, const std::vector<learning::release>& released,
   if (released.empty())
     return;
   auto model = st.model_message();
-  const auto version = model.value.iteration;
+  const auto version = model.value.version;
   messages::shared_gathered on_lane;  // the model, encoded for the lane
   for (auto& r : released) {
     std::optional<waiting_worker> to;
@@ -167,7 +166,7 @@ void answer(self_ptr self, const std::vector<learning::release>& released,
 
 /// Applies worker `w`'s update and lets the schedule decide whom it
 /// releases; answers them (`promise`: the committing worker's own).
-void apply(self_ptr self, const std::string& w, const held_weights& update, double loss,
+void apply(self_ptr self, const std::string& w, const held_commit& update, double loss,
            double overhead, bool resting, waiting_worker promise) {
   auto& st = self->state;
   auto refuse = [&](const std::string& why) {
@@ -273,10 +272,10 @@ server_impl::behavior_type server(self_ptr self, server_args args) {
     answer(self, st.schedule->leave(name), {}, std::nullopt);
   });
   return {
-    [self](commit_atom, const held_weights& update, double loss, double overhead,
-           bool resting) -> caf::result<held_weights, int64_t, double> {
+    [self](commit_atom, const held_commit& update, double loss, double overhead,
+           bool resting) -> caf::result<held_global_model, int64_t, double> {
       monitor_sender(self, update.sender);
-      auto rp = self->make_response_promise<held_weights, int64_t, double>();
+      auto rp = self->make_response_promise<held_global_model, int64_t, double>();
       apply(self, update.sender, update, loss, overhead, resting, {rp});
       return rp;
     },
@@ -291,10 +290,10 @@ server_impl::behavior_type server(self_ptr self, server_args args) {
         apply(self, w, both->second, loss, overhead, resting, {rp});
       return rp;
     },
-    [self](commit_atom, held_weights& update) {
+    [self](commit_atom, held_commit& update) {
       auto& st = self->state;
       const auto w = update.sender;
-      const auto number = update.value.iteration;
+      const auto number = update.value.number;
       auto both = st.halves.second({w, number}, std::move(update), st.now());
       if (both)
         apply(self, w, both->second, both->first.loss, both->first.overhead, both->first.resting,
@@ -327,7 +326,7 @@ server_impl::behavior_type server(self_ptr self, server_args args) {
         }
       }
     },
-    [self](weights_atom) -> held_weights { return self->state.model_message(); },
+    [self](weights_atom) -> held_global_model { return self->state.model_message(); },
     [self](tick_atom) {
       save(self);
       expire_halves(self);

@@ -5,7 +5,7 @@ namespace eg::actors {
 namespace stage_parts {
 
 /// Queues a message and starts working if idle.
-void enqueue(self_ptr self, work_kind kind, held_weights m) {
+void enqueue(self_ptr self, stage_direction kind, held_stage_batch m) {
   auto& st = self->state;
   if (!st.started)
     st.started = clock::now();
@@ -21,9 +21,10 @@ void enqueue(self_ptr self, work_kind kind, held_weights m) {
 
 /// Sends tensors to another stage: on the weights lane to a stage on
 /// another node, as a typed message else. Returns the bytes sent.
-size_t send_to(self_ptr self, const neighbour& to, work_kind kind, held_weights m) {
+size_t send_to(self_ptr self, const neighbour& to, held_stage_batch m) {
   auto& st = self->state;
   const size_t bytes = m.wire_bytes;
+  const auto kind = m.value.direction;
   if (to.lane && st.args.lane) {
     messages::envelope e;
     e.hdr = {st.args.cluster_id, messages::protocol_version, st.me};
@@ -31,23 +32,14 @@ size_t send_to(self_ptr self, const neighbour& to, work_kind kind, held_weights 
     auto pieces = std::make_shared<const messages::gathered>(
       messages::encode_gathered(e, std::move(m.hold)));
     const size_t size = pieces->size();
-    const auto target = stage_name(kind == work_kind::backward ? st.args.index - 1 : st.args.index + 1);
+    const auto target =
+      stage_name(kind == stage_direction::backward ? st.args.index - 1 : st.args.index + 1);
     if (!st.args.lane->send(*to.lane, target, std::move(pieces)))
       spdlog::warn("stage {}: the weights lane dropped a message for {} (sent again later)",
                    st.me, target);
     return size;
   }
-  switch (kind) {
-    case work_kind::forward:
-      self->send(caf::actor_cast<stage_actor>(to.handle), forward_atom::value, std::move(m));
-      break;
-    case work_kind::backward:
-      self->send(caf::actor_cast<stage_actor>(to.handle), backward_atom::value, std::move(m));
-      break;
-    case work_kind::infer:
-      self->send(caf::actor_cast<stage_actor>(to.handle), infer_atom::value, std::move(m));
-      break;
-  }
+  self->send(caf::actor_cast<stage_actor>(to.handle), batch_atom::value, std::move(m));
   return bytes;
 }
 
@@ -60,7 +52,7 @@ void hold(std::deque<T>& q, T x) {
     q.pop_front();
 }
 
-void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor& output,
+void send_up(self_ptr self, stage_direction kind, uint64_t batch, const torch::Tensor& output,
              const torch::Tensor& labels) {
   auto& st = self->state;
   if (st.holding) {
@@ -69,13 +61,13 @@ void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor&
     });
     return;
   }
-  auto m = tensor_message(batch, {input_name(kind), labels_name(kind)}, {output, labels});
+  auto m = tensor_message(kind, batch, {"input", "labels"}, {output, labels});
   if (!st.above) {
-    hold(st.waiting_up, {kind, std::move(m)});
+    hold(st.waiting_up, std::move(m));
     return;
   }
-  auto bytes = send_to(self, st.above, kind, std::move(m));
-  if (kind == work_kind::forward)
+  auto bytes = send_to(self, st.above, std::move(m));
+  if (kind == stage_direction::forward)
     st.stats.bytes_up += bytes;
 }
 
@@ -87,12 +79,12 @@ void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient) {
     st.outbox.push_back([self, batch, gradient] { send_down(self, batch, gradient); });
     return;
   }
-  auto m = tensor_message(batch, {"gradient"}, {gradient});
+  auto m = tensor_message(stage_direction::backward, batch, {"gradient"}, {gradient});
   if (!st.below) {
-    hold(st.waiting_down, {work_kind::backward, std::move(m)});
+    hold(st.waiting_down, std::move(m));
     return;
   }
-  st.stats.bytes_down += send_to(self, st.below, work_kind::backward, std::move(m));
+  st.stats.bytes_down += send_to(self, st.below, std::move(m));
 }
 
 /// The last stage tells the first what a batch gave.
@@ -119,15 +111,15 @@ void flush_waiting(self_ptr self) {
   auto& st = self->state;
   if (st.above)
     for (; !st.waiting_up.empty(); st.waiting_up.pop_front()) {
-      auto& [kind, m] = st.waiting_up.front();
-      auto bytes = send_to(self, st.above, kind, std::move(m));
-      if (kind == work_kind::forward)
+      auto& m = st.waiting_up.front();
+      const bool forward = m.value.direction == stage_direction::forward;
+      auto bytes = send_to(self, st.above, std::move(m));
+      if (forward)
         st.stats.bytes_up += bytes;
     }
   if (st.below)
     for (; !st.waiting_down.empty(); st.waiting_down.pop_front())
-      st.stats.bytes_down += send_to(self, st.below, work_kind::backward,
-                                     std::move(st.waiting_down.front().second));
+      st.stats.bytes_down += send_to(self, st.below, std::move(st.waiting_down.front()));
   if (st.first)
     for (; !st.waiting_reports.empty(); st.waiting_reports.pop_front()) {
       auto& r = st.waiting_reports.front();
@@ -139,9 +131,9 @@ void flush_waiting(self_ptr self) {
 void serve(self_ptr self, work w) {
   auto& st = self->state;
   auto& t = *st.args.trainer;
-  const auto batch = w.message.value.iteration;
+  const auto batch = w.message.value.batch;
   switch (w.kind) {
-    case work_kind::forward: {
+    case stage_direction::forward: {
       auto input = tensor_of(w.message, "input", torch::kFloat);
       auto labels = tensor_of(w.message, "labels", torch::kLong);
       if (st.is_last()) {
@@ -152,12 +144,12 @@ void serve(self_ptr self, work w) {
       } else {
         auto r = t.forward(batch, input, labels);
         ++st.stats.batches;
-        send_up(self, work_kind::forward, batch, r.output, labels);
+        send_up(self, stage_direction::forward, batch, r.output, labels);
         send_down(self, batch, r.input_gradient);  // synthetic mode
       }
       break;
     }
-    case work_kind::backward: {
+    case stage_direction::backward: {
       auto r = t.backward(batch, tensor_of(w.message, "gradient", torch::kFloat));
       send_down(self, batch, r.input_gradient);  // backprop mode
       if (st.is_first() && st.driver) {
@@ -166,15 +158,15 @@ void serve(self_ptr self, work w) {
       }
       break;
     }
-    case work_kind::infer: {
-      auto input = tensor_of(w.message, "test_input", torch::kFloat);
-      auto labels = tensor_of(w.message, "test_labels", torch::kLong);
+    case stage_direction::infer: {
+      auto input = tensor_of(w.message, "input", torch::kFloat);
+      auto labels = tensor_of(w.message, "labels", torch::kLong);
       auto out = t.infer(input);
       if (st.is_last()) {
         auto correct = out.argmax(1).eq(labels).sum().item<int64_t>();
         report(self, batch, true, 0.0, correct, labels.size(0));
       } else {
-        send_up(self, work_kind::infer, batch, out, labels);
+        send_up(self, stage_direction::infer, batch, out, labels);
       }
       break;
     }
@@ -200,8 +192,8 @@ void do_work(self_ptr self) {
   auto w = std::move(st.queue.front());
   st.queue.pop_front();
   const auto t0 = clock::now();
-  const char* what = w.kind == work_kind::forward    ? "forward"
-                     : w.kind == work_kind::backward ? "backward"
+  const char* what = w.kind == stage_direction::forward    ? "forward"
+                     : w.kind == stage_direction::backward ? "backward"
                                                      : "evaluation";
   st.holding = st.args.slowdown > 1.0;
   try {
@@ -257,9 +249,10 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
                  st.args.restore->epochs_done, st.args.restore->run);
   }
   return {
-    [self](forward_atom, held_weights& m) { enqueue(self, work_kind::forward, std::move(m)); },
-    [self](backward_atom, held_weights& m) { enqueue(self, work_kind::backward, std::move(m)); },
-    [self](infer_atom, held_weights& m) { enqueue(self, work_kind::infer, std::move(m)); },
+    [self](batch_atom, held_stage_batch& m) {
+      const auto direction = m.value.direction;
+      enqueue(self, direction, std::move(m));
+    },
     [self](link_atom, caf::actor& below, caf::actor& above, caf::actor& first) {
       auto& st = self->state;
       st.below = {below, std::nullopt};
@@ -333,18 +326,6 @@ std::string stage_name(size_t index) { return "@stage" + std::to_string(index); 
 
 std::string stage_checkpoint_key(size_t index, uint32_t epochs) {
   return storage::key(stage_name(index), epochs);
-}
-
-stage_message stage_message_kind(const messages::weights& w) {
-  for (auto& t : w.tensors) {
-    if (t.name == "gradient")
-      return stage_message::backward;
-    if (t.name == "test_input")
-      return stage_message::infer;
-    if (t.name == "input")
-      return stage_message::forward;
-  }
-  return stage_message::unknown;
 }
 
 // A stage checkpoint: a text header of "key value" lines, an empty line,

@@ -79,23 +79,18 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(eg::actors::stage_stats)
 
 namespace eg::actors {
 
-using forward_atom = caf::atom_constant<caf::atom("forward")>;
-using backward_atom = caf::atom_constant<caf::atom("backward")>;
-using infer_atom = caf::atom_constant<caf::atom("infer")>;
+using batch_atom = caf::atom_constant<caf::atom("batch")>;
 using link_atom = caf::atom_constant<caf::atom("link")>;
 using finished_atom = caf::atom_constant<caf::atom("finished")>;
 using forget_atom = caf::atom_constant<caf::atom("forget")>;
 using stages_atom = caf::atom_constant<caf::atom("stages")>;
 
 using stage_actor = caf::typed_actor<
-  // From the stage below: a batch's input and labels (tensors "input",
-  // "labels"; iteration: the batch's id).
-  caf::reacts_to<forward_atom, held_weights>,
-  // From the stage above: the gradient of the loss w.r.t. this stage's
-  // output for a batch (tensor "gradient"; iteration: the batch's id).
-  caf::reacts_to<backward_atom, held_weights>,
-  // Evaluation: a test batch up the pipeline, no training.
-  caf::reacts_to<infer_atom, held_weights>,
+  // A batch, by its direction: forward, from the stage below, its input
+  // and labels (tensors "input", "labels"); backward, from the stage above,
+  // the gradient of the loss w.r.t. this stage's output (tensor
+  // "gradient"); infer, a test batch up the pipeline, no training.
+  caf::reacts_to<batch_atom, held_stage_batch>,
   // From whoever builds the pipeline: the stages below and above (null:
   // none) and the first stage, to whom the last reports each batch.
   caf::reacts_to<link_atom, caf::actor, caf::actor, caf::actor>,
@@ -134,9 +129,6 @@ stage_checkpoint decode_stage_checkpoint(const std::string& bytes);
 std::string stage_checkpoint_key(size_t index, uint32_t epochs);
 /// "@stageK": the stage's name in the directory, on the lane and in the store.
 std::string stage_name(size_t index);
-/// What a stage message on the weights lane is, told by its tensors' names.
-enum class stage_message { forward, backward, infer, unknown };
-stage_message stage_message_kind(const messages::weights& w);
 
 struct stage_args {
   std::shared_ptr<learning::stage_trainer> trainer;

@@ -103,8 +103,8 @@ void pump(self_ptr self) {
   for (auto& o : orders) {
     const auto& data = o.test ? *st.args.test_set : *st.args.train_set;
     auto index = torch::tensor(o.rows, torch::kLong);
-    const auto kind = o.test ? work_kind::infer : work_kind::forward;
-    auto m = tensor_message(o.id, {input_name(kind), labels_name(kind)},
+    const auto kind = o.test ? stage_direction::infer : stage_direction::forward;
+    auto m = tensor_message(kind, o.id, {"input", "labels"},
                             {data.batch(index), data.labels.index_select(0, index)});
     enqueue(self, kind, std::move(m));
   }
@@ -117,16 +117,16 @@ void forget(self_ptr self, uint64_t below_id) {
   const auto n = st.args.trainer->forget_before(below_id);
   if (n > 0)
     spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
-  auto stale = [&](const held_weights& m) { return m.value.iteration < below_id; };
+  auto stale = [&](const held_stage_batch& m) { return m.value.batch < below_id; };
   std::deque<work> keep;
   for (auto& w : st.queue)
     if (!stale(w.message))
       keep.push_back(std::move(w));
   st.queue = std::move(keep);
   for (auto* q : {&st.waiting_up, &st.waiting_down}) {
-    std::deque<std::pair<work_kind, held_weights>> left;
+    std::deque<held_stage_batch> left;
     for (auto& x : *q)
-      if (!stale(x.second))
+      if (!stale(x))
         left.push_back(std::move(x));
     *q = std::move(left);
   }

@@ -34,13 +34,17 @@ using stage_impl = stage_actor::extend<caf::reacts_to<work_atom>, caf::reacts_to
 
 inline double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+using messages::stage_direction;
+
 /// Tensors as a message: views of contiguous CPU tensors, held by the message.
-inline held_weights tensor_message(uint64_t batch, std::vector<std::string> names,
-                            std::vector<torch::Tensor> tensors) {
+inline held_stage_batch tensor_message(stage_direction direction, uint64_t batch,
+                                       std::vector<std::string> names,
+                                       std::vector<torch::Tensor> tensors) {
   auto hold = std::make_shared<std::vector<torch::Tensor>>();
-  held_weights h;
+  held_stage_batch h;
   h.sender = "stage";
-  h.value.iteration = batch;
+  h.value.direction = direction;
+  h.value.batch = batch;
   for (size_t i = 0; i < tensors.size(); ++i) {
     auto t = tensors[i].contiguous();
     messages::tensor_view v;
@@ -59,14 +63,14 @@ inline held_weights tensor_message(uint64_t batch, std::vector<std::string> name
 
 /// The tensor `name` of a message, checked for its type and size (the
 /// stage trainer checks shapes against its layers).
-inline torch::Tensor tensor_of(const held_weights& m, const std::string& name, torch::ScalarType type) {
+inline torch::Tensor tensor_of(const held_stage_batch& m, const std::string& name, torch::ScalarType type) {
   for (auto& v : m.value.tensors) {
     if (v.name != name)
       continue;
     const auto want = type == torch::kLong ? messages::dtype::int64 : messages::dtype::float32;
     if (v.type != want)
       throw learning::stage_error("tensor '" + name + "' of batch "
-                                  + std::to_string(m.value.iteration) + " has the wrong type");
+                                  + std::to_string(m.value.batch) + " has the wrong type");
     int64_t n = 1;
     for (auto d : v.shape) {
       if (d < 0)
@@ -78,20 +82,13 @@ inline torch::Tensor tensor_of(const held_weights& m, const std::string& name, t
     // A copy: the message's buffer goes with the message.
     return torch::from_blob(const_cast<void*>(v.data), v.shape, type).clone();
   }
-  throw learning::stage_error("batch " + std::to_string(m.value.iteration) + " has no tensor '"
+  throw learning::stage_error("batch " + std::to_string(m.value.batch) + " has no tensor '"
                               + name + "'");
 }
 
-enum class work_kind { forward, backward, infer };
-
-/// The tensors' names of each kind of message: the lane's door tells the
-/// kinds apart by them (stage_message_kind).
-inline const char* input_name(work_kind k) { return k == work_kind::infer ? "test_input" : "input"; }
-inline const char* labels_name(work_kind k) { return k == work_kind::infer ? "test_labels" : "labels"; }
-
 struct work {
-  work_kind kind;
-  held_weights message;
+  stage_direction kind;
+  held_stage_batch message;
 };
 
 /// Another stage: its handle and, on another node with a lane, the lane.
@@ -111,7 +108,7 @@ struct stage_state {
   bool complete = false;        // every stage is known
   // Messages for a neighbour not known yet (its node not peered with ours
   // yet): sent when it is, at most max_waiting of each.
-  std::deque<std::pair<work_kind, held_weights>> waiting_up, waiting_down;
+  std::deque<held_stage_batch> waiting_up, waiting_down;
   struct report {
     uint64_t batch;
     bool test;
@@ -180,11 +177,11 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
 
 // stage.cpp
 /// Queues a message and starts working if idle.
-void enqueue(self_ptr self, work_kind kind, held_weights m);
+void enqueue(self_ptr self, stage_direction kind, held_stage_batch m);
 /// Sends tensors to another stage: on the weights lane to a stage on
 /// another node, as a typed message else. Returns the bytes sent.
-size_t send_to(self_ptr self, const neighbour& to, work_kind kind, held_weights m);
-void send_up(self_ptr self, work_kind kind, uint64_t batch, const torch::Tensor& output,
+size_t send_to(self_ptr self, const neighbour& to, held_stage_batch m);
+void send_up(self_ptr self, stage_direction kind, uint64_t batch, const torch::Tensor& output,
              const torch::Tensor& labels);
 void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient);
 /// The last stage tells the first what a batch gave.

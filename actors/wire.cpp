@@ -94,6 +94,9 @@ void announce_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<messages::role>("eg::role");
   cfg.add_message_type<messages::control>("eg::control");
   cfg.add_message_type<messages::held_weights>("eg::weights");
+  cfg.add_message_type<messages::held_commit>("eg::commit");
+  cfg.add_message_type<messages::held_global_model>("eg::global_model");
+  cfg.add_message_type<messages::held_stage_batch>("eg::stage_batch");
   cfg.add_error_category(caf::atom("eg"), [](uint8_t code, caf::atom_value,
                                              const caf::message& context) {
     std::string text = to_string(static_cast<ec>(code));
@@ -131,6 +134,15 @@ std::vector<char> to_wire(caf::execution_unit* ctx, const messages::control& x) 
 std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_weights& x) {
   return encode_as(ctx, x.value, x.sender);
 }
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_commit& x) {
+  return encode_as(ctx, x.value, x.sender);
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_global_model& x) {
+  return encode_as(ctx, x.value, x.sender);
+}
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_stage_batch& x) {
+  return encode_as(ctx, x.value, x.sender);
+}
 
 caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in, messages::plan& x) {
   return decode_as(ctx, in, "plan", x);
@@ -150,23 +162,44 @@ caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
                      messages::control& x) {
   return decode_as(ctx, in, "control request", x);
 }
-caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
-                     messages::held_weights& x) {
-  // The tensor views point into the received bytes: they move into a buffer
-  // that the weights hold (a packed message's views point into its own
-  // unpacked storage instead).
+namespace {
+/// A message with tensor views: they point into the received bytes, which
+/// move into a buffer that the message holds (a packed message's views
+/// point into its own unpacked storage instead).
+template <class Body>
+caf::error decode_held(caf::execution_unit* ctx, const std::vector<char>& in, const char* what,
+                       messages::held<Body>& x) {
   auto kept = std::make_shared<const std::vector<char>>(in);
   messages::header hdr;
-  messages::weights w;
+  Body body;
   std::shared_ptr<const void> storage;
   messages::message_size size;
-  if (auto err = decode_as(ctx, *kept, "weights message", w, &hdr, &storage, &size))
+  if (auto err = decode_as(ctx, *kept, what, body, &hdr, &storage, &size))
     return err;
   std::shared_ptr<const void> hold = storage;
   if (!hold)
     hold = kept;
-  x = messages::held_weights{hdr.sender, std::move(w), std::move(hold), size.wire, size.unpacked};
+  x = messages::held<Body>{hdr.sender, std::move(body), std::move(hold), size.wire,
+                           size.unpacked};
   return {};
+}
+} // namespace
+
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_weights& x) {
+  return decode_held(ctx, in, "weights message", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_commit& x) {
+  return decode_held(ctx, in, "commit", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_global_model& x) {
+  return decode_held(ctx, in, "global model", x);
+}
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_stage_batch& x) {
+  return decode_held(ctx, in, "stage batch", x);
 }
 
 std::string describe(const messages::plan& x) {
@@ -187,6 +220,18 @@ std::string describe(const messages::control& x) {
 std::string describe(const messages::held_weights& x) {
   return fmt::format("from {}, {} tensors, {} sparse parts", x.sender, x.value.tensors.size(),
                      x.value.sparse.size());
+}
+std::string describe(const messages::held_commit& x) {
+  return fmt::format("commit {} of {}, {} tensors", x.value.number, x.sender,
+                     x.value.tensors.size());
+}
+std::string describe(const messages::held_global_model& x) {
+  return fmt::format("global model version {}, {} tensors", x.value.version,
+                     x.value.tensors.size());
+}
+std::string describe(const messages::held_stage_batch& x) {
+  return fmt::format("{} batch {} from {}", messages::to_string(x.value.direction),
+                     x.value.batch, x.sender);
 }
 
 } // namespace detail

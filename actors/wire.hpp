@@ -1,11 +1,12 @@
 #pragma once
 // The door between nodes. Inside a node, actors exchange the typed messages
 // of messages/codec.hpp (plans, reports, predictions, hellos, control
-// requests, weights) as they are: no encoding. When CAF's middleman carries
-// one of them to another node, its `inspect` writes it as a Cap'n Proto
-// envelope (the one wire format: messages/edgegossip.capnp), and on arrival
-// decodes it once, checking the cluster id and protocol version against the
-// receiving actor system's wire identity; a message that fails is dropped at
+// requests, gossip weights, commits, global models, stage batches) as they
+// are: no encoding. When CAF's middleman carries one of them to another
+// node, its `inspect` writes it as a Cap'n Proto envelope (the one wire
+// format: messages/edgegossip.capnp), and on arrival decodes it once,
+// checking the cluster id and protocol version against the receiving actor
+// system's wire identity; a message that fails is dropped at
 // the door and said in the log, before any actor sees it.
 
 #include "common/error.hpp"
@@ -53,6 +54,9 @@ std::vector<char> to_wire(caf::execution_unit* ctx, const messages::epoch_report
 std::vector<char> to_wire(caf::execution_unit* ctx, const messages::hello& x);
 std::vector<char> to_wire(caf::execution_unit* ctx, const messages::control& x);
 std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_weights& x);
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_commit& x);
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_global_model& x);
+std::vector<char> to_wire(caf::execution_unit* ctx, const messages::held_stage_batch& x);
 caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in, messages::plan& x);
 caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
                      messages::prediction& x);
@@ -63,12 +67,21 @@ caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
                      messages::control& x);
 caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
                      messages::held_weights& x);
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_commit& x);
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_global_model& x);
+caf::error from_wire(caf::execution_unit* ctx, const std::vector<char>& in,
+                     messages::held_stage_batch& x);
 std::string describe(const messages::plan& x);
 std::string describe(const messages::prediction& x);
 std::string describe(const messages::epoch_report& x);
 std::string describe(const messages::hello& x);
 std::string describe(const messages::control& x);
 std::string describe(const messages::held_weights& x);
+std::string describe(const messages::held_commit& x);
+std::string describe(const messages::held_global_model& x);
+std::string describe(const messages::held_stage_batch& x);
 
 template <class Inspector, class T>
 typename Inspector::result_type inspect_wire(Inspector& f, T& x, const char* name) {
@@ -115,6 +128,18 @@ typename Inspector::result_type inspect(Inspector& f, control& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, held_weights& x) {
   return actors::detail::inspect_wire(f, x, "weights");
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, held_commit& x) {
+  return actors::detail::inspect_wire(f, x, "commit");
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, held_global_model& x) {
+  return actors::detail::inspect_wire(f, x, "global_model");
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, held_stage_batch& x) {
+  return actors::detail::inspect_wire(f, x, "stage_batch");
 }
 
 } // namespace eg::messages

@@ -14,12 +14,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <type_traits>
 
 namespace eg::messages {
 
 namespace {
 
 constexpr uint8_t last_dtype = static_cast<uint8_t>(dtype::uint8);
+constexpr uint8_t last_direction = static_cast<uint8_t>(stage_direction::infer);
 
 /// Throws codec_error when a message of `bytes` bytes is over the limit.
 void check_limit(size_t bytes) {
@@ -66,11 +69,12 @@ bool can_reference(const tensor_view& v) {
 // bytes and the small fields land in one segment.
 uint64_t first_segment_words(const envelope& e) {
   uint64_t words = 1024;
-  if (auto* w = std::get_if<weights>(&e.payload)) {
-    for (const tensor_view& v : w->tensors) {
+  if (auto* tensors = tensors_of(e.payload))
+    for (const tensor_view& v : *tensors) {
       words += 16 + v.name.size() / sizeof(capnp::word) + v.shape.size();
       if (!can_reference(v)) words += (v.bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word);
     }
+  if (auto* w = std::get_if<weights>(&e.payload)) {
     for (const sparse_part& p : w->sparse)
       words += 8 + (p.index_bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word) +
                (p.value_bytes + sizeof(capnp::word) - 1) / sizeof(capnp::word);
@@ -103,6 +107,12 @@ void write_tensor(wire::Tensor::Builder out, const tensor_view& v, capnp::Orphan
     auto data = out.initData(static_cast<unsigned>(v.bytes));
     std::memcpy(data.begin(), v.data, v.bytes);
   }
+}
+
+template <class ListBuilder>
+void write_tensors(ListBuilder out, const std::vector<tensor_view>& tensors,
+                   capnp::Orphanage orphanage) {
+  for (unsigned i = 0; i < out.size(); ++i) write_tensor(out[i], tensors[i], orphanage);
 }
 
 constexpr uint16_t last_index_coding = static_cast<uint16_t>(index_coding::rice);
@@ -235,12 +245,30 @@ struct body_writer {
     out.setEdgeSeq(w.edge_seq);
     out.setGeneration(w.generation);
     out.setKeyframe(w.keyframe);
-    auto tensors = out.initTensors(static_cast<unsigned>(w.tensors.size()));
-    for (unsigned i = 0; i < tensors.size(); ++i) write_tensor(tensors[i], w.tensors[i], orphanage);
+    write_tensors(out.initTensors(static_cast<unsigned>(w.tensors.size())), w.tensors, orphanage);
     if (!w.sparse.empty()) {
       auto sparse = out.initSparse(static_cast<unsigned>(w.sparse.size()));
       for (unsigned i = 0; i < sparse.size(); ++i) write_sparse(sparse[i], w.sparse[i], i);
     }
+  }
+  void operator()(const commit& c) {
+    auto out = body.initCommit();
+    out.setNumber(c.number);
+    write_tensors(out.initTensors(static_cast<unsigned>(c.tensors.size())), c.tensors, orphanage);
+  }
+  void operator()(const global_model& m) {
+    auto out = body.initGlobalModel();
+    out.setVersion(m.version);
+    write_tensors(out.initTensors(static_cast<unsigned>(m.tensors.size())), m.tensors, orphanage);
+  }
+  void operator()(const stage_batch& b) {
+    if (static_cast<uint8_t>(b.direction) > last_direction)
+      throw codec_error("stage batch " + std::to_string(b.batch) + " has an unknown direction " +
+                        std::to_string(static_cast<int>(b.direction)));
+    auto out = body.initStageBatch();
+    out.setDirection(static_cast<wire::StageDirection>(b.direction));
+    out.setBatch(b.batch);
+    write_tensors(out.initTensors(static_cast<unsigned>(b.tensors.size())), b.tensors, orphanage);
   }
   void operator()(const hello& h) {
     auto out = body.initHello();
@@ -337,17 +365,9 @@ struct body_reader {
     return reinterpret_cast<const uint8_t*>(base + (reinterpret_cast<const char*>(p) - parsed));
   }
 
-  weights operator()(wire::Weights::Reader in) const {
-    weights w;
-    w.gossip_weight = in.getGossipWeight();
-    w.rate = in.getRate();
-    w.epoch = in.getEpoch();
-    w.iteration = in.getIteration();
-    w.edge_seq = in.getEdgeSeq();
-    w.generation = in.getGeneration();
-    w.keyframe = in.getKeyframe();
-    auto tensors = in.getTensors();
-    w.tensors.reserve(tensors.size());
+  std::vector<tensor_view> read_tensors(capnp::List<wire::Tensor>::Reader tensors) const {
+    std::vector<tensor_view> out;
+    out.reserve(tensors.size());
     for (auto t : tensors) {
       tensor_view v;
       v.name = str(t.getName());
@@ -366,8 +386,21 @@ struct body_reader {
                           std::to_string(expected));
       v.bytes = data.size();
       if (v.bytes > 0) v.data = base + (reinterpret_cast<const char*>(data.begin()) - parsed);
-      w.tensors.push_back(std::move(v));
+      out.push_back(std::move(v));
     }
+    return out;
+  }
+
+  weights operator()(wire::Weights::Reader in) const {
+    weights w;
+    w.gossip_weight = in.getGossipWeight();
+    w.rate = in.getRate();
+    w.epoch = in.getEpoch();
+    w.iteration = in.getIteration();
+    w.edge_seq = in.getEdgeSeq();
+    w.generation = in.getGeneration();
+    w.keyframe = in.getKeyframe();
+    w.tensors = read_tensors(in.getTensors());
     auto sparse = in.getSparse();
     w.sparse.reserve(sparse.size());
     for (auto sp : sparse) {
@@ -389,6 +422,20 @@ struct body_reader {
       w.sparse.push_back(p);
     }
     return w;
+  }
+  commit operator()(wire::Commit::Reader in) const {
+    return commit{in.getNumber(), read_tensors(in.getTensors())};
+  }
+  global_model operator()(wire::GlobalModel::Reader in) const {
+    return global_model{in.getVersion(), read_tensors(in.getTensors())};
+  }
+  stage_batch operator()(wire::StageBatch::Reader in) const {
+    const auto direction = static_cast<uint16_t>(in.getDirection());
+    if (direction > last_direction)
+      throw codec_error("stage batch " + std::to_string(in.getBatch()) +
+                        " has an unknown direction " + std::to_string(direction));
+    return stage_batch{static_cast<stage_direction>(direction), in.getBatch(),
+                       read_tensors(in.getTensors())};
   }
   hello operator()(wire::Hello::Reader in) const {
     hello h;
@@ -474,6 +521,9 @@ body read_body(wire::Envelope::Body::Reader in, const body_reader& read) {
     case wire::Envelope::Body::EPOCH_REPORT: return read(in.getEpochReport());
     case wire::Envelope::Body::CONTROL: return read(in.getControl());
     case wire::Envelope::Body::PREDICTION: return read(in.getPrediction());
+    case wire::Envelope::Body::COMMIT: return read(in.getCommit());
+    case wire::Envelope::Body::GLOBAL_MODEL: return read(in.getGlobalModel());
+    case wire::Envelope::Body::STAGE_BATCH: return read(in.getStageBatch());
   }
   throw codec_error("unknown message body type " + std::to_string(static_cast<int>(in.which())));
 }
@@ -485,6 +535,7 @@ constexpr const char* role_names[] = {"node",     "platform", "mixer",          
                                       "balancer", "store",    "parameter_server", "stage",
                                       "tester"};
 constexpr const char* verb_names[] = {"pause", "resume", "checkpoint", "stop", "snapshot", "history"};
+constexpr const char* direction_names[] = {"forward", "backward", "infer"};
 
 template <class Enum, size_t N>
 Enum parse_name(const char* const (&names)[N], const std::string& name, const char* what) {
@@ -502,24 +553,86 @@ const char* to_string(role r) { return role_names[static_cast<size_t>(r)]; }
 role parse_role(const std::string& name) { return parse_name<role>(role_names, name, "role"); }
 const char* to_string(verb v) { return verb_names[static_cast<size_t>(v)]; }
 verb parse_verb(const std::string& name) { return parse_name<verb>(verb_names, name, "verb"); }
+const char* to_string(stage_direction d) {
+  const auto i = static_cast<size_t>(d);
+  return i < std::size(direction_names) ? direction_names[i] : "unknown";
+}
 
-held_weights copy_weights(const held_weights& w) {
-  auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // each piece 64-byte aligned
-  size_t total = 0;
-  for (auto& t : w.value.tensors)
-    total += aligned(t.bytes);
-  for (auto& p : w.value.sparse)
-    total += aligned(p.index_bytes) + aligned(p.value_bytes);
-  auto storage = std::make_shared<buffer>(total);
-  held_weights out{w.sender, w.value, nullptr, w.wire_bytes, w.unpacked_bytes};
-  size_t at = 0;
-  auto place = [&](const void* from, size_t bytes) {
-    char* to = storage->data() + at;
+const std::vector<tensor_view>* tensors_of(const body& b) {
+  return std::visit(
+    [](const auto& x) -> const std::vector<tensor_view>* {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, weights> || std::is_same_v<T, commit> ||
+                    std::is_same_v<T, global_model> || std::is_same_v<T, stage_batch>)
+        return &x.tensors;
+      else
+        return nullptr;
+    },
+    b);
+}
+
+namespace {
+
+constexpr size_t aligned64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+/// Lays out copies of pieces in one buffer, each 64-byte aligned.
+class copy_place {
+public:
+  explicit copy_place(size_t total) : storage_(std::make_shared<buffer>(total)) {}
+  const char* operator()(const void* from, size_t bytes) {
+    char* to = storage_->data() + at_;
     if (bytes)
       std::memcpy(to, from, bytes);
-    at += aligned(bytes);
+    at_ += aligned64(bytes);
     return to;
-  };
+  }
+  std::shared_ptr<buffer> storage() && { return std::move(storage_); }
+
+private:
+  std::shared_ptr<buffer> storage_;
+  size_t at_ = 0;
+};
+
+size_t tensor_bytes_aligned(const std::vector<tensor_view>& tensors) {
+  size_t total = 0;
+  for (auto& t : tensors)
+    total += aligned64(t.bytes);
+  return total;
+}
+
+/// A copy of a held message whose only views are its tensors.
+template <class Body>
+held<Body> copy_tensors(const held<Body>& x) {
+  held<Body> out{x.sender, x.value, nullptr, x.wire_bytes, x.unpacked_bytes};
+  copy_place place(tensor_bytes_aligned(x.value.tensors));
+  for (auto& t : out.value.tensors)
+    t.data = place(t.data, t.bytes);
+  out.hold = std::move(place).storage();
+  return out;
+}
+
+/// Tensor bytes are values, the rest headers.
+traffic tensor_traffic(const std::vector<tensor_view>& tensors, message_size size) {
+  traffic t;
+  for (auto& v : tensors)
+    t.values += v.bytes;
+  if (size.unpacked < t.values)
+    throw codec_error("a message of " + std::to_string(size.unpacked) +
+                      " unpacked bytes cannot hold its own " + std::to_string(t.values) +
+                      " bytes of tensors");
+  t.headers = size.unpacked - t.values;
+  t.packing_saved = static_cast<int64_t>(size.unpacked) - static_cast<int64_t>(size.wire);
+  return t;
+}
+
+} // namespace
+
+held_weights copy_held(const held_weights& w) {
+  size_t total = tensor_bytes_aligned(w.value.tensors);
+  for (auto& p : w.value.sparse)
+    total += aligned64(p.index_bytes) + aligned64(p.value_bytes);
+  copy_place place(total);
+  held_weights out{w.sender, w.value, nullptr, w.wire_bytes, w.unpacked_bytes};
   for (auto& t : out.value.tensors)
     t.data = place(t.data, t.bytes);
   for (auto& p : out.value.sparse) {
@@ -529,8 +642,16 @@ held_weights copy_weights(const held_weights& w) {
                        ? reinterpret_cast<const uint8_t*>(place(p.value_data, p.value_bytes))
                        : nullptr;
   }
-  out.hold = std::move(storage);
+  out.hold = std::move(place).storage();
   return out;
+}
+held_commit copy_held(const held_commit& c) { return copy_tensors(c); }
+held_global_model copy_held(const held_global_model& m) { return copy_tensors(m); }
+held_stage_batch copy_held(const held_stage_batch& b) { return copy_tensors(b); }
+
+traffic traffic_of(const commit& c, message_size size) { return tensor_traffic(c.tensors, size); }
+traffic traffic_of(const global_model& m, message_size size) {
+  return tensor_traffic(m.tensors, size);
 }
 
 uint64_t traffic::total() const {
@@ -620,8 +741,8 @@ auto build_and_write(const envelope& e, Write write) {
 } // namespace
 
 bool goes_packed(const envelope& e) {
-  auto* w = std::get_if<weights>(&e.payload);
-  return !w || w->tensors.empty();
+  auto* tensors = tensors_of(e.payload);
+  return !tensors || tensors->empty();
 }
 
 namespace {

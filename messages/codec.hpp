@@ -24,7 +24,9 @@ namespace eg::messages {
 // 3: roles and control verbs are enumerations
 // 4: sparse parts in weights messages; traffic by category in epoch reports
 // 5: messages without dense tensors travel packed (packed_marker)
-inline constexpr uint32_t protocol_version = 5;
+// 6: one message per protocol: commits, global models and stage batches are
+//    bodies of their own, no longer weights
+inline constexpr uint32_t protocol_version = 6;
 
 /// The two bytes that open a packed message: Cap'n Proto's packed encoding
 /// of the message follows. No unpacked message starts with them (its first
@@ -98,11 +100,12 @@ struct header {
   std::string sender;  ///< platform or node name of the sender
 };
 
-/// Model weights for gossip (GoSGD's (x_s, a_s); push-sum's (x, w)).
+/// Gossip: a platform's model and its weight, to a peer (GoSGD's
+/// (x_s, a_s); push-sum's (x, w)).
 struct weights {
   double gossip_weight = 0;
-  uint64_t epoch = 0;
-  uint64_t iteration = 0;
+  uint64_t epoch = 0;      ///< the sender's epoch
+  uint64_t iteration = 0;  ///< the sender's training iterations so far
   std::vector<tensor_view> tensors;
   double rate = 0;  ///< r_i of the sender this epoch (0: not given, counts as 1)
   /// Sparse parts; a message carries dense `tensors` or sparse parts, or
@@ -113,6 +116,37 @@ struct weights {
   uint64_t edge_seq = 0;
   uint64_t generation = 0;
   bool keyframe = false;
+};
+
+/// A parameter-server worker's update (bsp, ssp, async, adacomm, adsp):
+/// the change of its model since it last pulled the global model.
+struct commit {
+  /// The worker's commit number: on the weights lane it pairs the update
+  /// with the commit's typed half at the server.
+  uint64_t number = 0;
+  std::vector<tensor_view> tensors;  ///< one a parameter, in the model's order
+};
+
+/// The parameter server's global model, as a worker pulls it.
+struct global_model {
+  uint64_t version = 0;  ///< commits the server has applied to it
+  std::vector<tensor_view> tensors;
+};
+
+/// Which way a batch goes between two adjacent stages of a split model.
+enum class stage_direction : uint8_t {
+  forward = 0,   ///< activations and labels, up
+  backward = 1,  ///< the gradient of the loss in the activations, down
+  infer = 2,     ///< test activations and labels, up (no gradient comes back)
+};
+const char* to_string(stage_direction d);
+
+/// One batch between two adjacent stages of a split model.
+struct stage_batch {
+  stage_direction direction = stage_direction::forward;
+  uint64_t batch = 0;  ///< the batch's number in the run (the first stage counts)
+  /// forward and infer: "input" and "labels"; backward: "gradient".
+  std::vector<tensor_view> tensors;
 };
 
 /// What a component of a node is. On the wire as its name (to_string).
@@ -280,24 +314,39 @@ struct control {
   std::string argument;
 };
 
-using body = std::variant<weights, hello, plan, epoch_report, control, prediction>;
+/// How a commit or a global model of `size` splits by category: its
+/// tensors are values, the rest headers (no indices, no weight).
+traffic traffic_of(const commit& c, message_size size);
+traffic traffic_of(const global_model& m, message_size size);
 
-/// Weights together with what keeps the memory of their tensor views alive:
-/// the received buffer they were decoded from, a loan on the sending
-/// platform's parameters, or a copy (copy_weights).
-struct held_weights {
-  std::string sender;  ///< the platform whose model it is
-  weights value;
+using body = std::variant<weights, hello, plan, epoch_report, control, prediction, commit,
+                          global_model, stage_batch>;
+
+/// A message with tensors (weights, commit, global_model, stage_batch)
+/// together with what keeps the memory of its tensor views alive: the
+/// received buffer it was decoded from, a loan on the sending platform's
+/// parameters, or a copy (copy_held).
+template <class Body>
+struct held {
+  std::string sender;  ///< the platform (stage, server) that sent it
+  Body value;
   std::shared_ptr<const void> hold;
   size_t wire_bytes = 0;  ///< size of the message on the wire (traffic counters)
   size_t unpacked_bytes = 0;  ///< and before packing (wire_bytes for a message not packed)
   message_size size() const { return {wire_bytes, unpacked_bytes}; }
 };
+using held_weights = held<weights>;
+using held_commit = held<commit>;
+using held_global_model = held<global_model>;
+using held_stage_batch = held<stage_batch>;
 
-/// A copy whose tensors and sparse parts live in one buffer of its own (for
-/// a receiver in this process: the sender's parameters change with its next
-/// step).
-held_weights copy_weights(const held_weights& w);
+/// A copy whose tensors (and sparse parts) live in one buffer of its own
+/// (for a receiver in this process: the sender's parameters change with its
+/// next step).
+held_weights copy_held(const held_weights& w);
+held_commit copy_held(const held_commit& c);
+held_global_model copy_held(const held_global_model& m);
+held_stage_batch copy_held(const held_stage_batch& b);
 
 struct envelope {
   header hdr;
@@ -307,7 +356,10 @@ struct envelope {
   std::shared_ptr<const void> storage;
 };
 
-/// Whether `e` goes packed: every message but weights with dense tensors.
+/// The dense tensors of a body (null for a body that has none).
+const std::vector<tensor_view>* tensors_of(const body& b);
+
+/// Whether `e` goes packed: every message but those with dense tensors.
 /// Cap'n Proto's packed encoding drops the zero bytes of fixed-width fields
 /// and pointers, the bulk of a small message (a sparse gossip message's
 /// envelope: about 200 bytes unpacked, about half packed); dense tensors

@@ -47,6 +47,8 @@ struct SparsePart {
   values @6 :Data;    # count values of valueType, little-endian
 }
 
+# Gossip (GoSGD, EdgeGossip, push-sum, Sparse-Push, SCSP): a platform's model
+# and its weight, from one platform to a peer.
 struct Weights {
   gossipWeight @0 :Float64;
   epoch @1 :UInt64;
@@ -60,6 +62,33 @@ struct Weights {
   edgeSeq @6 :UInt64;
   generation @7 :UInt64;
   keyframe @8 :Bool;
+}
+
+# A parameter-server worker's update (bsp, ssp, async, adacomm, adsp): the
+# change of its model since it last pulled the global model.
+struct Commit {
+  number @0 :UInt64;         # the worker's commit number: pairs the update with the commit's typed half
+  tensors @1 :List(Tensor);  # the update, one tensor a parameter
+}
+
+# The parameter server's global model, as a worker pulls it.
+struct GlobalModel {
+  version @0 :UInt64;        # commits the server has applied to it
+  tensors @1 :List(Tensor);
+}
+
+# Which way a batch goes between two adjacent stages of a split model.
+enum StageDirection {
+  forward @0;   # activations and labels, up
+  backward @1;  # the gradient of the loss in the activations, down
+  infer @2;     # test activations and labels, up (no gradient comes back)
+}
+
+# One batch between two adjacent stages of a split model.
+struct StageBatch {
+  direction @0 :StageDirection;
+  batch @1 :UInt64;          # the batch's number in the run (the first stage counts)
+  tensors @2 :List(Tensor);  # forward, infer: input and labels; backward: gradient
 }
 
 struct Component {
@@ -162,6 +191,9 @@ struct Envelope {
     epochReport @6 :EpochReport;
     control @7 :Control;
     prediction @8 :Prediction;
+    commit @9 :Commit;
+    globalModel @10 :GlobalModel;
+    stageBatch @11 :StageBatch;
   }
 }
 

@@ -78,17 +78,16 @@ struct gossip_send {
 
 /// A commit for the parameter server.
 struct server_commit {
-  /// The update U = params - base (on the lane its `iteration` is the
-  /// commit's number, which pairs it with the typed half at the server).
-  messages::held_weights update;
+  /// The update U = params - base, with the commit's number (on the lane it
+  /// pairs the update with the typed half at the server).
+  messages::held_commit update;
   double loss = 0;       ///< mean training loss of the steps since the last commit
   double overhead = 0;   ///< seconds the last commit waited for its answer
   bool epoch_end = false;
   uint64_t generation = 0;  ///< answers of another generation are stale
   /// The weights lane endpoint of the server's node: the update goes there
-  /// and the typed request carries only `number`; "" sends it typed.
+  /// and the typed request carries only its number; "" sends it typed.
   std::string lane;
-  uint64_t number = 0;
 };
 
 /// What comes after a step or an arrival.
@@ -224,7 +223,7 @@ public:
   }
   /// A typed answer to the commit of `generation`: the global model and
   /// when to commit next.
-  virtual worker_outcome answered(uint64_t generation, const messages::held_weights& global,
+  virtual worker_outcome answered(uint64_t generation, const messages::held_global_model& global,
                                   int64_t steps, double seconds, double now) {
     return {};
   }
@@ -235,7 +234,7 @@ public:
     return {};
   }
   /// The server's model from node `from`'s weights lane.
-  virtual worker_outcome lane_model(const std::string& from, messages::held_weights model,
+  virtual worker_outcome lane_model(const std::string& from, messages::held_global_model model,
                                     double now) {
     return {};
   }
@@ -256,8 +255,8 @@ protected:
   std::mt19937_64 rng_;
 };
 
-/// A message from `at.platform` with this weight and these tensors (views
-/// of the parameters, or of an update); `hold` keeps what they point into.
+/// A gossip message from `at.platform` with this weight and these tensors
+/// (views of its parameters); `hold` keeps what they point into.
 messages::held_weights weights_message(const run_position& at, double weight,
                                        std::vector<messages::tensor_view> tensors,
                                        std::shared_ptr<const void> hold);

@@ -86,7 +86,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
         out.sender = "average";
         out.value.gossip_weight = 1;
         out.value.tensors = learning::to_views(st->names, st->like);
-        return messages::copy_weights(out);
+        return messages::copy_held(out);
       },
     };
   });

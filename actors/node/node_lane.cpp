@@ -6,71 +6,63 @@
 
 #include <spdlog/spdlog.h>
 
+#include <type_traits>
+
 namespace eg::actors::node_detail {
 
 namespace {
 
-/// A frame decoded once, checked against the cluster id, holding weights;
-/// with `owners` (name -> node), its sender must be one of them placed on
-/// node `from` (`what` and `owner` name both in the refusal). Throws
-/// codec_error.
-held_weights decode_frame(const std::string& from, const std::string& cluster,
-                          const messages::shared_buffer& message,
-                          const std::map<std::string, std::string>* owners,
-                          const std::string& what, const char* owner) {
+/// A frame decoded once and checked against the cluster id.
+struct frame {
+  messages::envelope envelope;
+  std::shared_ptr<const void> hold;  ///< what its views point into
+  messages::message_size size;
+};
+
+/// Decodes `message` (throws codec_error).
+frame decode_frame(const std::string& cluster, const messages::shared_buffer& message) {
   if (!message)
     throw messages::codec_error("empty message");
-  messages::message_size size;
-  auto env = messages::decode(message->data(), message->size(), cluster, &size);
-  auto* weights = std::get_if<messages::weights>(&env.payload);
-  if (!weights)
-    throw messages::codec_error("a frame that does not hold weights");
-  if (owners) {
-    auto n = owners->find(env.hdr.sender);
-    if (n == owners->end() || n->second != from)
-      throw messages::codec_error(what + " from '" + env.hdr.sender + "', which is no " + owner
-                                  + " of that node");
-  }
+  frame f;
+  f.envelope = messages::decode(message->data(), message->size(), cluster, &f.size);
   // The views point into the frame, or for a packed frame into its storage.
-  std::shared_ptr<const void> hold = env.storage;
-  if (!hold)
-    hold = message;
-  return held_weights{env.hdr.sender, std::move(*weights), std::move(hold), size.wire,
-                      size.unpacked};
+  f.hold = f.envelope.storage ? f.envelope.storage : message;
+  return f;
 }
 
-/// A frame for a stage hosted here: its activations or gradient, from the
-/// stage below or above it, on the node the cluster file places that stage.
-void deliver_to_stage(const std::string& me, const std::string& from, const std::string& target,
-                      const caf::actor_addr& stage, const std::map<std::string, std::string>& stage_node,
-                      const std::string& cluster, messages::shared_buffer message) {
-  held_weights w;
-  stage_message kind = stage_message::unknown;
-  try {
-    w = decode_frame(from, cluster, message, &stage_node, "a message for stage " + target,
-                     "stage");
-    kind = stage_message_kind(w.value);
-    if (kind == stage_message::unknown)
-      throw messages::codec_error("a message for stage " + target
-                                  + " that is neither activations nor a gradient");
-  } catch (const messages::codec_error& e) {
-    spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
-    return;
+/// The kind of message each body is, for refusals.
+template <class Body>
+const char* kind_of() {
+  if constexpr (std::is_same_v<Body, messages::weights>)
+    return "gossip weights";
+  else if constexpr (std::is_same_v<Body, messages::commit>)
+    return "a commit";
+  else if constexpr (std::is_same_v<Body, messages::global_model>)
+    return "a global model";
+  else
+    return "a stage batch";
+}
+
+/// The frame's body, which must be a Body (`what` names the message in the
+/// refusal), as a held message; with `owners` (name -> node), its sender
+/// must be one of them placed on node `from` (`owner` names them in the
+/// refusal). Throws codec_error.
+template <class Body>
+messages::held<Body> take(frame& f, const std::string& from, const std::string& what,
+                          const std::map<std::string, std::string>* owners = nullptr,
+                          const char* owner = "") {
+  auto* body = std::get_if<Body>(&f.envelope.payload);
+  if (!body)
+    throw messages::codec_error(what + " that is not " + kind_of<Body>());
+  const auto& sender = f.envelope.hdr.sender;
+  if (owners) {
+    auto n = owners->find(sender);
+    if (n == owners->end() || n->second != from)
+      throw messages::codec_error(what + " from '" + sender + "', which is no " + owner
+                                  + " of that node");
   }
-  auto to = caf::actor_cast<stage_actor>(stage);
-  if (!to)
-    return;
-  switch (kind) {
-    case stage_message::forward:
-      caf::anon_send(to, forward_atom::value, std::move(w));
-      break;
-    case stage_message::backward:
-      caf::anon_send(to, backward_atom::value, std::move(w));
-      break;
-    default:
-      caf::anon_send(to, infer_atom::value, std::move(w));
-      break;
-  }
+  return messages::held<Body>{sender, std::move(*body), std::move(f.hold), f.size.wire,
+                              f.size.unpacked};
 }
 
 } // namespace
@@ -123,11 +115,13 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
 }
 
 /// The door of the weights lane: decodes each frame once (on the lane's
-/// thread), checked against the cluster id, and hands its weights on:
-/// gossip and the parameter server's models (sender server_name) to the
-/// local mixer of the platform they are for; workers' updates (target
+/// thread), checked against the cluster id, and hands it on by its body:
+/// gossip weights and the parameter server's global models to the local
+/// mixer of the platform they are for; workers' commits (target
 /// server_name), when they come from the worker's own node, to the
-/// parameter server hosted here.
+/// parameter server hosted here; stage batches to the stage they are for,
+/// from the node of the stage next to it. A body that is not what its
+/// target takes is refused.
 void start_lane(node_state& st) {
   std::map<std::string, caf::actor_addr> mixers;
   for (auto& p : st.platforms)
@@ -148,37 +142,46 @@ void start_lane(node_state& st) {
                   me = st.args.name, cluster = st.args.settings.cluster_id](
                    const std::string& from, const std::string& target,
                    messages::shared_buffer message) {
-    if (auto s = stages.find(target); s != stages.end()) {
-      deliver_to_stage(me, from, target, s->second, stage_node, cluster, std::move(message));
-      return;
-    }
+    const auto stage = stages.find(target);
     const bool for_server = target == server_name;
     caf::actor to;
-    if (for_server) {
+    if (stage != stages.end())
+      to = caf::actor_cast<caf::actor>(stage->second);
+    else if (for_server)
       to = caf::actor_cast<caf::actor>(routes->server());
-    } else if (auto i = mixers.find(target); i != mixers.end()) {
+    else if (auto i = mixers.find(target); i != mixers.end())
       to = caf::actor_cast<caf::actor>(i->second);
-    }
     if (!to) {
       spdlog::warn("[{}] weights lane: a message from node '{}' for {}, which this node does not "
                    "host (any more), dropped",
-                   me, from, for_server ? "the parameter server" : "platform '" + target + "'");
+                   me, from,
+                   for_server ? std::string{"the parameter server"} : "'" + target + "'");
       return;
     }
-    held_weights w;
     try {
-      w = decode_frame(from, cluster, message, for_server ? &node_of : nullptr,
-                       "an update for the parameter server", "platform");
+      auto f = decode_frame(cluster, message);
+      if (stage != stages.end()) {
+        // Activations or a gradient, from the stage below or above it, on
+        // the node the cluster file places that stage.
+        auto batch = take<messages::stage_batch>(f, from, "a message for stage " + target,
+                                                 &stage_node, "stage");
+        caf::anon_send(caf::actor_cast<stage_actor>(to), batch_atom::value, std::move(batch));
+      } else if (for_server) {
+        // A worker's update, from the worker's own node.
+        auto update = take<messages::commit>(f, from, "a message for the parameter server",
+                                             &node_of, "platform");
+        caf::anon_send(caf::actor_cast<server_actor>(to), commit_atom::value, std::move(update));
+      } else if (std::holds_alternative<messages::global_model>(f.envelope.payload)) {
+        // The server's answer to a commit (the worker checks the node).
+        auto model = take<messages::global_model>(f, from, "a message for platform '" + target + "'");
+        caf::anon_send(caf::actor_cast<mixer_actor>(to), pull_atom::value, from, std::move(model));
+      } else {
+        auto w = take<messages::weights>(f, from, "a message for platform '" + target + "'");
+        caf::anon_send(caf::actor_cast<mixer_actor>(to), gossip_atom::value, std::move(w));
+      }
     } catch (const messages::codec_error& e) {
       spdlog::warn("[{}] weights lane: refused a message from node '{}': {}", me, from, e.what());
-      return;
     }
-    if (for_server)
-      caf::anon_send(caf::actor_cast<server_actor>(to), commit_atom::value, std::move(w));
-    else if (w.sender == server_name)
-      caf::anon_send(caf::actor_cast<mixer_actor>(to), pull_atom::value, from, std::move(w));
-    else
-      caf::anon_send(caf::actor_cast<mixer_actor>(to), gossip_atom::value, std::move(w));
   });
 }
 

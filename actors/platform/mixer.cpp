@@ -60,15 +60,16 @@ void tell_platform(self_ptr self) {
 /// Sends `message` to `target` at the lane endpoint `to`, encoded once,
 /// the tensors written from where they lie (the message's hold keeps them),
 /// and counts it.
+template <class Body>
 void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::string& target,
-                  held_weights message) {
+                  messages::held<Body> message) {
   auto& st = self->state;
   messages::envelope e;
   e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
   e.payload = std::move(message.value);
   auto pieces = std::make_shared<const messages::gathered>(
     messages::encode_gathered(e, std::move(message.hold)));
-  auto parts = messages::traffic_of(std::get<messages::weights>(e.payload), pieces->sizes());
+  auto parts = messages::traffic_of(std::get<Body>(e.payload), pieces->sizes());
   if (!st.args.lane->send(to, target, std::move(pieces))) {
     ++st.messages_dropped;  // the lane's queue is full
     return;
@@ -78,7 +79,8 @@ void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::s
 }
 
 /// Counts a message received (by its sender).
-void count_received(mixer_state& st, const held_weights& message) {
+template <class Body>
+void count_received(mixer_state& st, const messages::held<Body>& message) {
   auto& t = st.received[message.sender];
   ++t.messages;
   t.bytes += message.wire_bytes;
@@ -112,7 +114,7 @@ void send_to_peer(self_ptr self, const std::string& target, held_weights& messag
   if (to->handle.node() == self->node()) {
     // A peer in this process gets a copy of its own: the sender's
     // parameters are free again once it is made.
-    self->send(to->handle, gossip_atom::value, messages::copy_weights(message));
+    self->send(to->handle, gossip_atom::value, messages::copy_held(message));
   } else {
     // A node without a weights lane: through the middleman, which
     // encodes it (actors/wire.hpp).
@@ -179,7 +181,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       if (st.platform)
         self->send(st.platform, merge_atom::value, std::move(message));
     },
-    [self](commit_atom, const std::string& server_lane, held_weights& update) {
+    [self](commit_atom, const std::string& server_lane, held_commit& update) {
       auto& st = self->state;
       messages::lane_endpoint to;
       try {
@@ -194,7 +196,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       else
         ++st.messages_dropped;
     },
-    [self](pull_atom, const std::string& from, held_weights& model) {
+    [self](pull_atom, const std::string& from, held_global_model& model) {
       auto& st = self->state;
       count_received(st, model);
       if (st.platform)

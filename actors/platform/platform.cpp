@@ -208,7 +208,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       st.server = std::move(server);
       carry_out(self, st.worker->server_changed(static_cast<bool>(st.server), moved, lane, st.now()));
     },
-    [self](pull_atom, const std::string& from, held_weights& model) {
+    [self](pull_atom, const std::string& from, held_global_model& model) {
       auto& st = self->state;
       carry_out(self, st.worker->lane_model(from, std::move(model), st.now()));
     },
@@ -224,7 +224,7 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
     [self](weights_atom) -> held_weights {
       auto& st = self->state;
       // A copy: the parameters change with the next step.
-      return messages::copy_weights(learning::weights_message(
+      return messages::copy_held(learning::weights_message(
         st.at, st.worker->weight(), learning::to_views(st.model->names(), st.model->params()),
         nullptr));
     },

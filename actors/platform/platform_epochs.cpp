@@ -313,17 +313,18 @@ void commit(self_ptr self, learning::server_commit c) {
       ->request(server, defaults::commit_timeout, commit_atom::value, std::move(c.update), c.loss,
                 c.overhead, c.epoch_end)
       .then(
-        [self, generation](held_weights& global, int64_t steps, double seconds) {
+        [self, generation](held_global_model& global, int64_t steps, double seconds) {
           auto& st = self->state;
           carry_out(self, st.worker->answered(generation, global, steps, seconds, st.now()));
         },
         failed);
     return;
   }
+  const auto number = c.update.value.number;
   self->send(st.args.mixer, commit_atom::value, c.lane, std::move(c.update));
   self
     ->request(server, defaults::commit_timeout, commit_atom::value, st.args.platform.name,
-              c.number, c.loss, c.overhead, c.epoch_end)
+              number, c.loss, c.overhead, c.epoch_end)
     .then(
       [self, generation](uint64_t version, int64_t steps, double seconds) {
         auto& st = self->state;

@@ -64,17 +64,20 @@ worker_outcome ps_worker::commit(bool epoch_end, const run_position& at, double 
   auto update = std::make_shared<std::vector<torch::Tensor>>(base_.commit(model_.params()));
   in_flight_update_ = update;
   server_commit c;
-  c.update = weights_message(at, 1.0, to_views(model_.names(), *update), update);
+  c.update.sender = at.platform;
+  c.update.value.number = ++commit_number_;
+  c.update.value.tensors = to_views(model_.names(), *update);
+  for (auto& t : c.update.value.tensors)
+    c.update.wire_bytes += t.bytes;
+  c.update.hold = update;
   c.loss = commits_.loss();
   c.overhead = commits_.overhead();
   c.epoch_end = epoch_end;
   commits_.committed(now);
   c.generation = ++generation_;
   if (!server_lane_.empty()) {
-    // The update on the lane (its number in `iteration`), the rest typed.
+    // The update on the lane, the rest typed.
     c.lane = server_lane_;
-    c.number = ++commit_number_;
-    c.update.value.iteration = c.number;
     if (!std::exchange(lane_commits_said_, true))
       out.notes.push_back(
         {false, fmt::format("commits to the parameter server on the weights lane ({})", server_lane_)});
@@ -90,7 +93,7 @@ void ps_worker::commit_over(double now, next_commit next) {
   in_flight_update_.reset();
 }
 
-worker_outcome ps_worker::pulled(const messages::held_weights* global, next_commit next,
+worker_outcome ps_worker::pulled(const messages::held_global_model* global, next_commit next,
                                  double now) {
   worker_outcome out;
   commit_over(now, next);
@@ -98,7 +101,7 @@ worker_outcome ps_worker::pulled(const messages::held_weights* global, next_comm
   if (global) {
     // Staleness: other workers' commits applied since the last pull (none
     // counted across a server that started again from a checkpoint).
-    const uint64_t version = global->value.iteration;
+    const uint64_t version = global->value.version;
     if (pulled_version_ && version > *pulled_version_)
       epoch_staleness_ += static_cast<double>(version - *pulled_version_ - 1);
     pulled_version_ = version;
@@ -140,7 +143,7 @@ worker_outcome ps_worker::server_changed(bool present, bool moved, const std::st
   return out;
 }
 
-worker_outcome ps_worker::answered(uint64_t generation, const messages::held_weights& global,
+worker_outcome ps_worker::answered(uint64_t generation, const messages::held_global_model& global,
                                    int64_t steps, double seconds, double now) {
   if (generation != generation_)
     return {};
@@ -151,7 +154,7 @@ worker_outcome ps_worker::answered_on_lane(uint64_t generation, uint64_t version
                                            double seconds, double now) {
   if (generation != generation_)
     return {};
-  if (lane_model_ && lane_model_->value.iteration == version) {
+  if (lane_model_ && lane_model_->value.version == version) {
     auto global = std::move(*lane_model_);
     return pulled(&global, {steps, seconds}, now);
   }
@@ -162,7 +165,7 @@ worker_outcome ps_worker::answered_on_lane(uint64_t generation, uint64_t version
   return out;
 }
 
-worker_outcome ps_worker::lane_model(const std::string& from, messages::held_weights model,
+worker_outcome ps_worker::lane_model(const std::string& from, messages::held_global_model model,
                                      double now) {
   worker_outcome out;
   if (!commits_.in_flight())
@@ -174,7 +177,7 @@ worker_outcome ps_worker::lane_model(const std::string& from, messages::held_wei
                          from)});
     return out;
   }
-  if (lane_answer_ && lane_answer_->version == model.value.iteration) {
+  if (lane_answer_ && lane_answer_->version == model.value.version) {
     const auto next = lane_answer_->next;
     return pulled(&model, next, now);
   }

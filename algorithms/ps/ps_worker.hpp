@@ -33,11 +33,11 @@ public:
 
   worker_outcome server_changed(bool present, bool moved, const std::string& lane,
                                 double now) override;
-  worker_outcome answered(uint64_t generation, const messages::held_weights& global,
+  worker_outcome answered(uint64_t generation, const messages::held_global_model& global,
                           int64_t steps, double seconds, double now) override;
   worker_outcome answered_on_lane(uint64_t generation, uint64_t version, int64_t steps,
                                   double seconds, double now) override;
-  worker_outcome lane_model(const std::string& from, messages::held_weights model,
+  worker_outcome lane_model(const std::string& from, messages::held_global_model model,
                             double now) override;
   worker_outcome lane_wait_over(uint64_t generation, double now) override;
   worker_outcome unanswered(uint64_t generation, bool lost, const std::string& why,
@@ -51,7 +51,7 @@ private:
   void commit_over(double now, next_commit next);
   /// The answer is complete: the global model (null: it did not come;
   /// training goes on with the local model), then on.
-  worker_outcome pulled(const messages::held_weights* global, next_commit next, double now);
+  worker_outcome pulled(const messages::held_global_model* global, next_commit next, double now);
   /// After a commit: the epoch ends (its last commit) or training steps on.
   next_move after_commit() const {
     return commit_ends_epoch_ ? next_move::finish_epoch : next_move::step;
@@ -81,7 +81,7 @@ private:
     next_commit next;
   };
   std::optional<pending_answer> lane_answer_;
-  std::optional<messages::held_weights> lane_model_;
+  std::optional<messages::held_global_model> lane_model_;
   uint64_t epoch_commits_ = 0;   ///< commits answered this epoch
   double epoch_staleness_ = 0;   ///< their staleness, summed
   std::optional<uint64_t> pulled_version_;  ///< of the global model pulled last

@@ -295,9 +295,9 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](peers_atom, const std::vector<std::string>&) {},
     [](rescale_atom, double) {},
     [](server_atom, caf::actor, const std::string&) {},
-    [](pull_atom, const std::string&, const held_weights&) {},
+    [](pull_atom, const std::string&, const held_global_model&) {},
     [](pull_atom, uint64_t) {},
-    [=](weights_atom) { return messages::copy_weights(lenet_weights(name, 0.5, nullptr, seed)); },
+    [=](weights_atom) { return messages::copy_held(lenet_weights(name, 0.5, nullptr, seed)); },
     [=](done_atom, const std::string& run) { self->state.run = run; },
     [=](cut_atom, uint32_t epoch) {
       if (cuts)
@@ -855,15 +855,14 @@ caf::behavior lane_committer(caf::event_based_actor* self, server_actor server,
 }
 
 /// A zero update of LeNet-5 from `worker`, numbered `number`.
-held_weights zero_update(const std::string& worker, uint64_t number) {
+held_commit zero_update(const std::string& worker, uint64_t number) {
   auto m = learning::make_classifier("lenet5", 1, fashion);
   auto zeros = std::make_shared<std::vector<torch::Tensor>>();
   for (auto& p : learning::parameters(*m))
     zeros->push_back(torch::zeros_like(p));
-  held_weights h;
+  held_commit h;
   h.sender = worker;
-  h.value.gossip_weight = 1;
-  h.value.iteration = number;
+  h.value.number = number;
   h.value.tensors = learning::to_views(learning::parameter_names(*m), *zeros);
   h.hold = zeros;
   return h;
@@ -943,9 +942,9 @@ BOOST_FIXTURE_TEST_CASE(server_pairs_a_lane_commits_halves_and_answers_the_model
       BOOST_TEST(f.from == "s");
       BOOST_TEST(f.target == "p0");
       BOOST_TEST(f.env.hdr.sender == std::string{server_name});
-      auto& w = std::get<messages::weights>(f.env.payload);
-      BOOST_TEST(w.iteration == i + 1);
-      BOOST_TEST(w.tensors.size() == 10u);
+      auto& m = std::get<messages::global_model>(f.env.payload);
+      BOOST_TEST(m.version == i + 1);
+      BOOST_TEST(m.tensors.size() == 10u);
     }
   }
 

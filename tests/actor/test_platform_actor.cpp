@@ -118,13 +118,13 @@ store_actor::behavior_type fake_store(store_actor::pointer, rec_ptr rec) {
 mixer_actor::behavior_type fake_mixer(mixer_actor::pointer, rec_ptr rec) {
   return {
     [rec](send_atom, const std::string& to, const held_weights& w) {
-      rec->sends.push_back({to, messages::copy_weights(w)});
+      rec->sends.push_back({to, messages::copy_held(w)});
     },
     [](gossip_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&, const std::vector<caf::actor>&,
        const std::vector<std::string>&) {},
-    [](commit_atom, const std::string&, const held_weights&) {},
-    [](pull_atom, const std::string&, const held_weights&) {},
+    [](commit_atom, const std::string&, const held_commit&) {},
+    [](pull_atom, const std::string&, const held_global_model&) {},
     [rec](stats_atom) {
       ++rec->stats_requests;
       return rec->traffic;

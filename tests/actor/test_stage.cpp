@@ -158,22 +158,28 @@ BOOST_AUTO_TEST_CASE(a_stage_refuses_messages_whose_shapes_disagree_and_goes_on)
   auto labels = torch::zeros({4}, torch::kLong);
   hold->push_back(wrong);
   hold->push_back(labels);
-  held_weights m;
-  m.value.iteration = 7;
+  held_stage_batch m;
+  m.value.direction = messages::stage_direction::forward;
+  m.value.batch = 7;
   m.value.tensors = {{"input", messages::dtype::float32, {4, 3, 5, 5}, wrong.data_ptr(),
                       static_cast<size_t>(wrong.numel()) * 4},
                      {"labels", messages::dtype::int64, {4}, labels.data_ptr(), 4 * 8}};
   m.hold = hold;
-  self->send(split.stages[1], forward_atom::value, m);
-  held_weights g = m;
+  self->send(split.stages[1], batch_atom::value, m);
+  held_stage_batch g = m;
+  g.value.direction = messages::stage_direction::backward;
   g.value.tensors = {{"gradient", messages::dtype::float32, {4, 3, 5, 5}, wrong.data_ptr(),
                       static_cast<size_t>(wrong.numel()) * 4}};
-  self->send(split.stages[0], backward_atom::value, g);
-  held_weights lying = m;  // a length that disagrees with the shape
+  self->send(split.stages[0], batch_atom::value, g);
+  held_stage_batch lying = m;  // a length that disagrees with the shape
   lying.value.tensors[0].bytes = 12;
-  self->send(split.stages[1], forward_atom::value, lying);
-  held_weights empty;
-  self->send(split.stages[1], forward_atom::value, empty);
+  self->send(split.stages[1], batch_atom::value, lying);
+  held_stage_batch empty;
+  self->send(split.stages[1], batch_atom::value, empty);
+  // A gradient sent forward: the upper stage finds no input in it.
+  held_stage_batch astray = g;
+  astray.value.direction = messages::stage_direction::forward;
+  self->send(split.stages[1], batch_atom::value, astray);
   // Nothing was trained on them, and the pipeline still trains.
   BOOST_TEST(split.stats(1).bytes_down == 0u);
   auto s = split.run(1);

@@ -1,12 +1,14 @@
 // The network's faults with real `edgegossip node` processes on 127.0.0.1:
 // a node frozen with SIGSTOP (its connections stay open), a replayed
 // handshake, TLS with certificates of the cluster's CA and of another, a
-// stranger's flood at a node's port and weights lane during training, and
+// stranger's flood at a node's port and weights lane during training, frames
+// of the wrong protocol on the weights lane, and
 // three nodes behind a 20 Mbit/s link (a network namespace with tc, where
 // the machine allows it).
 #include "actors/interfaces.hpp"
 #include "messages/codec.hpp"
 #include "messages/door.hpp"
+#include "messages/lane.hpp"
 #include "messages/secret.hpp"
 #include "process.hpp"
 
@@ -299,6 +301,56 @@ BOOST_AUTO_TEST_CASE(a_tls_cluster_trains_and_refuses_a_node_of_another_ca) {
   BOOST_TEST(out.find("\"platforms\"") != std::string::npos, out);
   require_clean_exit(c);
   BOOST_TEST(read_csv((only_run_dir(dir / "tls-runs") / "cluster.csv").string()).size() == 5u);
+}
+
+/// A peer that holds the cluster's secret sends frames of the wrong protocol
+/// on the weights lane: a parameter server's commit and a stage batch, both
+/// for a gossip platform. The lane's door tells messages apart by their
+/// body, refuses each with the reason, and the run goes on.
+BOOST_AUTO_TEST_CASE(frames_of_the_wrong_protocol_are_refused_at_the_lane_door) {
+  temp_dir dir;
+  cluster_spec spec;
+  spec.name = "astray";
+  spec.epochs = 4;
+  auto cfg = cluster_file(dir, spec);
+  auto c = start_cluster(dir, cfg, "astray");
+  auto& a = *c["a"];
+  BOOST_REQUIRE_MESSAGE(a.wait_for_output("epoch 2/4", std::chrono::seconds(120)), a.output());
+  const uint16_t port = lane_port(a);
+  BOOST_REQUIRE(port != 0);
+  eg::messages::lane_options o;
+  o.cluster_id = "netfaults";
+  o.node = "b";  // a name of the cluster, with its secret
+  o.secret = spec.secret;
+  eg::messages::lane peer(o);
+  peer.start([](const std::string&, const std::string&, eg::messages::shared_buffer) {});
+  std::vector<float> values(16, 0.5f);
+  const eg::messages::tensor_view t{"t", eg::messages::dtype::float32, {16}, values.data(),
+                                    values.size() * sizeof(float)};
+  auto frame = [&](eg::messages::body b, const std::string& sender) {
+    eg::messages::envelope e{{"netfaults", eg::messages::protocol_version, sender}, std::move(b),
+                             nullptr};
+    return std::make_shared<const eg::messages::gathered>(
+      eg::messages::encode_gathered(e, nullptr));
+  };
+  const eg::messages::lane_endpoint to{"a", "127.0.0.1", port};
+  BOOST_TEST(peer.send(to, "a0", frame(eg::messages::commit{1, {t}}, "b0")));
+  BOOST_TEST(peer.send(
+    to, "a0",
+    frame(eg::messages::stage_batch{eg::messages::stage_direction::forward, 3, {t}}, "b0")));
+  BOOST_TEST(a.wait_for_output("a message for platform 'a0' that is not gossip weights",
+                               std::chrono::seconds(20)),
+             a.output());
+  require_clean_exit(c);
+  // Both were refused, each with its own line; none reached the platform.
+  const auto out = a.output();
+  size_t refused = 0;
+  for (auto at = out.find("that is not gossip weights"); at != std::string::npos;
+       at = out.find("that is not gossip weights", at + 1))
+    ++refused;
+  BOOST_TEST(refused == 2u, out);
+  BOOST_TEST(!has(a, "[a0] refused weights"), out);
+  BOOST_TEST(read_csv((only_run_dir(dir / "astray-runs") / "cluster.csv").string()).size() == 4u);
 }
 
 /// A stranger's flood at node a's port and weights lane, over TLS or with
