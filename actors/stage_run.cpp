@@ -160,7 +160,7 @@ void start_run(self_ptr self, uint32_t epochs, uint32_t first, uint64_t first_id
   auto& st = self->state;
   learning::split_driver_options o;
   o.batch = st.args.batch;
-  o.window = st.synthetic() ? std::max<int64_t>(st.args.in_flight, 1) : 1;
+  o.window = st.pipelined() ? std::max<int64_t>(st.args.in_flight, 1) : 1;
   o.wait_for_gradient = !st.synthetic() && !st.is_last();
   o.test_batch = st.args.test_batch;
   o.seed = st.args.seed;

@@ -141,6 +141,8 @@ struct stage_state {
   bool is_first() const { return args.trainer->is_first(); }
   bool is_last() const { return args.trainer->is_last(); }
   bool synthetic() const { return args.trainer->mode() == learning::stage_mode::synthetic; }
+  /// Stages update before the true gradient comes (every mode but backprop).
+  bool pipelined() const { return learning::pipelined(args.trainer->mode()); }
 };
 
 using self_ptr = stage_impl::stateful_pointer<stage_state>;

@@ -147,7 +147,7 @@ struct split_options {
   int64_t batch = 64;
   double lr = 0.01;
   double momentum = 0.9;
-  int64_t in_flight = 4;  ///< synthetic mode: batches in the pipeline at once
+  int64_t in_flight = 4;  ///< all modes but backprop: batches in the pipeline at once
   int64_t sg_hidden = 0;  ///< synthetic-gradient modules' hidden width (0: their default)
   int64_t sg_conv_layers = 0;  ///< after convolutions: 0 an MLP, 2 or 3 5x5 convolutions
   int repeat = 1;         ///< seeds seed .. seed + repeat - 1
@@ -157,6 +157,11 @@ struct split_options {
   std::vector<int64_t> cuts3{2, 4};  ///< 3 stages
   std::vector<double> unequal2{1, 4};     ///< 2 unequal stages' slowdowns
   std::vector<double> unequal3{1, 2, 4};  ///< 3 unequal stages' slowdowns
+  /// The split modes to measure (learning::stage_mode names); backprop is
+  /// the baseline the others are compared with.
+  std::vector<std::string> modes{"backprop", "synthetic"};
+  /// Only the setups whose name contains this ("": all), e.g. "unequal".
+  std::string only;
 };
 /// One model trained whole, split with backpropagation, and split with
 /// synthetic gradients, on 2 and 3 stages of equal and unequal speed: test

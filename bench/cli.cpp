@@ -50,8 +50,14 @@ void add_other_options(CLI::App* bench, cli_state& state) {
   bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8; default conv8)")
     ->check(CLI::IsMember({"lenet5", "conv8"}));
   bench->add_option("--in-flight", st->split_opt.in_flight,
-                    "split: batches in the pipeline at once with synthetic gradients (default 4)")
+                    "split: batches in the pipeline at once in every mode but backprop (default 4)")
     ->check(CLI::Range(1, 64));
+  bench->add_option("--modes", st->split_opt.modes,
+                    "split: modes to measure (default backprop synthetic; also delayed, "
+                    "corrected); each is compared with backprop")
+    ->check(CLI::IsMember({"backprop", "synthetic", "delayed", "corrected"}));
+  bench->add_option("--only", st->split_opt.only,
+                    "split: only the setups whose name contains this (e.g. 'unequal', '2 stages')");
   bench->add_option("--sg-hidden", st->split_opt.sg_hidden,
                     "split: hidden width of the synthetic-gradient modules (default: theirs, 256)")
     ->check(CLI::Range(1, 4096));

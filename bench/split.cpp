@@ -1,7 +1,8 @@
-// bench split: one model trained whole, split with backpropagation between
-// the stages, and split with synthetic gradients, on 2 and 3 stages of
-// equal and unequal speed (emulated slowdowns), each stage an actor in one
-// process (docs/SPLIT.md).
+// bench split: one model trained whole, and split in the modes asked for
+// (backpropagation between the stages, synthetic gradients, pipelined
+// backpropagation with delayed gradients, synthetic gradients corrected by
+// the true ones), on 2 and 3 stages of equal and unequal speed (emulated
+// slowdowns), each stage an actor in one process (docs/SPLIT.md).
 
 #include "bench/bench.hpp"
 #include "bench/common.hpp"
@@ -15,12 +16,14 @@
 #include <caf/all.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
 
 namespace eg::bench {
 namespace {
@@ -120,6 +123,13 @@ std::vector<setup> setups_of(const split_options& s) {
   for (auto& su : setups)
     if (su.slowdowns.size() != su.cuts.size() + 1)
       throw std::invalid_argument("bench split: " + su.name + ": one slowdown per stage");
+  if (!s.only.empty()) {
+    std::vector<setup> kept;
+    for (auto& su : setups)
+      if (su.cuts.empty() || su.name.find(s.only) != std::string::npos)
+        kept.push_back(su);  // the whole model stays: the reference
+    setups = std::move(kept);
+  }
   return setups;
 }
 
@@ -130,7 +140,7 @@ void print_header(const split_options& s, const learning::dataset& train,
   if (s.sg_hidden > 0)
     sg.hidden = s.sg_hidden;
   std::printf("bench split: %s on Fashion-MNIST (%lld training, %lld test images), %u epochs, "
-              "batch %lld, SGD lr %g momentum %g, %lld batches in flight (synthetic), "
+              "batch %lld, SGD lr %g momentum %g, %lld batches in flight (all modes but backprop), "
               "synthetic-gradient modules %s with %lld hidden units%s, %d seed(s); one thread per "
               "stage, stages as actors in one process, slower stages emulated\n",
               s.model.c_str(), static_cast<long long>(train.size()),
@@ -219,8 +229,7 @@ void plot_accuracy(const options& opt, const split_options& s, const std::vector
     gp << "set terminal pngcairo size 900,600\nset output '"
        << (fs::path(opt.out_dir) / "split.png").string() << "'\n"
        << "set xlabel 'training time (s)'\nset ylabel 'test accuracy'\nset key bottom right\n"
-       << "set title '" << s.model << ": whole, split with backprop, split with synthetic "
-       << "gradients'\nplot";
+       << "set title '" << s.model << ": whole, and split (one curve a setup and mode)'\nplot";
     bool first = true;
     for (size_t i = 0; i < rows.size(); ++i) {
       auto file = fs::path(opt.out_dir) / ("split-" + std::to_string(i) + ".dat");
@@ -237,33 +246,46 @@ void plot_accuracy(const options& opt, const split_options& s, const std::vector
     std::printf("(gnuplot failed: no plot)\n");
 }
 
-/// Prints the summary line: synthetic against backprop on the same stages.
+/// Prints a summary line for every mode but backprop: against backprop on
+/// the same stages (median over the split setups of the per-setup
+/// medians), the unequal 2-stage case, and the worst seed's accuracy.
 void print_summary(const split_options& s, const std::vector<row>& rows) {
-  // Summary: synthetic against backprop on the same stages (median over the
-  // split setups of the per-setup medians), and the unequal 2-stage case.
-  std::vector<double> speedups, points;
-  double unequal_speedup = NAN, unequal_points = NAN;
-  for (size_t i = 0; i + 1 < rows.size(); ++i) {
-    if (rows[i].mode != "backprop" || rows[i + 1].mode != "synthetic")
+  for (const auto& mode : s.modes) {
+    if (mode == "backprop")
       continue;
-    const double sp = rows[i].seconds.median() / rows[i + 1].seconds.median();
-    const double pts = 100 * (rows[i + 1].accuracy.median() - rows[i].accuracy.median());
-    speedups.push_back(sp);
-    points.push_back(pts);
-    if (rows[i].setup == "2 stages, unequal") {
-      unequal_speedup = sp;
-      unequal_points = pts;
+    std::vector<double> speedups, points;
+    double unequal_speedup = NAN, unequal_points = NAN, worst = NAN;
+    for (const auto& base : rows) {
+      if (base.mode != "backprop")
+        continue;
+      for (const auto& r : rows) {
+        if (r.setup != base.setup || r.mode != mode)
+          continue;
+        const double sp = base.seconds.median() / r.seconds.median();
+        const double pts = 100 * (r.accuracy.median() - base.accuracy.median());
+        speedups.push_back(sp);
+        points.push_back(pts);
+        for (double a : r.accuracy.values)
+          worst = std::isnan(worst) ? a : std::min(worst, a);
+        if (r.setup == "2 stages, unequal") {
+          unequal_speedup = sp;
+          unequal_points = pts;
+        }
+      }
     }
+    if (speedups.empty())
+      continue;
+    spread sp, pt;
+    for (auto v : speedups)
+      sp.add(v);
+    for (auto v : points)
+      pt.add(v);
+    std::printf("summary: %s %.2fx faster than backprop, %+.2f pts; 2 stages unequal %.2fx, "
+                "%+.2f pts; worst seed's accuracy %.4f (median over %zu split setups, %s, %u "
+                "epochs)\n",
+                mode.c_str(), sp.median(), pt.median(), unequal_speedup, unequal_points, worst,
+                speedups.size(), s.model.c_str(), s.epochs);
   }
-  spread sp, pt;
-  for (auto v : speedups)
-    sp.add(v);
-  for (auto v : points)
-    pt.add(v);
-  std::printf("summary: synthetic %.2fx faster than backprop, %+.2f pts; 2 stages unequal %.2fx, "
-              "%+.2f pts (median over %zu split setups, %s, %u epochs)\n",
-              sp.median(), pt.median(), unequal_speedup, unequal_points, speedups.size(),
-              s.model.c_str(), s.epochs);
 }
 
 } // namespace
@@ -283,12 +305,12 @@ int split(const options& opt, const split_options& s) {
   std::ofstream csv(csv_path);
   csv << "setup,mode,seed,epoch,seconds,train_loss,test_accuracy\n";
   std::vector<row> rows;
-  const std::vector<std::pair<std::string, learning::stage_mode>> modes{
-    {"backprop", learning::stage_mode::backprop}, {"synthetic", learning::stage_mode::synthetic}};
   for (auto& su : setups) {
-    for (auto& [mode_name, mode] : modes) {
-      if (su.cuts.empty() && mode == learning::stage_mode::synthetic)
-        continue;  // one stage: nothing to decouple
+    bool whole_done = false;
+    for (auto& mode_name : s.modes) {
+      const auto mode = learning::parse_stage_mode(mode_name);
+      if (su.cuts.empty() && std::exchange(whole_done, true))
+        continue;  // one stage: trained once, in whichever mode (it has no cut)
       rows.push_back(run_row(s, su, mode_name, mode, train, test, csv));
     }
   }

@@ -227,7 +227,8 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.p_threshold", c.edgegossip.p_threshold, non_negative);
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
-  visit("split.mode", c.split.mode, text_rule{{"off", "backprop", "synthetic"}, false});
+  visit("split.mode", c.split.mode,
+        text_rule{{"off", "backprop", "synthetic", "delayed", "corrected"}, false});
   visit("split.model", c.split.model, text_rule{{"lenet5", "conv8"}, false});
   visit("split.in_flight", c.split.in_flight, positive_int);
   visit("split.sg_hidden", c.split.sg_hidden, positive_int);

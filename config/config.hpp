@@ -306,11 +306,14 @@ struct tls_config {
 /// contiguous stages, each on a node.
 struct split_config {
   /// "off" (gossip training of platforms), "backprop" (the true gradient
-  /// flows down; every stage waits) or "synthetic" (every stage but the last
-  /// updates at once from its synthetic-gradient module).
+  /// flows down; every stage waits), "synthetic" (every stage but the last
+  /// updates at once from its synthetic-gradient module), "delayed"
+  /// (pipelined backpropagation: the true gradient, a few batches late) or
+  /// "corrected" (synthetic at once, corrected by the true gradient when it
+  /// comes). learning::stage_mode; docs/SPLIT.md says which to pick.
   std::string mode = "off";
   std::string model = "conv8";  ///< "lenet5" or "conv8"
-  int64_t in_flight = 4;        ///< synthetic mode: batches in the pipeline at once
+  int64_t in_flight = 4;        ///< all modes but backprop: batches in the pipeline at once
   int64_t sg_hidden = 64;       ///< hidden units of the synthetic-gradient modules
   double sg_lr = 3e-4;          ///< their Adam learning rate
   bool sg_conditioned = true;   ///< cDNI: the modules see the labels

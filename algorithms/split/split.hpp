@@ -120,10 +120,30 @@ private:
 enum class stage_mode {
   backprop,   ///< a stage waits for dL/dh from above before it updates
   synthetic,  ///< a stage updates at once from its synthetic gradient
+  /// Pipelined backpropagation: up to `in_flight` batches in the pipeline,
+  /// each stage updates from the true gradient when it comes (a few
+  /// batches late), recomputing the batch's forward pass with its current
+  /// parameters (decoupled delayed gradients; PipeDream without stashing).
+  delayed,
+  /// Synthetic gradients corrected: a stage updates at once from its
+  /// synthetic gradient g, and when the true gradient t comes it updates
+  /// again by t - g through its current parameters, so that each batch
+  /// contributes its true gradient in the end; what goes down is the true
+  /// input gradient, sent with the correction.
+  corrected,
 };
-/// "backprop" / "synthetic"; parse_stage_mode throws std::invalid_argument.
+/// "backprop", "synthetic", "delayed", "corrected"; parse_stage_mode throws
+/// mismatch_error for another name.
 std::string to_string(stage_mode m);
 stage_mode parse_stage_mode(const std::string& s);
+/// Whether stages update before the true gradient comes back (every mode
+/// but backprop): the first stage keeps up to `in_flight` batches in the
+/// pipeline.
+inline bool pipelined(stage_mode m) { return m != stage_mode::backprop; }
+/// Whether a stage that is not the last has a synthetic-gradient module.
+inline bool has_synthetic_gradient(stage_mode m) {
+  return m == stage_mode::synthetic || m == stage_mode::corrected;
+}
 
 struct stage_options {
   sgd_options sgd;  ///< lr and momentum of the stage's SGD (batch is not used here)
@@ -159,8 +179,9 @@ public:
   forward_result forward(uint64_t batch, const torch::Tensor& input, const torch::Tensor& labels);
 
   struct backward_result {
-    torch::Tensor input_gradient;          ///< backprop mode, not the first stage: to send down
-    std::optional<double> synthetic_loss;  ///< synthetic mode: the SG's regression error
+    /// backprop, delayed and corrected modes, not the first stage: to send down
+    torch::Tensor input_gradient;
+    std::optional<double> synthetic_loss;  ///< synthetic, corrected: the SG's regression error
   };
   /// The gradient of the loss w.r.t. the output of `batch`, from above.
   backward_result backward(uint64_t batch, const torch::Tensor& grad_output);
@@ -190,7 +211,7 @@ public:
   const stage_options& options() const { return opt_; }
   stage_module& stage() { return *stage_; }
   std::vector<torch::Tensor> parameters() { return stage_->parameters(); }
-  /// The SG module: synthetic mode and not the last stage, else null.
+  /// The SG module: synthetic or corrected mode and not the last stage, else null.
   synthetic_gradient* synthetic() { return sg_.get(); }
   torch::optim::SGD& optimizer() { return *optimizer_; }
   /// Batches forwarded whose gradient has not come yet.

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <deque>
+#include <iterator>
 #include <sstream>
 
 namespace eg::learning {
@@ -16,16 +17,18 @@ namespace eg::learning {
 using shape_text::batched;
 using shape_text::shape_string;
 
-std::string to_string(stage_mode m) {
-  return m == stage_mode::backprop ? "backprop" : "synthetic";
+namespace {
+constexpr const char* mode_names[] = {"backprop", "synthetic", "delayed", "corrected"};
 }
 
+std::string to_string(stage_mode m) { return mode_names[static_cast<size_t>(m)]; }
+
 stage_mode parse_stage_mode(const std::string& s) {
-  if (s == "backprop")
-    return stage_mode::backprop;
-  if (s == "synthetic")
-    return stage_mode::synthetic;
-  throw mismatch_error("unknown stage mode '" + s + "' (use backprop or synthetic)");
+  for (size_t i = 0; i < std::size(mode_names); ++i)
+    if (s == mode_names[i])
+      return static_cast<stage_mode>(i);
+  throw mismatch_error("unknown stage mode '" + s +
+                       "' (use backprop, synthetic, delayed or corrected)");
 }
 
 // A batch forwarded and waiting for its gradient from above.
@@ -37,6 +40,10 @@ struct stage_trainer::pending {
   uint64_t step_at_forward = 0;
   // synthetic: the detached output and the labels, the SG's training input.
   torch::Tensor labels;
+  // corrected: the synthetic gradient the stage stepped with, and the input
+  // gradient it gave (not the first stage).
+  torch::Tensor synthetic;
+  torch::Tensor synthetic_input_gradient;
 };
 
 stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options opt,
@@ -51,8 +58,7 @@ stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options 
     throw mismatch_error("stage_trainer: lr must be positive");
   optimizer_ = std::make_unique<torch::optim::SGD>(
       stage_->parameters(), torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
-  if (opt_.mode == stage_mode::synthetic && !stage_->is_last())
-  {
+  if (has_synthetic_gradient(opt_.mode) && !stage_->is_last()) {
     auto sg = opt_.synthetic;
     sg.classes = stage_->shape().classes;
     sg_ = std::make_unique<synthetic_gradient>(stage_->output_shape(), sg, sg_seed_);
@@ -117,7 +123,7 @@ stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch
   forward_result r;
   auto x = prepare_input(input);
   auto out = stage_->forward(x);
-  if (opt_.mode == stage_mode::backprop) {
+  if (!has_synthetic_gradient(opt_.mode)) {
     p->input = x;
     p->output = out;
     p->step_at_forward = steps_;
@@ -128,10 +134,19 @@ stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch
     optimizer_->zero_grad();
     out.backward(g);
     step();
+    torch::Tensor dx;
     if (!stage_->is_first())
-      r.input_gradient = x.grad().detach().contiguous();
+      dx = x.grad().detach().contiguous();
     p->output = h;
     p->labels = labels.detach();
+    if (opt_.mode == stage_mode::corrected) {
+      // Kept for the correction; nothing goes down before the true gradient.
+      p->input = x.detach();
+      p->synthetic = g.detach();
+      p->synthetic_input_gradient = dx;
+    } else {
+      r.input_gradient = dx;
+    }
   }
   r.output = out.detach().contiguous();
   pending_.emplace(batch, std::move(p));
@@ -161,6 +176,19 @@ stage_trainer::backward_result stage_trainer::backward(uint64_t batch,
   backward_result r;
   if (opt_.mode == stage_mode::synthetic) {
     r.synthetic_loss = sg_->train(done->output, done->labels, grad_output);
+    return r;
+  }
+  if (opt_.mode == stage_mode::corrected) {
+    r.synthetic_loss = sg_->train(done->output, done->labels, grad_output);
+    // The correction t - g through the stage as it is now (it stepped at
+    // least once since: with the synthetic gradient of this batch).
+    auto x = prepare_input(done->input);
+    auto out = stage_->forward(x);
+    optimizer_->zero_grad();
+    out.backward(grad_output.detach() - done->synthetic);
+    step();
+    if (!stage_->is_first())
+      r.input_gradient = (x.grad().detach() + done->synthetic_input_gradient).contiguous();
     return r;
   }
   auto x = done->input;
@@ -405,9 +433,10 @@ pipeline_result train_pipeline(const std::vector<std::shared_ptr<stage_trainer>>
                                   std::to_string(stages[k]->options().max_in_flight));
   const auto start = std::chrono::steady_clock::now();
 
-  // The down-messages of a batch not yet delivered: backprop mode, only the
-  // last stage's input gradient (each stage's backward gives the next);
-  // synthetic mode, down[k] for stage k, sent by stage k + 1 at its forward.
+  // The down-messages of a batch not yet delivered: backprop, delayed and
+  // corrected modes, only the last stage's input gradient (each stage's
+  // backward gives the next); synthetic mode, down[k] for stage k, sent by
+  // stage k + 1 at its forward.
   struct in_transit {
     uint64_t batch;
     std::vector<torch::Tensor> down;
@@ -421,10 +450,16 @@ pipeline_result train_pipeline(const std::vector<std::shared_ptr<stage_trainer>>
   auto deliver = [&](in_transit& t) {
     if (n == 1)
       return;
-    if (stages[0]->mode() == stage_mode::backprop) {
+    if (stages[0]->mode() != stage_mode::synthetic) {
       torch::Tensor g = t.down.back();
-      for (size_t k = n - 1; k-- > 0;)
-        g = stages[k]->backward(t.batch, g).input_gradient;
+      for (size_t k = n - 1; k-- > 0;) {
+        auto b = stages[k]->backward(t.batch, g);
+        if (b.synthetic_loss) {
+          sg_loss += *b.synthetic_loss;
+          ++sg_count;
+        }
+        g = b.input_gradient;
+      }
       return;
     }
     for (size_t k = 0; k + 1 < n; ++k) {

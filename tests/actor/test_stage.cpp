@@ -148,6 +148,24 @@ BOOST_AUTO_TEST_CASE(a_split_with_synthetic_gradients_trains_every_batch_and_lea
   BOOST_TEST(s.back().test_accuracy > 0.4, "accuracy " << s.back().test_accuracy);
 }
 
+BOOST_AUTO_TEST_CASE(delayed_and_corrected_stages_pipeline_batches_and_learn) {
+  // Both keep several batches in the pipeline (the first stage's window)
+  // and send the true gradient down; every batch is trained.
+  for (auto mode : {learning::stage_mode::delayed, learning::stage_mode::corrected}) {
+    BOOST_TEST_CONTEXT(learning::to_string(mode)) {
+      pipeline split("lenet5", {1, 3}, mode);
+      auto s = split.run(2);
+      BOOST_REQUIRE_EQUAL(s.size(), 2u);
+      BOOST_TEST(split.stats(0).batches == 2u * 64u);
+      BOOST_TEST(split.stats(2).batches == 2u * 64u);
+      BOOST_TEST(split.stats(1).bytes_down > 0u);  // true gradients came down
+      BOOST_TEST_MESSAGE(learning::to_string(mode) << ", 2 epochs: test accuracy "
+                                                   << s.back().test_accuracy);
+      BOOST_TEST(s.back().test_accuracy > 0.5, "accuracy " << s.back().test_accuracy);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_stage_refuses_messages_whose_shapes_disagree_and_goes_on) {
   pipeline split("lenet5", {1}, learning::stage_mode::backprop);
   caf::scoped_actor self{*split.sys};

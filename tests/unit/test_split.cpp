@@ -537,6 +537,98 @@ BOOST_AUTO_TEST_CASE(synthetic_mode_updates_at_once_and_hands_a_gradient_down) {
   BOOST_TEST(h1b.input_gradient.abs().max().item<double>() > 0);
 }
 
+BOOST_AUTO_TEST_CASE(stage_modes_have_names_and_traits) {
+  for (auto m : {stage_mode::backprop, stage_mode::synthetic, stage_mode::delayed,
+                 stage_mode::corrected})
+    BOOST_TEST(static_cast<int>(parse_stage_mode(to_string(m))) == static_cast<int>(m));
+  BOOST_CHECK_EXCEPTION(parse_stage_mode("pipedream"), eg::mismatch_error,
+                        message_with<eg::mismatch_error>({"pipedream", "delayed", "corrected"}));
+  BOOST_TEST(!pipelined(stage_mode::backprop));
+  BOOST_TEST(pipelined(stage_mode::delayed));
+  BOOST_TEST(has_synthetic_gradient(stage_mode::corrected));
+  BOOST_TEST(!has_synthetic_gradient(stage_mode::delayed));
+  auto delayed = make_pipeline("lenet5", {1}, 3, options(stage_mode::delayed), fashion);
+  BOOST_TEST(delayed[0]->synthetic() == nullptr);
+  auto corrected = make_pipeline("lenet5", {1}, 3, options(stage_mode::corrected), fashion);
+  BOOST_TEST(corrected[0]->synthetic() != nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(corrected_mode_adds_up_to_the_true_gradient) {
+  // Momentum 0 and fresh modules (they predict 0 until their first target):
+  // the synthetic step moves nothing, the correction is the whole true
+  // gradient, so one batch through three corrected stages ends where
+  // backpropagation does, and the gradient sent down is the true one.
+  synthetic_gradient_options sg;
+  sg.gate_rate = 0;
+  auto opts = [&](stage_mode m) {
+    stage_options o = options(m);
+    o.sgd.momentum = 0;
+    o.synthetic = sg;
+    return o;
+  };
+  auto corrected = make_pipeline("lenet5", {0, 2}, 5, opts(stage_mode::corrected), fashion);
+  auto backprop = make_pipeline("lenet5", {0, 2}, 5, opts(stage_mode::backprop), fashion);
+  auto [x, y] = random_batch(8, 6);
+  auto c0 = corrected[0]->forward(1, x, y);
+  auto c1 = corrected[1]->forward(1, c0.output, y);
+  BOOST_TEST(!c1.input_gradient.defined());  // nothing goes down before the true gradient
+  BOOST_TEST(corrected[1]->steps() == 1u);   // the synthetic step
+  auto b0 = backprop[0]->forward(1, x, y);
+  auto b1 = backprop[1]->forward(1, b0.output, y);
+  BOOST_TEST(max_abs_diff(c1.output, b1.output) == 0.0);
+  auto cl = corrected[2]->loss_step(1, c1.output, y);
+  auto bl = backprop[2]->loss_step(1, b1.output, y);
+  auto cb1 = corrected[1]->backward(1, cl.input_gradient);
+  auto bb1 = backprop[1]->backward(1, bl.input_gradient);
+  BOOST_REQUIRE(cb1.synthetic_loss.has_value());
+  BOOST_TEST(corrected[1]->steps() == 2u);  // and the correction
+  BOOST_REQUIRE(cb1.input_gradient.defined());
+  BOOST_TEST(max_abs_diff(cb1.input_gradient, bb1.input_gradient) < 1e-6);
+  corrected[0]->backward(1, cb1.input_gradient);
+  backprop[0]->backward(1, bb1.input_gradient);
+  auto cp = pipeline_parameters(corrected), bp = pipeline_parameters(backprop);
+  for (size_t i = 0; i < cp.size(); ++i)
+    BOOST_TEST(max_abs_diff(cp[i], bp[i]) < 1e-6, "parameter " << i);
+
+  // Once a module predicts, the synthetic step moves the stage at once and
+  // the correction still adds the true gradient: the stage moved between
+  // the forward and the backward of the next batch.
+  auto before = snapshot(corrected[1]->parameters());
+  auto n0 = corrected[0]->forward(2, x, y);
+  corrected[1]->forward(2, n0.output, y);
+  BOOST_TEST(!all_equal(before, snapshot(corrected[1]->parameters())));
+}
+
+BOOST_AUTO_TEST_CASE(delayed_and_corrected_split_lenet5_train_as_well_as_backprop) {
+  // LeNet-5 cut after conv2, gradients two batches late (pipelined), against
+  // backpropagation with every gradient at once; 3 epochs of 6,000 images.
+  torch::set_num_threads(1);
+  auto train = load_fashion_mnist(data_dir, eg::learning::split::train, 6000);
+  auto test = load_fashion_mnist(data_dir, eg::learning::split::test, 2000);
+  test.norm = train.norm;
+  std::vector<int64_t> all(static_cast<size_t>(train.size()));
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<int64_t>(i);
+  auto accuracy_of = [&](stage_mode mode, int64_t delay) {
+    stage_options o = options(mode);
+    auto stages = make_pipeline("lenet5", {1}, 1, o, fashion);
+    std::mt19937_64 rng(1);
+    for (int epoch = 0; epoch < 3; ++epoch)
+      train_pipeline(stages, train, shuffled_plan(all, 32, 1.0, rng), delay);
+    for (auto& s : stages)
+      BOOST_TEST(s->in_flight() == 0u);
+    return evaluate(stages, test).accuracy;
+  };
+  const double backprop = accuracy_of(stage_mode::backprop, 1);
+  const double delayed = accuracy_of(stage_mode::delayed, 2);
+  const double corrected = accuracy_of(stage_mode::corrected, 2);
+  BOOST_TEST_MESSAGE("test accuracy: backprop " << backprop << ", delayed " << delayed
+                                                << ", corrected " << corrected);
+  BOOST_TEST(backprop > 0.7);
+  BOOST_TEST(delayed > backprop - 0.03, "delayed " << delayed << ", backprop " << backprop);
+  BOOST_TEST(corrected > backprop - 0.03, "corrected " << corrected << ", backprop " << backprop);
+}
+
 BOOST_AUTO_TEST_CASE(synthetic_split_lenet5_trains) {
   // Two stages of LeNet-5 cut after conv2 (a [16, 5, 5] activation: the
   // convolutional SG module), gradients delivered two batches late; a few
@@ -585,7 +677,8 @@ BOOST_AUTO_TEST_CASE(pipeline_with_late_gradients_runs_in_both_modes) {
     all[i] = static_cast<int64_t>(i);
   std::mt19937_64 rng(2);
   auto plan = shuffled_plan(all, 16, 1.0, rng);
-  for (auto mode : {stage_mode::backprop, stage_mode::synthetic}) {
+  for (auto mode : {stage_mode::backprop, stage_mode::synthetic, stage_mode::delayed,
+                    stage_mode::corrected}) {
     auto stages = make_pipeline("conv8", {1, 4}, 2, options(mode), fashion);
     auto before = snapshot(pipeline_parameters(stages));
     auto r = train_pipeline(stages, d, plan, 3);
