@@ -6,8 +6,11 @@
 // the first stage sends the next batch only then: every stage waits for the
 // ones above. In `synthetic` mode every stage but the last updates at once
 // from its synthetic-gradient module and regresses the module toward the
-// gradient when it comes; the first stage keeps up to `in_flight` batches in
-// the pipeline.
+// gradient when it comes. In `delayed` mode stages update from the true
+// gradient when it comes, a few batches late; in `corrected` mode at once
+// from the synthetic gradient, then by the true one's difference. In every
+// mode but backprop the first stage keeps up to `in_flight` batches in the
+// pipeline.
 //
 // The first stage drives the run with a learning::split_driver: it holds
 // the training and test sets, sends the batches of each epoch, counts the

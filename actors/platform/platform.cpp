@@ -73,23 +73,16 @@ void receive_plan(self_ptr self, const plan& p) {
   auto& st = self->state;
   if (st.finished)
     return;
-  st.balancer = caf::actor_cast<caf::actor>(self->current_sender());
-  if (!st.running && p.epoch + 1 == st.epochs_done && st.last_report) {
-    // This epoch is done here: a balancer that took over (or restarted)
-    // did not get the report.
-    spdlog::info("[{}] epoch {} was already trained: report sent again",
-                 st.args.platform.name, p.epoch + 1);
-    self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
-               *st.last_report);
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (st.running && p.epoch != st.at.epoch) {
+    // The running epoch keeps its number (its report must say what was
+    // trained); this plan waits for its end.
+    spdlog::info("[{}] a plan for epoch {} while epoch {} runs: taken once that one is reported",
+                 st.args.platform.name, p.epoch + 1, st.at.epoch + 1);
+    st.next_plan.emplace(p, std::move(sender));
     return;
   }
-  st.at.epoch = p.epoch;
-  st.at.ratio = p.ratio;
-  st.last_epoch = p.last_epoch;
-  st.plan = p;
-  st.worker->planned(p);
-  if (!st.running)
-    begin_epoch(self);
+  take_plan(self, p, std::move(sender));
 }
 
 /// A platform joining a run starts from the cluster's averaged model,

@@ -156,6 +156,27 @@ void use_normalisation(self_ptr self, const data::normalisation& norm) {
                 data::to_text(norm));
 }
 
+void take_plan(self_ptr self, const messages::plan& p, caf::actor sender) {
+  auto& st = self->state;
+  st.balancer = std::move(sender);
+  if (!st.running && p.epoch + 1 == st.epochs_done && st.last_report) {
+    // This epoch is done here: a balancer that took over (or restarted)
+    // did not get the report.
+    spdlog::info("[{}] epoch {} was already trained: report sent again",
+                 st.args.platform.name, p.epoch + 1);
+    self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value,
+               *st.last_report);
+    return;
+  }
+  st.at.epoch = p.epoch;
+  st.at.ratio = p.ratio;
+  st.last_epoch = p.last_epoch;
+  st.plan = p;
+  st.worker->planned(p);
+  if (!st.running)
+    begin_epoch(self);
+}
+
 void finish_epoch(self_ptr self) {
   auto& st = self->state;
   st.running = false;
@@ -200,6 +221,17 @@ void finish_epoch(self_ptr self) {
       self->send(st.args.node, report_atom::value, r);
       if (st.balancer)
         self->send(caf::actor_cast<balancer_actor>(st.balancer), report_atom::value, r);
+      if (auto next = std::exchange(st.next_plan, std::nullopt)) {
+        // A plan that came during the epoch: its balancer hears the report
+        // too, and a later epoch's plan begins now.
+        auto& [p, sender] = *next;
+        if (sender && sender != st.balancer)
+          self->send(caf::actor_cast<balancer_actor>(sender), report_atom::value, r);
+        if (p.epoch > r.epoch) {
+          take_plan(self, p, sender);
+          return;
+        }
+      }
       // Asynchronous schedule: no barrier, go straight on.
       if (st.args.strategy.asynchronous() && st.at.epoch < st.last_epoch) {
         ++st.at.epoch;

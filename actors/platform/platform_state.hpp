@@ -37,6 +37,11 @@ struct platform_state {
   // Run position.
   uint32_t last_epoch = 0;
   messages::plan plan;   ///< the current epoch's plan
+  /// A plan for another epoch that came while one ran (a balancer took over
+  /// meanwhile, or one that lost its majority has not stopped yet), and its
+  /// sender: the running epoch's report goes to it too, and the plan is
+  /// taken once that report is out if it is for a later epoch.
+  std::optional<std::pair<messages::plan, caf::actor>> next_plan;
   bool running = false;  ///< an epoch is in progress
   bool paused = false;
   clock::time_point paused_at;
@@ -108,6 +113,9 @@ using self_ptr = platform_actor::stateful_pointer<platform_state>;
 void checkpoint(self_ptr self, std::function<void(bool)> saved = nullptr);
 /// Plans the epoch of the plan last received and steps.
 void begin_epoch(self_ptr self);
+/// A plan from `sender` (the balancer from now on): its epoch begins (or,
+/// trained already, its report goes again).
+void take_plan(self_ptr self, const messages::plan& p, caf::actor sender);
 /// Queues the next step unless one is on its way.
 void queue_step(self_ptr self);
 /// Reports the epoch (and, on the asynchronous schedule, begins the next).

@@ -7,8 +7,8 @@
 // the seed and the epoch, so an epoch started again after a restart sees the
 // same batches). At most `window` training batches are in the pipeline at
 // once: 1 in backprop mode (each batch's gradient must be back at the first
-// stage before the next batch goes), up to `in_flight` with synthetic
-// gradients. A batch is done when the last stage reports it finished and,
+// stage before the next batch goes), up to `in_flight` in every other mode
+// (synthetic, delayed, corrected). A batch is done when the last stage reports it finished and,
 // where the driver waits for gradients, its gradient came back. When every
 // batch of the epoch is done, the test set goes up the pipeline in batches
 // of `test_batch`; once the last of those is reported, the epoch's figures

@@ -1033,6 +1033,46 @@ BOOST_FIXTURE_TEST_CASE(a_cut_ends_the_current_epoch_with_what_was_trained, fixt
   BOOST_TEST(rec.reports[1].iterations == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_plan_for_another_epoch_waits_for_the_running_one_to_be_reported,
+                        fixture) {
+  // A balancer that took over plans epoch 3 while the platform still trains
+  // epoch 1 (its old balancer's plan): the running epoch keeps its number
+  // and is reported as trained, then epoch 3 begins. A plan for an earlier
+  // epoch (from a balancer that lost its majority and has not stopped yet)
+  // changes nothing.
+  rig_options o;
+  o.shard = 64;      // 4 iterations planned
+  o.slowdown = 100;  // one step per advance of the clock
+  rig r{sys, self, sched, o};
+  auto& rec = *r.rec;
+  send_plan(self, r, plan_of(0, 1.0, 4));
+  sched.run();
+  sched.advance_time(1s);
+  sched.run();
+  send_plan(self, r, plan_of(2, 0.5, 4));
+  sched.run();
+  BOOST_TEST(rec.reports.empty());
+  run_until_reports(sched, r, 2);
+  BOOST_REQUIRE_EQUAL(rec.reports.size(), 2u);
+  BOOST_TEST(rec.reports[0].epoch == 0u);
+  BOOST_TEST(rec.reports[0].iterations == 4u);  // epoch 1 as planned: all of it
+  BOOST_TEST(rec.reports[1].epoch == 2u);
+  BOOST_TEST(rec.reports[1].samples == 32u);    // epoch 3's share, 0.5
+  // Epoch 4 runs; a plan for epoch 2 meanwhile is not taken after it.
+  send_plan(self, r, plan_of(3, 1.0, 4));
+  sched.run();
+  send_plan(self, r, plan_of(1, 1.0, 4));
+  run_until_reports(sched, r, 3);
+  BOOST_REQUIRE_EQUAL(rec.reports.size(), 3u);
+  BOOST_TEST(rec.reports[2].epoch == 3u);
+  BOOST_TEST(rec.reports[2].iterations == 4u);
+  for (int i = 0; i < 10; ++i) {
+    sched.advance_time(1s);
+    sched.run();
+  }
+  BOOST_TEST(rec.reports.size() == 3u);  // epoch 2 was not trained again
+}
+
 BOOST_FIXTURE_TEST_CASE(control_checkpoints_on_request_and_refuses_other_verbs, fixture) {
   rig_options o;
   o.platforms = 4;
