@@ -280,11 +280,15 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
       sp.add(v);
     for (auto v : points)
       pt.add(v);
-    std::printf("summary: %s %.2fx faster than backprop, %+.2f pts; 2 stages unequal %.2fx, "
-                "%+.2f pts; worst seed's accuracy %.4f (median over %zu split setups, %s, %u "
-                "epochs)\n",
-                mode.c_str(), sp.median(), pt.median(), unequal_speedup, unequal_points, worst,
-                speedups.size(), s.model.c_str(), s.epochs);
+    const std::string unequal =
+      std::isnan(unequal_speedup)
+        ? std::string{}
+        : "; 2 stages unequal " + fixed(unequal_speedup, 2) + "x, "
+            + (unequal_points >= 0 ? "+" : "") + fixed(unequal_points, 2) + " pts";
+    std::printf("summary: %s %.2fx faster than backprop, %+.2f pts%s; worst seed's accuracy "
+                "%.4f (median over %zu split setups, %s, %u epochs)\n",
+                mode.c_str(), sp.median(), pt.median(), unequal.c_str(), worst, speedups.size(),
+                s.model.c_str(), s.epochs);
   }
 }
 
