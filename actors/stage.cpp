@@ -5,11 +5,11 @@ namespace eg::actors {
 namespace stage_parts {
 
 /// Queues a message and starts working if idle.
-void enqueue(self_ptr self, stage_direction kind, held_stage_batch m) {
+void enqueue(self_ptr self, held_stage_batch m) {
   auto& st = self->state;
   if (!st.started)
     st.started = clock::now();
-  st.queue.push_back({kind, std::move(m)});
+  st.queue.push_back(std::move(m));
   if (!st.working) {
     if (st.idle_since)
       st.stats.idle_seconds += seconds(clock::now() - *st.idle_since);
@@ -128,14 +128,14 @@ void flush_waiting(self_ptr self) {
 }
 
 /// Serves one message of the queue.
-void serve(self_ptr self, work w) {
+void serve(self_ptr self, held_stage_batch m) {
   auto& st = self->state;
   auto& t = *st.args.trainer;
-  const auto batch = w.message.value.batch;
-  switch (w.kind) {
+  const auto batch = m.value.batch;
+  switch (m.value.direction) {
     case stage_direction::forward: {
-      auto input = tensor_of(w.message, "input", torch::kFloat);
-      auto labels = tensor_of(w.message, "labels", torch::kLong);
+      auto input = tensor_of(m, "input", torch::kFloat);
+      auto labels = tensor_of(m, "labels", torch::kLong);
       if (st.is_last()) {
         auto r = t.loss_step(batch, input, labels);
         ++st.stats.batches;
@@ -150,7 +150,7 @@ void serve(self_ptr self, work w) {
       break;
     }
     case stage_direction::backward: {
-      auto r = t.backward(batch, tensor_of(w.message, "gradient", torch::kFloat));
+      auto r = t.backward(batch, tensor_of(m, "gradient", torch::kFloat));
       send_down(self, batch, r.input_gradient);  // backprop mode
       if (st.is_first() && st.driver) {
         st.last_progress = clock::now();
@@ -159,8 +159,8 @@ void serve(self_ptr self, work w) {
       break;
     }
     case stage_direction::infer: {
-      auto input = tensor_of(w.message, "input", torch::kFloat);
-      auto labels = tensor_of(w.message, "labels", torch::kLong);
+      auto input = tensor_of(m, "input", torch::kFloat);
+      auto labels = tensor_of(m, "labels", torch::kLong);
       auto out = t.infer(input);
       if (st.is_last()) {
         auto correct = out.argmax(1).eq(labels).sum().item<int64_t>();
@@ -189,15 +189,16 @@ void do_work(self_ptr self) {
     st.idle_since = clock::now();
     return;
   }
-  auto w = std::move(st.queue.front());
+  auto m = std::move(st.queue.front());
   st.queue.pop_front();
   const auto t0 = clock::now();
-  const char* what = w.kind == stage_direction::forward    ? "forward"
-                     : w.kind == stage_direction::backward ? "backward"
-                                                     : "evaluation";
+  const auto direction = m.value.direction;
+  const char* what = direction == stage_direction::forward    ? "forward"
+                     : direction == stage_direction::backward ? "backward"
+                                                              : "evaluation";
   st.holding = st.args.slowdown > 1.0;
   try {
-    serve(self, std::move(w));
+    serve(self, std::move(m));
   } catch (const std::exception& e) {
     spdlog::warn("stage {}: refused a {} message: {}", st.me, what, eg::describe(e));
   }
@@ -249,10 +250,7 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
                  st.args.restore->epochs_done, st.args.restore->run);
   }
   return {
-    [self](batch_atom, held_stage_batch& m) {
-      const auto direction = m.value.direction;
-      enqueue(self, direction, std::move(m));
-    },
+    [self](batch_atom, held_stage_batch& m) { enqueue(self, std::move(m)); },
     [self](link_atom, caf::actor& below, caf::actor& above, caf::actor& first) {
       auto& st = self->state;
       st.below = {below, std::nullopt};

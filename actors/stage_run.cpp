@@ -106,7 +106,7 @@ void pump(self_ptr self) {
     const auto kind = o.test ? stage_direction::infer : stage_direction::forward;
     auto m = tensor_message(kind, o.id, {"input", "labels"},
                             {data.batch(index), data.labels.index_select(0, index)});
-    enqueue(self, kind, std::move(m));
+    enqueue(self, std::move(m));
   }
 }
 
@@ -118,10 +118,10 @@ void forget(self_ptr self, uint64_t below_id) {
   if (n > 0)
     spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
   auto stale = [&](const held_stage_batch& m) { return m.value.batch < below_id; };
-  std::deque<work> keep;
-  for (auto& w : st.queue)
-    if (!stale(w.message))
-      keep.push_back(std::move(w));
+  std::deque<held_stage_batch> keep;
+  for (auto& m : st.queue)
+    if (!stale(m))
+      keep.push_back(std::move(m));
   st.queue = std::move(keep);
   for (auto* q : {&st.waiting_up, &st.waiting_down}) {
     std::deque<held_stage_batch> left;

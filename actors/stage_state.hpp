@@ -86,11 +86,6 @@ inline torch::Tensor tensor_of(const held_stage_batch& m, const std::string& nam
                               + name + "'");
 }
 
-struct work {
-  stage_direction kind;
-  held_stage_batch message;
-};
-
 /// Another stage: its handle and, on another node with a lane, the lane.
 struct neighbour {
   caf::actor handle;
@@ -117,7 +112,7 @@ struct stage_state {
   };
   std::deque<report> waiting_reports;
   static constexpr size_t max_waiting = 64;
-  std::deque<work> queue;
+  std::deque<held_stage_batch> queue;
   bool working = false;  // a work message is on its way (or idling)
   // An emulated slower machine (slowdown > 1) has its results ready only
   // after slowdown x the compute time: what a message's work sends waits
@@ -179,7 +174,7 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
 
 // stage.cpp
 /// Queues a message and starts working if idle.
-void enqueue(self_ptr self, stage_direction kind, held_stage_batch m);
+void enqueue(self_ptr self, held_stage_batch m);
 /// Sends tensors to another stage: on the weights lane to a stage on
 /// another node, as a typed message else. Returns the bytes sent.
 size_t send_to(self_ptr self, const neighbour& to, held_stage_batch m);
@@ -192,7 +187,7 @@ void report(self_ptr self, uint64_t batch, bool test, double loss_sum, int64_t c
 /// Sends what waited for neighbours that are known now.
 void flush_waiting(self_ptr self);
 /// Serves one message of the queue.
-void serve(self_ptr self, work w);
+void serve(self_ptr self, held_stage_batch m);
 /// Serves the next message of the queue (the results of the last one go
 /// first: held for an emulated slowdown), then the next, after the idle time
 /// the slowdown owes.
