@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 using namespace eg::test;
 using eg::actors::metrics_identity;
@@ -177,6 +178,23 @@ BOOST_AUTO_TEST_CASE(prometheus_scrapes_every_node_of_a_run) {
   BOOST_REQUIRE_MESSAGE(prom.wait_for_output("Server is ready to receive web requests",
                                              std::chrono::seconds(60)),
                         prom.output());
+  // Prometheus builds its scrape pools a few seconds after it is ready (its
+  // scrape manager reloads on a ticker); a run of a few seconds could end
+  // before the first scrape. Start the nodes once all three targets exist.
+  const std::string targets = "curl -sf http://127.0.0.1:" + std::to_string(web) +
+                              "/api/v1/targets?state=active";
+  bool scraping = false;
+  for (int i = 0; i < 120 && !scraping; ++i) {
+    auto [targets_code, listing] = capture(targets);
+    size_t found = 0;
+    for (auto port : metrics_ports)
+      if (listing.find("127.0.0.1:" + std::to_string(port)) != std::string::npos)
+        ++found;
+    scraping = targets_code == 0 && found == metrics_ports.size();
+    if (!scraping)
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  BOOST_REQUIRE_MESSAGE(scraping, "Prometheus never listed the three nodes as targets");
   std::vector<std::unique_ptr<process>> nodes;
   for (auto name : {"a", "b", "c"})
     nodes.push_back(std::make_unique<process>(
