@@ -7,6 +7,8 @@ namespace stage_parts {
 /// Queues a message and starts working if idle.
 void enqueue(self_ptr self, held_stage_batch m) {
   auto& st = self->state;
+  if (m.value.batch < st.live_from)
+    return;  // the pipeline lost it (a stage went down, a rollback): sent again under a new id
   if (!st.started)
     st.started = clock::now();
   st.queue.push_back(std::move(m));
@@ -128,10 +130,32 @@ void flush_waiting(self_ptr self) {
 }
 
 /// Serves one message of the queue.
+void guard_step(self_ptr self, std::optional<double> loss) {
+  auto& st = self->state;
+  if (!st.guard || st.diverging)
+    return;
+  auto why = st.guard->gradient_norm(st.args.trainer->gradient_norm());
+  if (!why && loss)
+    why = st.guard->loss(*loss);
+  if (!why)
+    return;
+  st.diverging = true;
+  spdlog::warn("stage {}: running away: {}", st.me, *why);
+  if (st.is_first())
+    self->send(self, diverged_atom::value, uint64_t{st.args.index}, *why);
+  else if (st.first)
+    self->send(caf::actor_cast<stage_actor>(st.first), diverged_atom::value,
+               uint64_t{st.args.index}, *why);
+  else
+    st.diverging = false;  // no first stage known to tell: the next step tries again
+}
+
 void serve(self_ptr self, held_stage_batch m) {
   auto& st = self->state;
   auto& t = *st.args.trainer;
   const auto batch = m.value.batch;
+  const auto updates = t.steps() + t.skipped_steps();
+  std::optional<double> loss;
   switch (m.value.direction) {
     case stage_direction::forward: {
       auto input = tensor_of(m, "input", torch::kFloat);
@@ -139,6 +163,7 @@ void serve(self_ptr self, held_stage_batch m) {
       if (st.is_last()) {
         auto r = t.loss_step(batch, input, labels);
         ++st.stats.batches;
+        loss = r.loss;
         send_down(self, batch, r.input_gradient);
         report(self, batch, false, r.loss * static_cast<double>(r.samples), r.correct, r.samples);
       } else {
@@ -171,6 +196,8 @@ void serve(self_ptr self, held_stage_batch m) {
       break;
     }
   }
+  if (t.steps() + t.skipped_steps() != updates)
+    guard_step(self, loss);
 }
 
 
@@ -246,16 +273,22 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
   if (st.args.restore) {
     st.args.trainer->load(st.args.restore->trainer);
     st.epochs = st.args.restore->history;
+    st.good_epochs = st.args.restore->epochs_done;
     spdlog::info("stage {}: resumed from its checkpoint after epoch {} of run {}", st.me,
                  st.args.restore->epochs_done, st.args.restore->run);
   }
+  // What a runaway before the first checkpoint goes back to.
+  st.good = st.args.trainer->save();
+  st.guard.emplace(st.args.runaway, st.args.trainer->stage().shape().classes);
   return {
     [self](batch_atom, held_stage_batch& m) { enqueue(self, std::move(m)); },
-    [self](link_atom, caf::actor& below, caf::actor& above, caf::actor& first) {
+    [self](link_atom, std::vector<caf::actor>& all) {
       auto& st = self->state;
-      st.below = {below, std::nullopt};
-      st.above = {above, std::nullopt};
-      st.first = first;
+      const auto k = st.args.index;
+      st.below = {k > 0 && k - 1 < all.size() ? all[k - 1] : caf::actor{}, std::nullopt};
+      st.above = {k + 1 < all.size() ? all[k + 1] : caf::actor{}, std::nullopt};
+      st.first = all.empty() ? caf::actor{} : all.front();
+      st.all = std::move(all);
       st.complete = true;
     },
     [self](stages_atom, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes) {
@@ -263,6 +296,8 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     },
     [self](forget_atom, uint64_t below_id) { forget(self, below_id); },
     [self](checkpoint_atom, const std::string& run, uint32_t epochs) { save(self, run, epochs); },
+    [self](diverged_atom, uint64_t index, const std::string& why) { runaway(self, index, why); },
+    [self](rollback_atom, double factor, uint64_t live) { return roll_back(self, factor, live); },
     [self](work_atom) { do_work(self); },
     [self](finished_atom, uint64_t batch, bool test, double loss_sum, int64_t correct,
            int64_t samples) {
@@ -302,6 +337,8 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     [self](stats_atom) -> stage_stats {
       auto& st = self->state;
       auto s = st.stats;
+      s.skipped_steps = st.args.trainer->skipped_steps();
+      s.learning_rate = st.args.trainer->learning_rate();
       if (st.started)
         s.wall_seconds = seconds(clock::now() - *st.started);
       if (st.idle_since)
@@ -390,11 +427,11 @@ stage_actor spawn_stage(caf::actor_system& sys, stage_args args) {
 }
 
 void link_stages(const std::vector<stage_actor>& stages) {
-  for (size_t k = 0; k < stages.size(); ++k)
-    caf::anon_send(stages[k], link_atom::value,
-                   k > 0 ? caf::actor_cast<caf::actor>(stages[k - 1]) : caf::actor{},
-                   k + 1 < stages.size() ? caf::actor_cast<caf::actor>(stages[k + 1]) : caf::actor{},
-                   caf::actor_cast<caf::actor>(stages.front()));
+  std::vector<caf::actor> all;
+  for (auto& s : stages)
+    all.push_back(caf::actor_cast<caf::actor>(s));
+  for (auto& s : stages)
+    caf::anon_send(s, link_atom::value, all);
 }
 
 } // namespace eg::actors

@@ -36,6 +36,7 @@
 // the bytes it sent up and down.
 
 #include "actors/interfaces.hpp"
+#include "algorithms/split/runaway_guard.hpp"
 #include "algorithms/split/split_driver.hpp"
 
 #include <caf/fwd.hpp>
@@ -68,6 +69,9 @@ struct stage_stats {
   uint64_t bytes_up = 0;       ///< activations and labels sent to the stage above
   uint64_t bytes_down = 0;     ///< gradients sent to the stage below
   uint64_t batches = 0;        ///< training batches it forwarded
+  uint64_t rollbacks = 0;      ///< times it went back to its checkpoint (runaways)
+  uint64_t skipped_steps = 0;  ///< updates not applied: their gradient was not finite
+  double learning_rate = 0;    ///< its SGD's, now
   double idle_share() const {
     return wall_seconds > 0 ? idle_seconds / wall_seconds : 0.0;
   }
@@ -87,6 +91,8 @@ using link_atom = caf::atom_constant<caf::atom("link")>;
 using finished_atom = caf::atom_constant<caf::atom("finished")>;
 using forget_atom = caf::atom_constant<caf::atom("forget")>;
 using stages_atom = caf::atom_constant<caf::atom("stages")>;
+using diverged_atom = caf::atom_constant<caf::atom("diverged")>;
+using rollback_atom = caf::atom_constant<caf::atom("rollback")>;
 
 using stage_actor = caf::typed_actor<
   // A batch, by its direction: forward, from the stage below, its input
@@ -94,9 +100,10 @@ using stage_actor = caf::typed_actor<
   // the gradient of the loss w.r.t. this stage's output (tensor
   // "gradient"); infer, a test batch up the pipeline, no training.
   caf::reacts_to<batch_atom, held_stage_batch>,
-  // From whoever builds the pipeline: the stages below and above (null:
-  // none) and the first stage, to whom the last reports each batch.
-  caf::reacts_to<link_atom, caf::actor, caf::actor, caf::actor>,
+  // From whoever builds a pipeline in one process: every stage, first to
+  // last (its neighbours, the first stage, to whom the last reports each
+  // batch, and whom the first stage tells to forget, save or roll back).
+  caf::reacts_to<link_atom, std::vector<caf::actor>>,
   // From the node: every stage of the cluster, first to last (null: not
   // known now), and the weights lane of each one's node ("": this process,
   // or none: through CAF).
@@ -109,6 +116,12 @@ using stage_actor = caf::typed_actor<
   caf::reacts_to<forget_atom, uint64_t>,
   // From the first stage: checkpoint to the node's store (run, epochs done).
   caf::reacts_to<checkpoint_atom, std::string, uint32_t>,
+  // To the first stage: stage K is running away, and why (its runaway guard).
+  caf::reacts_to<diverged_atom, uint64_t, std::string>,
+  // From the first stage: go back to the last checkpoint, multiply the
+  // learning rate by this factor, drop batches below this id; answered with
+  // the new learning rate.
+  caf::replies_to<rollback_atom, double, uint64_t>::with<double>,
   // To the first stage: train this many epochs; answered with every epoch.
   caf::replies_to<run_atom, uint32_t>::with<std::vector<split_epoch>>,
   // What the stage did so far.
@@ -150,6 +163,9 @@ struct stage_args {
   int64_t test_batch = 1000;
   /// Batches not done after this many seconds without progress are sent again.
   double resend_after = 30;
+  /// Each stage watches its gradients (the last also the loss); the first
+  /// stage rolls every stage back and slows them when one runs away.
+  learning::runaway_options runaway;
   // On a node (all optional for a pipeline in one process):
   std::string cluster_id;
   std::shared_ptr<messages::lane> lane;  ///< to stages on other nodes

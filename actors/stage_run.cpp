@@ -8,8 +8,6 @@ namespace eg::actors::stage_parts {
 
 void save(self_ptr self, const std::string& run, uint32_t epochs) {
   auto& st = self->state;
-  if (!st.args.store)
-    return;
   stage_checkpoint c;
   c.fingerprint = st.args.fingerprint;
   c.run = run;
@@ -22,6 +20,11 @@ void save(self_ptr self, const std::string& run, uint32_t epochs) {
     spdlog::error("stage {}: cannot save its checkpoint: {}", st.me, eg::describe(e));
     return;
   }
+  // A runaway goes back to this (the same bytes as the store's checkpoint).
+  st.good = c.trainer;
+  st.good_epochs = epochs;
+  if (!st.args.store)
+    return;
   self->send(*st.args.store, store_atom::value,
              std::string{storage::name(storage::family::checkpoints)},
              stage_checkpoint_key(st.args.index, epochs), encode_stage_checkpoint(c));
@@ -39,11 +42,14 @@ void training_clock(stage_state& st) {
 
 /// The run is over: the metrics file and the node (a run on a node), or the
 /// caller's answer.
-void end_run(self_ptr self) {
+void end_run(self_ptr self, const std::string& failure) {
   auto& st = self->state;
   st.running = false;
   if (st.run) {
-    st.run->deliver(st.epochs);
+    if (failure.empty())
+      st.run->deliver(st.epochs);
+    else
+      st.run->deliver(make_error(ec::diverged, failure));
     st.run.reset();
   }
   if (!st.args.output_dir.empty() && !st.args.run.empty()) {
@@ -114,6 +120,7 @@ void pump(self_ptr self) {
 /// lost them and the first stage sends them again under new ids.
 void forget(self_ptr self, uint64_t below_id) {
   auto& st = self->state;
+  st.live_from = below_id;
   const auto n = st.args.trainer->forget_before(below_id);
   if (n > 0)
     spdlog::info("stage {}: dropped {} batches the pipeline lost", st.me, n);
@@ -136,8 +143,8 @@ void forget(self_ptr self, uint64_t below_id) {
 /// were in the pipeline go again, and the stages forget them.
 void resume(self_ptr self) {
   auto& st = self->state;
-  if (!st.driver || !st.running)
-    return;
+  if (!st.driver || !st.running || st.rolling_back > 0)
+    return;  // a rollback resumes when every stage has gone back
   st.driver->resume();
   tell_all(self, forget_atom::value, st.driver->first_live_id());
   forget(self, st.driver->first_live_id());
@@ -217,6 +224,90 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
     // it held is gone.
     resume(self);
   }
+}
+
+double roll_back(self_ptr self, double factor, uint64_t live) {
+  auto& st = self->state;
+  auto& t = *st.args.trainer;
+  forget(self, live);
+  try {
+    // Slower than now: a second rollback to the same checkpoint slows again.
+    const double lr = t.learning_rate();
+    t.load(st.good);
+    t.scale_learning_rate(lr * factor / t.learning_rate());
+  } catch (const std::exception& e) {
+    spdlog::error("stage {}: cannot go back to its checkpoint: {}", st.me, eg::describe(e));
+  }
+  st.guard->restart();
+  st.diverging = false;
+  ++st.stats.rollbacks;
+  spdlog::info("stage {}: back to its checkpoint after epoch {}, learning rate {:.3g}", st.me,
+               st.good_epochs, t.learning_rate());
+  return t.learning_rate();
+}
+
+namespace {
+
+/// A stage answered the rollback (or could not): when all have, the epoch
+/// starts again.
+void rolled_back(self_ptr self) {
+  auto& st = self->state;
+  if (st.rolling_back == 0 || --st.rolling_back > 0)
+    return;
+  if (!st.running || !st.driver)
+    return;
+  st.last_progress = clock::now();
+  if (st.complete)
+    resume(self);  // otherwise when the missing stage is back (place)
+}
+
+} // namespace
+
+void runaway(self_ptr self, uint64_t index, const std::string& why) {
+  auto& st = self->state;
+  if (!st.is_first() || !st.driver || !st.running || st.rolling_back > 0)
+    return;  // one rollback at a time: another stage's report of the same runaway
+  const auto& o = st.args.runaway;
+  const auto epoch = st.driver->epochs_done() + 1;
+  if (st.rollbacks >= o.max_rollbacks) {
+    const auto text = "split run " + st.args.run + ": " + stage_name(index) + " ran away in epoch " +
+                      std::to_string(epoch) + " (" + why + ") after " +
+                      std::to_string(st.rollbacks) + " rollbacks (split.max_rollbacks); the run "
+                      "stops. The checkpoints after epoch " + std::to_string(st.good_epochs) +
+                      " are kept; a smaller train.lr may train";
+    spdlog::error("{}", text);
+    training_clock(st);
+    end_run(self, text);
+    return;
+  }
+  ++st.rollbacks;
+  spdlog::warn("split run {}: {} ran away in epoch {} ({}); every stage goes back to its "
+               "checkpoint after epoch {} with its learning rate x {} and the epoch starts again "
+               "(rollback {} of at most {})",
+               st.args.run, stage_name(index), epoch, why, st.good_epochs, o.slow, st.rollbacks,
+               o.max_rollbacks);
+  training_clock(st);
+  st.driver->pause();
+  training_clock(st);
+  st.driver->restart_epoch();
+  const auto live = st.driver->first_live_id();
+  roll_back(self, o.slow, live);
+  st.rolling_back = 1;  // this stage's own answer, given below
+  for (auto& s : st.all) {
+    if (!s || s == caf::actor_cast<caf::actor>(self))
+      continue;
+    ++st.rolling_back;
+    self->request(caf::actor_cast<stage_actor>(s), std::chrono::seconds(60), rollback_atom::value,
+                  o.slow, live)
+      .then([self](double) { rolled_back(self); },
+            [self](caf::error& e) {
+              spdlog::warn("split run {}: a stage did not answer the rollback ({}); it starts "
+                           "from its checkpoint when it comes back",
+                           self->state.args.run, self->system().render(e));
+              rolled_back(self);
+            });
+  }
+  rolled_back(self);
 }
 
 } // namespace eg::actors::stage_parts

@@ -132,6 +132,17 @@ struct stage_state {
   std::optional<clock::time_point> training_since;
   clock::time_point last_progress = clock::now();
   bool watching = false;  // the resend check is armed
+  // Runaways (docs/SPLIT.md): the guard over this stage's steps, what it
+  // goes back to (its trainer as of its last checkpoint, or as it began),
+  // and batches below `live_from` are dropped when they come.
+  std::optional<learning::runaway_guard> guard;
+  std::string good;
+  uint32_t good_epochs = 0;
+  bool diverging = false;  // told the first stage; waiting for the rollback
+  uint64_t live_from = 0;
+  // The first stage: rollbacks so far, and the stages yet to answer one.
+  int64_t rollbacks = 0;
+  size_t rolling_back = 0;
 
   bool is_first() const { return args.trainer->is_first(); }
   bool is_last() const { return args.trainer->is_last(); }
@@ -154,8 +165,8 @@ void tell_all(self_ptr self, Ts&&... xs) {
 void save(self_ptr self, const std::string& run, uint32_t epochs);
 void training_clock(stage_state& st);
 /// The run is over: the metrics file and the node (a run on a node), or the
-/// caller's answer.
-void end_run(self_ptr self);
+/// caller's answer (an error of code `diverged` with `failure`, if given).
+void end_run(self_ptr self, const std::string& failure = {});
 /// The first stage: what the driver says to send, sent; an epoch evaluated,
 /// recorded and checkpointed.
 void pump(self_ptr self);
@@ -169,6 +180,13 @@ void resume(self_ptr self);
 /// seconds are taken as lost.
 void watch(self_ptr self);
 void start_run(self_ptr self, uint32_t epochs, uint32_t first, uint64_t first_id);
+/// The first stage: stage `index` ran away. Every stage goes back to its
+/// last checkpoint with a smaller learning rate and the epoch starts again,
+/// or, after runaway.max_rollbacks, the run stops.
+void runaway(self_ptr self, uint64_t index, const std::string& why);
+/// This stage goes back to its last checkpoint, its learning rate x
+/// `factor`, and drops batches below `live`; returns the new learning rate.
+double roll_back(self_ptr self, double factor, uint64_t live);
 /// Sets the neighbours from the cluster's stages; pauses or resumes the run.
 void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes);
 
@@ -188,6 +206,9 @@ void report(self_ptr self, uint64_t batch, bool test, double loss_sum, int64_t c
 void flush_waiting(self_ptr self);
 /// Serves one message of the queue.
 void serve(self_ptr self, held_stage_batch m);
+/// After a step: the guard hears its gradient's norm (and `loss`, at the
+/// last stage); a runaway is told to the first stage.
+void guard_step(self_ptr self, std::optional<double> loss);
 /// Serves the next message of the queue (the results of the last one go
 /// first: held for an emulated slowdown), then the next, after the idle time
 /// the slowdown owes.

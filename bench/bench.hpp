@@ -162,6 +162,9 @@ struct split_options {
   std::vector<std::string> modes{"backprop", "synthetic"};
   /// Only the setups whose name contains this ("": all), e.g. "unequal".
   std::string only;
+  /// Also the unequal setups cut where the machines' speeds say
+  /// (learning::balanced_cuts over each layer's measured time).
+  bool cut_by_speed = false;
 };
 /// One model trained whole, split with backpropagation, and split with
 /// synthetic gradients, on 2 and 3 stages of equal and unequal speed: test

@@ -47,8 +47,8 @@ void add_other_options(CLI::App* bench, cli_state& state) {
   bench->add_option("--nodes", st->scale_opt.nodes,
                     "scale: node processes on 127.0.0.1 (default 8; 0 skips)");
   bench->add_option("--scale-platforms", st->scale_opt.child_platforms)->group("");
-  bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8; default conv8)")
-    ->check(CLI::IsMember({"lenet5", "conv8"}));
+  bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8, vgg11; default conv8)")
+    ->check(CLI::IsMember({"lenet5", "conv8", "vgg11"}));
   bench->add_option("--in-flight", st->split_opt.in_flight,
                     "split: batches in the pipeline at once in every mode but backprop (default 4)")
     ->check(CLI::Range(1, 64));
@@ -65,6 +65,9 @@ void add_other_options(CLI::App* bench, cli_state& state) {
                     "split: modules after convolutions: 0 an MLP (default), 2 or 3 5x5 "
                     "same-padded convolutions")
     ->check(CLI::IsMember({0, 2, 3}));
+  bench->add_flag("--cut-by-speed", st->split_opt.cut_by_speed,
+                  "split: also the unequal setups cut where each layer's measured time and the "
+                  "stages' slowdowns balance the stages");
   bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
   bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
   bench->add_option("--unequal2", st->split_opt.unequal2,

@@ -110,13 +110,56 @@ std::string join(const std::vector<double>& v) {
   return os.str();
 }
 
-/// The whole model, then 2 and 3 stages, each of equal and unequal speed.
-std::vector<setup> setups_of(const split_options& s) {
+/// The mode the speed-balanced cuts are planned for: the first pipelined
+/// one asked for (backprop does not overlap the stages).
+learning::stage_mode planning_mode(const split_options& s) {
+  for (auto& m : s.modes)
+    if (learning::pipelined(learning::parse_stage_mode(m)))
+      return learning::parse_stage_mode(m);
+  return learning::stage_mode::delayed;
+}
+
+/// Cuts of the unequal setups from each layer's time, measured here, and
+/// the slowdowns; printed with the stages' predicted seconds per batch.
+std::vector<int64_t> cuts_by_speed(const split_options& s, const std::vector<double>& slowdowns,
+                                   const std::vector<learning::layer_cost>& costs) {
+  const auto passes = learning::passes_below(planning_mode(s));
+  auto cuts = learning::balanced_cuts(costs, slowdowns, passes);
+  auto secs = learning::stage_seconds(costs, cuts, slowdowns, passes);
+  double whole = 0;
+  for (auto& c : costs)
+    whole += c.forward + c.backward;
+  std::printf("cut by speed, slowdowns %s (%s): after layers %s; predicted ms per batch: stages",
+              join(slowdowns).c_str(), learning::to_string(planning_mode(s)).c_str(),
+              join(std::vector<double>(cuts.begin(), cuts.end())).c_str());
+  for (auto x : secs)
+    std::printf(" %.2f", 1e3 * x);
+  std::printf(", the whole model %.2f\n", 1e3 * whole);
+  return cuts;
+}
+
+/// The whole model, then 2 and 3 stages, each of equal and unequal speed
+/// (and unequal cut by speed, when asked).
+std::vector<setup> setups_of(const split_options& s, const learning::dataset& train) {
   std::vector<setup> setups{{"whole", {}, {1.0}}};
+  std::vector<learning::layer_cost> costs;
+  if (s.cut_by_speed) {
+    costs = learning::measure_layer_costs(s.model, learning::shape_of(train), s.batch);
+    std::printf("layers' ms per batch of %lld (forward + backward), measured alone:",
+                static_cast<long long>(s.batch));
+    auto names = learning::layer_names(s.model);
+    for (size_t i = 0; i < costs.size(); ++i)
+      std::printf(" %s %.2f+%.2f", names[i].c_str(), 1e3 * costs[i].forward,
+                  1e3 * costs[i].backward);
+    std::printf("\n");
+  }
   auto add = [&](const std::vector<int64_t>& cuts, const std::vector<double>& unequal) {
     const auto n = cuts.size() + 1;
     setups.push_back({std::to_string(n) + " stages, equal", cuts, std::vector<double>(n, 1.0)});
     setups.push_back({std::to_string(n) + " stages, unequal", cuts, unequal});
+    if (s.cut_by_speed)
+      setups.push_back({std::to_string(n) + " stages, unequal, cut by speed",
+                        cuts_by_speed(s, unequal, costs), unequal});
   };
   add(s.cuts2, s.unequal2);
   add(s.cuts3, s.unequal3);
@@ -199,9 +242,12 @@ row run_row(const split_options& s, const setup& su, const std::string& mode_nam
     std::string idle_each;
     for (auto& st : o.stages)
       idle_each += (idle_each.empty() ? "" : " ") + fixed(100 * st.idle_share(), 0) + "%";
-    std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s\n",
+    const auto rollbacks = o.stages.empty() ? 0 : o.stages.front().rollbacks;
+    std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s%s\n",
                 su.name.c_str(), r.mode.c_str(), static_cast<unsigned long long>(seed),
-                o.seconds(), o.accuracy(), idle_each.c_str());
+                o.seconds(), o.accuracy(), idle_each.c_str(),
+                rollbacks ? (", " + std::to_string(rollbacks) + " rollbacks (runaways)").c_str()
+                          : "");
     std::fflush(stdout);
   }
   return r;
@@ -290,6 +336,20 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
                 mode.c_str(), sp.median(), pt.median(), unequal.c_str(), worst, speedups.size(),
                 s.model.c_str(), s.epochs);
   }
+  // Against the whole model on one machine of the fastest kind.
+  const row* whole = nullptr;
+  for (const auto& r : rows)
+    if (r.setup == "whole")
+      whole = &r;
+  if (!whole)
+    return;
+  for (const auto& r : rows)
+    if (r.setup.find("unequal") != std::string::npos && r.mode != "backprop")
+      std::printf("against the whole model: %s, %s: %.2fx its speed (%.1f s against %.1f s), "
+                  "%+.2f pts\n",
+                  r.setup.c_str(), r.mode.c_str(), whole->seconds.median() / r.seconds.median(),
+                  r.seconds.median(), whole->seconds.median(),
+                  100 * (r.accuracy.median() - whole->accuracy.median()));
 }
 
 } // namespace
@@ -300,8 +360,8 @@ int split(const options& opt, const split_options& s) {
     learning::load_fashion_mnist(opt.data_dir, learning::split::train, opt.samples));
   auto test = std::make_shared<learning::dataset>(
     learning::load_fashion_mnist(opt.data_dir, learning::split::test));
-  const auto setups = setups_of(s);
   print_header(s, *train, *test);
+  const auto setups = setups_of(s, *train);
 
   namespace fs = std::filesystem;
   fs::create_directories(opt.out_dir);

@@ -32,6 +32,7 @@ enum class errc : uint8_t {
   system_failed,     ///< the operating system refused (a process, a CPU limit, random bytes)
   invalid_argument,  ///< a call outside a plain class's contract (a bug where it happens)
   internal,          ///< an exception of no layer of the project (a library's, or a bug)
+  diverged,          ///< training ran away and could not be brought back (split runs)
 };
 
 inline const char* to_string(errc c) {
@@ -51,6 +52,7 @@ inline const char* to_string(errc c) {
     case errc::system_failed: return "system_failed";
     case errc::invalid_argument: return "invalid_argument";
     case errc::internal: return "internal";
+    case errc::diverged: return "diverged";
   }
   return "unknown";
 }

@@ -16,7 +16,7 @@
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
-//               resend_after
+//               resend_after, runaway_guard, max_rollbacks, rollback_lr_factor
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port, lane_port, metrics_port, cpu_limit, data, data_format,
@@ -140,6 +140,7 @@ const real_rule non_negative{[](double x) { return std::isfinite(x) && x >= 0; }
                              "a non-negative number"};
 const real_rule fraction{[](double x) { return x >= 0 && x <= 1; }, "a number in [0, 1]"};
 const real_rule momentum{[](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)"};
+const real_rule open_fraction{[](double x) { return x > 0 && x < 1; }, "a number in (0, 1)"};
 const real_rule probability{[](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]"};
 const real_rule slowdown{[](double x) { return std::isfinite(x) && x >= 1; }, "a number >= 1"};
 // A CPU limit: 0.01 core is a quota of 1 ms per 100 ms period (the kernel's
@@ -229,13 +230,16 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
   visit("split.mode", c.split.mode,
         text_rule{{"off", "backprop", "synthetic", "delayed", "corrected"}, false});
-  visit("split.model", c.split.model, text_rule{{"lenet5", "conv8"}, false});
+  visit("split.model", c.split.model, text_rule{{"lenet5", "conv8", "vgg11"}, false});
   visit("split.in_flight", c.split.in_flight, positive_int);
   visit("split.sg_hidden", c.split.sg_hidden, positive_int);
   visit("split.sg_lr", c.split.sg_lr, positive);
   visit("split.sg_conditioned", c.split.sg_conditioned, any_bool);
   visit("split.sg_conv_layers", c.split.sg_conv_layers, sg_conv_layers);
   visit("split.resend_after", c.split.resend_after, positive);
+  visit("split.runaway_guard", c.split.runaway_guard, any_bool);
+  visit("split.max_rollbacks", c.split.max_rollbacks, non_negative_int);
+  visit("split.rollback_lr_factor", c.split.rollback_lr_factor, open_fraction);
   visit("storage.dir", c.storage_dir, non_empty);
   visit("output.dir", c.output_dir, non_empty);
 }

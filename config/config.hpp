@@ -312,7 +312,7 @@ struct split_config {
   /// "corrected" (synthetic at once, corrected by the true gradient when it
   /// comes). learning::stage_mode; docs/SPLIT.md says which to pick.
   std::string mode = "off";
-  std::string model = "conv8";  ///< "lenet5" or "conv8"
+  std::string model = "conv8";  ///< "lenet5", "conv8" or "vgg11"
   int64_t in_flight = 4;        ///< all modes but backprop: batches in the pipeline at once
   int64_t sg_hidden = 64;       ///< hidden units of the synthetic-gradient modules
   double sg_lr = 3e-4;          ///< their Adam learning rate
@@ -323,6 +323,13 @@ struct split_config {
   /// Batches not done after this many seconds without progress (a message
   /// lost on the way) are sent again.
   double resend_after = 30;
+  /// Stages watch their gradients and the loss (learning::runaway_guard);
+  /// when one runs away, every stage goes back to its last checkpoint with
+  /// its learning rate x rollback_lr_factor, and the epoch starts again;
+  /// after max_rollbacks the run stops with an error.
+  bool runaway_guard = true;
+  int64_t max_rollbacks = 4;
+  double rollback_lr_factor = 0.5;
   bool enabled() const { return mode != "off"; }
 };
 

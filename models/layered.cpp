@@ -61,6 +61,22 @@ const std::vector<model_spec>& specs() {
         {"fc2", false, 128, 64, 0, 0, true, false},
         {"fc3", false, 64, 10, 0, 0, false, false}},
        true},
+      // vgg11: VGG's eleven layers (eight 3x3 convolutions, three fully
+      // connected), narrow (16 to 128 channels) and pooled four times, for
+      // 28x28 or 32x32 images; about eleven times conv8's work.
+      {"vgg11",
+       {{"conv1", true, 1, 16, 3, 1, true, true},
+        {"conv2", true, 16, 32, 3, 1, true, true},
+        {"conv3", true, 32, 64, 3, 1, true, false},
+        {"conv4", true, 64, 64, 3, 1, true, true},
+        {"conv5", true, 64, 128, 3, 1, true, false},
+        {"conv6", true, 128, 128, 3, 1, true, false},
+        {"conv7", true, 128, 128, 3, 1, true, false},
+        {"conv8", true, 128, 128, 3, 1, true, true},
+        {"fc1", false, 128, 256, 0, 0, true, false},
+        {"fc2", false, 256, 128, 0, 0, true, false},
+        {"fc3", false, 128, 10, 0, 0, false, false}},
+       true},
   };
   return all;
 }

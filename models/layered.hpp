@@ -3,7 +3,8 @@
 // fully connected map with its ReLU and pooling), so that any contiguous
 // range of them is a model of its own (a stage of a split model,
 // algorithms/split/). "lenet5" is models/model.cpp's LeNet-5 layer for
-// layer; "conv8" is the split models' own (docs/SPLIT.md).
+// layer; "conv8" and "vgg11" (deeper, VGG's layers, narrow) are the split
+// models' own (docs/SPLIT.md).
 
 #include "models/model.hpp"
 
@@ -15,7 +16,7 @@
 
 namespace eg::learning {
 
-/// The models that can be split: "lenet5", "conv8".
+/// The models that can be split: "lenet5", "conv8", "vgg11".
 std::vector<std::string> split_model_names();
 /// Number of layers of `model`; throws std::invalid_argument for an unknown one.
 int64_t layer_count(const std::string& model);

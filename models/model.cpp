@@ -197,6 +197,14 @@ const model_registration conv8_model{
      return make_stage("conv8", 0, layer_count("conv8") - 1, seed, s);
    },
    true}};
+// The split models' vgg11, whole.
+const model_registration vgg11_model{
+  "vgg11", "eight 3x3 convolutions and three fully connected layers, narrow (images of 16+)",
+  {16,
+   [](const model_shape& s, uint64_t seed) -> std::shared_ptr<classifier> {
+     return make_stage("vgg11", 0, layer_count("vgg11") - 1, seed, s);
+   },
+   true}};
 
 } // namespace
 

@@ -119,6 +119,9 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
       a.slowdown = sc.slowdown;
       a.fingerprint = fingerprint;
       a.resend_after = cfg.split.resend_after;
+      a.runaway.enabled = cfg.split.runaway_guard;
+      a.runaway.max_rollbacks = cfg.split.max_rollbacks;
+      a.runaway.slow = cfg.split.rollback_lr_factor;
       if (!fresh)
         a.restore = latest_stage_checkpoint(db, k, fingerprint);
       if (a.restore && a.restore->epochs_done >= cfg.train.epochs)

@@ -7,6 +7,7 @@
 // the caller; `train_pipeline` does it in one thread for tests and benches.
 // See docs/SPLIT.md.
 
+#include "algorithms/split/cut_planner.hpp"
 #include "common/error.hpp"
 #include "models/dataset.hpp"
 #include "models/layered.hpp"
@@ -200,9 +201,9 @@ public:
 
   /// Parameters, SG module and both optimizers' state as bytes.
   std::string save();
-  /// Loads what save() wrote for the same model, layers, mode and SG shape;
-  /// refuses anything else with stage_error, changing nothing. Drops the
-  /// batches in flight.
+  /// Loads what save() wrote for the same model, layers, mode and SG shape,
+  /// learning rates included; refuses anything else with stage_error,
+  /// changing nothing. Drops the batches in flight.
   void load(const std::string& bytes);
 
   bool is_first() const { return stage_->is_first(); }
@@ -220,8 +221,19 @@ public:
   /// will not come (the pipeline lost them and sends them again as new
   /// batches). Returns how many were dropped.
   size_t forget_before(uint64_t batch);
-  /// Optimizer steps so far.
+  /// Optimizer steps so far (a step skipped for a non-finite gradient is
+  /// not one).
   uint64_t steps() const { return steps_; }
+  /// The norm of the last update's gradient over the stage's parameters
+  /// (NaN before the first). A non-finite gradient is not applied: the
+  /// parameters stay as they were, and the runaway guard hears of it.
+  double gradient_norm() const { return gradient_norm_; }
+  /// Updates skipped because their gradient was not finite.
+  uint64_t skipped_steps() const { return skipped_; }
+  /// The SGD's learning rate (and the synthetic-gradient module's Adam's)
+  /// multiplied by `factor` (a rollback slows a stage down).
+  void scale_learning_rate(double factor);
+  double learning_rate() const;
 
 private:
   struct pending;
@@ -237,6 +249,8 @@ private:
   std::unique_ptr<synthetic_gradient> sg_;
   std::map<uint64_t, std::unique_ptr<pending>> pending_;
   uint64_t steps_ = 0;
+  uint64_t skipped_ = 0;
+  double gradient_norm_;
 };
 
 /// The stages of `model` cut after the layers `cuts` (see stage_ranges),
@@ -247,6 +261,20 @@ std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& mod
                                                           uint64_t seed,
                                                           const stage_options& opt,
                                                           const model_shape& shape);
+
+// --- cuts from the machines' speeds ---------------------------------------------
+
+/// Passes per batch of a stage below the last in `mode` (cut_planner.hpp):
+/// backprop and synthetic one forward and one backward; delayed two
+/// forward (the batch again, at the current parameters) and one backward;
+/// corrected two of each (the synthetic step and the correction).
+stage_passes passes_below(stage_mode mode);
+
+/// Each layer of `model` timed alone on this machine, in this thread: a
+/// forward and a backward pass over `batch` random inputs, the median of
+/// `repeats` after one unmeasured pass.
+std::vector<layer_cost> measure_layer_costs(const std::string& model, const model_shape& shape,
+                                            int64_t batch, int repeats = 7);
 
 // --- in-process reference pipeline ---------------------------------------------
 

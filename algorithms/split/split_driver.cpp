@@ -152,6 +152,15 @@ void split_driver::resume() {
   settle();
 }
 
+void split_driver::restart_epoch() {
+  if (!started_ || over())
+    return;
+  outstanding_.clear();
+  again_.clear();
+  first_live_ = next_id_;
+  begin_epoch();
+}
+
 std::optional<split_epoch> split_driver::take_epoch() {
   auto e = ready_;
   ready_.reset();

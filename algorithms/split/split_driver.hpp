@@ -78,6 +78,12 @@ public:
   /// without a pause, when the batches not done are taken as lost.
   void resume();
 
+  /// The epoch being trained starts again from its first batch (the same
+  /// shuffle) under new ids, its figures so far dropped: the stages went
+  /// back to their checkpoint of the epoch before (a runaway); during the
+  /// epoch's evaluation too. Paused or not, as before.
+  void restart_epoch();
+
   /// An epoch whose evaluation just ended (once each).
   std::optional<split_epoch> take_epoch();
 

@@ -7,7 +7,10 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <deque>
 #include <iterator>
 #include <sstream>
@@ -48,7 +51,8 @@ struct stage_trainer::pending {
 
 stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options opt,
                              uint64_t sg_seed)
-    : stage_(std::move(stage)), opt_(opt), sg_seed_(sg_seed) {
+    : stage_(std::move(stage)), opt_(opt), sg_seed_(sg_seed),
+      gradient_norm_(std::numeric_limits<double>::quiet_NaN()) {
   if (!stage_)
     throw mismatch_error("stage_trainer: no stage");
   if (opt_.max_in_flight < 1)
@@ -102,8 +106,40 @@ torch::Tensor stage_trainer::prepare_input(const torch::Tensor& input) const {
 }
 
 void stage_trainer::step() {
+  // One reduction for the whole stage: the squared norms summed as tensors.
+  torch::Tensor squares;
+  for (auto& p : stage_->parameters())
+    if (p.grad().defined()) {
+      auto s = p.grad().detach().pow(2).sum();
+      squares = squares.defined() ? squares + s : s;
+    }
+  gradient_norm_ = squares.defined() ? std::sqrt(squares.item<double>()) : 0.0;
+  if (!std::isfinite(gradient_norm_)) {
+    optimizer_->zero_grad();
+    ++skipped_;
+    return;
+  }
   optimizer_->step();
   ++steps_;
+}
+
+void stage_trainer::scale_learning_rate(double factor) {
+  if (!(factor > 0))
+    throw mismatch_error("stage_trainer: a learning rate factor must be positive");
+  for (auto& group : optimizer_->param_groups()) {
+    auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+    o.lr(o.lr() * factor);
+  }
+  if (sg_)
+    for (auto& group : sg_->optimizer().param_groups()) {
+      auto& o = static_cast<torch::optim::AdamOptions&>(group.options());
+      o.lr(o.lr() * factor);
+    }
+}
+
+double stage_trainer::learning_rate() const {
+  return static_cast<const torch::optim::SGDOptions&>(
+           optimizer_->param_groups().front().options()).lr();
 }
 
 stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch::Tensor& input,
@@ -306,6 +342,12 @@ std::string stage_trainer::save() {
   root.write("last", c10::IValue(stage_->last_layer()));
   root.write("mode", c10::IValue(to_string(opt_.mode)));
   root.write("has_sg", c10::IValue(sg_ != nullptr));
+  // The learning rates as they are now (a rollback slows them; torch's
+  // optimizer archives keep their state, not their options).
+  root.write("lr", c10::IValue(learning_rate()));
+  if (sg_)
+    root.write("sg_lr", c10::IValue(static_cast<const torch::optim::AdamOptions&>(
+                                      sg_->optimizer().param_groups().front().options()).lr()));
   torch::serialize::OutputArchive params, sgd;
   stage_->save(params);
   optimizer_->save(sgd);
@@ -348,7 +390,15 @@ void stage_trainer::load(const std::string& bytes) {
     root.read("stage", params);
     stage.load(params);
     root.read("stage_optimizer", opt);
+    // torch's load keeps the state of parameters the archive has none for
+    // (a momentum buffer from after the checkpoint): what comes back must
+    // be the checkpoint's alone.
+    sgd.state().clear();
     sgd.load(opt);
+    c10::IValue lr;
+    if (root.try_read("lr", lr))
+      for (auto& group : sgd.param_groups())
+        static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr.toDouble());
     if (sg) {
       if (read_value<std::vector<int64_t>>(root, "sg_shape") != sg->shape())
         throw stage_error("the checkpoint's synthetic-gradient module has another shape");
@@ -356,7 +406,12 @@ void stage_trainer::load(const std::string& bytes) {
       root.read("sg", sg_params);
       sg->module().load(sg_params);
       root.read("sg_optimizer", adam);
+      sg->optimizer().state().clear();
       sg->optimizer().load(adam);
+      c10::IValue sg_lr;
+      if (root.try_read("sg_lr", sg_lr))
+        for (auto& group : sg->optimizer().param_groups())
+          static_cast<torch::optim::AdamOptions&>(group.options()).lr(sg_lr.toDouble());
     }
   };
   auto fail = [&](const std::string& why) {
@@ -393,6 +448,54 @@ std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& mod
   for (const auto& [first, last] : stage_ranges(model, cuts))
     out.push_back(std::make_shared<stage_trainer>(make_stage(model, first, last, seed, shape), opt,
                                                   seed + 1 + k++));
+  return out;
+}
+
+// --- cuts from the machines' speeds ---------------------------------------------
+
+stage_passes passes_below(stage_mode mode) {
+  switch (mode) {
+    case stage_mode::delayed: return {2, 1};
+    case stage_mode::corrected: return {2, 2};
+    case stage_mode::backprop:
+    case stage_mode::synthetic: break;
+  }
+  return {1, 1};
+}
+
+std::vector<layer_cost> measure_layer_costs(const std::string& model, const model_shape& shape,
+                                            int64_t batch, int repeats) {
+  if (batch < 1 || repeats < 1)
+    throw argument_error("measure_layer_costs: batch and repeats must be positive");
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<layer_cost> out;
+  const auto layers = layer_count(model);
+  for (int64_t l = 0; l < layers; ++l) {
+    auto stage = make_stage(model, l, l, 1, shape);
+    auto in = l == 0 ? shape.input.dims() : activation_shape(model, l - 1, shape);
+    in.insert(in.begin(), batch);
+    auto x = torch::randn(in);
+    std::vector<double> forward, backward;
+    for (int r = 0; r <= repeats; ++r) {
+      auto input = x.detach().requires_grad_(l > 0);
+      stage->zero_grad();
+      const auto t0 = clock::now();
+      auto y = stage->forward(input);
+      const auto t1 = clock::now();
+      y.backward(torch::ones_like(y));
+      const auto t2 = clock::now();
+      if (r > 0) {
+        forward.push_back(seconds(t1 - t0));
+        backward.push_back(seconds(t2 - t1));
+      }
+    }
+    out.push_back({median(forward), median(backward)});
+  }
   return out;
 }
 

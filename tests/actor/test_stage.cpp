@@ -11,7 +11,9 @@
 #include <caf/all.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <fstream>
 #include <thread>
@@ -48,16 +50,20 @@ struct pipeline {
   std::vector<std::shared_ptr<learning::stage_trainer>> trainers;
   std::vector<stage_actor> stages;
 
+  /// `lr`: the stages' SGD learning rate; `guard`: their runaway guard.
   pipeline(const std::string& model, const std::vector<int64_t>& cuts, learning::stage_mode mode,
-           std::vector<double> slowdowns = {}) {
+           std::vector<double> slowdowns = {}, double lr = 0.01,
+           learning::runaway_options guard = {}) {
     announce_types(cfg);
     cfg.set("logger.verbosity", caf::atom("quiet"));
     sys = std::make_unique<caf::actor_system>(cfg);
     learning::stage_options o;
     o.mode = mode;
+    o.sgd.lr = lr;
     trainers = learning::make_pipeline(model, cuts, 1, o, learning::shape_of(*fashion().train));
     for (size_t k = 0; k < trainers.size(); ++k) {
       stage_args a;
+      a.runaway = guard;
       a.trainer = trainers[k];
       a.index = k;
       a.slowdown = k < slowdowns.size() ? slowdowns[k] : 1.0;
@@ -76,12 +82,20 @@ struct pipeline {
   }
 
   std::vector<split_epoch> run(uint32_t epochs) {
-    caf::scoped_actor self{*sys};
     std::vector<split_epoch> out;
-    self->request(stages.front(), std::chrono::seconds(120), run_atom::value, epochs)
-      .receive([&](std::vector<split_epoch>& e) { out = std::move(e); },
-               [&](caf::error& err) { BOOST_FAIL("the run failed: " << sys->render(err)); });
+    if (auto err = try_run(epochs, out))
+      BOOST_FAIL("the run failed: " << sys->render(*err));
     return out;
+  }
+
+  /// The run's epochs in `out`, or its error.
+  std::optional<caf::error> try_run(uint32_t epochs, std::vector<split_epoch>& out) {
+    caf::scoped_actor self{*sys};
+    std::optional<caf::error> failed;
+    self->request(stages.front(), std::chrono::seconds(300), run_atom::value, epochs)
+      .receive([&](std::vector<split_epoch>& e) { out = std::move(e); },
+               [&](caf::error& err) { failed = err; });
+    return failed;
   }
 
   stage_stats stats(size_t k) {
@@ -164,6 +178,59 @@ BOOST_AUTO_TEST_CASE(delayed_and_corrected_stages_pipeline_batches_and_learn) {
       BOOST_TEST(s.back().test_accuracy > 0.5, "accuracy " << s.back().test_accuracy);
     }
   }
+}
+
+// A scripted divergence: a learning rate far too high for LeNet-5 with
+// momentum 0.9. Unguarded, the pipeline is left guessing; guarded, every
+// stage goes back to its checkpoint with a quarter of the learning rate
+// until it trains.
+BOOST_AUTO_TEST_CASE(a_runaway_pipeline_is_rolled_back_and_slowed_not_left_guessing) {
+  const double too_fast = 0.8;
+  learning::runaway_options off;
+  off.enabled = false;
+  pipeline unguarded("lenet5", {1, 3}, learning::stage_mode::delayed, {}, too_fast, off);
+  auto u = unguarded.run(2);
+  BOOST_REQUIRE_EQUAL(u.size(), 2u);
+  BOOST_TEST_MESSAGE("unguarded, lr " << too_fast << ": test accuracy " << u.back().test_accuracy);
+  BOOST_TEST(u.back().test_accuracy < 0.3, "accuracy " << u.back().test_accuracy);
+  BOOST_TEST(unguarded.stats(0).rollbacks == 0u);
+
+  learning::runaway_options on;
+  on.max_rollbacks = 6;
+  on.slow = 0.25;  // 0.8, 0.2, 0.05: two rollbacks to a rate LeNet-5 trains at
+  pipeline guarded("lenet5", {1, 3}, learning::stage_mode::delayed, {}, too_fast, on);
+  auto g = guarded.run(3);
+  BOOST_REQUIRE_EQUAL(g.size(), 3u);
+  auto first = guarded.stats(0);
+  BOOST_TEST_MESSAGE("guarded: " << first.rollbacks << " rollbacks, learning rate now "
+                                 << first.learning_rate << ", test accuracy "
+                                 << g.back().test_accuracy);
+  BOOST_TEST(first.rollbacks >= 1u);
+  BOOST_TEST(g.back().test_accuracy > 0.5, "accuracy " << g.back().test_accuracy);  // chance: 0.1
+  // Every stage went back as often and was slowed alike.
+  for (size_t k = 0; k < 3; ++k) {
+    auto s = guarded.stats(k);
+    BOOST_TEST(s.rollbacks == first.rollbacks, "stage " << k);
+    BOOST_TEST(std::abs(s.learning_rate - too_fast * std::pow(0.25, first.rollbacks)) < 1e-9,
+               "stage " << k << ": " << s.learning_rate);
+  }
+  // Every batch of the three epochs was trained once at the end; the
+  // epochs that ran away were trained again.
+  BOOST_TEST(guarded.stats(2).batches >= 3u * 64u);
+}
+
+BOOST_AUTO_TEST_CASE(a_pipeline_that_keeps_running_away_stops_with_an_error) {
+  learning::runaway_options none;
+  none.max_rollbacks = 0;
+  pipeline p("lenet5", {1, 3}, learning::stage_mode::delayed, {}, 0.8, none);
+  std::vector<split_epoch> out;
+  auto err = p.try_run(2, out);
+  BOOST_REQUIRE(err.has_value());
+  const auto text = p.sys->render(*err);
+  BOOST_TEST_MESSAGE(text);
+  BOOST_TEST(text.find("diverged") != std::string::npos, text);
+  BOOST_TEST(text.find("ran away") != std::string::npos, text);
+  BOOST_TEST(text.find("split.max_rollbacks") != std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_CASE(a_stage_refuses_messages_whose_shapes_disagree_and_goes_on) {

@@ -689,6 +689,12 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   BOOST_TEST(contains(e, "split.sg_conv_layers must be 0 (an MLP), 2 or 3, not 1"), e);
   e = error_of([] { parse("[split]\nsg_conv_layers = 5\n", "x.toml"); });
   BOOST_TEST(contains(e, "split.sg_conv_layers must be at most 3, got 5"), e);
+  e = error_of([] { parse("[split]\nrollback_lr_factor = 1.5\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.rollback_lr_factor must be a number in (0, 1)"), e);
+  e = error_of([] { parse("[split]\nmax_rollbacks = -1\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.max_rollbacks"), e);
+  e = error_of([] { parse("[split]\nrunaway_guard = \"yes\"\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.runaway_guard must be true or false"), e);
   e = error_of([] { parse("[[stages]]\nnode = \"a\"\nlayers = 0\n", "x.toml"); });
   BOOST_TEST(contains(e, "stages[0].layers must be a positive integer"), e);
   e = error_of([] { parse("[[stages]]\nnode = \"a\"\ncores = 2\n", "x.toml"); });

@@ -44,8 +44,8 @@ const std::string data_dir = "/usr/share/datasets/fashion-mnist";
 using temp_dir = eg::test::scratch_dir;
 using eg::test::all_equal;
 
-const std::vector<std::string> zoo{"lenet5", "logreg",     "mlp",        "alexnet",
-                                   "conv8",  "squeezenet", "mobilenetv2"};
+const std::vector<std::string> zoo{"lenet5", "logreg",     "mlp",         "alexnet",
+                                   "conv8",  "squeezenet", "mobilenetv2", "vgg11"};
 
 /// Fashion-MNIST's model shape.
 const model_shape fashion = fashion_mnist_shape();
@@ -142,7 +142,8 @@ BOOST_AUTO_TEST_CASE(zoo_models_map_images_to_class_scores) {
                                               {"alexnet", 896874},
                                               {"conv8", 54690},
                                               {"squeezenet", 185258},
-                                              {"mobilenetv2", 590122}};
+                                              {"mobilenetv2", 590122},
+                                              {"vgg11", 644042}};
   // Every model of the zoo is registered (and, through config's registry,
   // may be named in a cluster file).
   auto sorted = zoo;

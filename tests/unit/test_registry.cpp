@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(every_built_in_strategy_topology_and_model_is_registered) {
   BOOST_TEST(topology_names() == (std::vector<std::string>{"exponential", "full", "ring",
                                                            "uniform"}));
   BOOST_TEST(config::topologies().names() == topology_names());
-  for (auto name : {"alexnet", "conv8", "lenet5", "logreg", "mlp", "mobilenetv2", "squeezenet"})
+  for (auto name : {"alexnet", "conv8", "lenet5", "logreg", "mlp", "mobilenetv2", "squeezenet", "vgg11"})
     BOOST_CHECK_MESSAGE(config::models().contains(name), name);
   BOOST_TEST(config::models().names() == zoo_models());
 }
@@ -210,7 +210,7 @@ BOOST_AUTO_TEST_CASE(a_model_of_one_file_is_named_in_a_cluster_file_and_built) {
   auto again = make_classifier("two-layer", 5, fashion);
   BOOST_TEST(torch::equal(m->parameters()[0], again->parameters()[0]));
   const auto why = error_of([] { make_classifier("two-layers", 1, fashion); });
-  BOOST_TEST(contains(why, "squeezenet, two-layer or torchscript:PATH"), why);
+  BOOST_TEST(contains(why, "squeezenet, two-layer, vgg11 or torchscript:PATH"), why);
   BOOST_TEST(contains(error_of([] { config::parse("[train]\nmodel = \"resnet\"\n", "c.toml"); }),
                       "'torchscript:PATH'"));
 }

@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_SUITE(split)
 // --- models --------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(models_list_their_layers_and_shapes) {
-  BOOST_TEST(split_model_names() == (std::vector<std::string>{"lenet5", "conv8"}));
+  BOOST_TEST(split_model_names() == (std::vector<std::string>{"lenet5", "conv8", "vgg11"}));
   BOOST_TEST(layer_count("lenet5") == 5);
   BOOST_TEST(layer_count("conv8") == 8);
   BOOST_TEST(layer_names("lenet5") ==
@@ -869,6 +869,50 @@ BOOST_AUTO_TEST_CASE(driver_sends_lost_batches_again_under_new_ids_and_counts_th
   // Batch 0 counted once (3.0 over 10 samples), the others 2.0 per sample.
   BOOST_TEST(e->train_loss == (3.0 + 2.0 * 30) / 40.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(e->train_accuracy == (4.0 + 15.0) / 40.0, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(driver_restarts_an_epoch_from_its_first_batch_after_a_rollback) {
+  split_driver_options o;
+  o.batch = 10;
+  o.window = 2;
+  o.wait_for_gradient = true;
+  split_driver d(40, 10, o);
+  d.start(2);
+  // Epoch 1 trained and evaluated; epoch 2 half trained when it runs away.
+  std::optional<split_epoch> first;
+  for (int i = 0; i < 100 && !first; ++i) {
+    finish_all(d, d.next(), true);
+    first = d.take_epoch();
+  }
+  BOOST_REQUIRE(first);
+  auto trained = d.next();
+  BOOST_REQUIRE_EQUAL(trained.size(), 2u);
+  finish_all(d, trained, true);
+  auto lost = d.next();
+  d.finished(lost[0].id, false, 50.0, 0, 10);  // reported, its gradient not back
+  d.pause();
+  d.restart_epoch();
+  BOOST_TEST(d.paused());
+  BOOST_TEST(d.next().empty());
+  BOOST_TEST(d.first_live_id() > lost.back().id);
+  d.resume();
+  auto again = d.next();
+  BOOST_REQUIRE_EQUAL(again.size(), 2u);
+  BOOST_TEST(again[0].rows == trained[0].rows);  // the same shuffle, from its start
+  BOOST_TEST(again[1].rows == trained[1].rows);
+  BOOST_TEST(again[0].id >= d.first_live_id());
+  d.returned(lost[0].id);  // from before the rollback: ignored
+  BOOST_TEST(d.outstanding() == 2u);
+  finish_all(d, again, true);
+  for (auto batch = d.next(); !batch.empty(); batch = d.next())
+    finish_all(d, batch, true);
+  auto e = d.take_epoch();
+  BOOST_REQUIRE(e);
+  BOOST_TEST(e->epoch == 1u);
+  // Only the epoch as trained again counts: 2.0 per sample, half right.
+  BOOST_TEST(e->train_loss == 2.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(e->train_accuracy == 0.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(d.over());
 }
 
 BOOST_AUTO_TEST_CASE(driver_epoch_plans_depend_on_seed_and_epoch_only) {

@@ -1,0 +1,72 @@
+#pragma once
+// Detects a split model that is running away (docs/SPLIT.md, "Runaways"):
+// its loss or a stage's gradient turning non-finite, a stage's gradient norm
+// jumping far above its recent level, the loss climbing well above its
+// lowest level so far or above what guessing uniformly would give. No torch
+// and no actors here: a stage feeds it the figures of each optimizer step,
+// and the first stage decides what to do (every stage goes back to its last
+// checkpoint with a smaller learning rate, and the epoch starts again).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace eg::learning {
+
+struct runaway_options {
+  bool enabled = true;
+  /// Steps observed before the level checks apply (non-finite values are
+  /// caught from the first step). Counted again after each rollback.
+  int64_t warmup = 30;
+  /// Weight of the newest value in the exponential averages.
+  double rate = 0.05;
+  /// The loss has run away when its average exceeds both rise x its lowest
+  /// average so far and that lowest + margin (a model that had learnt and
+  /// went back to guessing)...
+  double loss_rise = 2.0;
+  double loss_margin = 0.5;
+  /// ...or chance x ln(classes), the loss of a uniform guess (a model that
+  /// answers confidently and wrongly).
+  double loss_chance = 1.5;
+  /// A gradient norm above spike x its average has run away.
+  double norm_spike = 100;
+  /// Each rollback multiplies every stage's learning rate by this.
+  double slow = 0.5;
+  /// Rollbacks in a run before it stops with an error.
+  int64_t max_rollbacks = 4;
+};
+
+/// Throws std::invalid_argument (argument_error) for options out of range.
+void check(const runaway_options& o);
+
+class runaway_guard {
+public:
+  /// `classes`: the data's classes (the chance-level loss); 0 or 1: no
+  /// chance check.
+  runaway_guard(runaway_options opt, int64_t classes);
+
+  /// A step's mean training loss (the last stage). Returns why the model
+  /// ran away, or nothing.
+  std::optional<std::string> loss(double value);
+  /// The norm of a step's gradient over the stage's parameters.
+  std::optional<std::string> gradient_norm(double value);
+
+  /// After a rollback: the averages and the warmup start again (the lowest
+  /// loss so far is kept: the model rolled back to it).
+  void restart();
+
+  const runaway_options& options() const { return opt_; }
+  /// The loss's average and lowest average (NaN before the first value).
+  double loss_average() const { return loss_avg_; }
+  double lowest_loss_average() const { return lowest_; }
+
+private:
+  runaway_options opt_;
+  double chance_;
+  int64_t losses_ = 0, norms_ = 0;
+  double loss_avg_;
+  double lowest_;
+  double norm_avg_;
+};
+
+} // namespace eg::learning

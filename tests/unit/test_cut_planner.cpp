@@ -1,0 +1,115 @@
+// links: eg_learning
+// Cuts of a split model from the machines' speeds (algorithms/split/
+// cut_planner.hpp), checked against every possible cut.
+#include "algorithms/split/cut_planner.hpp"
+#include "algorithms/split/split.hpp"
+#include "common/error.hpp"
+#include "models/layered.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+using namespace eg;
+using namespace eg::learning;
+
+namespace {
+
+/// The slowest stage over every way of cutting `n` layers into `stages`.
+double brute_force(const std::vector<layer_cost>& costs, const std::vector<double>& slowdowns,
+                   stage_passes below) {
+  const auto layers = static_cast<int64_t>(costs.size());
+  const auto k = slowdowns.size() - 1;
+  double best = 1e300;
+  std::vector<int64_t> cuts(k);
+  // Every increasing choice of k cuts in [0, layers - 2].
+  std::function<void(size_t, int64_t)> pick = [&](size_t i, int64_t from) {
+    if (i == k) {
+      auto s = stage_seconds(costs, cuts, slowdowns, below);
+      best = std::min(best, *std::max_element(s.begin(), s.end()));
+      return;
+    }
+    for (int64_t c = from; c <= layers - 2; ++c) {
+      cuts[i] = c;
+      pick(i + 1, c + 1);
+    }
+  };
+  pick(0, 0);
+  return best;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cut_planner)
+
+BOOST_AUTO_TEST_CASE(equal_layers_on_equal_machines_are_cut_evenly) {
+  std::vector<layer_cost> costs(6, {1.0, 2.0});
+  auto cuts = balanced_cuts(costs, {1, 1, 1}, {1, 1});
+  BOOST_TEST(cuts == (std::vector<int64_t>{1, 3}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_slower_machine_gets_fewer_layers) {
+  std::vector<layer_cost> costs(10, {1.0, 1.0});
+  // 4x slower second stage: 8 layers on the first, 2 on the second.
+  auto cuts = balanced_cuts(costs, {1, 4}, {1, 1});
+  BOOST_REQUIRE_EQUAL(cuts.size(), 1u);
+  BOOST_TEST(cuts[0] == 7);
+  auto s = stage_seconds(costs, cuts, {1, 4}, {1, 1});
+  BOOST_TEST(s[0] == 16.0);
+  BOOST_TEST(s[1] == 16.0);
+  // A stage below the last that repeats its forward pass (delayed) holds less.
+  auto delayed = balanced_cuts(costs, {1, 1}, {2, 1});
+  BOOST_TEST(delayed[0] < 4);
+}
+
+BOOST_AUTO_TEST_CASE(the_plan_is_as_good_as_every_cut_tried) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> cost(0.01, 3.0), slow(1.0, 6.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t layers = 3 + trial % 7;
+    const size_t stages = 2 + trial % std::min<size_t>(3, layers - 1);
+    std::vector<layer_cost> costs(layers);
+    for (auto& c : costs)
+      c = {cost(rng), cost(rng)};
+    std::vector<double> slowdowns(stages);
+    for (auto& s : slowdowns)
+      s = slow(rng);
+    const stage_passes below{trial % 2 ? 2.0 : 1.0, 1.0};
+    auto cuts = balanced_cuts(costs, slowdowns, below);
+    BOOST_REQUIRE_EQUAL(cuts.size(), stages - 1);
+    BOOST_REQUIRE(std::is_sorted(cuts.begin(), cuts.end()));
+    auto s = stage_seconds(costs, cuts, slowdowns, below);
+    BOOST_TEST(*std::max_element(s.begin(), s.end()) ==
+                 brute_force(costs, slowdowns, below),
+               boost::test_tools::tolerance(1e-12));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(impossible_plans_are_refused) {
+  std::vector<layer_cost> costs(2, {1.0, 1.0});
+  BOOST_CHECK_THROW(balanced_cuts(costs, {1, 1, 1}, {1, 1}), argument_error);
+  BOOST_CHECK_THROW(balanced_cuts(costs, {0.5, 1}, {1, 1}), argument_error);
+  BOOST_CHECK_THROW(balanced_cuts(costs, {}, {1, 1}), argument_error);
+  BOOST_CHECK_THROW(stage_seconds(costs, {1}, {1, 1}, {1, 1}), argument_error);  // past the end
+}
+
+BOOST_AUTO_TEST_CASE(measured_layer_costs_cover_every_layer_and_cut_conv8) {
+  const model_shape fashion{eg::data::sample_shape::image(1, 28, 28), 10};
+  auto costs = measure_layer_costs("conv8", fashion, 32, 3);
+  BOOST_REQUIRE_EQUAL(costs.size(), static_cast<size_t>(layer_count("conv8")));
+  for (auto& c : costs) {
+    BOOST_TEST(c.forward > 0);
+    BOOST_TEST(c.backward > 0);
+  }
+  auto cuts = balanced_cuts(costs, {1, 2, 4}, passes_below(stage_mode::delayed));
+  BOOST_TEST_MESSAGE("conv8 on slowdowns 1 2 4, delayed: cuts after " << cuts[0] << ", "
+                                                                      << cuts[1]);
+  BOOST_REQUIRE_EQUAL(cuts.size(), 2u);
+  BOOST_TEST(cuts[0] < cuts[1]);
+  BOOST_TEST(passes_below(stage_mode::delayed).forward == 2.0);
+  BOOST_TEST(passes_below(stage_mode::backprop).forward == 1.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

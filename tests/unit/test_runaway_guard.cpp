@@ -1,0 +1,170 @@
+// links: eg_learning
+// The runaway guard of split runs (algorithms/split/runaway_guard.hpp) and
+// what a stage trainer tells it: plain classes, no actors.
+#include "algorithms/split/runaway_guard.hpp"
+#include "algorithms/split/split.hpp"
+#include "common/error.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+using namespace eg;
+using namespace eg::learning;
+
+namespace {
+
+/// Feeds `n` losses of `value` (with a small wobble); returns the first
+/// runaway seen, or nothing.
+std::optional<std::string> feed_loss(runaway_guard& g, int n, double value) {
+  for (int i = 0; i < n; ++i)
+    if (auto why = g.loss(value * (1 + 0.05 * ((i % 3) - 1))))
+      return why;
+  return std::nullopt;
+}
+
+std::optional<std::string> feed_norm(runaway_guard& g, int n, double value) {
+  for (int i = 0; i < n; ++i)
+    if (auto why = g.gradient_norm(value * (1 + 0.3 * ((i % 5) - 2) / 2.0)))
+      return why;
+  return std::nullopt;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(runaway)
+
+BOOST_AUTO_TEST_CASE(a_loss_that_falls_and_wobbles_is_not_a_runaway) {
+  runaway_guard g({}, 10);
+  for (int i = 0; i < 2000; ++i) {
+    // 2.3 down to 0.3, noise of +-20 % per batch.
+    const double level = 0.3 + 2.0 * std::exp(-i / 300.0);
+    const double noise = 1 + 0.2 * std::sin(i * 12.9898);
+    BOOST_REQUIRE_MESSAGE(!g.loss(level * noise), "step " << i);
+  }
+  BOOST_TEST(g.lowest_loss_average() < 0.4);
+  BOOST_TEST(!feed_norm(g, 2000, 1.5));
+}
+
+BOOST_AUTO_TEST_CASE(a_non_finite_loss_or_gradient_is_a_runaway_at_once) {
+  runaway_guard g({}, 10);
+  auto why = g.loss(std::numeric_limits<double>::quiet_NaN());
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(why->find("nan") != std::string::npos, *why);
+  auto inf = g.gradient_norm(std::numeric_limits<double>::infinity());
+  BOOST_REQUIRE(inf.has_value());
+  BOOST_TEST(inf->find("inf") != std::string::npos, *inf);
+}
+
+BOOST_AUTO_TEST_CASE(a_model_that_learnt_and_went_back_to_guessing_ran_away) {
+  runaway_guard g({}, 10);
+  BOOST_REQUIRE(!feed_loss(g, 400, 0.4));
+  // Back at ln(10) = 2.3: the average climbs past 2 x 0.4 and 0.4 + 0.5.
+  auto why = feed_loss(g, 400, 2.3);
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(why->find("rose") != std::string::npos, *why);
+}
+
+BOOST_AUTO_TEST_CASE(a_loss_well_above_guessing_ran_away_even_if_it_never_fell) {
+  runaway_guard g({}, 10);
+  // ln(10) x 1.5 = 3.45: confidently wrong from the start.
+  auto why = feed_loss(g, 400, 6.0);
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(why->find("uniform guess") != std::string::npos, *why);
+  // A model stuck at chance from the start did not run away: it never learnt.
+  runaway_guard stuck({}, 10);
+  BOOST_TEST(!feed_loss(stuck, 400, 2.3));
+}
+
+BOOST_AUTO_TEST_CASE(a_gradient_norm_far_above_its_average_ran_away_after_the_warmup) {
+  runaway_options o;
+  o.warmup = 10;
+  runaway_guard g(o, 10);
+  // During the warmup a large norm is only averaged.
+  BOOST_TEST(!g.gradient_norm(1.0));
+  BOOST_TEST(!g.gradient_norm(500.0));
+  runaway_guard h(o, 10);
+  BOOST_REQUIRE(!feed_norm(h, 100, 2.0));
+  BOOST_TEST(!h.gradient_norm(50.0));  // 25 x: a bumpy batch, not a runaway
+  auto why = h.gradient_norm(2000.0);
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(why->find("x its average") != std::string::npos, *why);
+}
+
+BOOST_AUTO_TEST_CASE(after_a_restart_the_guard_learns_the_levels_again) {
+  runaway_guard g({}, 10);
+  BOOST_REQUIRE(!feed_loss(g, 400, 0.4));
+  g.restart();
+  // Back at the checkpoint's level (higher than the lowest before): not a
+  // runaway; the warmup and the lowest start again.
+  BOOST_TEST(!feed_loss(g, 400, 1.2));
+  BOOST_TEST(std::abs(g.lowest_loss_average() - 1.2) < 0.1);
+}
+
+BOOST_AUTO_TEST_CASE(a_disabled_guard_sees_nothing_and_bad_options_are_refused) {
+  runaway_options off;
+  off.enabled = false;
+  runaway_guard g(off, 10);
+  BOOST_TEST(!g.loss(std::numeric_limits<double>::quiet_NaN()));
+  BOOST_TEST(!feed_loss(g, 400, 50.0));
+  runaway_options bad;
+  bad.slow = 1.5;
+  BOOST_CHECK_THROW(runaway_guard(bad, 10), argument_error);
+  bad = {};
+  bad.rate = 0;
+  BOOST_CHECK_THROW(check(bad), argument_error);
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_does_not_apply_a_non_finite_gradient_and_says_its_norm) {
+  stage_options o;
+  o.sgd.lr = 0.1;
+  auto stages = make_pipeline("lenet5", {}, 1, o, model_shape{eg::data::sample_shape::image(1, 28, 28), 10});
+  auto& t = *stages.front();
+  BOOST_TEST(std::isnan(t.gradient_norm()));
+  auto x = torch::randn({8, 1, 28, 28});
+  auto y = torch::randint(0, 10, {8}, torch::kLong);
+  t.loss_step(0, x, y);
+  BOOST_TEST(t.steps() == 1u);
+  BOOST_TEST(std::isfinite(t.gradient_norm()));
+  BOOST_TEST(t.gradient_norm() > 0);
+  std::vector<torch::Tensor> before;
+  for (auto& p : t.parameters())
+    before.push_back(p.detach().clone());
+  auto poisoned = x.clone();
+  poisoned[0][0][0][0] = std::numeric_limits<float>::quiet_NaN();
+  t.loss_step(1, poisoned, y);
+  BOOST_TEST(t.steps() == 1u);
+  BOOST_TEST(t.skipped_steps() == 1u);
+  BOOST_TEST(!std::isfinite(t.gradient_norm()));
+  auto after = t.parameters();
+  for (size_t i = 0; i < before.size(); ++i)
+    BOOST_TEST(torch::equal(before[i], after[i].detach()), "parameter " << i);
+  // A checkpoint from before any step brings back no momentum: a step
+  // after loading it moves the parameters as the very first step did.
+  {
+    auto fresh = make_pipeline("lenet5", {}, 1, o, model_shape{eg::data::sample_shape::image(1, 28, 28), 10});
+    auto& f = *fresh.front();
+    const auto at_start = f.save();
+    f.loss_step(0, x, y);
+    std::vector<torch::Tensor> once;
+    for (auto& p : f.parameters())
+      once.push_back(p.detach().clone());
+    f.loss_step(1, x, y);  // now with momentum
+    f.load(at_start);
+    f.loss_step(2, x, y);
+    auto again = f.parameters();
+    for (size_t i = 0; i < once.size(); ++i)
+      BOOST_TEST(torch::allclose(once[i], again[i].detach()), "parameter " << i);
+  }
+  // Slowed: the learning rate halves, and stays halved through a checkpoint.
+  t.scale_learning_rate(0.5);
+  BOOST_TEST(t.learning_rate() == 0.05);
+  auto saved = t.save();
+  t.scale_learning_rate(0.5);
+  t.load(saved);
+  BOOST_TEST(t.learning_rate() == 0.05);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
