@@ -28,12 +28,16 @@ std::string capture(const std::string& command) {
   return out;
 }
 
+/// The console's last answer (for a failure's message).
+std::string last_answer;
+
 /// A snapshot through node a's console port, or nothing.
 std::optional<in::snapshot> snapshot(const temp_dir& dir, uint16_t port) {
   static int n = 0;
   auto [code, out] = run_binary({"console", "127.0.0.1:" + std::to_string(port), "--secret",
                                  "s3cret", "--cluster", "it-split", "--once", "--json"},
                                 dir / ("console-" + std::to_string(++n) + ".log"), 60s);
+  last_answer = out;
   if (code != 0)
     return std::nullopt;
   return in::snapshot_from_json(out);
@@ -48,7 +52,8 @@ in::snapshot wait_for(const temp_dir& dir, uint16_t port,
       return *s;
     std::this_thread::sleep_for(300ms);
   }
-  BOOST_FAIL("timed out waiting for the console to show " << what);
+  BOOST_FAIL("timed out waiting for the console to show " << what << "; its last answer: "
+                                                          << last_answer);
   return {};
 }
 
@@ -65,7 +70,7 @@ BOOST_AUTO_TEST_SUITE(split_nodes)
 
 BOOST_AUTO_TEST_CASE(a_stages_node_killed_and_restarted_pauses_and_resumes_the_pipeline) {
   temp_dir dir;
-  const uint32_t epochs = 6;
+  const uint32_t epochs = 12;  // enough left after the restart for the console to see it go on
   const uint16_t ports[3] = {free_port(), free_port(), free_port()};
   // LeNet-5 in three stages, pipelined (delayed), the middle one on a 4x
   // slower machine: a few seconds an epoch.
