@@ -157,6 +157,9 @@ struct split_options {
   std::vector<int64_t> cuts3{2, 4};  ///< 3 stages
   std::vector<double> unequal2{1, 4};     ///< 2 unequal stages' slowdowns
   std::vector<double> unequal3{1, 2, 4};  ///< 3 unequal stages' slowdowns
+  /// 4 stages: cut after these layers (empty: no 4-stage setups).
+  std::vector<int64_t> cuts4;
+  std::vector<double> unequal4{1, 2, 4, 4};  ///< 4 unequal stages' slowdowns
   /// The split modes to measure (learning::stage_mode names); backprop is
   /// the baseline the others are compared with.
   std::vector<std::string> modes{"backprop", "synthetic"};

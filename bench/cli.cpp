@@ -72,6 +72,10 @@ void add_other_options(CLI::App* bench, cli_state& state) {
   bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
   bench->add_option("--unequal2", st->split_opt.unequal2,
                     "split: slowdowns of 2 unequal stages (default 1 4)");
+  bench->add_option("--cuts4", st->split_opt.cuts4,
+                    "split: also 4 stages, cut after these 3 layers (default: none)");
+  bench->add_option("--unequal4", st->split_opt.unequal4,
+                    "split: slowdowns of 4 unequal stages (default 1 2 4 4)");
   bench->add_option("--unequal3", st->split_opt.unequal3,
                     "split: slowdowns of 3 unequal stages (default 1 2 4)");
   bench->add_option("--models", st->opt.models,

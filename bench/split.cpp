@@ -1,7 +1,7 @@
 // bench split: one model trained whole, and split in the modes asked for
 // (backpropagation between the stages, synthetic gradients, pipelined
 // backpropagation with delayed gradients, synthetic gradients corrected by
-// the true ones), on 2 and 3 stages of equal and unequal speed (emulated
+// the true ones), on 2 and 3 (and 4) stages of equal and unequal speed (emulated
 // slowdowns), each stage an actor in one process (docs/SPLIT.md).
 
 #include "bench/bench.hpp"
@@ -138,7 +138,7 @@ std::vector<int64_t> cuts_by_speed(const split_options& s, const std::vector<dou
   return cuts;
 }
 
-/// The whole model, then 2 and 3 stages, each of equal and unequal speed
+/// The whole model, then 2, 3 (and, with --cuts4, 4) stages, each of equal and unequal speed
 /// (and unequal cut by speed, when asked).
 std::vector<setup> setups_of(const split_options& s, const learning::dataset& train) {
   std::vector<setup> setups{{"whole", {}, {1.0}}};
@@ -163,6 +163,8 @@ std::vector<setup> setups_of(const split_options& s, const learning::dataset& tr
   };
   add(s.cuts2, s.unequal2);
   add(s.cuts3, s.unequal3);
+  if (!s.cuts4.empty())
+    add(s.cuts4, s.unequal4);
   for (auto& su : setups)
     if (su.slowdowns.size() != su.cuts.size() + 1)
       throw std::invalid_argument("bench split: " + su.name + ": one slowdown per stage");
@@ -196,9 +198,13 @@ void print_header(const split_options& s, const learning::dataset& train,
                    " 5x5 convolutions)").c_str()
                 : "",
               s.repeat);
-  std::printf("cuts after layers: 2 stages %s, 3 stages %s (layers: ",
+  std::printf("cuts after layers: 2 stages %s, 3 stages %s%s (layers: ",
               join(std::vector<double>(s.cuts2.begin(), s.cuts2.end())).c_str(),
-              join(std::vector<double>(s.cuts3.begin(), s.cuts3.end())).c_str());
+              join(std::vector<double>(s.cuts3.begin(), s.cuts3.end())).c_str(),
+              s.cuts4.empty()
+                ? ""
+                : (", 4 stages " + join(std::vector<double>(s.cuts4.begin(), s.cuts4.end())))
+                    .c_str());
   auto names = learning::layer_names(s.model);
   for (size_t i = 0; i < names.size(); ++i)
     std::printf("%s%zu %s", i ? ", " : "", i, names[i].c_str());
