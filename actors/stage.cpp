@@ -129,7 +129,8 @@ void flush_waiting(self_ptr self) {
     }
 }
 
-/// Serves one message of the queue.
+/// After a step: the guard hears its gradient's norm (and the loss, at the
+/// last stage); a runaway is told to the first stage.
 void guard_step(self_ptr self, std::optional<double> loss) {
   auto& st = self->state;
   if (!st.guard || st.diverging)
@@ -150,6 +151,7 @@ void guard_step(self_ptr self, std::optional<double> loss) {
     st.diverging = false;  // no first stage known to tell: the next step tries again
 }
 
+/// Serves one message of the queue.
 void serve(self_ptr self, held_stage_batch m) {
   auto& st = self->state;
   auto& t = *st.args.trainer;

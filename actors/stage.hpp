@@ -30,6 +30,11 @@
 // that never comes back (a message lost) is sent again after
 // `resend_after` seconds without progress.
 //
+// Each stage watches its steps with a learning::runaway_guard; when one runs
+// away, the first stage has every stage go back to its last checkpoint with
+// a smaller learning rate and starts the epoch again (docs/SPLIT.md,
+// "Runaways").
+//
 // Each stage serves its messages one at a time from a queue of its own, so
 // that an emulated slowdown (a stage on a slower machine) idles between two
 // of them without holding a thread, and it counts its busy and idle time and
