@@ -51,8 +51,9 @@ public:
   /// The norm of a step's gradient over the stage's parameters.
   std::optional<std::string> gradient_norm(double value);
 
-  /// After a rollback: the averages and the warmup start again (the lowest
-  /// loss so far is kept: the model rolled back to it).
+  /// After a rollback: the averages, the lowest loss and the warmup start
+  /// again (the checkpoint rolled back to may be well above the lowest
+  /// loss seen, and must not count as a runaway).
   void restart();
 
   const runaway_options& options() const { return opt_; }
