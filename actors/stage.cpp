@@ -281,6 +281,7 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
   }
   // What a runaway before the first checkpoint goes back to.
   st.good = st.args.trainer->save();
+  st.start = st.good;
   st.guard.emplace(st.args.runaway, st.args.trainer->stage().shape().classes);
   return {
     [self](batch_atom, held_stage_batch& m) { enqueue(self, std::move(m)); },
@@ -299,7 +300,9 @@ stage_impl::behavior_type stage(self_ptr self, stage_args args) {
     [self](forget_atom, uint64_t below_id) { forget(self, below_id); },
     [self](checkpoint_atom, const std::string& run, uint32_t epochs) { save(self, run, epochs); },
     [self](diverged_atom, uint64_t index, const std::string& why) { runaway(self, index, why); },
-    [self](rollback_atom, double factor, uint64_t live) { return roll_back(self, factor, live); },
+    [self](rollback_atom, double factor, uint64_t live, bool to_start) {
+      return roll_back(self, factor, live, to_start);
+    },
     [self](work_atom) { do_work(self); },
     [self](finished_atom, uint64_t batch, bool test, double loss_sum, int64_t correct,
            int64_t samples) {

@@ -7,8 +7,10 @@
 // ones above. In `synthetic` mode every stage but the last updates at once
 // from its synthetic-gradient module and regresses the module toward the
 // gradient when it comes. In `delayed` mode stages update from the true
-// gradient when it comes, a few batches late; in `corrected` mode at once
-// from the synthetic gradient, then by the true one's difference. In every
+// gradient when it comes, a few batches late (`stashed`: taken at the
+// parameters the batch's forward pass ran on, PipeDream's weight stashing);
+// in `corrected` mode at once from the synthetic gradient, then by the true
+// one's difference. In every
 // mode but backprop the first stage keeps up to `in_flight` batches in the
 // pipeline.
 //
@@ -126,7 +128,7 @@ using stage_actor = caf::typed_actor<
   // From the first stage: go back to the last checkpoint, multiply the
   // learning rate by this factor, drop batches below this id; answered with
   // the new learning rate.
-  caf::replies_to<rollback_atom, double, uint64_t>::with<double>,
+  caf::replies_to<rollback_atom, double, uint64_t, bool>::with<double>,
   // To the first stage: train this many epochs; answered with every epoch.
   caf::replies_to<run_atom, uint32_t>::with<std::vector<split_epoch>>,
   // What the stage did so far.
@@ -184,6 +186,11 @@ struct stage_args {
   caf::actor node;          ///< its node: the run's end, each epoch's report
   std::string node_name;
   std::optional<stage_checkpoint> restore;  ///< loaded into the trainer at start
+  /// The first stage on a node: why the run stopped with an error (it ran
+  /// away past split.max_rollbacks), written before it tells `node`, so
+  /// that the node's process exits with split_failure_exit_code
+  /// (actors/node/runtime.hpp).
+  std::shared_ptr<std::string> failure;
 };
 
 stage_actor spawn_stage(caf::actor_system& sys, stage_args args);

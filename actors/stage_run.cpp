@@ -62,6 +62,8 @@ void end_run(self_ptr self, const std::string& failure) {
       spdlog::error("stage {}: cannot write the run's metrics: {}", st.me, eg::describe(e));
     }
   }
+  if (st.args.failure && !failure.empty())
+    *st.args.failure = failure;
   if (st.args.node)
     self->send(caf::actor_cast<node_actor>(st.args.node), done_atom::value, messages::role::stage,
                st.me, st.args.run);
@@ -226,14 +228,14 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
   }
 }
 
-double roll_back(self_ptr self, double factor, uint64_t live) {
+double roll_back(self_ptr self, double factor, uint64_t live, bool to_start) {
   auto& st = self->state;
   auto& t = *st.args.trainer;
   forget(self, live);
   try {
     // Slower than now: a second rollback to the same checkpoint slows again.
     const double lr = t.learning_rate();
-    t.load(st.good);
+    t.load(to_start ? st.start : st.good);
     t.scale_learning_rate(lr * factor / t.learning_rate());
   } catch (const std::exception& e) {
     spdlog::error("stage {}: cannot go back to its checkpoint: {}", st.me, eg::describe(e));
@@ -241,8 +243,12 @@ double roll_back(self_ptr self, double factor, uint64_t live) {
   st.guard->restart();
   st.diverging = false;
   ++st.stats.rollbacks;
-  spdlog::info("stage {}: back to its checkpoint after epoch {}, learning rate {:.3g}", st.me,
-               st.good_epochs, t.learning_rate());
+  if (to_start)
+    spdlog::info("stage {}: back to where it began (stuck), learning rate {:.3g}", st.me,
+                 t.learning_rate());
+  else
+    spdlog::info("stage {}: back to its checkpoint after epoch {}, learning rate {:.3g}", st.me,
+                 st.good_epochs, t.learning_rate());
   return t.learning_rate();
 }
 
@@ -281,24 +287,26 @@ void runaway(self_ptr self, uint64_t index, const std::string& why) {
     return;
   }
   ++st.rollbacks;
-  spdlog::warn("split run {}: {} ran away in epoch {} ({}); every stage goes back to its "
-               "checkpoint after epoch {} with its learning rate x {} and the epoch starts again "
-               "(rollback {} of at most {})",
-               st.args.run, stage_name(index), epoch, why, st.good_epochs, o.slow, st.rollbacks,
-               o.max_rollbacks);
+  const bool to_start = learning::is_stuck(why);
+  spdlog::warn("split run {}: {} ran away in epoch {} ({}); every stage goes back to {} with its "
+               "learning rate x {} and the epoch starts again (rollback {} of at most {})",
+               st.args.run, stage_name(index), epoch, why,
+               to_start ? std::string{"where it began"}
+                        : "its checkpoint after epoch " + std::to_string(st.good_epochs),
+               o.slow, st.rollbacks, o.max_rollbacks);
   training_clock(st);
   st.driver->pause();
   training_clock(st);
   st.driver->restart_epoch();
   const auto live = st.driver->first_live_id();
-  roll_back(self, o.slow, live);
+  roll_back(self, o.slow, live, to_start);
   st.rolling_back = 1;  // this stage's own answer, given below
   for (auto& s : st.all) {
     if (!s || s == caf::actor_cast<caf::actor>(self))
       continue;
     ++st.rolling_back;
     self->request(caf::actor_cast<stage_actor>(s), std::chrono::seconds(60), rollback_atom::value,
-                  o.slow, live)
+                  o.slow, live, to_start)
       .then([self](double) { rolled_back(self); },
             [self](caf::error& e) {
               spdlog::warn("split run {}: a stage did not answer the rollback ({}); it starts "

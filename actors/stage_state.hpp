@@ -138,6 +138,9 @@ struct stage_state {
   std::optional<learning::runaway_guard> guard;
   std::string good;
   uint32_t good_epochs = 0;
+  // As it began (spawned or resumed): what a model stuck at a uniform guess
+  // goes back to (its checkpoints since are of a model that never learnt).
+  std::string start;
   bool diverging = false;  // told the first stage; waiting for the rollback
   uint64_t live_from = 0;
   // The first stage: rollbacks so far, and the stages yet to answer one.
@@ -186,7 +189,7 @@ void start_run(self_ptr self, uint32_t epochs, uint32_t first, uint64_t first_id
 void runaway(self_ptr self, uint64_t index, const std::string& why);
 /// This stage goes back to its last checkpoint, its learning rate x
 /// `factor`, and drops batches below `live`; returns the new learning rate.
-double roll_back(self_ptr self, double factor, uint64_t live);
+double roll_back(self_ptr self, double factor, uint64_t live, bool to_start);
 /// Sets the neighbours from the cluster's stages; pauses or resumes the run.
 void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<std::string>& lanes);
 

@@ -16,7 +16,8 @@
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline
 //   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
-//               resend_after, runaway_guard, max_rollbacks, rollback_lr_factor
+//               resend_after, runaway_guard, max_rollbacks, rollback_lr_factor,
+//               stuck_after
 //   [storage]   dir
 //   [output]    dir
 //   [[nodes]]   name, host, port, lane_port, metrics_port, cpu_limit, data, data_format,
@@ -229,7 +230,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
   visit("split.mode", c.split.mode,
-        text_rule{{"off", "backprop", "synthetic", "delayed", "corrected"}, false});
+        text_rule{{"off", "backprop", "synthetic", "delayed", "corrected", "stashed"}, false});
   visit("split.model", c.split.model, text_rule{{"lenet5", "conv8", "vgg11"}, false});
   visit("split.in_flight", c.split.in_flight, positive_int);
   visit("split.sg_hidden", c.split.sg_hidden, positive_int);
@@ -240,6 +241,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("split.runaway_guard", c.split.runaway_guard, any_bool);
   visit("split.max_rollbacks", c.split.max_rollbacks, non_negative_int);
   visit("split.rollback_lr_factor", c.split.rollback_lr_factor, open_fraction);
+  visit("split.stuck_after", c.split.stuck_after, non_negative_int);
   visit("storage.dir", c.storage_dir, non_empty);
   visit("output.dir", c.output_dir, non_empty);
 }

@@ -308,7 +308,9 @@ struct split_config {
   /// "off" (gossip training of platforms), "backprop" (the true gradient
   /// flows down; every stage waits), "synthetic" (every stage but the last
   /// updates at once from its synthetic-gradient module), "delayed"
-  /// (pipelined backpropagation: the true gradient, a few batches late) or
+  /// (pipelined backpropagation: the true gradient, a few batches late),
+  /// "stashed" (the same with PipeDream's weight stashing: the gradient at
+  /// the parameters the forward pass ran on, no second forward pass) or
   /// "corrected" (synthetic at once, corrected by the true gradient when it
   /// comes). learning::stage_mode; docs/SPLIT.md says which to pick.
   std::string mode = "off";
@@ -330,6 +332,10 @@ struct split_config {
   bool runaway_guard = true;
   int64_t max_rollbacks = 4;
   double rollback_lr_factor = 0.5;
+  /// A model whose loss has not gone below a uniform guess's in this many
+  /// optimizer steps is stuck (dead units, a rate too high to start at) and
+  /// rolled back the same way; 0: never.
+  int64_t stuck_after = 2000;
   bool enabled() const { return mode != "off"; }
 };
 

@@ -122,6 +122,7 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
       a.runaway.enabled = cfg.split.runaway_guard;
       a.runaway.max_rollbacks = cfg.split.max_rollbacks;
       a.runaway.slow = cfg.split.rollback_lr_factor;
+      a.runaway.stuck_after = cfg.split.stuck_after;
       if (!fresh)
         a.restore = latest_stage_checkpoint(db, k, fingerprint);
       if (a.restore && a.restore->epochs_done >= cfg.train.epochs)

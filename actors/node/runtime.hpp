@@ -41,10 +41,16 @@ struct run_outcome {
   /// removed) during the run, finished or stopped: the process exits with
   /// store_failure_exit_code and says why last.
   std::optional<store_failure> store;
+  /// Set when this node's split run stopped with an error (the first stage
+  /// is here): the process exits with split_failure_exit_code.
+  std::string failure;
 };
 
 /// The exit code of a node whose store could not write.
 inline constexpr int store_failure_exit_code = 3;
+/// The exit code of a node whose split run stopped with an error (it ran
+/// away and could not be brought back; run_outcome::failure says how).
+inline constexpr int split_failure_exit_code = 4;
 
 /// The last line of such a node: "node NAME: the store in DIR could not
 /// write since epoch N (CAUSE): K checkpoints not saved; exit code 3".

@@ -1,6 +1,7 @@
 #include "algorithms/split/runaway_guard.hpp"
 #include "common/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -20,6 +21,12 @@ std::string fixed(double x, int digits = 4) {
 
 } // namespace
 
+namespace {
+const std::string stuck_words = "the model is stuck";
+}
+
+bool is_stuck(const std::string& why) { return why.find(stuck_words) != std::string::npos; }
+
 void check(const runaway_options& o) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok)
@@ -33,6 +40,8 @@ void check(const runaway_options& o) {
   need(o.norm_spike > 1, "norm_spike must be above 1");
   need(o.slow > 0 && o.slow < 1, "slow must be in (0, 1)");
   need(o.max_rollbacks >= 0, "max_rollbacks must not be negative");
+  need(o.stuck_after >= 0, "stuck_after must not be negative");
+  need(o.stuck_level > 0 && o.stuck_level <= 1, "stuck_level must be in (0, 1]");
 }
 
 runaway_guard::runaway_guard(runaway_options opt, int64_t classes)
@@ -58,6 +67,12 @@ std::optional<std::string> runaway_guard::loss(double value) {
   if (!std::isnan(chance_) && loss_avg_ > opt_.loss_chance * chance_)
     return "the training loss's average, " + fixed(loss_avg_) + ", is above " +
            fixed(opt_.loss_chance, 3) + " x that of a uniform guess (" + fixed(chance_) + ")";
+  if (!std::isnan(chance_) && opt_.stuck_after > 0 &&
+      losses_ >= std::max(opt_.stuck_after, opt_.warmup + 1) &&
+      loss_avg_ > opt_.stuck_level * chance_)
+    return "the training loss's average, " + fixed(loss_avg_) + ", is at a uniform guess's (" +
+           fixed(chance_) + ") after " + std::to_string(losses_) + " steps: " + stuck_words +
+           " (dead units, or a rate too high to start at)";
   return std::nullopt;
 }
 

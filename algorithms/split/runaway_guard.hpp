@@ -2,7 +2,8 @@
 // Detects a split model that is running away (docs/SPLIT.md, "Runaways"):
 // its loss or a stage's gradient turning non-finite, a stage's gradient norm
 // jumping far above its recent level, the loss climbing well above its
-// lowest level so far or above what guessing uniformly would give. No torch
+// lowest level so far or above what guessing uniformly would give, or a
+// loss that never went below a uniform guess's. No torch
 // and no actors here: a stage feeds it the figures of each optimizer step,
 // and the first stage decides what to do (every stage goes back to its last
 // checkpoint with a smaller learning rate, and the epoch starts again).
@@ -28,6 +29,12 @@ struct runaway_options {
   /// ...or chance x ln(classes), the loss of a uniform guess (a model that
   /// answers confidently and wrongly).
   double loss_chance = 1.5;
+  /// A model whose loss's average is above stuck_level x ln(classes) after
+  /// stuck_after losses or more (since the start or the last rollback) is
+  /// stuck at a uniform guess (its ReLUs died, or its rate is too high to
+  /// start at), whether or not it learnt a little first. 0: never.
+  int64_t stuck_after = 2000;
+  double stuck_level = 0.95;
   /// A gradient norm above spike x its average has run away.
   double norm_spike = 100;
   /// Each rollback multiplies every stage's learning rate by this.
@@ -35,6 +42,13 @@ struct runaway_options {
   /// Rollbacks in a run before it stops with an error.
   int64_t max_rollbacks = 4;
 };
+
+/// Whether a runaway's reason (what runaway_guard returned) says the model
+/// is stuck at a uniform guess rather than running away from what it had
+/// learnt: its checkpoints may hold the same dead model, and a model at a
+/// uniform guess is worth no more than where it began, so it goes back
+/// there.
+bool is_stuck(const std::string& why);
 
 /// Throws std::invalid_argument (argument_error) for options out of range.
 void check(const runaway_options& o);

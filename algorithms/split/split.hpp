@@ -132,9 +132,17 @@ enum class stage_mode {
   /// contributes its true gradient in the end; what goes down is the true
   /// input gradient, sent with the correction.
   corrected,
+  /// Pipelined backpropagation with weight stashing (PipeDream, Narayanan
+  /// et al., SOSP 2019): as `delayed`, but each batch's forward pass runs on
+  /// a copy of the parameters as they were (a stashed version) and keeps
+  /// its graph, so the true gradient is taken at the weights that made the
+  /// output, with no second forward pass; it is applied to the current
+  /// parameters. Costs a parameter copy a batch and one copy per batch in
+  /// flight.
+  stashed,
 };
-/// "backprop", "synthetic", "delayed", "corrected"; parse_stage_mode throws
-/// mismatch_error for another name.
+/// "backprop", "synthetic", "delayed", "corrected", "stashed";
+/// parse_stage_mode throws mismatch_error for another name.
 std::string to_string(stage_mode m);
 stage_mode parse_stage_mode(const std::string& s);
 /// Whether stages update before the true gradient comes back (every mode
@@ -241,6 +249,9 @@ private:
                    const char* what) const;
   torch::Tensor prepare_input(const torch::Tensor& input) const;
   void step();
+  /// stashed mode: a copy of the stage's layers holding its parameters as
+  /// they are now (from the spares when one is free).
+  std::shared_ptr<stage_module> stash();
 
   std::shared_ptr<stage_module> stage_;
   stage_options opt_;
@@ -248,6 +259,7 @@ private:
   std::unique_ptr<torch::optim::SGD> optimizer_;
   std::unique_ptr<synthetic_gradient> sg_;
   std::map<uint64_t, std::unique_ptr<pending>> pending_;
+  std::vector<std::shared_ptr<stage_module>> spare_stashes_;  // stashed mode
   uint64_t steps_ = 0;
   uint64_t skipped_ = 0;
   double gradient_norm_;
@@ -265,9 +277,9 @@ std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& mod
 // --- cuts from the machines' speeds ---------------------------------------------
 
 /// Passes per batch of a stage below the last in `mode` (cut_planner.hpp):
-/// backprop and synthetic one forward and one backward; delayed two
-/// forward (the batch again, at the current parameters) and one backward;
-/// corrected two of each (the synthetic step and the correction).
+/// backprop, synthetic and stashed one forward and one backward; delayed
+/// two forward (the batch again, at the current parameters) and one
+/// backward; corrected two of each (the synthetic step and the correction).
 stage_passes passes_below(stage_mode mode);
 
 /// Each layer of `model` timed alone on this machine, in this thread: a

@@ -21,7 +21,7 @@ using shape_text::batched;
 using shape_text::shape_string;
 
 namespace {
-constexpr const char* mode_names[] = {"backprop", "synthetic", "delayed", "corrected"};
+constexpr const char* mode_names[] = {"backprop", "synthetic", "delayed", "corrected", "stashed"};
 }
 
 std::string to_string(stage_mode m) { return mode_names[static_cast<size_t>(m)]; }
@@ -31,7 +31,7 @@ stage_mode parse_stage_mode(const std::string& s) {
     if (s == mode_names[i])
       return static_cast<stage_mode>(i);
   throw mismatch_error("unknown stage mode '" + s +
-                       "' (use backprop, synthetic, delayed or corrected)");
+                       "' (use backprop, synthetic, delayed, corrected or stashed)");
 }
 
 // A batch forwarded and waiting for its gradient from above.
@@ -47,6 +47,9 @@ struct stage_trainer::pending {
   // gradient it gave (not the first stage).
   torch::Tensor synthetic;
   torch::Tensor synthetic_input_gradient;
+  // stashed: the copy of the layers the forward pass ran on (its graph
+  // holds their parameters as they were).
+  std::shared_ptr<stage_module> stash;
 };
 
 stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options opt,
@@ -123,6 +126,24 @@ void stage_trainer::step() {
   ++steps_;
 }
 
+std::shared_ptr<stage_module> stage_trainer::stash() {
+  std::shared_ptr<stage_module> copy;
+  if (!spare_stashes_.empty()) {
+    copy = std::move(spare_stashes_.back());
+    spare_stashes_.pop_back();
+  } else {
+    copy = std::make_shared<stage_module>(stage_->model_name(), stage_->first_layer(),
+                                          stage_->last_layer(), stage_->shape());
+    copy->train();
+  }
+  torch::NoGradGuard no_grad;
+  auto mine = stage_->parameters();
+  auto theirs = copy->parameters();
+  for (size_t i = 0; i < mine.size(); ++i)
+    theirs[i].copy_(mine[i]);
+  return copy;
+}
+
 void stage_trainer::scale_learning_rate(double factor) {
   if (!(factor > 0))
     throw mismatch_error("stage_trainer: a learning rate factor must be positive");
@@ -158,7 +179,9 @@ stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch
   auto p = std::make_unique<pending>();
   forward_result r;
   auto x = prepare_input(input);
-  auto out = stage_->forward(x);
+  if (opt_.mode == stage_mode::stashed)
+    p->stash = stash();
+  auto out = p->stash ? p->stash->forward(x) : stage_->forward(x);
   if (!has_synthetic_gradient(opt_.mode)) {
     p->input = x;
     p->output = out;
@@ -229,6 +252,23 @@ stage_trainer::backward_result stage_trainer::backward(uint64_t batch,
   }
   auto x = done->input;
   auto out = done->output;
+  if (done->stash) {
+    // The gradient at the stashed parameters, applied to the current ones.
+    out.backward(grad_output.detach());
+    auto mine = stage_->parameters();
+    auto theirs = done->stash->parameters();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      mine[i].mutable_grad() = theirs[i].grad();
+      theirs[i].mutable_grad() = torch::Tensor();
+    }
+    step();
+    for (auto& p : mine)
+      p.mutable_grad() = torch::Tensor();
+    spare_stashes_.push_back(std::move(done->stash));
+    if (!stage_->is_first())
+      r.input_gradient = x.grad().detach().contiguous();
+    return r;
+  }
   if (done->step_at_forward != steps_) {
     // Parameters changed in place since this batch's forward pass (several
     // batches in flight): its graph is stale; run it again with the current
@@ -458,7 +498,8 @@ stage_passes passes_below(stage_mode mode) {
     case stage_mode::delayed: return {2, 1};
     case stage_mode::corrected: return {2, 2};
     case stage_mode::backprop:
-    case stage_mode::synthetic: break;
+    case stage_mode::synthetic:
+    case stage_mode::stashed: break;
   }
   return {1, 1};
 }

@@ -162,10 +162,12 @@ BOOST_AUTO_TEST_CASE(a_split_with_synthetic_gradients_trains_every_batch_and_lea
   BOOST_TEST(s.back().test_accuracy > 0.4, "accuracy " << s.back().test_accuracy);
 }
 
-BOOST_AUTO_TEST_CASE(delayed_and_corrected_stages_pipeline_batches_and_learn) {
-  // Both keep several batches in the pipeline (the first stage's window)
-  // and send the true gradient down; every batch is trained.
-  for (auto mode : {learning::stage_mode::delayed, learning::stage_mode::corrected}) {
+BOOST_AUTO_TEST_CASE(pipelined_stages_pipeline_batches_and_learn) {
+  // Delayed, corrected and stashed modes keep several batches in the
+  // pipeline (the first stage's window) and send the true gradient down;
+  // every batch is trained.
+  for (auto mode : {learning::stage_mode::delayed, learning::stage_mode::corrected,
+                    learning::stage_mode::stashed}) {
     BOOST_TEST_CONTEXT(learning::to_string(mode)) {
       pipeline split("lenet5", {1, 3}, mode);
       auto s = split.run(3);
@@ -198,8 +200,7 @@ BOOST_AUTO_TEST_CASE(a_runaway_pipeline_is_rolled_back_and_slowed_not_left_guess
   learning::runaway_options on;
   on.max_rollbacks = 6;
   // 0.8, then 0.04, a rate LeNet-5 trains at. (At 0.2 its ReLUs die and
-  // the loss sits at a uniform guess's without running away: the guard
-  // does not see a model that guesses without having learnt.)
+  // the loss sits at a uniform guess's without running away: the next test.)
   on.slow = 0.05;
   pipeline guarded("lenet5", {1, 3}, learning::stage_mode::backprop, {}, too_fast, on);
   auto g = guarded.run(4);
@@ -223,6 +224,34 @@ BOOST_AUTO_TEST_CASE(a_runaway_pipeline_is_rolled_back_and_slowed_not_left_guess
   // Every batch of the four epochs was trained once at the end; the
   // epochs that ran away were trained again.
   BOOST_TEST(guarded.stats(2).batches >= 4u * 64u);
+}
+
+// LeNet-5 at lr 0.2: its ReLUs die within the first batches and the loss
+// sits at a uniform guess's, never above it, so nothing runs away; the
+// guard calls it stuck after `stuck_after` steps, and every stage goes back
+// to where it began (its checkpoints since are of a dead model) with a
+// smaller learning rate.
+BOOST_AUTO_TEST_CASE(a_pipeline_stuck_at_a_uniform_guess_starts_again_slower) {
+  const double dead = 0.2;
+  learning::runaway_options off;
+  off.enabled = false;
+  pipeline unguarded("lenet5", {1, 3}, learning::stage_mode::backprop, {}, dead, off);
+  auto u = unguarded.run(3);
+  BOOST_TEST_MESSAGE("unguarded, lr " << dead << ": test accuracy " << u.back().test_accuracy);
+  BOOST_TEST(u.back().test_accuracy < 0.3, "accuracy " << u.back().test_accuracy);
+
+  learning::runaway_options on;
+  on.stuck_after = 100;  // of 64 batches an epoch: in the second epoch
+  on.slow = 0.1;
+  pipeline guarded("lenet5", {1, 3}, learning::stage_mode::backprop, {}, dead, on);
+  auto g = guarded.run(3);
+  BOOST_REQUIRE_EQUAL(g.size(), 3u);
+  auto first = guarded.stats(0);
+  BOOST_TEST_MESSAGE("guarded: " << first.rollbacks << " rollbacks, learning rate now "
+                                 << first.learning_rate << ", test accuracy "
+                                 << g.back().test_accuracy);
+  BOOST_TEST(first.rollbacks >= 1u);
+  BOOST_TEST(g.back().test_accuracy > 0.6, "accuracy " << g.back().test_accuracy);
 }
 
 BOOST_AUTO_TEST_CASE(a_pipeline_that_keeps_running_away_stops_with_an_error) {

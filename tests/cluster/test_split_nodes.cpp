@@ -145,4 +145,30 @@ BOOST_AUTO_TEST_CASE(a_stages_node_killed_and_restarted_pauses_and_resumes_the_p
   BOOST_TEST(last > 0.7, "test accuracy " << last);
 }
 
+BOOST_AUTO_TEST_CASE(a_split_run_that_keeps_running_away_ends_its_node_with_exit_code_4) {
+  // One node holding all three stages of LeNet-5 at a learning rate it
+  // cannot train at: it runs away, is rolled back once (split.max_rollbacks
+  // = 1), runs away again, and the run stops. The node's process says why
+  // last and exits with 4, not 0.
+  temp_dir dir;
+  std::ostringstream toml;
+  toml << "[cluster]\nid = \"it-split-away\"\nseed = 3\n"
+       << "[data]\ntrain_samples = 3000\ntest_samples = 500\n"
+       << "[train]\nepochs = 3\nlr = 5.0\nmomentum = 0.9\nbatch = 64\n"
+       << "[split]\nmode = \"backprop\"\nmodel = \"lenet5\"\nmax_rollbacks = 1\n"
+       << "[storage]\ndir = \"" << dir / "data" << "\"\n"
+       << "[output]\ndir = \"" << dir / "runs" << "\"\n"
+       << "[[nodes]]\nname = \"a\"\nhost = \"127.0.0.1\"\n"
+       << "[[stages]]\nnode = \"a\"\nlayers = 2\n"
+       << "[[stages]]\nnode = \"a\"\nlayers = 1\n"
+       << "[[stages]]\nnode = \"a\"\nlayers = 2\n";
+  const auto config = dir / "away.toml";
+  write_file(config, toml.str());
+  auto [code, out] = run_binary({"node", "--config", config, "--node", "a"}, dir / "a.log", 180s);
+  BOOST_TEST(code == 4, out);
+  BOOST_TEST(out.find("ran away") != std::string::npos, out);
+  BOOST_TEST(out.find("split.max_rollbacks") != std::string::npos, out);
+  BOOST_TEST(out.find("exit code 4") != std::string::npos, out);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

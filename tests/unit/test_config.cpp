@@ -678,7 +678,7 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   });
   BOOST_TEST(contains(e, "platforms would not train"), e);
   e = error_of([] { parse("[split]\nmode = \"fast\"\n", "x.toml"); });
-  BOOST_TEST(contains(e, "split.mode must be 'off', 'backprop', 'synthetic', 'delayed' or 'corrected'"), e);
+  BOOST_TEST(contains(e, "split.mode must be 'off', 'backprop', 'synthetic', 'delayed', 'corrected' or 'stashed'"), e);
   e = error_of([] { parse("[split]\nsg_conditioned = 1\n", "x.toml"); });
   BOOST_TEST(contains(e, "split.sg_conditioned must be true or false"), e);
   e = error_of([] {
@@ -691,6 +691,8 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   BOOST_TEST(contains(e, "split.sg_conv_layers must be at most 3, got 5"), e);
   e = error_of([] { parse("[split]\nrollback_lr_factor = 1.5\n", "x.toml"); });
   BOOST_TEST(contains(e, "split.rollback_lr_factor must be a number in (0, 1)"), e);
+  e = error_of([] { parse("[split]\nstuck_after = -5\n", "x.toml"); });
+  BOOST_TEST(contains(e, "split.stuck_after"), e);
   e = error_of([] { parse("[split]\nmax_rollbacks = -1\n", "x.toml"); });
   BOOST_TEST(contains(e, "split.max_rollbacks"), e);
   e = error_of([] { parse("[split]\nrunaway_guard = \"yes\"\n", "x.toml"); });

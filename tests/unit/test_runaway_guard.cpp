@@ -103,6 +103,45 @@ BOOST_AUTO_TEST_CASE(after_a_restart_the_guard_learns_the_levels_again) {
   BOOST_TEST(std::abs(g.lowest_loss_average() - 1.2) < 0.1);
 }
 
+BOOST_AUTO_TEST_CASE(a_model_that_never_leaves_a_uniform_guess_is_stuck) {
+  runaway_options o;
+  o.stuck_after = 500;
+  // Dead ReLUs: the loss sits at ln 10 = 2.3026 (a uniform guess).
+  runaway_guard dead(o, 10);
+  const double uniform = std::log(10.0);
+  auto why = feed_loss(dead, 1000, uniform);
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(why->find("stuck") != std::string::npos, *why);
+  BOOST_TEST(why->find("after 500 steps") != std::string::npos, *why);
+  BOOST_TEST(is_stuck(*why));
+  BOOST_TEST(!is_stuck("the training loss is nan"));
+  // A slow start that gets below 0.95 x ln 10 within the patience is not
+  // stuck, nor a plateau below that level later.
+  runaway_guard slow(o, 10);
+  for (int i = 0; i < 2000; ++i) {
+    const double level = i < 300 ? uniform : (i < 1000 ? 2.0 : 2.1);
+    BOOST_REQUIRE_MESSAGE(!slow.loss(level), "step " << i);
+  }
+  // A model that learnt a little (1.8, too little for the rise rule) and
+  // fell back to guessing is stuck as well, once the patience is over.
+  runaway_guard fell(o, 10);
+  BOOST_REQUIRE(!feed_loss(fell, 200, 1.8));
+  auto fallen = feed_loss(fell, 1000, uniform);
+  BOOST_REQUIRE(fallen.has_value());
+  BOOST_TEST(is_stuck(*fallen), *fallen);
+  // After a rollback the patience starts again.
+  dead.restart();
+  BOOST_TEST(!feed_loss(dead, 499, uniform));
+  BOOST_TEST(feed_loss(dead, 2, uniform).has_value());
+  // 0: never.
+  o.stuck_after = 0;
+  runaway_guard never(o, 10);
+  BOOST_TEST(!feed_loss(never, 3000, uniform));
+  runaway_options bad;
+  bad.stuck_level = 1.5;
+  BOOST_CHECK_THROW(check(bad), argument_error);
+}
+
 BOOST_AUTO_TEST_CASE(a_disabled_guard_sees_nothing_and_bad_options_are_refused) {
   runaway_options off;
   off.enabled = false;

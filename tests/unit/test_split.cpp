@@ -539,8 +539,12 @@ BOOST_AUTO_TEST_CASE(synthetic_mode_updates_at_once_and_hands_a_gradient_down) {
 
 BOOST_AUTO_TEST_CASE(stage_modes_have_names_and_traits) {
   for (auto m : {stage_mode::backprop, stage_mode::synthetic, stage_mode::delayed,
-                 stage_mode::corrected})
+                 stage_mode::corrected, stage_mode::stashed})
     BOOST_TEST(static_cast<int>(parse_stage_mode(to_string(m))) == static_cast<int>(m));
+  BOOST_TEST(pipelined(stage_mode::stashed));
+  BOOST_TEST(!has_synthetic_gradient(stage_mode::stashed));
+  BOOST_TEST(passes_below(stage_mode::stashed).forward == 1.0);
+  BOOST_TEST(passes_below(stage_mode::delayed).forward == 2.0);
   BOOST_CHECK_EXCEPTION(parse_stage_mode("pipedream"), eg::mismatch_error,
                         message_with<eg::mismatch_error>({"pipedream", "delayed", "corrected"}));
   BOOST_TEST(!pipelined(stage_mode::backprop));
@@ -599,7 +603,69 @@ BOOST_AUTO_TEST_CASE(corrected_mode_adds_up_to_the_true_gradient) {
   BOOST_TEST(!all_equal(before, snapshot(corrected[1]->parameters())));
 }
 
-BOOST_AUTO_TEST_CASE(delayed_and_corrected_split_lenet5_train_as_well_as_backprop) {
+BOOST_AUTO_TEST_CASE(stashed_mode_takes_each_gradient_at_the_weights_of_its_forward_pass) {
+  // Three LeNet-5 stages, SGD without momentum. Batches 1 and 2 both go up
+  // before either gradient comes down, then come down in order: the middle
+  // stage steps with batch 1's gradient before batch 2's arrives. With
+  // weight stashing, batch 2's gradient (and the input gradient sent down)
+  // is the one at the parameters batch 2 was forwarded with, W0: the stage
+  // ends at W0 - lr (G1(W0) + G2(W0)). Delayed mode (the batch forwarded
+  // again at W1) ends elsewhere.
+  auto opts = [](stage_mode m) {
+    stage_options o = options(m);
+    o.sgd.momentum = 0;
+    o.sgd.lr = 0.5;  // large, so that W1 differs visibly from W0
+    return o;
+  };
+  auto [x1, y1] = random_batch(8, 11);
+  auto [x2, y2] = random_batch(8, 12);
+  auto run = [&](stage_mode m) {
+    auto s = make_pipeline("lenet5", {0, 2}, 5, opts(m), fashion);
+    auto w0 = snapshot(s[1]->parameters());
+    auto a1 = s[0]->forward(1, x1, y1);
+    auto b1 = s[1]->forward(1, a1.output, y1);
+    auto l1 = s[2]->loss_step(1, b1.output, y1);
+    auto a2 = s[0]->forward(2, x2, y2);
+    auto b2 = s[1]->forward(2, a2.output, y2);
+    auto l2 = s[2]->loss_step(2, b2.output, y2);
+    s[1]->backward(1, l1.input_gradient);
+    auto down2 = s[1]->backward(2, l2.input_gradient).input_gradient;
+    return std::make_tuple(w0, snapshot(s[1]->parameters()), a1.output, a2.output,
+                           l1.input_gradient, l2.input_gradient, down2);
+  };
+  auto [w0, stashed_after, h1, h2, g1, g2, stashed_down2] = run(stage_mode::stashed);
+  auto [w0d, delayed_after, dh1, dh2, dg1, dg2, delayed_down2] = run(stage_mode::delayed);
+  BOOST_TEST(all_equal(w0, w0d));
+
+  // The reference: a copy of the middle stage at W0, each batch's gradient
+  // taken there.
+  auto ref = make_stage("lenet5", 1, 2, 5, fashion);
+  auto at_w0 = [&](const torch::Tensor& h, const torch::Tensor& g) {
+    ref->zero_grad();
+    auto in = h.detach().requires_grad_(true);
+    ref->forward(in).backward(g);
+    std::vector<torch::Tensor> grads;
+    for (auto& p : ref->parameters())
+      grads.push_back(p.grad().detach().clone());
+    return std::make_pair(grads, in.grad().detach().clone());
+  };
+  auto [G1, d1] = at_w0(h1, g1);
+  auto [G2, d2] = at_w0(h2, g2);
+  BOOST_TEST(max_abs_diff(stashed_down2, d2) < 1e-6);
+  double stashed_off = 0, delayed_off = 0;
+  for (size_t i = 0; i < w0.size(); ++i) {
+    auto expected = w0[i] - 0.5 * (G1[i] + G2[i]);
+    stashed_off = std::max(stashed_off, max_abs_diff(stashed_after[i], expected));
+    delayed_off = std::max(delayed_off, max_abs_diff(delayed_after[i], expected));
+  }
+  BOOST_TEST_MESSAGE("off W0 - lr (G1 + G2): stashed " << stashed_off << ", delayed "
+                                                       << delayed_off);
+  BOOST_TEST(stashed_off < 1e-5);
+  BOOST_TEST(delayed_off > 1e-3);  // the test tells the two apart
+  BOOST_TEST(max_abs_diff(delayed_down2, d2) > 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(pipelined_split_lenet5_trains_as_well_as_backprop) {
   // LeNet-5 cut after conv2, gradients two batches late (pipelined), against
   // backpropagation with every gradient at once; 3 epochs of 6,000 images.
   torch::set_num_threads(1);
@@ -622,8 +688,11 @@ BOOST_AUTO_TEST_CASE(delayed_and_corrected_split_lenet5_train_as_well_as_backpro
   const double backprop = accuracy_of(stage_mode::backprop, 1);
   const double delayed = accuracy_of(stage_mode::delayed, 2);
   const double corrected = accuracy_of(stage_mode::corrected, 2);
+  const double stashed = accuracy_of(stage_mode::stashed, 2);
   BOOST_TEST_MESSAGE("test accuracy: backprop " << backprop << ", delayed " << delayed
-                                                << ", corrected " << corrected);
+                                                << ", corrected " << corrected << ", stashed "
+                                                << stashed);
+  BOOST_TEST(stashed > backprop - 0.03, "stashed " << stashed << ", backprop " << backprop);
   BOOST_TEST(backprop > 0.7);
   BOOST_TEST(delayed > backprop - 0.03, "delayed " << delayed << ", backprop " << backprop);
   BOOST_TEST(corrected > backprop - 0.03, "corrected " << corrected << ", backprop " << backprop);
@@ -678,7 +747,7 @@ BOOST_AUTO_TEST_CASE(pipeline_with_late_gradients_runs_in_both_modes) {
   std::mt19937_64 rng(2);
   auto plan = shuffled_plan(all, 16, 1.0, rng);
   for (auto mode : {stage_mode::backprop, stage_mode::synthetic, stage_mode::delayed,
-                    stage_mode::corrected}) {
+                    stage_mode::corrected, stage_mode::stashed}) {
     auto stages = make_pipeline("conv8", {1, 4}, 2, options(mode), fashion);
     auto before = snapshot(pipeline_parameters(stages));
     auto r = train_pipeline(stages, d, plan, 3);
