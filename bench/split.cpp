@@ -7,6 +7,7 @@
 #include "bench/bench.hpp"
 #include "bench/common.hpp"
 
+#include "actors/node/runtime.hpp"
 #include "actors/stage.hpp"
 #include "actors/wire.hpp"
 #include "models/dataset.hpp"
@@ -362,6 +363,7 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
 
 int split(const options& opt, const split_options& s) {
   at::set_num_threads(1);
+  actors::tune_allocator();  // the same allocator settings as the nodes
   auto train = std::make_shared<learning::dataset>(
     learning::load_fashion_mnist(opt.data_dir, learning::split::train, opt.samples));
   auto test = std::make_shared<learning::dataset>(
