@@ -42,8 +42,9 @@ int framework(const options& opt);
 
 struct tta_options {
   /// "static" (emulated slowdowns 1 1 3 5), "shifting" (slowdowns that move
-  /// between platforms), "skewed" (label skew) or "corunners" (node
-  /// processes with real CPU limits and stress-ng co-runners).
+  /// between platforms), "skewed" (label skew), "corunners" (node
+  /// processes with real CPU limits and stress-ng co-runners) or "wan"
+  /// (node processes on hosts of their own behind slow, unequal links).
   std::string profile = "static";
   std::string config_file;   ///< a cluster file instead of the profile's cluster
   /// Averaged-model test accuracies; the highest is the headline target

@@ -171,8 +171,10 @@ std::function<int()> add_subcommand(CLI::App& app) {
   bench->add_option("--profile", st->tta_opt.profile,
                     "tta: heterogeneity profile: static (slowdowns 1 1 3 5), shifting (load "
                     "moving between platforms), skewed (label skew), corunners (node processes, "
-                    "real CPU limits and stress-ng), gpu (one platform on the GPU, three on "
-                    "a CPU core each; needs a CUDA build); default static")
+                    "real CPU limits and stress-ng), wan (node processes on hosts of their own "
+                    "behind links of 100 5 20 10 Mbit/s, one falling during the run; needs "
+                    "root), gpu (one platform on the GPU, three on a CPU core each; needs a "
+                    "CUDA build); default static")
     ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners", "gpu"}));
   auto* repeat = bench->add_option("--repeat", st->tta_opt.repeat,
                     "tta, traffic, split: seeds 1..N (tta, traffic: from cluster.seed), median (and range) of every figure")
@@ -191,7 +193,8 @@ std::function<int()> add_subcommand(CLI::App& app) {
   auto* strategies = bench->add_option("--strategies", st->tta_opt.strategies,
                                        "tta: strategies to compare; traffic: gosgd, sgp, "
                                        "sparse-push:DENSITY, scsp:DENSITY, a push-sum one "
-                                       "with /H to gossip every H steps (default gosgd sgp "
+                                       "with /H to gossip every H steps, edgegossip+G... "
+                                       "EdgeGossip over the push-sum strategy G (default gosgd sgp "
                                        "sparse-push:0.01 sparse-push:0.03/8 scsp:0.03/8)");
   bench->add_option("--set", st->tta_opt.overrides,
                     "tta, traffic: override a key, e.g. --set cluster.seed=2");

@@ -15,12 +15,23 @@ namespace eg::bench {
 namespace fs = std::filesystem;
 
 void run_processes(const config::cluster_config& cfg, const fs::path& dir,
-                   const std::string& who) {
+                   const std::string& who, const std::vector<std::vector<std::string>>& prefixes) {
   auto file = dir / "cluster.toml";
   std::ofstream(file) << config::to_toml(cfg);
+  const std::string exe = fs::read_symlink("/proc/self/exe").string();
   std::vector<pid_t> pids;
-  for (auto& n : cfg.nodes) {
+  for (size_t i = 0; i < cfg.nodes.size(); ++i) {
+    const auto& n = cfg.nodes[i];
     auto log = (dir / (n.name + ".log")).string();
+    // Built before the fork: the child only execs.
+    std::vector<std::string> args = i < prefixes.size() ? prefixes[i] : std::vector<std::string>{};
+    for (std::string a : {exe, std::string("node"), std::string("--config"), file.string(),
+                          std::string("--node"), n.name, std::string("--fresh")})
+      args.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_t pid = fork();
     if (pid == 0) {
       int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -29,9 +40,7 @@ void run_processes(const config::cluster_config& cfg, const fs::path& dir,
         dup2(fd, STDERR_FILENO);
         close(fd);
       }
-      std::string exe = "/proc/self/exe", node = n.name, path = file.string();
-      execl(exe.c_str(), "edgegossip", "node", "--config", path.c_str(), "--node", node.c_str(),
-            "--fresh", static_cast<char*>(nullptr));
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     if (pid < 0)
@@ -88,6 +97,56 @@ std::string fixed(double v, int digits) {
   char b[40];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
   return b;
+}
+
+strategy_spec parse_spec(const std::string& spec) {
+  strategy_spec s;
+  auto slash = spec.find('/');
+  auto head = spec.substr(0, slash);
+  if (slash != std::string::npos)
+    s.every = spec.substr(slash + 1);
+  auto colon = head.find(':');
+  s.name = head.substr(0, colon);
+  if (colon != std::string::npos)
+    s.density = head.substr(colon + 1);
+  auto plus = s.name.find('+');
+  if (plus != std::string::npos) {
+    s.gossip = s.name.substr(plus + 1);
+    s.name = s.name.substr(0, plus);
+  }
+  return s;
+}
+
+bool push_sum_family(const strategy_spec& s) {
+  return s.rule() == "sgp" || s.rule() == "sparse-push" || s.rule() == "scsp";
+}
+
+void apply_strategy(config::cluster_config& cfg, const std::string& spec, const std::string& who) {
+  auto s = parse_spec(spec);
+  config::apply_override(cfg, "strategy.name=" + s.name);
+  if (!s.gossip.empty())
+    config::apply_override(cfg, "strategy.gossip=" + s.gossip);
+  if (push_sum_family(s))
+    config::apply_override(cfg, "strategy.topology=exponential");
+  if (!s.density.empty()) {
+    if (s.rule() != "sparse-push" && s.rule() != "scsp")
+      throw config::config_error(who + ": '" + spec
+                                 + "': only sparse-push and scsp take a density (NAME:DENSITY)");
+    config::apply_override(cfg, "strategy.density=" + s.density);
+  }
+  if (!s.every.empty()) {
+    if (!push_sum_family(s))
+      throw config::config_error(who + ": '" + spec
+                                 + "': only sgp, sparse-push and scsp gossip every H steps (/H)");
+    config::apply_override(cfg, "strategy.gossip_every=" + s.every);
+  }
+}
+
+std::string file_name_of(const std::string& spec) {
+  std::string out = spec;
+  std::replace(out.begin(), out.end(), '/', '_');
+  std::replace(out.begin(), out.end(), ':', '_');
+  return out;
 }
 
 std::vector<std::string> csv_cells(const std::string& line) {

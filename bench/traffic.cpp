@@ -207,51 +207,8 @@ crossing cross(const std::vector<point>& curve, double target) {
 
 // --- strategies and the cluster --------------------------------------------------------
 
-/// A strategy of the list: "gosgd", "sgp", "sparse-push:D", "scsp:D" (or
-/// any other strategy.name), D its density; "/H" after a push-sum one
-/// ("sparse-push:0.01/4", "sgp/2") gossips every H steps
-/// (strategy.gossip_every). Plain "sgp" is the baseline.
-struct strategy_spec {
-  std::string name;
-  std::string density;  // as written; "" as configured
-  std::string every;    // as written; "" every step
-};
-
-strategy_spec parse_spec(const std::string& spec) {
-  strategy_spec s;
-  auto slash = spec.find('/');
-  auto head = spec.substr(0, slash);
-  if (slash != std::string::npos)
-    s.every = spec.substr(slash + 1);
-  auto colon = head.find(':');
-  s.name = head.substr(0, colon);
-  if (colon != std::string::npos)
-    s.density = head.substr(colon + 1);
-  return s;
-}
-
-bool push_sum_family(const std::string& name) {
-  return name == "sgp" || name == "sparse-push" || name == "scsp";
-}
-
-/// The push-sum family on the exponential graph.
 void apply_strategy(config::cluster_config& cfg, const std::string& spec) {
-  auto s = parse_spec(spec);
-  config::apply_override(cfg, "strategy.name=" + s.name);
-  if (push_sum_family(s.name))
-    config::apply_override(cfg, "strategy.topology=exponential");
-  if (!s.density.empty()) {
-    if (s.name != "sparse-push" && s.name != "scsp")
-      throw config::config_error("bench traffic: '" + spec
-                                 + "': only sparse-push and scsp take a density (NAME:DENSITY)");
-    config::apply_override(cfg, "strategy.density=" + s.density);
-  }
-  if (!s.every.empty()) {
-    if (!push_sum_family(s.name))
-      throw config::config_error("bench traffic: '" + spec
-                                 + "': only sgp, sparse-push and scsp gossip every H steps (/H)");
-    config::apply_override(cfg, "strategy.gossip_every=" + s.every);
-  }
+  bench::apply_strategy(cfg, spec, "bench traffic");
 }
 
 /// The density of a "sparse-push:D" / "scsp:D" strategy; without one, that

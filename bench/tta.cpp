@@ -8,6 +8,7 @@
 
 #include "bench/bench.hpp"
 #include "bench/common.hpp"
+#include "bench/wan.hpp"
 
 #include "actors/node/runtime.hpp"
 #include "config/config.hpp"
@@ -19,7 +20,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <map>
 #include <sstream>
 
 namespace eg::bench {
@@ -32,6 +38,8 @@ struct point {
   double seconds = 0;  // training clock
   double accuracy = 0;
   double prediction_error = -1;  // EdgeGossip: the balancer's, mean over platforms (-1: none)
+  double megabytes = 0;          // sent by every platform through this epoch (cumulative)
+  double samples = 0;            // trained by every platform through this epoch (cumulative)
 };
 
 /// One platform over a run (metrics.csv): what it trained and how fast.
@@ -54,6 +62,24 @@ struct outcome {
   double last_accuracy = 0;        // mean of the last three epochs
   double prediction_error = -1;    // mean over the planned epochs (-1: none)
   double wall_seconds = 0;
+  double megabytes_to = -1;        // sent by every platform until the headline target
+  double megabytes = 0;            // sent in the whole run
+  /// The platforms' summed throughput (samples per second of each one's
+  /// epochs, emulated slowdowns and co-runners included).
+  double pooled_samples_per_second = 0;
+  bool device = false;  // a GPU platform: its figures are printed
+  double limit_seconds = -1;  // the seed's pooled-compute limit (-1: none)
+};
+
+/// The pooled-compute limit of one seed: one model trained by plain SGD
+/// (one platform, all the data, no slowdown), the samples it needed to the
+/// headline target, at the platforms' summed throughput.
+struct compute_limit {
+  double samples_to = -1;         // samples to the target (-1: not reached)
+  double samples_per_second = 0;  // the platforms' summed throughput
+  double seconds() const {
+    return samples_to > 0 && samples_per_second > 0 ? samples_to / samples_per_second : -1;
+  }
 };
 
 std::vector<point> read_curve(const fs::path& csv) {
@@ -70,14 +96,52 @@ std::vector<point> read_curve(const fs::path& csv) {
     throw std::runtime_error("no column " + name + " in " + csv.string());
   };
   auto e = col("epoch"), t = col("training_seconds"), a = col("averaged_accuracy"),
-       pe = col("prediction_error");
+       pe = col("prediction_error"), n = col("samples");
   std::vector<point> out;
+  double samples = 0;
   while (std::getline(in, line)) {
     auto cells = csv_cells(line);
+    samples += std::stod(cells[n]);
     out.push_back({static_cast<uint32_t>(std::stoul(cells[e])), std::stod(cells[t]),
-                   std::stod(cells[a]), std::stod(cells[pe])});
+                   std::stod(cells[a]), std::stod(cells[pe]), 0, samples});
   }
   return out;
+}
+
+/// The bytes every platform sent, per epoch, from the run's metrics files
+/// (metrics.csv, or each node's NODE-metrics.csv): added up into `curve`.
+void add_megabytes(std::vector<point>& curve, const fs::path& run_dir) {
+  std::map<uint32_t, double> sent;
+  for (auto& entry : fs::directory_iterator(run_dir)) {
+    const auto name = entry.path().filename().string();
+    if (name.size() < 11 || name.compare(name.size() - 11, 11, "metrics.csv") != 0)
+      continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    std::getline(in, line);
+    const auto cols = csv_cells(line);
+    size_t e = cols.size(), b = cols.size();
+    for (size_t i = 0; i < cols.size(); ++i) {
+      if (cols[i] == "epoch")
+        e = i;
+      if (cols[i] == "bytes_sent")
+        b = i;
+    }
+    if (e == cols.size() || b == cols.size())
+      throw std::runtime_error("no epoch or bytes_sent column in " + entry.path().string());
+    while (std::getline(in, line)) {
+      auto cells = csv_cells(line);
+      if (cells.size() > std::max(e, b))
+        sent[static_cast<uint32_t>(std::stoul(cells[e]))] += std::stod(cells[b]) / 1e6;
+    }
+  }
+  double total = 0;
+  auto it = sent.begin();
+  for (auto& p : curve) {
+    for (; it != sent.end() && it->first <= p.epoch; ++it)
+      total += it->second;
+    p.megabytes = total;
+  }
 }
 
 /// Each platform's figures from a run's metrics.csv (platform, node, epoch,
@@ -111,18 +175,22 @@ std::vector<platform_figures> read_platforms(const fs::path& csv) {
 /// interpolated between the epoch before and the epoch that crossed it (an
 /// epoch of GoSGD lasts several seconds: the crossing epoch's end alone
 /// overstates by up to one epoch); -1 when never reached.
-double time_to(const std::vector<point>& curve, double target) {
+double value_to(const std::vector<point>& curve, double target, double point::*value) {
   double t_before = 0, a_before = 0;
   for (auto& p : curve) {
     if (p.accuracy >= target) {
       if (p.accuracy <= a_before)
-        return p.seconds;
-      return t_before + (p.seconds - t_before) * (target - a_before) / (p.accuracy - a_before);
+        return p.*value;
+      return t_before + (p.*value - t_before) * (target - a_before) / (p.accuracy - a_before);
     }
-    t_before = p.seconds;
+    t_before = p.*value;
     a_before = p.accuracy;
   }
   return -1;
+}
+
+double time_to(const std::vector<point>& curve, double target) {
+  return value_to(curve, target, &point::seconds);
 }
 
 /// The accuracy a user had at training time `t`: that of the newest epoch
@@ -137,12 +205,24 @@ double accuracy_at(const std::vector<point>& curve, double t) {
 
 // --- profiles ----------------------------------------------------------------------
 
+/// The `wan` profile's links: node i's host behind rates[i] Mbit/s each way
+/// (delayed where the kernel has netem); host `change_host`'s rate becomes
+/// `change_to` `change_at` seconds into each run.
+struct wan_links {
+  std::vector<double> rates;
+  double delay_ms = 0;
+  size_t change_host = 0;
+  double change_at = 0;
+  double change_to = 0;
+};
+
 struct profile {
   std::string name;
   std::string description;
   config::cluster_config cfg;
   bool processes = false;      // one node process per node (else one process)
   std::vector<double> targets; // the last is the headline target
+  std::optional<wan_links> wan;  // node processes on hosts of their own, slow links
 };
 
 /// Four platforms, LeNet-5, Fashion-MNIST, emulated slowdowns 1, 1, 3, 5.
@@ -230,9 +310,43 @@ profile make_profile(const std::string& name) {
       p.cfg.nodes[1].corunners.push_back({"cpu", 1, 5.0 + 40.0 * k, 25.0 + 40.0 * k});
     p.cfg.nodes[2].corunners.push_back({"cpu", 1, 30.0, 0.0});
     p.cfg.balancer_node = "a";
+  } else if (name == "wan") {
+    // Four node processes, each on a host of its own (a network namespace)
+    // behind a link of its own rate, limited each way by a token bucket;
+    // the compute is the static profile's (emulated slowdowns 1 1 3 5), so
+    // the fast machine b sits behind the slowest link, and c's link falls
+    // from 20 to 2 Mbit/s 60 s into each run.
+    p.processes = true;
+    p.cfg = config::default_config();
+    p.cfg.id = "bench-tta-wan";
+    wan_links links;
+    links.rates = {100, 5, 20, 10};
+    links.delay_ms = 20;
+    links.change_host = 2;
+    links.change_at = 60;
+    links.change_to = 2;
+    p.description = "4 node processes on hosts of their own (network namespaces), links of 100 5 "
+                    "20 10 Mbit/s each way (c's falls to 2 at 60 s), 20 ms delay where the kernel "
+                    "has netem, emulated slowdowns 1 1 3 5, IID";
+    auto platforms = p.cfg.nodes[0].platforms;
+    p.cfg.nodes.clear();
+    const char* names[] = {"a", "b", "c", "d"};
+    const double slow[] = {1, 1, 3, 5};
+    for (size_t i = 0; i < 4 && i < platforms.size(); ++i) {
+      config::node_config n;
+      n.name = names[i];
+      n.host = "10.77.0." + std::to_string(i + 1);
+      n.port = 47501;
+      auto pc = platforms[i];
+      pc.slowdown = slow[i];
+      n.platforms.push_back(pc);
+      p.cfg.nodes.push_back(n);
+    }
+    p.cfg.balancer_node = "a";
+    p.wan = links;
   } else {
     throw config::config_error("bench tta: unknown profile '" + name
-                               + "' (static, shifting, skewed, corunners or gpu)");
+                               + "' (static, shifting, skewed, corunners, wan or gpu)");
   }
   return p;
 }
@@ -241,15 +355,51 @@ profile make_profile(const std::string& name) {
 
 outcome run_strategy(const profile& prof, config::cluster_config cfg, const std::string& s,
                      const fs::path& dir) {
-  config::apply_override(cfg, "strategy.name=" + s);
-  cfg.output_dir = (dir / ("runs-" + s)).string();
+  apply_strategy(cfg, s, "bench tta");
+  cfg.output_dir = (dir / ("runs-" + file_name_of(s))).string();
   fs::remove_all(cfg.output_dir);
   fs::create_directories(cfg.output_dir);
   config::validate(cfg);
   auto start = std::chrono::steady_clock::now();
   fs::path csv;
-  if (prof.processes) {
+  if (prof.wan) {
+    // Fresh hosts and links for every run (the rate change is the run's).
+    wan_hosts hosts("egwan", "10.77.0", prof.wan->rates, prof.wan->delay_ms);
+    std::vector<std::vector<std::string>> prefixes;
+    for (size_t i = 0; i < cfg.nodes.size() && i < hosts.size(); ++i)
+      prefixes.push_back(hosts.prefix(i));
+    std::mutex m;
+    std::condition_variable cv;
+    bool over = false;
+    std::thread change([&] {
+      std::unique_lock<std::mutex> lock(m);
+      if (!cv.wait_for(lock, std::chrono::duration<double>(prof.wan->change_at),
+                       [&] { return over; }) && prof.wan->change_host < hosts.size()) {
+        hosts.set_rate(prof.wan->change_host, prof.wan->change_to);
+        std::printf("    (%.0f s: node %s's link now %g Mbit/s)\n", prof.wan->change_at,
+                    cfg.nodes.at(prof.wan->change_host).name.c_str(), prof.wan->change_to);
+        std::fflush(stdout);
+      }
+    });
+    struct stop_change {
+      std::mutex& m;
+      std::condition_variable& cv;
+      bool& over;
+      std::thread& t;
+      ~stop_change() {
+        {
+          std::lock_guard<std::mutex> lock(m);
+          over = true;
+        }
+        cv.notify_all();
+        t.join();
+      }
+    } stop{m, cv, over, change};
+    run_processes(cfg, cfg.output_dir, "bench tta", prefixes);
+  } else if (prof.processes) {
     run_processes(cfg, cfg.output_dir, "bench tta");
+  }
+  if (prof.processes) {
     for (auto& entry : fs::directory_iterator(cfg.output_dir))
       if (entry.is_directory() && fs::exists(entry.path() / "cluster.csv"))
         csv = entry.path() / "cluster.csv";
@@ -264,12 +414,19 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   o.strategy = s;
   o.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   o.curve = read_curve(csv);
-  bool device = false;
   for (const auto& n : cfg.nodes)
     for (const auto& p : n.platforms)
-      device = device || p.device != "cpu";
-  if (device && !prof.processes)
-    o.platforms = read_platforms(csv.parent_path() / "metrics.csv");
+      o.device = o.device || p.device != "cpu";
+  add_megabytes(o.curve, csv.parent_path());
+  o.megabytes = o.curve.empty() ? 0 : o.curve.back().megabytes;
+  for (auto& entry : fs::directory_iterator(csv.parent_path())) {
+    const auto name = entry.path().filename().string();
+    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "metrics.csv") == 0)
+      for (auto& f : read_platforms(entry.path()))
+        o.platforms.push_back(f);
+  }
+  for (auto& f : o.platforms)
+    o.pooled_samples_per_second += f.samples_per_second();
   double sum = 0;
   bool all = true;
   for (double target : prof.targets) {
@@ -278,6 +435,8 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
     sum += o.time_to.back();
   }
   o.mean_time = all && !prof.targets.empty() ? sum / static_cast<double>(prof.targets.size()) : -1;
+  if (!prof.targets.empty())
+    o.megabytes_to = value_to(o.curve, prof.targets.back(), &point::megabytes);
   o.final_accuracy = o.curve.empty() ? 0 : o.curve.back().accuracy;
   // Under label skew the averaged model's accuracy swings by points from
   // one epoch to the next: the mean of the last three is steadier.
@@ -295,15 +454,44 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   return o;
 }
 
+/// The pooled-compute limit's model: one platform (the first node's first,
+/// without slowdown, co-runners or CPU limit) trains all the data by plain
+/// SGD, in this process; the samples it needed to `target`.
+double plain_sgd_samples_to(config::cluster_config cfg, const fs::path& dir, double target) {
+  cfg.nodes.resize(1);
+  auto& n = cfg.nodes.front();
+  n.corunners.clear();
+  n.cpu_limit = 0;
+  n.cpu_schedule.clear();
+  auto p = n.platforms.front();
+  p.share = 0;
+  p.slowdown = 1;
+  p.interference.clear();
+  p.data_dir.clear();
+  n.platforms = {p};
+  cfg.balancer_node = n.name;
+  cfg.quorum = 0;
+  cfg.strategy = config::strategy_config{};
+  cfg = actors::as_one_process(cfg);
+  cfg.output_dir = (dir / "runs-plain-sgd").string();
+  fs::remove_all(cfg.output_dir);
+  fs::create_directories(cfg.output_dir);
+  config::validate(cfg);
+  auto run = actors::run_node(cfg, "local", {}).run;
+  auto curve = read_curve(fs::path(cfg.output_dir) / run / "cluster.csv");
+  return value_to(curve, target, &point::samples);
+}
+
 void plot(const std::vector<outcome>& results, const fs::path& dir, double target,
           const std::string& title) {
   auto data = dir / "tta.csv";
   {
     std::ofstream out(data);
-    out << "strategy,epoch,training_seconds,averaged_accuracy\n";
+    out << "strategy,epoch,training_seconds,averaged_accuracy,megabytes_sent\n";
     for (auto& r : results)
       for (auto& p : r.curve)
-        out << r.strategy << ',' << p.epoch << ',' << p.seconds << ',' << p.accuracy << '\n';
+        out << r.strategy << ',' << p.epoch << ',' << p.seconds << ',' << p.accuracy << ','
+            << p.megabytes << '\n';
   }
   auto script = dir / "tta.gp";
   {
@@ -317,13 +505,22 @@ void plot(const std::vector<outcome>& results, const fs::path& dir, double targe
        << " nohead dashtype 2\n"
        << "plot";
     for (size_t i = 0; i < results.size(); ++i) {
-      auto file = dir / ("tta-" + results[i].strategy + ".csv");
+      auto file = dir / ("tta-" + file_name_of(results[i].strategy) + ".csv");
       std::ofstream part(file);
       for (auto& p : results[i].curve)
-        part << p.seconds << ',' << p.accuracy << '\n';
+        part << p.seconds << ',' << p.accuracy << ',' << std::max(p.megabytes, 1e-3) << '\n';
       gp << (i ? ", " : " ") << "'" << file.string() << "' using 1:2 with linespoints title '"
          << results[i].strategy << "'";
     }
+    gp << "\n";
+    // The same curves against the bytes sent (every platform's, cumulative;
+    // log scale: strategies differ by orders of magnitude).
+    gp << "set output '" << (dir / "tta-bytes.png").string() << "'\n"
+       << "set xlabel 'MB sent by every platform (log scale)'\nset logscale x\nplot";
+    for (size_t i = 0; i < results.size(); ++i)
+      gp << (i ? ", " : " ") << "'"
+         << (dir / ("tta-" + file_name_of(results[i].strategy) + ".csv")).string()
+         << "' using 3:2 with linespoints title '" << results[i].strategy << "'";
     gp << "\n";
   }
   auto cmd = "gnuplot '" + script.string() + "' 2>/dev/null";
@@ -339,6 +536,7 @@ profile configured_profile(const tta_options& t) {
     prof.cfg = config::load(t.config_file);
     prof.description = "cluster file " + t.config_file;
     prof.processes = t.profile == "corunners" || prof.cfg.nodes.size() > 1;
+    prof.wan.reset();  // the file's hosts, not the profile's
   }
   if (!t.targets.empty())
     prof.targets = t.targets;
@@ -385,16 +583,34 @@ std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
   std::vector<outcome> results;
   for (auto& s : t.strategies) {
     auto o = run_strategy(prof, cfg, s, dir);
-    std::printf("  seed %llu %-12s %4.0f s wall; accuracy after %u epochs %.4f; %.2f %s\n",
+    std::printf("  seed %llu %-12s %4.0f s wall; accuracy after %u epochs %.4f; %.2f %s; "
+                "%.2f MB sent in all\n",
                 static_cast<unsigned long long>(cfg.seed), s.c_str(), o.wall_seconds,
                 t.epochs, o.final_accuracy, headline,
                 o.time_to.back() < 0 ? "not reached"
-                                     : ("after " + fixed(o.time_to.back(), 1) + " s").c_str());
-    if (!o.platforms.empty())
+                                     : ("after " + fixed(o.time_to.back(), 1) + " s and "
+                                        + fixed(o.megabytes_to, 2) + " MB").c_str(),
+                o.megabytes);
+    if (o.device)
       print_platforms(o);
     std::fflush(stdout);
     results.push_back(std::move(o));
   }
+  // The pooled-compute limit: plain SGD's samples to the target at the
+  // best summed throughput a strategy's platforms showed.
+  compute_limit limit;
+  for (auto& r : results)
+    limit.samples_per_second = std::max(limit.samples_per_second, r.pooled_samples_per_second);
+  limit.samples_to = plain_sgd_samples_to(cfg, dir, headline);
+  std::printf("  seed %llu plain SGD, one model: %s samples to %.2f; at the platforms' summed "
+              "%.0f samples/s: %s (the pooled-compute limit)\n",
+              static_cast<unsigned long long>(cfg.seed),
+              limit.samples_to < 0 ? "n/a" : fixed(limit.samples_to, 0).c_str(), headline,
+              limit.samples_per_second,
+              limit.seconds() < 0 ? "n/a" : (fixed(limit.seconds(), 1) + " s").c_str());
+  std::fflush(stdout);
+  for (auto& r : results)
+    r.limit_seconds = limit.seconds();
   // Accuracy at equal training time: when the shortest run ended.
   double equal = std::numeric_limits<double>::infinity();
   for (auto& r : results)
@@ -404,7 +620,8 @@ std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
     r.equal_time_accuracy = accuracy_at(r.curve, equal);
     all << prof.name << ',' << cfg.seed << ',' << r.strategy << ',' << r.time_to.back() << ','
         << r.mean_time << ',' << r.final_accuracy << ',' << r.last_accuracy << ',' << equal << ','
-        << r.equal_time_accuracy << ',' << r.prediction_error << '\n';
+        << r.equal_time_accuracy << ',' << r.prediction_error << ',' << r.megabytes_to << ','
+        << r.megabytes << ',' << r.limit_seconds << '\n';
   }
   plot(results, dir, headline,
        "tta, profile " + prof.name + ", seed " + std::to_string(cfg.seed));
@@ -428,7 +645,8 @@ double speedup(double base_time, double time) {
 /// asynchronous GoSGD of the same seeds.
 struct comparison {
   spread headline_time, mean_time, final_acc, last_acc, vs_gosgd, vs_async, mean_vs_gosgd,
-    mean_vs_async, diff_final, diff_last, diff_equal, prediction;
+    mean_vs_async, diff_final, diff_last, diff_equal, prediction, megabytes_to, bytes_vs_gosgd,
+    of_limit;
 };
 
 comparison compare(const std::vector<std::vector<outcome>>& seeds, const std::string& s) {
@@ -438,6 +656,11 @@ comparison compare(const std::vector<std::vector<outcome>>& seeds, const std::st
     auto* g = find_strategy(rs, "gosgd");
     auto* a = find_strategy(rs, "gosgd-async");
     c.headline_time.add(r->time_to.back(), r->time_to.back() >= 0);
+    c.megabytes_to.add(r->megabytes_to, r->megabytes_to >= 0);
+    if (r->limit_seconds > 0 && r->time_to.back() > 0)
+      c.of_limit.add(r->limit_seconds / r->time_to.back());
+    else
+      c.of_limit.add(-1, false);
     c.mean_time.add(r->mean_time, r->mean_time >= 0);
     c.final_acc.add(r->final_accuracy);
     c.last_acc.add(r->last_accuracy);
@@ -449,6 +672,8 @@ comparison compare(const std::vector<std::vector<outcome>>& seeds, const std::st
       x = speedup(g->mean_time, r->mean_time);
       c.mean_vs_gosgd.add(x, x > 0);
       c.diff_final.add(100 * (r->final_accuracy - g->final_accuracy));
+      x = g->megabytes_to > 0 && r->megabytes_to > 0 ? g->megabytes_to / r->megabytes_to : -1;
+      c.bytes_vs_gosgd.add(x, x > 0);
       c.diff_last.add(100 * (r->last_accuracy - g->last_accuracy));
       c.diff_equal.add(100 * (r->equal_time_accuracy - g->equal_time_accuracy));
     }
@@ -470,6 +695,9 @@ void print_strategy(const std::vector<std::vector<outcome>>& seeds, const std::s
   const auto c = compare(seeds, s);
   std::printf("%s:\n", s.c_str());
   std::printf("  time to %.2f            %s\n", headline, c.headline_time.show("%.1f", " s").c_str());
+  std::printf("  MB sent to %.2f         %s\n", headline, c.megabytes_to.show("%.2f").c_str());
+  std::printf("  of the pooled-compute limit %s (the limit's time over the strategy's)\n",
+              c.of_limit.show("%.2f").c_str());
   std::printf("  mean time to %-10s %s\n", targets_text.c_str(), c.mean_time.show("%.1f", " s").c_str());
   std::printf("  accuracy after %2u epochs %s\n", t.epochs, c.final_acc.show("%.4f").c_str());
   std::printf("  mean of the last 3       %s\n", c.last_acc.show("%.4f").c_str());
@@ -482,6 +710,8 @@ void print_strategy(const std::vector<std::vector<outcome>>& seeds, const std::s
                 c.vs_gosgd.show("%.2f", "x").c_str(), headline,
                 c.mean_vs_gosgd.show("%.2f", "x").c_str(), c.diff_final.show("%+.2f").c_str(),
                 t.epochs, c.diff_last.show("%+.2f").c_str(), c.diff_equal.show("%+.2f").c_str());
+    std::printf("  vs gosgd: %s fewer bytes to %.2f\n", c.bytes_vs_gosgd.show("%.1f", "x").c_str(),
+                headline);
     if (s != "gosgd-async" && find_strategy(seeds.front(), "gosgd-async"))
       std::printf("  vs gosgd-async: %s sooner to %.2f, %s sooner on the mean\n",
                   c.vs_async.show("%.2f", "x").c_str(), headline,
@@ -499,6 +729,19 @@ void print_strategy(const std::vector<std::vector<outcome>>& seeds, const std::s
 
 int tta(const options& opt, const tta_options& t) {
   auto prof = configured_profile(t);
+  if (prof.wan) {
+    try {
+      wan_hosts probe("egwan", "10.77.0", prof.wan->rates, prof.wan->delay_ms);
+      if (!probe.delayed() && prof.wan->delay_ms > 0) {
+        std::printf("tta: profile wan: the kernel has no netem here: links are rate-limited, "
+                    "not delayed\n");
+        prof.wan->delay_ms = 0;
+      }
+    } catch (const wan_unavailable& e) {
+      std::printf("tta: profile wan skipped: %s\n", e.what());
+      return 0;
+    }
+  }
   auto& base = prof.cfg;
   const double headline = prof.targets.back();
   auto root = fs::absolute(fs::path(opt.out_dir) / "tta" / prof.name);
@@ -518,7 +761,8 @@ int tta(const options& opt, const tta_options& t) {
   const uint64_t first_seed = base.seed;
   std::ofstream all(root / "tta-seeds.csv");
   all << "profile,seed,strategy,time_to_headline,mean_time_to_targets,final_accuracy,"
-         "last3_accuracy,equal_time,accuracy_at_equal_time,prediction_error\n";
+         "last3_accuracy,equal_time,accuracy_at_equal_time,prediction_error,megabytes_to_headline,"
+         "megabytes,pooled_compute_limit_seconds\n";
   for (int k = 0; k < t.repeat; ++k) {
     auto cfg = base;
     cfg.seed = first_seed + static_cast<uint64_t>(k);

@@ -10,7 +10,7 @@
 //               label_column, augment, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule,
 //               lr_warmup
-//   [strategy]  name, schedule, topology, out_peers, exchange_probability, density,
+//   [strategy]  name, gossip, schedule, topology, out_peers, exchange_probability, density,
 //               consensus_step, sparse_values, drift_memory, drift_gain, overlap, gossip_every,
 //               server, commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
@@ -154,6 +154,7 @@ const real_rule deadline_factor{[](double x) { return x == 0 || (std::isfinite(x
 const text_rule any_text{{}, true};
 const text_rule non_empty{{}, false};
 const text_rule strategy_rule{{}, false, [] { return strategies().names(); }};
+const text_rule gossip_rule{{"gosgd", "sgp", "sparse-push", "scsp"}, false};
 const text_rule topology_rule{{}, false, [] { return topologies().names(); }};
 const text_rule model_rule{{"torchscript:PATH"}, false, [] { return models().names(); }};
 
@@ -203,6 +204,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.lr_schedule", c.train.lr_schedule, text_rule{{"constant", "cosine"}, false});
   visit("train.lr_warmup", c.train.lr_warmup, non_negative);
   visit("strategy.name", c.strategy.name, strategy_rule);
+  visit("strategy.gossip", c.strategy.gossip, gossip_rule);
   visit("strategy.schedule", c.strategy.schedule, enum_rule{});
   visit("strategy.topology", c.strategy.topology, topology_rule);
   visit("strategy.out_peers", c.strategy.out_peers, positive_int);
@@ -912,10 +914,15 @@ void check_cluster_settings(const cluster_config& cfg) {
                       [&](const node_config& n) { return n.name == cfg.strategy.server; }))
     throw config_error("strategy.server names no node: " + show(cfg.strategy.server) +
                        " (nodes: " + names_of(cfg.nodes) + ")");
+  if (cfg.strategy.gossip != "gosgd" && !cfg.strategy.edgegossip())
+    throw config_error("strategy.gossip is " + show(cfg.strategy.gossip) + ", but only EdgeGossip "
+                       "takes a gossip (strategy.name is " + show(cfg.strategy.name) +
+                       "; for push-sum alone, strategy.name = " + show(cfg.strategy.gossip) + ")");
   if (cfg.strategy.gossip_every != 1 && !cfg.strategy.push_sum())
     throw config_error("strategy.gossip_every is " + std::to_string(cfg.strategy.gossip_every)
                        + ", but only the push-sum family (sgp, sparse-push, scsp) gossips in "
-                       "rounds; strategy.name is " + show(cfg.strategy.name));
+                       "rounds; strategy.name is " + show(cfg.strategy.name) +
+                       (cfg.strategy.edgegossip() ? " over " + show(cfg.strategy.gossip) : ""));
   if (cfg.strategy.parameter_server() && cfg.strategy.check_period > 0
       && cfg.strategy.min_interval > cfg.strategy.check_period)
     throw config_error("strategy.min_interval (" + std::to_string(cfg.strategy.min_interval)
@@ -1069,8 +1076,10 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << "|lr_schedule|" << cfg.train.lr_schedule;
   if (cfg.train.lr_warmup != 0)  // (likewise)
     text << "|lr_warmup|" << cfg.train.lr_warmup;
-  if (cfg.strategy.name == "scsp")  // (likewise)
+  if (cfg.strategy.rule() == "scsp")  // (likewise)
     text << "|drift_gain|" << cfg.strategy.drift_gain;
+  if (cfg.strategy.gossip != "gosgd")  // (likewise)
+    text << "|gossip|" << cfg.strategy.gossip;
   // The data as configured (likewise absent at the defaults).
   if (cfg.data.format != "auto" || !cfg.data.classes.empty() || !cfg.data.test_dir.empty() ||
       cfg.data.validation != 0 || cfg.data.augment || !cfg.data.label_column.empty()) {

@@ -192,6 +192,11 @@ struct strategy_config {
   /// skew compensation), and the parameter server's "bsp", "ssp", "async",
   /// "adacomm" and "adsp" (docs/ALGORITHMS.md).
   std::string name = "gosgd";
+  /// EdgeGossip only: the gossip under its plans, "gosgd" (the paper's) or
+  /// one of the push-sum family, "sgp", "sparse-push" or "scsp" (the
+  /// balancer's shares with Sparse-Push's messages; docs/ALGORITHMS.md,
+  /// "EdgeGossip over push-sum").
+  std::string gossip = "gosgd";
   config::schedule schedule = schedule::sync;
   /// Who sends to whom: "uniform" (`out_peers` peers drawn uniformly at
   /// random among the live ones every iteration; GoSGD's rule with 1),
@@ -265,8 +270,13 @@ struct strategy_config {
   bool asynchronous() const { return schedule == schedule::async || traits().asynchronous; }
   /// True when the predictor, balancer and accuracy-aware trainer are on.
   bool edgegossip() const { return traits().balanced; }
-  /// True for the push-sum family (weights that sum to the platforms).
-  bool push_sum() const { return traits().family == strategy_family::push_sum; }
+  /// The gossip's arithmetic: `gossip` under EdgeGossip, else `name`.
+  const std::string& rule() const { return edgegossip() ? gossip : name; }
+  /// True when the gossip is of the push-sum family (weights that sum to
+  /// the platforms): sgp, sparse-push, scsp, or EdgeGossip over one of them.
+  bool push_sum() const {
+    return strategies().at(rule()).family == strategy_family::push_sum;
+  }
 };
 
 /// EdgeGossip's parameters (docs/ALGORITHMS.md, "EdgeGossip"; Han et al., IEEE TPDS 2021).

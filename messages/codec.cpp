@@ -297,6 +297,7 @@ struct body_writer {
       adopt.set(i, text(p.adopt[i]));
     out.setAdoptPart(p.adopt_part);
     out.setAdoptParts(p.adopt_parts);
+    out.setRounds(p.rounds);
   }
   void operator()(const prediction& p) {
     auto out = body.initPrediction();
@@ -458,6 +459,7 @@ struct body_reader {
       p.adopt.push_back(str(a));
     p.adopt_part = in.getAdoptPart();
     p.adopt_parts = in.getAdoptParts();
+    p.rounds = in.getRounds();
     if (p.adopt_parts == 0 || p.adopt_part >= p.adopt_parts)
       throw codec_error("plan adopts part " + std::to_string(p.adopt_part) + " of "
                         + std::to_string(p.adopt_parts));

@@ -204,6 +204,10 @@ struct plan {
   std::vector<std::string> adopt;
   uint32_t adopt_part = 0;
   uint32_t adopt_parts = 1;
+  /// EdgeGossip over push-sum: the gossip rounds every platform makes this
+  /// epoch, spread evenly over its own batches (so platforms on unequal
+  /// shares meet in the same rounds); 0: a round every gossip_every steps.
+  uint32_t rounds = 0;
 };
 
 /// Predictor -> balancer: the platform's predicted throughput now.

@@ -116,6 +116,7 @@ struct Plan {
   adopt @3 :List(Text);
   adoptPart @4 :UInt32;
   adoptParts @5 :UInt32;
+  rounds @6 :UInt32;
 }
 
 struct Prediction {

@@ -180,8 +180,8 @@ public:
   /// platforms) shuffled and cut to ceil(|shard| * ratio) points; EdgeGossip
   /// chooses them by its ranking.
   virtual planned_epoch plan_epoch(const run_position& at, const std::vector<int64_t>& adopted);
-  /// The epoch begins.
-  virtual void epoch_begins() {}
+  /// The epoch begins, with `batches` planned (its steps).
+  virtual void epoch_begins(size_t batches) {}
   /// The worker's part of an epoch report (commits, staleness, the server's
   /// version), taken before epoch_over().
   virtual void fill_report(messages::epoch_report& report) const {}

@@ -208,6 +208,8 @@ cluster_layout cluster_layout::of(const config::cluster_config& cluster) {
     return l;
   }
   l.strategy = cluster.strategy.name;
+  if (cluster.strategy.edgegossip() && cluster.strategy.gossip != "gosgd")
+    l.strategy += " over " + cluster.strategy.gossip;
   l.schedule = cluster.strategy.asynchronous() ? "async" : "sync";
   l.balancer = cluster.balancer().name;
   if (cluster.strategy.parameter_server())

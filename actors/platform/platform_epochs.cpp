@@ -86,7 +86,7 @@ void begin_epoch(self_ptr self) {
   st.samples = st.iterations = st.refused = 0;
   st.running = true;
   st.waiting = false;
-  st.worker->epoch_begins();
+  st.worker->epoch_begins(st.planned_batches);
   spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.at.epoch + 1,
                 st.trainer().remaining());
   st.step_queued = true;
@@ -284,10 +284,17 @@ void step(self_ptr self) {
     // A merge that brings the last awaited message queues the step.
     if (!st.waiting) {
       st.waiting = true;
+      st.waiting_since = clock::now();
       self->delayed_send(self, defaults::overlap_wait, overlap_atom::value,
                          st.at.total_iterations);
     }
     return;
+  }
+  if (st.waiting) {
+    // The wait for a peer is not this platform's speed: the predictor (and
+    // so Algorithm 1's share) would take a platform whose in-neighbour is
+    // slow for a slow one, and shrink its share, epoch after epoch.
+    st.last_step_end += clock::now() - st.waiting_since;
   }
   st.waiting = false;
   if (st.args.train.lr_warmup > 0 && st.at.epoch < st.args.train.lr_warmup) {

@@ -32,6 +32,7 @@ struct platform_state {
   std::unique_ptr<learning::worker> worker;  ///< the training family's part
   learning::run_position at;                 ///< name, epoch, ratio, steps done
   bool waiting = false;  ///< a step waits for a peer's message (the overlap wait)
+  clock::time_point waiting_since;  ///< since when (not counted as its speed)
   caf::actor balancer;
   caf::actor server;  ///< parameter-server strategies: null while none is reachable
   // Run position.

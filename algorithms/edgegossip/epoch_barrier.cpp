@@ -32,6 +32,10 @@ barrier_settings barrier_settings::of(const config::cluster_config& cluster) {
   s.p_threshold = cluster.edgegossip.p_threshold;
   s.f_threshold = cluster.edgegossip.f_threshold;
   s.deadline = cluster.edgegossip.deadline;
+  s.push_sum = cluster.strategy.push_sum();
+  s.batch = cluster.train.batch;
+  s.max_iterations = cluster.train.max_iterations;
+  s.gossip_every = cluster.strategy.gossip_every;
   return s;
 }
 
@@ -190,6 +194,35 @@ std::vector<double> epoch_barrier::class_weights(uint32_t epoch, const std::stri
 
 // -- plans ----------------------------------------------------------------------------
 
+uint32_t epoch_barrier::gossip_rounds(const std::vector<std::string>& survivors,
+                                     const std::map<std::string, double>& ratios) const {
+  if (!settings_.edgegossip || !settings_.push_sum || survivors.empty())
+    return 0;
+  // As many rounds as the platform with the fewest batches makes at one a
+  // gossip_every steps: each platform then makes at most one round a step,
+  // so every round is one column-stochastic split of its weight, and a
+  // platform on a small share gossips as often per epoch as the others.
+  const int64_t batch = std::max<int64_t>(settings_.batch, 1);
+  int64_t fewest = std::numeric_limits<int64_t>::max();
+  for (const auto& name : survivors) {
+    auto it = platforms_.find(name);
+    if (it == platforms_.end())
+      continue;
+    auto r = ratios.find(name);
+    const double ratio = r == ratios.end() ? 1.0 : r->second;
+    const auto samples =
+      static_cast<int64_t>(std::ceil(static_cast<double>(it->second.shard_size) * ratio));
+    int64_t batches = (samples + batch - 1) / batch;
+    if (settings_.max_iterations > 0)
+      batches = std::min(batches, settings_.max_iterations);
+    fewest = std::min(fewest, batches);
+  }
+  if (fewest == std::numeric_limits<int64_t>::max())
+    return 0;
+  const int64_t rounds = fewest / std::max<int64_t>(settings_.gossip_every, 1);
+  return static_cast<uint32_t>(std::clamp<int64_t>(rounds, 1, 1 << 20));
+}
+
 epoch_plan epoch_barrier::plan(uint32_t epoch,
                                const std::map<std::string, messages::prediction>& predictions,
                                clock::time_point now) {
@@ -247,9 +280,11 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
   // here and trains its whole shard, so the epoch barrier, which waits for
   // every live platform, is never held up by it.
   auto survivors = live();
+  const uint32_t rounds = gossip_rounds(survivors, ratios);
   for (size_t i = 0; i < survivors.size(); ++i) {
     messages::plan p;
     p.epoch = epoch;
+    p.rounds = rounds;
     auto r = ratios.find(survivors[i]);
     p.ratio = r == ratios.end() ? 1.0 : r->second;
     p.last_epoch = settings_.last_epoch;

@@ -35,6 +35,13 @@ struct barrier_settings {
   double p_threshold = 0.001;  ///< a platform predicted slower than this has failed
   double f_threshold = 0.1;    ///< failed share past which survivors adopt failed shards
   double deadline = 0;         ///< edgegossip.deadline (0: none)
+  /// EdgeGossip over push-sum: every plan carries the epoch's gossip rounds
+  /// (messages::plan::rounds), from the batches of the platform with the
+  /// fewest (batch, max_iterations) and the steps per round (gossip_every).
+  bool push_sum = false;
+  int64_t batch = 64;
+  int64_t max_iterations = 0;
+  int64_t gossip_every = 1;
 
   /// The settings of `cluster` (shard sizes apart: they come with the data).
   static barrier_settings of(const config::cluster_config& cluster);
@@ -255,6 +262,9 @@ public:
 
 private:
   storage::cluster_epoch measure(uint32_t epoch, clock::time_point now);
+  /// EdgeGossip over push-sum: the epoch's gossip rounds (0 otherwise).
+  uint32_t gossip_rounds(const std::vector<std::string>& survivors,
+                         const std::map<std::string, double>& ratios) const;
 
   barrier_settings settings_;
   std::map<std::string, platform> platforms_;

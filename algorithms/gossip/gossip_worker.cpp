@@ -22,7 +22,7 @@ std::unique_ptr<gossip_strategy> make_gossip_strategy(const worker_settings& set
                                                  : messages::value_type::float16;
   sparse.drift_memory = sc.drift_memory;
   sparse.drift_gain = sc.drift_gain;
-  return make_strategy(sc.name, settings.platforms, sc.exchange_probability,
+  return make_strategy(sc.rule(), settings.platforms, sc.exchange_probability,
                        flat_layout::of(model.names(), model.params()), sparse);
 }
 
@@ -55,11 +55,15 @@ void gossip_worker::adopted() { strategy_->restored(model_.params()); }
 void gossip_worker::planned(const messages::plan& plan) {
   ratio_ = plan.ratio;
   strategy_->scale_exchange(1.0 / std::max(plan.ratio, 1e-3));
+  epoch_ = plan.epoch;
+  rounds_ = settings_.strategy.push_sum() ? plan.rounds : 0;
 }
 
-void gossip_worker::epoch_begins() {
+void gossip_worker::epoch_begins(size_t batches) {
   gave_up_ = 0;
   gate_.new_epoch();
+  batches_ = batches;
+  steps_ = done_ = 0;
 }
 
 std::vector<worker_note> gossip_worker::epoch_over(uint32_t epoch) {
@@ -87,6 +91,19 @@ std::string gossip_worker::epoch_summary(const messages::epoch_report& report) c
 }
 
 std::vector<std::string> gossip_worker::awaited(uint64_t k) {
+  if (rounds_ > 0) {
+    // Before this epoch's round done_ + 1, the messages of round
+    // done_ + 1 - tau (none in the epoch's first tau rounds: the epoch
+    // barrier lines the epochs up).
+    const uint64_t tau = gate_.tau();
+    if (tau == 0 || done_ + 1 <= tau || done_ >= rounds_)
+      return {};
+    const uint64_t need = planned_round(done_ + 1 - tau);
+    auto sources = topology_->sources(need, settings_.platform, live_);
+    if (!sources)
+      return {};
+    return gate_.missing(need, *sources);
+  }
   auto need = gate_.needed_iteration(round(k));
   if (!need)
     return {};
@@ -110,8 +127,24 @@ worker_outcome gossip_worker::stepped(const step_done& step, const run_position&
   // gossip rounds (strategy.gossip_every) nobody: the step is local.
   std::vector<std::string> targets;
   const uint64_t k = at.total_iterations;
-  if (k % gossip_every_ == 0)
+  // The round's number on the wire, as an iteration of round() (the
+  // receivers' overlap wait reads it so).
+  uint64_t iteration = k;
+  if (rounds_ > 0) {
+    // R rounds spread over this epoch's batches: round j at the step where
+    // j * batches / R is reached; at most one a step while R <= batches (a
+    // platform with fewer batches than rounds makes the last one due).
+    ++steps_;
+    const uint64_t due =
+      batches_ == 0 ? rounds_ : std::min<uint64_t>(rounds_, steps_ * rounds_ / batches_);
+    if (due > done_) {
+      done_ = due;
+      targets = topology_->targets(planned_round(done_), settings_.platform, live_, rng_);
+      iteration = planned_round(done_) * gossip_every_;
+    }
+  } else if (k % gossip_every_ == 0) {
     targets = topology_->targets(round(k), settings_.platform, live_, rng_);
+  }
   // GoSGD and push-sum decide without reading the weights: a platform on a
   // GPU copies them back only when a message goes.
   auto orders = strategy_->after_step(
@@ -127,6 +160,7 @@ worker_outcome gossip_worker::stepped(const step_done& step, const run_position&
     // A sparse strategy may send less weight than ordered (0 included).
     const double weight = payload.hold ? payload.weight : order.weight;
     auto message = weights_message(at, weight, std::move(payload.tensors), std::move(hold));
+    message.value.iteration = iteration;
     message.value.sparse = std::move(payload.sparse);
     message.value.edge_seq = payload.edge_seq;
     message.value.generation = payload.generation;
@@ -149,7 +183,9 @@ void gossip_worker::merge(const messages::held_weights& message) {
     }
     auto received = from_views(w.tensors, model_.names(), model_.params());
     model_.before_write();
-    if (settings_.edgegossip.merge == config::merge_rule::rate)
+    // (Push-sum mixes by its weights alone: a rate there would break the
+    // exact average its weights keep.)
+    if (settings_.edgegossip.merge == config::merge_rule::rate && !settings_.strategy.push_sum())
       strategy_->merge(model_.params(), received, w.gossip_weight,
                        std::max(ratio_, 1e-3), w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);
     else

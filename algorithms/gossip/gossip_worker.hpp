@@ -25,7 +25,7 @@ public:
   void adopted() override;
   double weight() const override { return strategy_->weight(); }
   void planned(const messages::plan& plan) override;
-  void epoch_begins() override;
+  void epoch_begins(size_t batches) override;
   std::vector<worker_note> epoch_over(uint32_t epoch) override;
   std::string epoch_summary(const messages::epoch_report& report) const override;
   std::vector<std::string> awaited(uint64_t k) override;
@@ -40,6 +40,10 @@ private:
   /// Gossip rounds done by iteration k (counted from 1): round r ends with
   /// step r * gossip_every, which sends its messages.
   uint64_t round(uint64_t k) const { return k / gossip_every_; }
+  /// EdgeGossip over push-sum (a plan with rounds): round j of epoch e is
+  /// numbered e * 2^20 + j on every platform, whatever its share, for the
+  /// topology's schedule and the overlap wait.
+  uint64_t planned_round(uint64_t j) const { return (uint64_t{epoch_} << 20) + j; }
 
   std::unique_ptr<gossip_strategy> strategy_;
   std::unique_ptr<topology> topology_;
@@ -47,6 +51,10 @@ private:
   uint64_t gossip_every_ = 1;       ///< local steps per gossip round
   std::vector<std::string> live_;   ///< peer platforms reachable now
   double ratio_ = 1;                ///< r_i of this epoch (EdgeGossip's merge by rate)
+  // EdgeGossip over push-sum: the plan's rounds (0: a round every
+  // gossip_every steps), this epoch's batches, steps and rounds made.
+  uint32_t epoch_ = 0;
+  uint64_t rounds_ = 0, batches_ = 0, steps_ = 0, done_ = 0;
   uint64_t gave_up_ = 0;            ///< waits that ran out this epoch
   uint64_t out_of_step_said_ = 0;   ///< strategy's out_of_step() when last noted
 };

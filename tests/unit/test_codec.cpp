@@ -193,6 +193,9 @@ BOOST_AUTO_TEST_CASE(plan_round_trip) {
   BOOST_TEST(r.ratio == 0.375);
   BOOST_TEST(r.last_epoch == 12u);
   BOOST_TEST(r.adopt.empty());
+  BOOST_TEST(r.rounds == 0u);
+  p.rounds = 37;  // EdgeGossip over push-sum
+  BOOST_TEST(round_trip(p).rounds == 37u);
 }
 
 BOOST_AUTO_TEST_CASE(plan_with_adopted_shards_round_trip) {

@@ -49,6 +49,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.train.lr_schedule == b.train.lr_schedule);
   BOOST_TEST(a.train.lr_warmup == b.train.lr_warmup);
   BOOST_TEST(a.strategy.name == b.strategy.name);
+  BOOST_TEST(a.strategy.gossip == b.strategy.gossip);
   BOOST_TEST(a.strategy.schedule == b.strategy.schedule);
   BOOST_TEST(a.strategy.topology == b.strategy.topology);
   BOOST_TEST(a.strategy.exchange_probability == b.strategy.exchange_probability);
@@ -125,7 +126,7 @@ cluster_config unusual_config() {
   c.data.label_column = "species";
   c.data.augment = true;
   c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3, "cosine"};
-  c.strategy = {"edgegossip", schedule::async, "exponential",
+  c.strategy = {"edgegossip", "sparse-push", schedule::async, "exponential",
                 1.0 / 3.0, 3};
   c.edgegossip = {"isvd-lsh", 20, selection::random, merge_rule::gossip, 0.01, 0.25};
   c.nodes.clear();
@@ -493,6 +494,26 @@ BOOST_AUTO_TEST_CASE(strategies_and_schedules) {
   auto e = error_of([&] { validate(g); });
   BOOST_TEST(contains(e, "strategy.gossip_every is 4, but only the push-sum family"), e);
   BOOST_TEST(contains(e, "strategy.name is 'gosgd'"), e);
+
+  // EdgeGossip over the push-sum family: its gossip rounds count.
+  auto eg = c;
+  BOOST_TEST(eg.strategy.gossip == "gosgd");  // the default: the paper's
+  apply_override(eg, "strategy.name=edgegossip");
+  apply_override(eg, "strategy.gossip=sparse-push");
+  BOOST_TEST(eg.strategy.push_sum());
+  BOOST_TEST(eg.strategy.edgegossip());
+  BOOST_TEST(eg.strategy.rule() == "sparse-push");
+  validate(eg);  // gossip_every 4 is a push-sum setting: fine
+  BOOST_TEST(contains(error_of([&] { apply_override(eg, "strategy.gossip=bsp"); }),
+                      "strategy.gossip"));
+  auto alone = c;
+  apply_override(alone, "strategy.name=sgp");
+  apply_override(alone, "strategy.gossip=scsp");
+  e = error_of([&] { validate(alone); });
+  BOOST_TEST(contains(e, "strategy.gossip is 'scsp', but only EdgeGossip takes a gossip"), e);
+  auto back = parse("[strategy]\nname = \"edgegossip\"\ngossip = \"scsp\"\n", "x.toml");
+  BOOST_TEST(back.strategy.rule() == "scsp");
+  BOOST_TEST(parse(to_toml(back), "y.toml").strategy.gossip == "scsp");
 }
 
 BOOST_AUTO_TEST_CASE(corunners_are_read_and_checked) {
@@ -603,6 +624,10 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
          [](cluster_config& c) { c.strategy.out_peers = 2; },
          [](cluster_config& c) { c.strategy.name = "sgp"; },
          [](cluster_config& c) { c.strategy.gossip_every = 2; },
+         [](cluster_config& c) {
+           c.strategy.name = "edgegossip";
+           c.strategy.gossip = "sparse-push";
+         },
          [](cluster_config& c) { c.train.lr_schedule = "cosine"; },
          [](cluster_config& c) { c.train.lr_warmup = 1; },
          [](cluster_config& c) { c.strategy.sparse_values = "float16"; },

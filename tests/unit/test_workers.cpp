@@ -87,6 +87,108 @@ BOOST_AUTO_TEST_CASE(each_strategy_gets_the_worker_of_its_family) {
     BOOST_CHECK_EQUAL(make_worker(settings_of(s), *m)->family(), "parameter server");
 }
 
+BOOST_AUTO_TEST_CASE(edgegossip_takes_the_push_sum_family_as_its_gossip) {
+  auto m = model_of();
+  for (auto g : {"sgp", "sparse-push", "scsp"}) {
+    auto s = settings_of("edgegossip");
+    s.strategy.gossip = g;
+    BOOST_TEST(s.strategy.push_sum());
+    BOOST_TEST(s.strategy.rule() == g);
+    auto w = make_worker(s, *m);
+    BOOST_CHECK_EQUAL(w->family(), "edgegossip");
+    BOOST_CHECK_CLOSE(w->weight(), 1.0, 1e-9);  // push-sum's start weight, not GoSGD's 1/n
+  }
+  auto plain = settings_of("edgegossip");
+  BOOST_TEST(!plain.strategy.push_sum());
+  BOOST_TEST(plain.strategy.rule() == "gosgd");
+}
+
+BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_spreads_the_plans_rounds_over_its_share) {
+  // Two platforms planned R = 4 rounds: p0 trains 8 batches (r = 1), p1 4
+  // (r = 0.5). Each makes exactly 4 rounds, at most one a step, numbered
+  // alike (so the overlap wait lines them up); every round is one
+  // column-stochastic split, so the weights sent and kept add up to the
+  // weight each had.
+  for (auto g : {"sgp", "sparse-push"}) {
+    BOOST_TEST_CONTEXT(g) {
+      auto settings = [&](const std::string& name) {
+        auto s = settings_of("edgegossip", name);
+        s.strategy.gossip = g;
+        s.strategy.topology = "ring";
+        s.strategy.overlap = 0;
+        return s;
+      };
+      auto ma = model_of(1), mb = model_of(2);
+      auto a = make_worker(settings("p0"), *ma);
+      auto b = make_worker(settings("p1"), *mb);
+      std::vector<uint64_t> rounds_a, rounds_b;
+      double sent_a = 0, sent_b = 0;
+      auto run = [&](worker& w, platform_model& m, const std::string& name, double ratio,
+                     size_t batches, std::vector<uint64_t>& rounds, double& sent) {
+        w.start();
+        w.peers({name == "p0" ? "p1" : "p0"});
+        messages::plan plan;
+        plan.epoch = 2;
+        plan.ratio = ratio;
+        plan.rounds = 4;
+        w.planned(plan);
+        w.epoch_begins(batches);
+        for (size_t k = 1; k <= batches; ++k) {
+          auto out = w.stepped(one_step(m), position(name, 100 + k, 2));
+          BOOST_TEST(out.sends.size() <= 1u);
+          for (auto& send : out.sends) {
+            rounds.push_back(send.message.value.iteration);
+            sent += send.message.value.gossip_weight;
+          }
+        }
+      };
+      run(*a, *ma, "p0", 1.0, 8, rounds_a, sent_a);
+      run(*b, *mb, "p1", 0.5, 4, rounds_b, sent_b);
+      BOOST_TEST(rounds_a.size() == 4u);
+      BOOST_TEST(rounds_a == rounds_b);  // the same rounds, whatever the share
+      BOOST_TEST(rounds_a.front() == (uint64_t{2} << 20) + 1);
+      BOOST_TEST(rounds_a.back() == (uint64_t{2} << 20) + 4);
+      BOOST_CHECK_CLOSE(a->weight() + sent_a, 1.0, 1e-9);
+      BOOST_CHECK_CLOSE(b->weight() + sent_b, 1.0, 1e-9);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_waits_for_the_planned_round_not_the_iteration) {
+  // p0 (8 batches) and p1 (2 batches), R = 2, tau 1: p0's second round waits
+  // for p1's first, which p1 sends at its first step, while p0 is at step 4.
+  auto settings = [](const std::string& name) {
+    auto s = settings_of("edgegossip", name);
+    s.strategy.gossip = "sgp";
+    s.strategy.topology = "ring";
+    s.strategy.overlap = 1;
+    return s;
+  };
+  auto ma = model_of(1), mb = model_of(2);
+  auto a = make_worker(settings("p0"), *ma);
+  auto b = make_worker(settings("p1"), *mb);
+  messages::plan plan;
+  plan.epoch = 0;
+  plan.rounds = 2;
+  for (auto* w : {a.get(), b.get()}) {
+    w->start();
+    w->planned(plan);
+  }
+  a->peers({"p1"});
+  b->peers({"p0"});
+  a->epoch_begins(8);
+  b->epoch_begins(2);
+  for (uint64_t k = 0; k < 4; ++k) {
+    BOOST_TEST(a->awaited(k).empty(), "step " << k + 1);  // round 1 waits for nobody
+    a->stepped(one_step(*ma), position("p0", k + 1));
+  }
+  BOOST_TEST(a->awaited(4) == std::vector<std::string>{"p1"});
+  auto out = b->stepped(one_step(*mb), position("p1", 1));
+  BOOST_REQUIRE_EQUAL(out.sends.size(), 1u);
+  a->merge(out.sends[0].message);
+  BOOST_TEST(a->awaited(4).empty());
+}
+
 BOOST_AUTO_TEST_CASE(a_gossip_worker_sends_half_its_weight_and_the_peer_mixes_by_weight) {
   auto ma = model_of(1), mb = model_of(2);
   auto a = make_worker(settings_of("gosgd", "p0"), *ma);
@@ -142,7 +244,7 @@ BOOST_AUTO_TEST_CASE(push_sum_waits_for_its_in_neighbour_until_its_message_comes
   auto b = make_worker(settings_of("sgp", "p1"), *mb);
   a->start();
   a->peers({"p1"});
-  a->epoch_begins();
+  a->epoch_begins(8);
   // Step 1 needs nothing; step 2 waits for p1's message of step 1 (tau 1).
   BOOST_CHECK(a->awaited(0).empty());
   a->stepped(one_step(*ma), position("p0", 1));

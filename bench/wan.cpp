@@ -1,0 +1,108 @@
+#include "bench/wan.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace eg::bench {
+
+namespace {
+
+/// Runs `command` quietly; true when it exited 0.
+bool ok(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+std::string number(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+} // namespace
+
+wan_hosts::wan_hosts(std::string tag, std::string net, std::vector<double> rates, double delay_ms)
+    : tag_(std::move(tag)), net_(std::move(net)), rates_(std::move(rates)), delay_ms_(delay_ms) {
+  if (geteuid() != 0)
+    throw wan_unavailable("network namespaces and tc need root");
+  if (!ok("ip -V"))
+    throw wan_unavailable("no ip (iproute2)");
+  if (!ok("tc -V"))
+    throw wan_unavailable("no tc (iproute2)");
+  remove();  // what a run that was killed left
+  auto need = [&](const std::string& command, const std::string& what) {
+    if (!ok(command)) {
+      remove();
+      throw wan_unavailable("cannot " + what + " here (" + command + ")");
+    }
+  };
+  need("ip link add " + tag_ + "b type bridge", "make a bridge");
+  need("ip link set " + tag_ + "b up", "bring a bridge up");
+  for (size_t i = 0; i < rates_.size(); ++i) {
+    need("ip netns add " + ns(i), "make network namespaces");
+    need("ip link add " + veth(i) + " type veth peer name eth0 netns " + ns(i),
+         "make veth pairs");
+    need("ip link set " + veth(i) + " master " + tag_ + "b up", "attach a veth to the bridge");
+    need("ip -n " + ns(i) + " addr add " + address(i) + "/24 dev eth0", "give a host an address");
+    need("ip -n " + ns(i) + " link set eth0 up", "bring a host's link up");
+    need("ip -n " + ns(i) + " link set lo up", "bring a host's loopback up");
+  }
+  try {
+    for (size_t i = 0; i < rates_.size(); ++i)
+      limit(i, rates_[i], false);
+  } catch (const wan_unavailable&) {
+    remove();
+    throw;
+  }
+}
+
+wan_hosts::~wan_hosts() { remove(); }
+
+std::string wan_hosts::ns(size_t i) const { return tag_ + "n" + std::to_string(i + 1); }
+std::string wan_hosts::veth(size_t i) const { return tag_ + "v" + std::to_string(i + 1); }
+std::string wan_hosts::address(size_t i) const { return net_ + "." + std::to_string(i + 1); }
+
+std::vector<std::string> wan_hosts::prefix(size_t i) const {
+  return {"ip", "netns", "exec", ns(i)};
+}
+
+void wan_hosts::set_rate(size_t i, double mbit) {
+  limit(i, mbit, true);
+  rates_.at(i) = mbit;
+}
+
+void wan_hosts::limit(size_t i, double mbit, bool change) {
+  if (!(mbit > 0))
+    throw std::invalid_argument("wan: a link's rate must be positive");
+  // Both ends: the host's eth0 (what it sends) and the bridge's end of its
+  // veth (what it receives).
+  const std::string ends[] = {"ip netns exec " + ns(i) + " tc qdisc replace dev eth0 root ",
+                              "tc qdisc replace dev " + veth(i) + " root "};
+  // A bucket deep enough for the rate at the kernel's timer (a tenth of a
+  // second's worth, at least 16 kB); a queue of half a second.
+  const double bytes_per_second = mbit * 1e6 / 8;
+  const auto burst = static_cast<long long>(std::max(16000.0, bytes_per_second / 10));
+  for (auto& end : ends) {
+    if (delay_ms_ > 0 && (!change || delayed_)) {
+      if (ok(end + "netem delay " + number(delay_ms_) + "ms rate " + number(mbit) + "mbit limit 10000")) {
+        delayed_ = true;
+        continue;
+      }
+    }
+    if (!ok(end + "tbf rate " + number(mbit) + "mbit burst " + std::to_string(burst)
+            + " latency 500ms"))
+      throw wan_unavailable("cannot limit a link with tc's tbf here");
+  }
+}
+
+void wan_hosts::remove() {
+  for (size_t i = 0; i < std::max<size_t>(rates_.size(), 8); ++i) {
+    ok("ip netns del " + ns(i));
+    ok("ip link del " + veth(i));
+  }
+  ok("ip link del " + tag_ + "b");
+}
+
+} // namespace eg::bench
