@@ -175,7 +175,7 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "behind links of 100 5 20 10 Mbit/s, one falling during the run; needs "
                     "root), gpu (one platform on the GPU, three on a CPU core each; needs a "
                     "CUDA build); default static")
-    ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners", "gpu"}));
+    ->check(CLI::IsMember({"static", "shifting", "skewed", "corunners", "wan", "gpu"}));
   auto* repeat = bench->add_option("--repeat", st->tta_opt.repeat,
                     "tta, traffic, split: seeds 1..N (tta, traffic: from cluster.seed), median (and range) of every figure")
     ->check(CLI::Range(1, 100));

@@ -37,7 +37,7 @@ struct barrier_settings {
   double deadline = 0;         ///< edgegossip.deadline (0: none)
   /// EdgeGossip over push-sum: every plan carries the epoch's gossip rounds
   /// (messages::plan::rounds), from the batches of the platform with the
-  /// fewest (batch, max_iterations) and the steps per round (gossip_every).
+  /// most (batch, max_iterations) and the steps per round (gossip_every).
   bool push_sum = false;
   int64_t batch = 64;
   int64_t max_iterations = 0;

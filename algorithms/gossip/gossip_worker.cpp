@@ -132,14 +132,18 @@ worker_outcome gossip_worker::stepped(const step_done& step, const run_position&
   uint64_t iteration = k;
   if (rounds_ > 0) {
     // R rounds spread over this epoch's batches: round j at the step where
-    // j * batches / R is reached; at most one a step while R <= batches (a
-    // platform with fewer batches than rounds makes the last one due).
+    // j * batches / R is reached. A platform with fewer batches than rounds
+    // (a small share) makes several in one step: their targets together,
+    // in one column-stochastic split, so its weight stays exact.
     ++steps_;
     const uint64_t due =
       batches_ == 0 ? rounds_ : std::min<uint64_t>(rounds_, steps_ * rounds_ / batches_);
+    for (uint64_t j = done_ + 1; j <= due; ++j)
+      for (auto& t : topology_->targets(planned_round(j), settings_.platform, live_, rng_))
+        if (std::find(targets.begin(), targets.end(), t) == targets.end())
+          targets.push_back(t);
     if (due > done_) {
       done_ = due;
-      targets = topology_->targets(planned_round(done_), settings_.platform, live_, rng_);
       iteration = planned_round(done_) * gossip_every_;
     }
   } else if (k % gossip_every_ == 0) {

@@ -372,9 +372,10 @@ BOOST_AUTO_TEST_CASE(edgegossip_plans_algorithm_1_ratios) {
   BOOST_TEST(std::abs(b.all_reports().back().predicted_seconds - 5.0) < 1e-9);
 }
 
-BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_plans_the_rounds_of_the_platform_with_fewest_batches) {
+BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_plans_the_rounds_of_the_platform_with_most_batches) {
   // r = 1, 1, 1/3 and 0.2 of 1500 points, batch 64: 24, 24, 8 and 5
-  // batches; gossip every 2 steps: the fewest, 5, make 2 rounds.
+  // batches; gossip every 2 steps: the most, 24, make 12 rounds (the
+  // platforms with fewer batches make several in a step).
   auto s = edgegossip({"p0", "p1", "p2", "p3"});
   s.push_sum = true;
   s.batch = 64;
@@ -383,12 +384,17 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_plans_the_rounds_of_the_platform_w
   auto p = b.plan(0, unbalanced(), at(0));
   BOOST_REQUIRE(p.balanced);
   for (auto& [name, plan] : p.plans)
-    BOOST_TEST(plan.rounds == 2u, name);
+    BOOST_TEST(plan.rounds == 12u, name);
   // The profiling epoch (r = 1 for all): 24 batches, 12 rounds.
   auto first = unbalanced();
   first["p2"].observations = 0;
   for (auto& [name, plan] : b.plan(1, first, at(1)).plans)
     BOOST_TEST(plan.rounds == 12u, name);
+  // A cap on the iterations caps the rounds.
+  s.max_iterations = 10;
+  for (auto& [name, plan] : joined(s).plan(0, unbalanced(), at(0)).plans)
+    BOOST_TEST(plan.rounds == 5u, name);
+  s.max_iterations = 0;
   // At least one round, however small the share; none without push-sum.
   s.gossip_every = 100;
   auto few = joined(s);

@@ -150,6 +150,17 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_spreads_the_plans_rounds_over_its_
       BOOST_TEST(rounds_a.back() == (uint64_t{2} << 20) + 4);
       BOOST_CHECK_CLOSE(a->weight() + sent_a, 1.0, 1e-9);
       BOOST_CHECK_CLOSE(b->weight() + sent_b, 1.0, 1e-9);
+      // A share of 2 batches: two rounds in each step, to their targets
+      // together (one message here: the ring's one peer), numbered by the
+      // later round; the weight still adds up.
+      auto mc = model_of(3);
+      auto c = make_worker(settings("p1"), *mc);
+      std::vector<uint64_t> rounds_c;
+      double sent_c = 0;
+      run(*c, *mc, "p1", 0.25, 2, rounds_c, sent_c);
+      BOOST_TEST(rounds_c.size() == 2u);
+      BOOST_TEST(rounds_c.back() == (uint64_t{2} << 20) + 4);
+      BOOST_CHECK_CLOSE(c->weight() + sent_c, 1.0, 1e-9);
     }
   }
 }
