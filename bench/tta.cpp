@@ -108,15 +108,24 @@ std::vector<point> read_curve(const fs::path& csv) {
   return out;
 }
 
-/// The bytes every platform sent, per epoch, from the run's metrics files
-/// (metrics.csv, or each node's NODE-metrics.csv): added up into `curve`.
-void add_megabytes(std::vector<point>& curve, const fs::path& run_dir) {
-  std::map<uint32_t, double> sent;
+/// A run directory's platform metrics files: metrics.csv (one process) or
+/// each node's NODE-metrics.csv.
+std::vector<fs::path> metrics_files(const fs::path& run_dir) {
+  std::vector<fs::path> out;
   for (auto& entry : fs::directory_iterator(run_dir)) {
     const auto name = entry.path().filename().string();
-    if (name.size() < 11 || name.compare(name.size() - 11, 11, "metrics.csv") != 0)
-      continue;
-    std::ifstream in(entry.path());
+    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "metrics.csv") == 0)
+      out.push_back(entry.path());
+  }
+  return out;
+}
+
+/// The bytes every platform sent, per epoch, from the run's metrics
+/// `files` (metrics_files): added up into `curve`.
+void add_megabytes(std::vector<point>& curve, const std::vector<fs::path>& files) {
+  std::map<uint32_t, double> sent;
+  for (auto& file : files) {
+    std::ifstream in(file);
     std::string line;
     std::getline(in, line);
     const auto cols = csv_cells(line);
@@ -128,7 +137,7 @@ void add_megabytes(std::vector<point>& curve, const fs::path& run_dir) {
         b = i;
     }
     if (e == cols.size() || b == cols.size())
-      throw std::runtime_error("no epoch or bytes_sent column in " + entry.path().string());
+      throw std::runtime_error("no epoch or bytes_sent column in " + file.string());
     while (std::getline(in, line)) {
       auto cells = csv_cells(line);
       if (cells.size() > std::max(e, b))
@@ -235,6 +244,32 @@ config::cluster_config four_platforms(const std::string& id) {
   return cfg;
 }
 
+/// The default cluster's four platforms as four node processes a..d of one
+/// platform each, node i at hosts[i]:ports[i] with its platform's emulated
+/// slowdown and its CPU limit (0: none); the balancer on a.
+config::cluster_config four_node_processes(const std::string& id, const std::string hosts[4],
+                                           const uint16_t ports[4], const double slowdowns[4],
+                                           const double cpu_limits[4]) {
+  auto cfg = config::default_config();
+  cfg.id = id;
+  auto platforms = cfg.nodes[0].platforms;
+  cfg.nodes.clear();
+  const char* names[] = {"a", "b", "c", "d"};
+  for (size_t i = 0; i < 4 && i < platforms.size(); ++i) {
+    config::node_config n;
+    n.name = names[i];
+    n.host = hosts[i];
+    n.port = ports[i];
+    n.cpu_limit = cpu_limits[i];
+    auto pc = platforms[i];
+    pc.slowdown = slowdowns[i];
+    n.platforms.push_back(pc);
+    cfg.nodes.push_back(n);
+  }
+  cfg.balancer_node = "a";
+  return cfg;
+}
+
 profile make_profile(const std::string& name) {
   profile p;
   p.name = name;
@@ -289,27 +324,14 @@ profile make_profile(const std::string& name) {
     p.description = "4 node processes, CPU limits 0.8 0.8 0.25 0.15 cores, stress-ng co-runners "
                     "on b (on and off every 20 s) and c (from 30 s), IID";
     p.processes = true;
-    p.cfg = config::default_config();
-    p.cfg.id = "bench-tta-corunners";
-    auto platforms = p.cfg.nodes[0].platforms;
-    p.cfg.nodes.clear();
-    const char* names[] = {"a", "b", "c", "d"};
-    const double limits[] = {0.8, 0.8, 0.25, 0.15};
-    for (size_t i = 0; i < 4 && i < platforms.size(); ++i) {
-      config::node_config n;
-      n.name = names[i];
-      n.host = "127.0.0.1";
-      n.port = static_cast<uint16_t>(47431 + i);
-      n.cpu_limit = limits[i];
-      auto pc = platforms[i];
-      pc.slowdown = 1;
-      n.platforms.push_back(pc);
-      p.cfg.nodes.push_back(n);
-    }
+    const std::string hosts[] = {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"};
+    // Ten apart: each node's weights lane takes its port + 1.
+    const uint16_t ports[] = {47431, 47441, 47451, 47461};
+    const double none[] = {1, 1, 1, 1}, limits[] = {0.8, 0.8, 0.25, 0.15};
+    p.cfg = four_node_processes("bench-tta-corunners", hosts, ports, none, limits);
     for (int k = 0; k < 30; ++k)
       p.cfg.nodes[1].corunners.push_back({"cpu", 1, 5.0 + 40.0 * k, 25.0 + 40.0 * k});
     p.cfg.nodes[2].corunners.push_back({"cpu", 1, 30.0, 0.0});
-    p.cfg.balancer_node = "a";
   } else if (name == "wan") {
     // Four node processes, each on a host of its own (a network namespace)
     // behind a link of its own rate, limited each way by a token bucket;
@@ -317,8 +339,6 @@ profile make_profile(const std::string& name) {
     // the fast machine b sits behind the slowest link, and c's link falls
     // from 20 to 2 Mbit/s 60 s into each run.
     p.processes = true;
-    p.cfg = config::default_config();
-    p.cfg.id = "bench-tta-wan";
     wan_links links;
     links.rates = {100, 5, 20, 10};
     links.delay_ms = 20;
@@ -328,21 +348,10 @@ profile make_profile(const std::string& name) {
     p.description = "4 node processes on hosts of their own (network namespaces), links of 100 5 "
                     "20 10 Mbit/s each way (c's falls to 2 at 60 s), 20 ms delay where the kernel "
                     "has netem, emulated slowdowns 1 1 3 5, IID";
-    auto platforms = p.cfg.nodes[0].platforms;
-    p.cfg.nodes.clear();
-    const char* names[] = {"a", "b", "c", "d"};
-    const double slow[] = {1, 1, 3, 5};
-    for (size_t i = 0; i < 4 && i < platforms.size(); ++i) {
-      config::node_config n;
-      n.name = names[i];
-      n.host = "10.77.0." + std::to_string(i + 1);
-      n.port = 47501;
-      auto pc = platforms[i];
-      pc.slowdown = slow[i];
-      n.platforms.push_back(pc);
-      p.cfg.nodes.push_back(n);
-    }
-    p.cfg.balancer_node = "a";
+    const std::string hosts[] = {"10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.4"};
+    const uint16_t ports[] = {47501, 47501, 47501, 47501};  // each host its own address
+    const double slow[] = {1, 1, 3, 5}, none[] = {0, 0, 0, 0};
+    p.cfg = four_node_processes("bench-tta-wan", hosts, ports, slow, none);
     p.wan = links;
   } else {
     throw config::config_error("bench tta: unknown profile '" + name
@@ -417,14 +426,12 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   for (const auto& n : cfg.nodes)
     for (const auto& p : n.platforms)
       o.device = o.device || p.device != "cpu";
-  add_megabytes(o.curve, csv.parent_path());
+  const auto metrics = metrics_files(csv.parent_path());
+  add_megabytes(o.curve, metrics);
   o.megabytes = o.curve.empty() ? 0 : o.curve.back().megabytes;
-  for (auto& entry : fs::directory_iterator(csv.parent_path())) {
-    const auto name = entry.path().filename().string();
-    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "metrics.csv") == 0)
-      for (auto& f : read_platforms(entry.path()))
-        o.platforms.push_back(f);
-  }
+  for (auto& file : metrics)
+    for (auto& f : read_platforms(file))
+      o.platforms.push_back(f);
   for (auto& f : o.platforms)
     o.pooled_samples_per_second += f.samples_per_second();
   double sum = 0;

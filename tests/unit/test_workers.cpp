@@ -51,6 +51,16 @@ worker_settings settings_of(const std::string& strategy, const std::string& name
   return s;
 }
 
+/// EdgeGossip over the push-sum strategy `gossip` on a ring, with overlap tau.
+worker_settings edgegossip_over(const std::string& gossip, const std::string& name,
+                                int64_t tau) {
+  auto s = settings_of("edgegossip", name);
+  s.strategy.gossip = gossip;
+  s.strategy.topology = "ring";
+  s.strategy.overlap = tau;
+  return s;
+}
+
 run_position position(const std::string& name, uint64_t iterations, uint32_t epoch = 0) {
   run_position p;
   p.platform = name;
@@ -111,13 +121,7 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_spreads_the_plans_rounds_over_its_
   // weight each had.
   for (auto g : {"sgp", "sparse-push"}) {
     BOOST_TEST_CONTEXT(g) {
-      auto settings = [&](const std::string& name) {
-        auto s = settings_of("edgegossip", name);
-        s.strategy.gossip = g;
-        s.strategy.topology = "ring";
-        s.strategy.overlap = 0;
-        return s;
-      };
+      auto settings = [&](const std::string& name) { return edgegossip_over(g, name, 0); };
       auto ma = model_of(1), mb = model_of(2);
       auto a = make_worker(settings("p0"), *ma);
       auto b = make_worker(settings("p1"), *mb);
@@ -168,13 +172,7 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_spreads_the_plans_rounds_over_its_
 BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_waits_for_the_planned_round_not_the_iteration) {
   // p0 (8 batches) and p1 (2 batches), R = 2, tau 1: p0's second round waits
   // for p1's first, which p1 sends at its first step, while p0 is at step 4.
-  auto settings = [](const std::string& name) {
-    auto s = settings_of("edgegossip", name);
-    s.strategy.gossip = "sgp";
-    s.strategy.topology = "ring";
-    s.strategy.overlap = 1;
-    return s;
-  };
+  auto settings = [](const std::string& name) { return edgegossip_over("sgp", name, 1); };
   auto ma = model_of(1), mb = model_of(2);
   auto a = make_worker(settings("p0"), *ma);
   auto b = make_worker(settings("p1"), *mb);
