@@ -126,9 +126,12 @@ using mixer_actor = caf::typed_actor<
 using predictor_actor = caf::typed_actor<
   // From its platform: wall seconds (idle included) spent on that many points.
   caf::reacts_to<observe_atom, double, uint64_t>,
+  // From its platform: its node's weights lane in the epoch (send seconds,
+  // bytes sent, receive seconds, bytes received: messages::link_timing).
+  caf::reacts_to<observe_atom, double, uint64_t, double, uint64_t>,
   // To itself: sample the contention of co-running programs (twice a second).
   caf::reacts_to<tick_atom>,
-  // The predicted throughput now.
+  // The predicted throughput now, and the link's time per byte.
   caf::replies_to<predict_atom>::with<prediction>>;
 
 // -- platform: model, optimizer and local shard of one platform -----------------

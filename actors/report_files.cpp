@@ -13,7 +13,8 @@ const char* platform_csv_header
     "messages_sent,messages_received,messages_refused,peers_heard,heard_from,predicted_seconds,"
     "sent_values,sent_indices,sent_weights,sent_headers,sent_packing_saved,"
     "received_values,received_indices,received_weights,received_headers,"
-    "received_packing_saved";
+    "received_packing_saved,link_bytes_sent,link_send_seconds,link_bytes_received,"
+    "link_receive_seconds";
 
 namespace {
 
@@ -47,6 +48,8 @@ void write_platform_csv(const std::string& path,
     for (auto* t : {&r.sent, &r.received})
       out << ',' << t->values << ',' << t->indices << ',' << t->weights << ',' << t->headers << ','
           << t->packing_saved;
+    out << ',' << r.link.bytes_sent << ',' << r.link.send_seconds << ',' << r.link.bytes_received
+        << ',' << r.link.receive_seconds;
     out << '\n';
   }
 }

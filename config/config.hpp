@@ -301,6 +301,14 @@ struct edgegossip_config {
   /// came, its CPU quota fell) holds the others back by at most that much.
   /// 0: off (Algorithm 1's plan alone).
   double deadline = 1.5;
+  /// Plans count the network: each platform's epoch is its training and
+  /// its messages on its link (the predictor's seconds per byte of its
+  /// node's weights lane, times the bytes of its last epoch), so a platform
+  /// behind a slow link gets a share it can train and send in time
+  /// (docs/ALGORITHMS.md, "Plans that count the network"). Platforms
+  /// without a lane (one process) have no link to count. false: compute
+  /// alone, the paper's Algorithm 1.
+  bool count_network = true;
 };
 
 /// TLS for every node connection (libcaf_openssl) and the weights lane:

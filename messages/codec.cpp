@@ -310,6 +310,8 @@ struct body_writer {
     out.setDisk(p.disk);
     out.setWait(p.wait);
     out.setObservations(p.observations);
+    out.setSendSecondsPerByte(p.send_seconds_per_byte);
+    out.setReceiveSecondsPerByte(p.receive_seconds_per_byte);
   }
   void operator()(const epoch_report& r) {
     auto out = body.initEpochReport();
@@ -335,6 +337,10 @@ struct body_writer {
     out.setCommits(r.commits);
     out.setStaleness(r.staleness);
     out.setServerVersion(r.server_version);
+    out.setLinkBytesSent(r.link.bytes_sent);
+    out.setLinkSendSeconds(r.link.send_seconds);
+    out.setLinkBytesReceived(r.link.bytes_received);
+    out.setLinkReceiveSeconds(r.link.receive_seconds);
     auto classes = out.initClassSamples(static_cast<unsigned>(r.class_samples.size()));
     for (unsigned i = 0; i < classes.size(); ++i)
       classes.set(i, r.class_samples[i]);
@@ -476,6 +482,8 @@ struct body_reader {
     p.disk = in.getDisk();
     p.wait = in.getWait();
     p.observations = in.getObservations();
+    p.send_seconds_per_byte = in.getSendSecondsPerByte();
+    p.receive_seconds_per_byte = in.getReceiveSecondsPerByte();
     return p;
   }
   epoch_report operator()(wire::EpochReport::Reader in) const {
@@ -502,6 +510,10 @@ struct body_reader {
     r.commits = in.getCommits();
     r.staleness = in.getStaleness();
     r.server_version = in.getServerVersion();
+    r.link.bytes_sent = in.getLinkBytesSent();
+    r.link.send_seconds = in.getLinkSendSeconds();
+    r.link.bytes_received = in.getLinkBytesReceived();
+    r.link.receive_seconds = in.getLinkReceiveSeconds();
     for (auto n : in.getClassSamples())
       r.class_samples.push_back(n);
     for (auto p : in.getReceivedFrom())

@@ -221,6 +221,21 @@ struct prediction {
   double disk = 0;
   uint64_t observations = 0;
   double wait = 0;              ///< run-queue wait per second run (learning::contention)
+  /// Its link (learning::link_model): seconds per byte its node's weights
+  /// lane takes to send and to receive (0: nothing learnt, or no lane).
+  double send_seconds_per_byte = 0;
+  double receive_seconds_per_byte = 0;
+};
+
+/// What a node's weights lane did while a platform trained an epoch
+/// (messages::lane_stats, the difference over the epoch): the bytes it
+/// wrote and read, and the seconds it was busy writing and reading frames.
+/// Their ratios are what the platform's predictor learns its link from.
+struct link_timing {
+  uint64_t bytes_sent = 0;
+  double send_seconds = 0;
+  uint64_t bytes_received = 0;
+  double receive_seconds = 0;
 };
 
 /// Messages received from one peer during an epoch.
@@ -295,6 +310,8 @@ struct epoch_report {
   uint64_t commits = 0;
   double staleness = 0;
   uint64_t server_version = 0;
+  /// The node's weights lane in the epoch (all zero: no lane).
+  link_timing link;
 };
 
 /// What a control request asks. On the wire as its name (to_string).

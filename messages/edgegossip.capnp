@@ -129,6 +129,8 @@ struct Prediction {
   disk @6 :Float64;
   observations @7 :UInt64;
   wait @8 :Float64;
+  sendSecondsPerByte @9 :Float64;
+  receiveSecondsPerByte @10 :Float64;
 }
 
 struct PeerTraffic {
@@ -174,6 +176,11 @@ struct EpochReport {
   commits @23 :UInt64;
   staleness @24 :Float64;
   serverVersion @25 :UInt64;
+  # The node's weights lane in the epoch: bytes and busy seconds each way.
+  linkBytesSent @26 :UInt64;
+  linkSendSeconds @27 :Float64;
+  linkBytesReceived @28 :UInt64;
+  linkReceiveSeconds @29 :Float64;
 }
 
 struct Control {

@@ -111,6 +111,40 @@ struct lane::impl {
     f(stats);
   }
 
+  /// Seconds in which at least one frame was in the works, over all
+  /// threads: overlapping writes to several peers count once (under
+  /// stats_mutex).
+  struct busy_time {
+    int active = 0;
+    clock_type::time_point since;
+    double total = 0;
+    double now(clock_type::time_point t) const {
+      return total + (active > 0 ? std::chrono::duration<double>(t - since).count() : 0.0);
+    }
+  };
+  busy_time sending, receiving;
+
+  void busy(busy_time& b, bool begins) {
+    const auto t = clock_type::now();
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    if (begins) {
+      if (b.active++ == 0)
+        b.since = t;
+    } else if (b.active > 0 && --b.active == 0) {
+      b.total += std::chrono::duration<double>(t - b.since).count();
+    }
+  }
+
+  /// Marks a frame in the works from its making to its end.
+  struct busy_scope {
+    impl& d;
+    busy_time& b;
+    busy_scope(impl& d, busy_time& b) : d(d), b(b) { d.busy(b, true); }
+    ~busy_scope() { d.busy(b, false); }
+    busy_scope(const busy_scope&) = delete;
+    busy_scope& operator=(const busy_scope&) = delete;
+  };
+
   // One of each kind of warning a second at most.
   warn_limit warn_crowded;  // too many connections in their handshake
   warn_limit warn_refused;  // a handshake refused (over the connection limits too)
@@ -302,7 +336,10 @@ struct lane::impl {
         if (!s.read_all(target.data(), target_bytes))
           throw lane_error("frame cut short in its target name");
         buffer message(static_cast<size_t>(size));
-        got = s.read(message.data(), message.size());
+        {
+          busy_scope timed(*this, receiving);
+          got = s.read(message.data(), message.size());
+        }
         if (got < size)
           throw lane_error("frame for '" + target + "' cut short: " + std::to_string(got)
                            + " of " + std::to_string(size) + " bytes arrived");
@@ -483,7 +520,10 @@ struct lane::impl {
       return;
     }
     try {
-      p.conn.write(frame_iov(j), opt.send_timeout_ms);
+      {
+        busy_scope timed(*this, sending);
+        p.conn.write(frame_iov(j), opt.send_timeout_ms);
+      }
       sent(p, j);
     } catch (const socket_timeout& e) {
       drop_connection(p);
@@ -738,6 +778,9 @@ lane_stats lane::stats() const {
   {
     std::lock_guard<std::mutex> lock(impl_->stats_mutex);
     s = impl_->stats;
+    const auto now = clock_type::now();
+    s.send_seconds = impl_->sending.now(now);
+    s.receive_seconds = impl_->receiving.now(now);
   }
   std::lock_guard<std::mutex> lock(impl_->queue_mutex);
   for (auto& [key, p] : impl_->peers)

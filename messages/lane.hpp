@@ -153,6 +153,14 @@ struct lane_stats {
   /// Now: frames waiting to be sent, to every peer, and their bytes.
   uint64_t frames_queued = 0;
   uint64_t bytes_queued = 0;
+  /// The lane's own timings: seconds in which at least one frame was being
+  /// written by a sender thread (which waits while the socket takes no
+  /// more: the link's pace once its buffer is full; dialling not counted),
+  /// and seconds in which at least one frame was being read, from its
+  /// header to its last byte. With bytes_sent and bytes_received, the
+  /// link's time per byte as the lane lived it (learning::link_model).
+  double send_seconds = 0;
+  double receive_seconds = 0;
 };
 
 class lane {

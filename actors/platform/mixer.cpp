@@ -41,6 +41,8 @@ struct mixer_state {
   uint64_t messages_sent = 0;
   uint64_t messages_dropped = 0;  // the peer is gone, or its lane queue is full
   std::map<std::string, traffic> received;
+  // The node's lane as it was at the last stats request (link_timing).
+  messages::lane_stats lane_seen;
 };
 
 using bound_mixer = mixer_actor::extend<caf::reacts_to<bind_atom, caf::actor>>;
@@ -156,6 +158,8 @@ void take_peers(self_ptr self, const std::vector<std::string>& names,
 
 bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
   self->state.args = std::move(args);
+  if (self->state.args.lane)
+    self->state.lane_seen = self->state.args.lane->stats();
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& ps = self->state.peers;
     for (auto i = ps.begin(); i != ps.end(); ++i)
@@ -218,6 +222,16 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
         r.bytes_received += t.bytes;
         r.messages_received += t.messages;
         r.received_from.push_back(messages::peer_traffic{name, t.messages, t.bytes});
+      }
+      if (st.args.lane) {
+        // The lane is the node's: its timings are the link's, whichever
+        // platform of the node its frames were for.
+        auto now = st.args.lane->stats();
+        r.link.bytes_sent = now.bytes_sent - st.lane_seen.bytes_sent;
+        r.link.send_seconds = now.send_seconds - st.lane_seen.send_seconds;
+        r.link.bytes_received = now.bytes_received - st.lane_seen.bytes_received;
+        r.link.receive_seconds = now.receive_seconds - st.lane_seen.receive_seconds;
+        st.lane_seen = now;
       }
       st.messages_sent = st.messages_dropped = 0;
       st.sent = st.received_parts = {};

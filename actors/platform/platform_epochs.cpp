@@ -209,6 +209,11 @@ void finish_epoch(self_ptr self) {
       r.messages_received = s.messages_received;
       r.messages_refused += s.messages_refused;
       r.received_from = std::move(s.received_from);
+      r.link = s.link;
+      // The link's epoch, for the predictor, before the report: the
+      // balancer asks for predictions once every report is in.
+      self->send(st.args.predictor, observe_atom::value, r.link.send_seconds,
+                 r.link.bytes_sent, r.link.receive_seconds, r.link.bytes_received);
       spdlog::info("[{}] epoch {} done: {} samples in {:.2f} s ({:.0f}/s), loss {:.4f}, "
                    "test accuracy {:.4f}, {}",
                    st.args.platform.name, r.epoch + 1, r.samples, r.wall_seconds,

@@ -28,6 +28,7 @@ struct predictor_state {
   static inline const char* name = "predictor";
   predictor_args args;
   learning::slowdown_model model;
+  learning::link_model link;  // not saved: one epoch teaches it again
   uint64_t unsaved = 0;
 };
 
@@ -62,6 +63,10 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
                    storage::key(st.args.platform, 0), st.model.serialize());
       }
     },
+    [self](observe_atom, double send_seconds, uint64_t bytes_sent, double receive_seconds,
+           uint64_t bytes_received) {
+      self->state.link.observe(send_seconds, bytes_sent, receive_seconds, bytes_received);
+    },
     [self](tick_atom) {
       machine().refresh();
       self->delayed_send(self, defaults::contention_sampling, tick_atom::value);
@@ -86,6 +91,8 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
         p.seconds_per_point = st.model.seconds_per_point(now);
         p.t0 = st.model.t0();
       }
+      p.send_seconds_per_byte = st.link.send_seconds_per_byte();
+      p.receive_seconds_per_byte = st.link.receive_seconds_per_byte();
       return p;
     },
   };

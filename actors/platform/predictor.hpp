@@ -6,7 +6,11 @@
 // seconds; it keeps the regression of time per point against contention
 // (algorithms/edgegossip/predictor.hpp), saves its samples to the store so a restarted
 // node starts warm, and answers the throughput predicted for the mean
-// contention of the last 2 seconds.
+// contention of the last 2 seconds. It also learns the platform's link
+// (learning::link_model) from the node's weights lane's timings of each
+// epoch, which the platform hands over with its report, and answers its
+// seconds per byte each way beside the throughput (not saved: an epoch
+// teaches it again).
 
 #include "actors/interfaces.hpp"
 

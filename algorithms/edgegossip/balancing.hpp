@@ -1,8 +1,10 @@
 #pragma once
 // EdgeGossip's gossip training balancer (Algorithm 1): from each platform's
-// predicted throughput, the share of its local data it trains on next epoch
-// so that all finish together. EdgeGossip (Han et al., IEEE TPDS 2021);
-// docs/ALGORITHMS.md, "EdgeGossip: Algorithm 1 (balancing)" and "Epoch deadline". No torch.
+// predicted throughput, and the time its messages take on its link, the
+// share of its local data it trains on next epoch so that all finish
+// together. EdgeGossip (Han et al., IEEE TPDS 2021); docs/ALGORITHMS.md,
+// "EdgeGossip: Algorithm 1 (balancing)", "Plans that count the network" and
+// "Epoch deadline". No torch.
 
 #include <cstdint>
 #include <string>
@@ -15,12 +17,26 @@ struct platform_estimate {
   int64_t samples = 0;      ///< |X_i|
   double throughput = 0;    ///< p_i, data points per second
   bool down = false;        ///< reported down by a monitor
+  /// The epoch's communication, predicted from the platform's link (its
+  /// lane's seconds per byte) and the bytes of its last epoch: seconds that
+  /// do not depend on its share (push-sum's rounds: as many a epoch
+  /// whatever it trains), and seconds per point trained (GoSGD's messages
+  /// go with its steps). 0 and 0: compute alone, the paper's Algorithm 1.
+  double communication_seconds = 0;
+  double communication_per_point = 0;
 };
 
 struct balance_decision {
   std::string name;
-  double epoch_seconds = 0;  ///< T_i = |X_i| / p_i (infinity when failed)
-  double ratio = 0;          ///< r_i = T_1 / T_i (0 when failed)
+  /// T_i = |X_i| (1 / p_i + d_i) + c_i on the whole shard (infinity when
+  /// failed); |X_i| / p_i without communication.
+  double epoch_seconds = 0;
+  /// r_i: T_1 / T_i without communication (0 when failed).
+  double ratio = 0;
+  /// The predicted time of the planned share, r_i |X_i| (1 / p_i + d_i) + c_i.
+  double planned_seconds = 0;
+  /// Of it, communication: c_i + r_i |X_i| d_i.
+  double communication_seconds = 0;
   bool failed = false;
 };
 
@@ -32,8 +48,18 @@ struct balance_plan {
 
 /// Algorithm 1. A platform is failed when it is down or p_i < p_threshold.
 /// O(E log E).
+///
+/// With communication, each platform's epoch takes T_i(r) = r |X_i| (1 / p_i
+/// + d_i) + c_i (training, then its messages on its link: the lane
+/// overlaps a frame with the next steps, but a link that cannot keep up
+/// fills its queue and its frames are skipped). The epoch is planned to
+/// last T* = max(T_1, max_i c_i), T_1 the shortest T_i(1): no share makes an
+/// epoch shorter than a platform's fixed communication. Each platform gets
+/// the largest share that fits, r_i = (T* - c_i) / (|X_i| (1 / p_i + d_i)),
+/// at most 1 and at least `min_ratio` (a platform whose link alone takes
+/// T* still trains a little). Without communication this is r_i = T_1 / T_i.
 balance_plan balance(const std::vector<platform_estimate>& platforms, double p_threshold = 0.001,
-                     double f_threshold = 0.1);
+                     double f_threshold = 0.1, double min_ratio = 0.001);
 
 /// The epoch deadline (edgegossip.deadline), in seconds after the epoch's
 /// start: once the first platform finished the epoch after `first_done`

@@ -32,6 +32,7 @@ barrier_settings barrier_settings::of(const config::cluster_config& cluster) {
   s.p_threshold = cluster.edgegossip.p_threshold;
   s.f_threshold = cluster.edgegossip.f_threshold;
   s.deadline = cluster.edgegossip.deadline;
+  s.count_network = cluster.edgegossip.count_network;
   s.push_sum = cluster.strategy.push_sum();
   s.batch = cluster.train.batch;
   s.max_iterations = cluster.train.max_iterations;
@@ -224,6 +225,32 @@ uint32_t epoch_barrier::gossip_rounds(const std::vector<std::string>& survivors,
   return static_cast<uint32_t>(std::clamp<int64_t>(rounds, 1, 1 << 20));
 }
 
+learning::platform_estimate epoch_barrier::communication(const std::string& name,
+                                                         const messages::prediction& p,
+                                                         uint32_t epoch) const {
+  learning::platform_estimate out;
+  // Its newest report of an epoch before this one.
+  const messages::epoch_report* last = nullptr;
+  for (auto e = reports_.rbegin(); e != reports_.rend() && !last; ++e) {
+    if (e->first >= epoch)
+      continue;
+    auto r = e->second.find(name);
+    if (r != e->second.end())
+      last = &r->second;
+  }
+  if (!last)
+    return out;
+  const auto per_byte = [](double x) { return std::isfinite(x) && x > 0 ? x : 0.0; };
+  const double send = static_cast<double>(last->bytes_sent) * per_byte(p.send_seconds_per_byte);
+  const double receive =
+    static_cast<double>(last->bytes_received) * per_byte(p.receive_seconds_per_byte);
+  if (settings_.push_sum)
+    out.communication_seconds = std::max(send, receive);
+  else if (last->samples > 0)
+    out.communication_per_point = send / static_cast<double>(last->samples);
+  return out;
+}
+
 epoch_plan epoch_barrier::plan(uint32_t epoch,
                                const std::map<std::string, messages::prediction>& predictions,
                                clock::time_point now) {
@@ -239,8 +266,14 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
       e.samples = static_cast<int64_t>(entry.shard_size);
       e.down = !entry.up;
       auto i = predictions.find(name);
-      if (i != predictions.end())
+      if (i != predictions.end()) {
         e.throughput = i->second.throughput;
+        if (settings_.count_network) {
+          auto c = communication(name, i->second, epoch);
+          e.communication_seconds = c.communication_seconds;
+          e.communication_per_point = c.communication_per_point;
+        }
+      }
       if (entry.up && (i == predictions.end() || i->second.observations == 0 || e.samples == 0))
         all_known = false;
       estimates.push_back(e);
@@ -259,9 +292,11 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
           continue;
         }
         ratios[d.name] = d.ratio;
-        platforms_[d.name].predicted_seconds[epoch] = d.epoch_seconds * d.ratio;
-        planned_seconds_[epoch] = std::max(planned_seconds_[epoch], d.epoch_seconds * d.ratio);
+        platforms_[d.name].predicted_seconds[epoch] = d.planned_seconds;
+        planned_seconds_[epoch] = std::max(planned_seconds_[epoch], d.planned_seconds);
         out.line += fmt::format(" {} r={:.2f}", d.name, d.ratio);
+        if (d.communication_seconds > 0.005)
+          out.line += fmt::format(" (link {:.1f} s)", d.communication_seconds);
       }
       out.exception_handling = balanced.exception_handling;
       if (!out.exception_handling)

@@ -8,6 +8,7 @@
 // (actors/balancer/balancer.cpp) holds one, feeds it what arrives and sends what it
 // returns. Time is passed in, so tests decide what "now" is.
 
+#include "algorithms/edgegossip/balancing.hpp"
 #include "messages/codec.hpp"
 #include "storage/store.hpp"
 
@@ -35,6 +36,10 @@ struct barrier_settings {
   double p_threshold = 0.001;  ///< a platform predicted slower than this has failed
   double f_threshold = 0.1;    ///< failed share past which survivors adopt failed shards
   double deadline = 0;         ///< edgegossip.deadline (0: none)
+  /// edgegossip.count_network: Algorithm 1 plans on compute plus the
+  /// communication the predictions' link times and the last reports' bytes
+  /// give (epoch_barrier::communication).
+  bool count_network = false;
   /// EdgeGossip over push-sum: every plan carries the epoch's gossip rounds
   /// (messages::plan::rounds), from the batches of the platform with the
   /// most (batch, max_iterations) and the steps per round (gossip_every).
@@ -188,6 +193,16 @@ public:
   bool planned(uint32_t epoch) const { return epoch_start_.count(epoch) > 0; }
   /// EdgeGossip's planned time of `epoch` (0: none).
   double planned_seconds(uint32_t epoch) const;
+  /// Plans that count the network: the communication of `name`'s next
+  /// epoch, from its prediction's seconds per byte (its link) and the bytes
+  /// of its last report before `epoch`. Under push-sum the rounds of an
+  /// epoch are as many whatever a platform trains, and each round waits for
+  /// its in-neighbours' messages: fixed seconds, the longer of sending and
+  /// receiving. Under GoSGD a platform's messages go with its steps and
+  /// nobody waits for them: seconds per point trained, of sending alone.
+  learning::platform_estimate communication(const std::string& name,
+                                            const messages::prediction& p,
+                                            uint32_t epoch) const;
 
   /// The console resumed a cluster paused since `paused_at`: the time paused
   /// is no epoch time (cluster.csv), as on the platforms, so the epochs not

@@ -536,4 +536,27 @@ void slowdown_model::restore(const std::string& text) {
   refit();
 }
 
+// -- link_model -------------------------------------------------------------------------
+
+link_model::link_model(uint64_t min_bytes, double tracking, double change)
+    : min_bytes_(std::max<uint64_t>(min_bytes, 1)), tracking_(std::clamp(tracking, 0.0, 1.0)),
+      change_(std::max(change, 1.0)) {}
+
+void link_model::observe(double send_seconds, uint64_t bytes_sent, double receive_seconds,
+                         uint64_t bytes_received) {
+  learn(send_, send_seconds, bytes_sent);
+  learn(receive_, receive_seconds, bytes_received);
+}
+
+void link_model::learn(direction& d, double seconds, uint64_t bytes) const {
+  if (bytes < min_bytes_ || !std::isfinite(seconds) || seconds < 0)
+    return;
+  const double x = seconds / static_cast<double>(bytes);
+  if (d.epochs == 0 || x > d.estimate * change_ || x * change_ < d.estimate)
+    d.estimate = x;  // the first epoch, or a new level: followed at once
+  else
+    d.estimate = tracking_ * d.estimate + (1 - tracking_) * x;
+  ++d.epochs;
+}
+
 } // namespace eg::learning

@@ -204,4 +204,42 @@ private:
   double t0_ = 0;    // tracked t0
 };
 
+/// The other half of a platform's predictor: its link. Seconds per byte
+/// its node's weights lane took to send and to receive, learnt from the
+/// lane's own timings of every epoch (messages::link_timing: the seconds
+/// the lane was busy writing or reading frames, and the bytes). A link that
+/// keeps up with the messages shows the time of handing them to the kernel,
+/// next to nothing; one that cannot shows its rate, once the socket's
+/// buffer is full and every write waits for the link. An epoch that moved
+/// less than `min_bytes` in a direction teaches nothing of it (a few
+/// frames, timed, are noise). Each direction follows its newest epochs
+/// (each older one weighs `tracking` times less) and jumps to a new level
+/// at once, as slowdown_model's t0 does, when an epoch's time per byte lies
+/// more than a factor `change` away: a link that slows down mid-run is
+/// planned for from the next epoch on.
+class link_model {
+public:
+  explicit link_model(uint64_t min_bytes = 64 * 1024, double tracking = 0.5,
+                      double change = 1.5);
+  /// One epoch of the lane: busy seconds and bytes, each way.
+  void observe(double send_seconds, uint64_t bytes_sent, double receive_seconds,
+               uint64_t bytes_received);
+  /// Predicted seconds per byte (0: nothing learnt).
+  double send_seconds_per_byte() const { return send_.estimate; }
+  double receive_seconds_per_byte() const { return receive_.estimate; }
+  /// Epochs that taught something, either way.
+  size_t observations() const { return send_.epochs + receive_.epochs; }
+
+private:
+  struct direction {
+    double estimate = 0;
+    size_t epochs = 0;
+  };
+  void learn(direction& d, double seconds, uint64_t bytes) const;
+  uint64_t min_bytes_;
+  double tracking_;
+  double change_;
+  direction send_, receive_;
+};
+
 } // namespace eg::learning

@@ -613,6 +613,7 @@ predictor_actor::behavior_type fake_predictor(predictor_actor::pointer, std::str
                                               std::string cluster, double throughput) {
   return {
     [](observe_atom, double, uint64_t) {},
+    [](observe_atom, double, uint64_t, double, uint64_t) {},
     [](tick_atom) {},
     [=](predict_atom) {
       messages::prediction p;

@@ -82,6 +82,7 @@ struct recorder {
   epoch_report traffic;  // what the mixer answers a stats request with
   // predictor
   std::vector<std::pair<double, uint64_t>> observed;
+  std::vector<messages::link_timing> links;  // the lane's epochs it was handed
   // node
   std::vector<epoch_report> node_reports;
   std::vector<std::pair<std::string, std::string>> node_done;
@@ -136,6 +137,10 @@ predictor_actor::behavior_type fake_predictor(predictor_actor::pointer, rec_ptr 
   return {
     [rec](observe_atom, double seconds, uint64_t samples) {
       rec->observed.emplace_back(seconds, samples);
+    },
+    [rec](observe_atom, double send_seconds, uint64_t bytes_sent, double receive_seconds,
+          uint64_t bytes_received) {
+      rec->links.push_back({bytes_sent, send_seconds, bytes_received, receive_seconds});
     },
     [](tick_atom) {},
     [](predict_atom) { return prediction{}; },
@@ -282,6 +287,7 @@ struct rig {
     rec->traffic.messages_received = 4;
     rec->traffic.messages_refused = 5;
     rec->traffic.received_from = {{"p1", 4, 2222}};
+    rec->traffic.link = {3333, 0.25, 4444, 0.125};
     platform_args a;
     a.node_name = "n0";
     a.platform = {"p0", 1, 0.5, o.slowdown, {}};
@@ -645,6 +651,15 @@ BOOST_FIXTURE_TEST_CASE(an_epoch_trains_its_share_and_reports_it_everywhere, fix
   BOOST_TEST(rep.messages_refused == 5u);  // none refused here + the mixer's
   BOOST_REQUIRE_EQUAL(rep.received_from.size(), 1u);
   BOOST_TEST(rep.received_from[0].peer == "p1");
+  // The lane's timings of the epoch are in the report, and went to the
+  // predictor, which learns the link from them.
+  BOOST_TEST(rep.link.bytes_sent == 3333u);
+  BOOST_TEST(rep.link.receive_seconds == 0.125);
+  BOOST_REQUIRE_EQUAL(rec.links.size(), 1u);
+  BOOST_TEST(rec.links[0].bytes_sent == 3333u);
+  BOOST_TEST(rec.links[0].send_seconds == 0.25);
+  BOOST_TEST(rec.links[0].bytes_received == 4444u);
+  BOOST_TEST(rec.links[0].receive_seconds == 0.125);
   // The same report to the node and, as metrics, to the store.
   BOOST_REQUIRE_EQUAL(rec.node_reports.size(), 1u);
   BOOST_TEST(rec.node_reports[0].samples == 38u);

@@ -97,6 +97,18 @@ BOOST_AUTO_TEST_CASE(three_node_processes_train_and_gossip) {
     auto rows = read_csv((run / (std::string(name) + "-metrics.csv")).string());
     BOOST_REQUIRE_EQUAL(rows.size(), 2u);
     BOOST_TEST(std::stod(rows.back()["test_accuracy"]) > 0.5);
+    // The lane timed what it carried (what the predictor learns the link
+    // from): its bytes each way, and busy seconds no longer than the epoch
+    // and what came before it.
+    uint64_t lane_sent = 0, lane_received = 0;
+    for (auto& r : rows) {
+      lane_sent += std::stoull(r["link_bytes_sent"]);
+      lane_received += std::stoull(r["link_bytes_received"]);
+      BOOST_TEST(std::stod(r["link_send_seconds"]) >= 0.0);
+      BOOST_TEST(std::stod(r["link_receive_seconds"]) >= 0.0);
+    }
+    BOOST_TEST(lane_sent > 0u);
+    BOOST_TEST(lane_received > 0u);
   }
   // Over the run each node's platform hears from both other platforms, on
   // the weights lanes (the default), whose handshakes took the secret.

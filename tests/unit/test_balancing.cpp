@@ -226,4 +226,91 @@ BOOST_AUTO_TEST_CASE(ratios_follow_a_load_that_moves_between_platforms) {
   }
 }
 
+// -- plans that count the network ------------------------------------------------------
+
+/// An estimate with communication: c seconds a epoch whatever the share,
+/// d seconds per point trained.
+platform_estimate with_link(std::string name, int64_t samples, double throughput, double c,
+                            double d) {
+  platform_estimate e{std::move(name), samples, throughput};
+  e.communication_seconds = c;
+  e.communication_per_point = d;
+  return e;
+}
+
+BOOST_AUTO_TEST_CASE(without_communication_the_plan_is_the_papers) {
+  std::vector<platform_estimate> plain{{"a", 1500, 300}, {"b", 1500, 100}, {"c", 1500, 60}};
+  std::vector<platform_estimate> zero;
+  for (auto& e : plain)
+    zero.push_back(with_link(e.name, e.samples, e.throughput, 0, 0));
+  auto x = balance(plain), y = balance(zero);
+  for (size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(x.platforms[i].ratio == y.platforms[i].ratio);
+    BOOST_TEST(y.platforms[i].planned_seconds == 5.0, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(y.platforms[i].communication_seconds == 0.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_platform_behind_a_slow_link_gets_a_share_it_can_train_and_send) {
+  // Equal compute (300 points/s, 5 s for 1500 points); a's messages cost
+  // nothing, b's 1/300 s per point on its link (GoSGD: they go with its
+  // steps), so b's whole shard takes 10 s: half of it fits in a's 5 s.
+  auto plan = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 0, 1.0 / 300)});
+  BOOST_TEST(find(plan, "a").ratio == 1.0);
+  BOOST_TEST(find(plan, "b").ratio == 0.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "b").epoch_seconds == 10.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "b").planned_seconds == 5.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "b").communication_seconds == 2.5, boost::test_tools::tolerance(1e-12));
+  // The same link on the slower of two platforms adds to its compute.
+  auto slower = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 100, 0, 1.0 / 300)});
+  BOOST_TEST(find(slower, "b").ratio == 5.0 / 20, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(fixed_communication_sets_the_epochs_floor) {
+  // Push-sum's rounds: as many a epoch whatever a platform trains. c's 8 s
+  // on its link make no epoch shorter than 8 s, so a and b fill them
+  // (b: 3 s of its 5 s of fixed time left for 1500 points at 100/s: 0.2),
+  // and c, whose link alone takes them, trains the least it may.
+  auto plan = balance({with_link("a", 1500, 300, 1, 0), with_link("b", 1500, 100, 5, 0),
+                       with_link("c", 1500, 300, 8, 0)});
+  BOOST_TEST(find(plan, "a").ratio == 1.0);
+  BOOST_TEST(find(plan, "b").ratio == 0.2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "c").ratio == 0.001, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "b").planned_seconds == 8.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "c").communication_seconds == 8.0, boost::test_tools::tolerance(1e-12));
+  // A NaN or negative estimate counts as no communication.
+  auto odd = balance({with_link("a", 1500, 300, std::nan(""), -1),
+                      with_link("b", 1500, 100, -5, std::nan(""))});
+  BOOST_TEST(find(odd, "b").ratio == 1.0 / 3, boost::test_tools::tolerance(1e-12));
+}
+
+// -- the link model ------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(the_link_model_learns_each_direction_and_follows_a_slowdown_at_once) {
+  link_model m;  // at least 64 KB to learn from, tracking 0.5, change 1.5
+  BOOST_TEST(m.send_seconds_per_byte() == 0.0);
+  BOOST_TEST(m.observations() == 0u);
+  // 1 MB sent in 0.8 s, 2 MB received in 0.4 s.
+  m.observe(0.8, 1'000'000, 0.4, 2'000'000);
+  BOOST_TEST(m.send_seconds_per_byte() == 8e-7, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(m.receive_seconds_per_byte() == 2e-7, boost::test_tools::tolerance(1e-12));
+  // Noise within the factor 1.5 is averaged (the newest weighs half).
+  m.observe(1.0, 1'000'000, 0.4, 2'000'000);
+  BOOST_TEST(m.send_seconds_per_byte() == 9e-7, boost::test_tools::tolerance(1e-12));
+  // A few frames teach nothing: the estimate stays.
+  m.observe(5.0, 1000, 0, 0);
+  BOOST_TEST(m.send_seconds_per_byte() == 9e-7, boost::test_tools::tolerance(1e-12));
+  // The link slows down tenfold: followed from this epoch on, not averaged in.
+  m.observe(9.0, 1'000'000, 0.4, 2'000'000);
+  BOOST_TEST(m.send_seconds_per_byte() == 9e-6, boost::test_tools::tolerance(1e-12));
+  // And back.
+  m.observe(0.9, 1'000'000, 0.4, 2'000'000);
+  BOOST_TEST(m.send_seconds_per_byte() == 9e-7, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(m.receive_seconds_per_byte() == 2e-7, boost::test_tools::tolerance(1e-12));
+  // A clock gone wrong teaches nothing.
+  m.observe(std::nan(""), 1'000'000, -1, 2'000'000);
+  BOOST_TEST(m.send_seconds_per_byte() == 9e-7, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(m.receive_seconds_per_byte() == 2e-7, boost::test_tools::tolerance(1e-12));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

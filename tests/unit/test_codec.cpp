@@ -222,6 +222,12 @@ BOOST_AUTO_TEST_CASE(prediction_round_trip) {
   BOOST_TEST(r.disk == 12.25);
   BOOST_TEST(r.observations == 42u);
   BOOST_TEST(r.wait == 0.625);
+  BOOST_TEST(r.send_seconds_per_byte == 0.0);  // no link learnt
+  p.send_seconds_per_byte = 1.6e-6;
+  p.receive_seconds_per_byte = 8e-7;
+  r = round_trip(p);
+  BOOST_TEST(r.send_seconds_per_byte == 1.6e-6);
+  BOOST_TEST(r.receive_seconds_per_byte == 8e-7);
 }
 
 BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
@@ -246,7 +252,12 @@ BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
   e.messages_received = 13;
   e.messages_refused = 2;
   e.received_from = {{"p0", 4, 1000}, {"p1", 9, 123456789012ull}};
+  e.link = {5'000'000, 6.25, 7'000'000, 0.5};
   epoch_report r = round_trip(e);
+  BOOST_TEST(r.link.bytes_sent == 5'000'000u);
+  BOOST_TEST(r.link.send_seconds == 6.25);
+  BOOST_TEST(r.link.bytes_received == 7'000'000u);
+  BOOST_TEST(r.link.receive_seconds == 0.5);
   BOOST_TEST(r.platform == e.platform);
   BOOST_TEST(r.node == e.node);
   BOOST_TEST(r.epoch == e.epoch);

@@ -63,6 +63,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.edgegossip.p_threshold == b.edgegossip.p_threshold);
   BOOST_TEST(a.edgegossip.f_threshold == b.edgegossip.f_threshold);
   BOOST_TEST(a.edgegossip.deadline == b.edgegossip.deadline);
+  BOOST_TEST(a.edgegossip.count_network == b.edgegossip.count_network);
   BOOST_REQUIRE(a.nodes.size() == b.nodes.size());
   for (size_t i = 0; i < a.nodes.size(); ++i) {
     const node_config& x = a.nodes[i];
@@ -252,6 +253,8 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_and_line) {
   e = error_of([] { parse("[edgegossip]\ndeadline = 0.5\n", file); });
   BOOST_TEST(e == "cluster.toml:2: edgegossip.deadline must be 0 (off) or a factor >= 1, got 0.5");
   BOOST_TEST(parse("[edgegossip]\ndeadline = 0\n", file).edgegossip.deadline == 0.0);
+  BOOST_TEST(!parse("[edgegossip]\ncount_network = false\n", file).edgegossip.count_network);
+  BOOST_TEST(parse("", file).edgegossip.count_network);
 }
 
 BOOST_AUTO_TEST_CASE(wrong_types_name_key_and_expected_type) {

@@ -8,6 +8,7 @@
 #include "actors/balancer/inspection.hpp"
 #include "config/config.hpp"
 #include "algorithms/edgegossip/balancing.hpp"
+#include "algorithms/edgegossip/predictor.hpp"
 #include "messages/codec.hpp"
 #include "storage/store.hpp"
 
@@ -252,6 +253,9 @@ BOOST_AUTO_TEST_CASE(settings_come_from_the_cluster_file) {
   BOOST_TEST(s.p_threshold == 0.5);
   BOOST_TEST(s.f_threshold == 0.25);
   BOOST_TEST(s.deadline == cfg.edgegossip.deadline);
+  BOOST_TEST(s.count_network);  // plans count the network unless told not to
+  cfg.edgegossip.count_network = false;
+  BOOST_TEST(!barrier_settings::of(cfg).count_network);
   BOOST_TEST(s.expected.size() == cfg.platforms().size());
   BOOST_TEST(s.quorum == 3u);
   cfg.quorum = 0;  // all of them
@@ -403,6 +407,132 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_plans_the_rounds_of_the_platform_w
   auto gosgd = joined(edgegossip({"p0", "p1", "p2", "p3"}));
   for (auto& [name, plan] : gosgd.plan(0, unbalanced(), at(0)).plans)
     BOOST_TEST(plan.rounds == 0u, name);
+}
+
+// -- plans that count the network -------------------------------------------------------
+
+/// A replayed trace: four platforms at 300, 300, 100 and 60 points/s whose
+/// messages take 4,000 bytes per point trained (GoSGD: they go with the
+/// steps), behind links of 100, 5, 20 and 10 Mbit/s; p0's link falls to
+/// 2 Mbit/s from epoch 4 on. Each epoch a platform trains its planned
+/// share and then its messages cross its link; its lane's timings teach its
+/// link model, whose seconds per byte go with its prediction to the
+/// barrier, which plans the next epoch. Answers every epoch's times by
+/// platform.
+std::vector<std::map<std::string, double>> replay_link_trace(bool count_network) {
+  const std::vector<std::string> names{"p0", "p1", "p2", "p3"};
+  const std::map<std::string, double> speed{{"p0", 300}, {"p1", 300}, {"p2", 100}, {"p3", 60}};
+  const auto mbit = [](double x) { return x * 1e6 / 8; };  // bytes per second
+  const auto link_rate = [&](const std::string& name, uint32_t epoch) {
+    if (name == "p0")
+      return epoch < 4 ? mbit(100) : mbit(2);
+    return name == "p1" ? mbit(5) : name == "p2" ? mbit(20) : mbit(10);
+  };
+  constexpr double bytes_per_point = 4000;
+  auto s = edgegossip(names, 8);
+  s.count_network = count_network;
+  auto b = joined(s);
+  std::map<std::string, learning::link_model> links;
+  std::vector<std::map<std::string, double>> times;
+  double now = 0;
+  for (uint32_t epoch = 0; epoch < 8; ++epoch) {
+    auto predicted = predictions(speed);
+    for (auto& [name, p] : predicted) {
+      p.send_seconds_per_byte = links[name].send_seconds_per_byte();
+      p.receive_seconds_per_byte = links[name].receive_seconds_per_byte();
+    }
+    auto plan = b.plan(epoch, predicted, at(now));
+    BOOST_REQUIRE(plan.balanced);
+    std::map<std::string, double> took;
+    double longest = 0;
+    for (auto& name : names) {
+      const auto points =
+        static_cast<uint64_t>(std::ceil(1500 * plan.plans.at(name).ratio));
+      const auto bytes = static_cast<uint64_t>(points * bytes_per_point);
+      const double sending = static_cast<double>(bytes) / link_rate(name, epoch);
+      took[name] = static_cast<double>(points) / speed.at(name) + sending;
+      longest = std::max(longest, took[name]);
+      auto r = report(name, epoch, points, took[name]);
+      r.bytes_sent = bytes;
+      r.link = {bytes, sending, 0, 0};
+      links[name].observe(r.link.send_seconds, r.link.bytes_sent, r.link.receive_seconds,
+                          r.link.bytes_received);
+      BOOST_REQUIRE(b.record(r, at(now + took[name])));
+    }
+    now += longest;
+    times.push_back(took);
+  }
+  return times;
+}
+
+/// The longest epoch time over the shortest.
+double spread(const std::map<std::string, double>& took) {
+  double lo = 1e300, hi = 0;
+  for (auto& [name, t] : took) {
+    lo = std::min(lo, t);
+    hi = std::max(hi, t);
+  }
+  return hi / lo;
+}
+
+BOOST_AUTO_TEST_CASE(plans_that_count_the_network_follow_a_link_that_slows_down) {
+  const auto aware = replay_link_trace(true);
+  const auto compute_only = replay_link_trace(false);
+  // Epoch 0 knows no link yet: the plan is compute's alone, and p1's 5
+  // Mbit/s hold it back (5 s of training, 9.6 s of sending).
+  BOOST_TEST(spread(aware[0]) > 2.0);
+  for (uint32_t e = 1; e < 8; ++e) {
+    if (e == 4) {
+      // p0's link fell during epoch 4: planned before anyone knew.
+      BOOST_TEST(aware[e].at("p0") > 2 * aware[e].at("p1"));
+      continue;
+    }
+    // Every platform trains and sends within 2 % of the others.
+    BOOST_TEST(spread(aware[e]) < 1.02, "epoch " << e << ": " << spread(aware[e]));
+    // Compute alone leaves the slow links behind: p1 (5 Mbit/s) takes
+    // 2.7x as long as p0 before p0's link falls, p0 after.
+    BOOST_TEST(spread(compute_only[e]) > 2.0, "epoch " << e);
+  }
+  // After the fall p0 is the one behind the slowest link: the shortest
+  // epoch is now p1's whole shard (14.6 s), and p0 gets half of its own.
+  BOOST_TEST(aware[5].at("p1") == 5.0 + 6e6 / (5e6 / 8), boost::test_tools::tolerance(0.01));
+  BOOST_TEST(aware[5].at("p0") == aware[5].at("p1"), boost::test_tools::tolerance(0.02));
+}
+
+BOOST_AUTO_TEST_CASE(push_sums_rounds_are_fixed_communication_gosgds_go_with_the_steps) {
+  messages::prediction p;
+  p.throughput = 300;
+  p.observations = 10;
+  p.send_seconds_per_byte = 1e-6;
+  p.receive_seconds_per_byte = 2e-6;
+  auto s = edgegossip({"p0", "p1"});
+  auto b = joined(s);
+  auto r = report("p0", 0, 500);
+  r.bytes_sent = 3'000'000;
+  r.bytes_received = 1'000'000;
+  BOOST_REQUIRE(b.record(r, at(1)));
+  // GoSGD: 3 s of sending for 500 points; receiving holds nobody.
+  auto gosgd = b.communication("p0", p, 1);
+  BOOST_TEST(gosgd.communication_seconds == 0.0);
+  BOOST_TEST(gosgd.communication_per_point == 3.0 / 500, boost::test_tools::tolerance(1e-12));
+  // Nothing known of an epoch before: nothing counted.
+  BOOST_TEST(b.communication("p0", p, 0).communication_per_point == 0.0);
+  BOOST_TEST(b.communication("p1", p, 1).communication_per_point == 0.0);
+  // Push-sum: the longer of sending (3 s) and receiving (2 s), a epoch.
+  s.push_sum = true;
+  auto ps = joined(s);
+  BOOST_REQUIRE(ps.record(r, at(1)));
+  auto rounds = ps.communication("p0", p, 1);
+  BOOST_TEST(rounds.communication_seconds == 3.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(rounds.communication_per_point == 0.0);
+  // The plan's line says what the links take.
+  s.count_network = true;
+  auto planned = joined(s);
+  BOOST_REQUIRE(planned.record(r, at(1)));
+  auto r1 = report("p1", 0, 500);
+  BOOST_REQUIRE(planned.record(r1, at(1)));
+  auto plan = planned.plan(1, {{"p0", p}, {"p1", p}}, at(2));
+  BOOST_TEST(plan.line.find("(link 3.0 s)") != std::string::npos, plan.line);
 }
 
 BOOST_AUTO_TEST_CASE(a_platform_without_observations_profiles_everyone_with_r_1) {

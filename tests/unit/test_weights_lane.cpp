@@ -681,6 +681,72 @@ BOOST_AUTO_TEST_CASE(send_does_not_wait_for_a_peer_that_stopped_reading) {
   BOOST_TEST(a.stats().frames_skipped == 0u);
 }
 
+/// The lane's own timings (lane_stats::send_seconds, receive_seconds),
+/// from which a platform's predictor learns its link: a peer that takes
+/// the bytes slowly (a slow link, here a reader pacing itself at about
+/// 8 MB/s) costs many times more seconds per byte to send than one that
+/// reads at once; busy time is never more than the time that passed.
+BOOST_AUTO_TEST_CASE(the_lane_times_its_links) {
+  constexpr size_t frame = 4u << 20;
+  constexpr int frames = 4;
+  const auto started = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+
+  // A fast link: a lane that reads as the bytes come.
+  auto o = endpoint::options("a", "s", "c");
+  o.max_wait_ms = 0;  // the slow link's frames wait their turn, however long
+  endpoint a(o), b("b", "s");
+  BOOST_TEST(a.l.send(b.where(), "p1", bytes_of("warm")));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1), 1u);
+  const auto before = a.l.stats();
+  for (int i = 0; i < frames; ++i)
+    BOOST_TEST(a.l.send(b.where(), "p1", bytes_of(pattern(frame, i))));
+  BOOST_REQUIRE_EQUAL(b.wait_for(1 + frames), 1u + frames);
+  BOOST_REQUIRE(eventually([&] { return a.l.stats().frames_sent == 1u + frames; }));
+  const auto fast = a.l.stats();
+  const double fast_per_byte = (fast.send_seconds - before.send_seconds) /
+                               static_cast<double>(fast.bytes_sent - before.bytes_sent);
+  BOOST_TEST(b.l.stats().receive_seconds > 0.0);
+  BOOST_TEST(b.l.stats().receive_seconds <= seconds_since(started));
+
+  // A slow link: 128 KB every 16 ms.
+  raw_peer slow_peer;
+  const auto slow = slow_peer.where("slow");
+  BOOST_TEST(a.l.send(slow, "p1", bytes_of("hello")));
+  auto fd = slow_peer.accept("s", "slow");
+  BOOST_REQUIRE(eventually([&] { return a.l.stats().frames_sent == 2u + frames; }));
+  {
+    auto [target, got] = read_frame(fd.get());
+    BOOST_TEST(got == "hello");
+  }
+  const auto mid = a.l.stats();
+  for (int i = 0; i < frames; ++i)
+    BOOST_TEST(a.l.send(slow, "p1", bytes_of(pattern(frame, i))));
+  size_t left = frames * (frame + 64);  // the frames and their headers, about
+  std::vector<char> chunk(128u << 10);
+  while (left > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(16));
+    const auto got = ::recv(fd.get(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+    if (got > 0)
+      left -= std::min(left, static_cast<size_t>(got));
+    if (a.l.stats().frames_sent == 2u + 2 * frames && got <= 0)
+      break;
+    BOOST_REQUIRE(seconds_since(started) < 30);
+  }
+  BOOST_REQUIRE(eventually([&] { return a.l.stats().frames_sent == 2u + 2 * frames; }));
+  const auto end = a.l.stats();
+  const double slow_seconds = end.send_seconds - mid.send_seconds;
+  const double slow_per_byte = slow_seconds / static_cast<double>(end.bytes_sent - mid.bytes_sent);
+  BOOST_TEST_MESSAGE("seconds per byte: fast " << fast_per_byte << ", slow " << slow_per_byte);
+  // 16 MB at 8 MB/s, less what the sockets' buffers held: most of a second.
+  BOOST_TEST(slow_seconds > 0.4);
+  BOOST_TEST(slow_per_byte > 4 * fast_per_byte);
+  BOOST_TEST(end.send_seconds <= seconds_since(started));
+  BOOST_TEST(end.frames_lost == 0u);
+}
+
 // -- the handshake: challenge and response ----------------------------------------
 
 /// What a node sent in one handshake is worth nothing on another
