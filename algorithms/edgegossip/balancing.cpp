@@ -9,28 +9,33 @@ balance_plan balance(const std::vector<platform_estimate>& platforms, double p_t
                      double f_threshold, double min_ratio) {
   balance_plan plan;
   plan.platforms.reserve(platforms.size());
-  std::vector<double> per_point;     // seconds per point trained, by decision
-  std::vector<double> fixed;         // seconds of communication whatever the share
-  std::vector<double> sending;       // of per_point, communication
-  per_point.reserve(platforms.size());
-  sending.reserve(platforms.size());
-  fixed.reserve(platforms.size());
+  struct times {
+    double train = 0;  // |X_i| / p_i: the whole shard's training
+    double fixed = 0;  // c_i
+    double link = 0;   // |X_i| d_i: the whole shard's share-bound communication
+    /// T_i(r): training and communication overlap (the lane sends while
+    /// the platform trains on).
+    double at(double r) const { return std::max(r * train, fixed + r * link); }
+  };
+  std::vector<times> t;  // by decision
+  t.reserve(platforms.size());
   for (const auto& p : platforms) {
     balance_decision d;
     d.name = p.name;
     // Written as !(p >= threshold) so that a NaN throughput counts as failed.
     d.failed = p.down || !(p.throughput >= p_threshold);
     // A NaN or negative communication estimate counts as none.
-    const double c = p.communication_seconds > 0 ? p.communication_seconds : 0.0;
-    const double dp = p.communication_per_point > 0 ? p.communication_per_point : 0.0;
-    const double t = d.failed ? 0.0 : 1.0 / p.throughput + dp;
-    d.epoch_seconds = d.failed ? std::numeric_limits<double>::infinity()
-                               : static_cast<double>(p.samples) * t + c;
+    times x;
+    if (!d.failed) {
+      const double n = static_cast<double>(p.samples);
+      x.train = n / p.throughput;
+      x.fixed = p.communication_seconds > 0 ? p.communication_seconds : 0.0;
+      x.link = p.communication_per_point > 0 ? n * p.communication_per_point : 0.0;
+    }
+    d.epoch_seconds = d.failed ? std::numeric_limits<double>::infinity() : x.at(1);
     plan.failed += d.failed ? 1 : 0;
     plan.platforms.push_back(std::move(d));
-    per_point.push_back(t);
-    fixed.push_back(c);
-    sending.push_back(dp);
+    t.push_back(x);
   }
   plan.exception_handling =
       !platforms.empty() &&
@@ -50,7 +55,8 @@ balance_plan balance(const std::vector<platform_estimate>& platforms, double p_t
   });
 
   // T_1 is the fastest platform that has work to do: a platform without data
-  // (T = 0) would otherwise give every other platform a ratio of 0.
+  // (T = 0) would otherwise give every other platform a ratio of 0. No
+  // share makes the epoch shorter than a platform's fixed communication.
   double target = 0;
   for (size_t i : order)
     if (!plan.platforms[i].failed && plan.platforms[i].epoch_seconds > 0) {
@@ -59,23 +65,29 @@ balance_plan balance(const std::vector<platform_estimate>& platforms, double p_t
     }
   for (size_t i : order)
     if (!plan.platforms[i].failed)
-      target = std::max(target, fixed[i]);
+      target = std::max(target, t[i].fixed);
 
   std::vector<balance_decision> sorted;
   sorted.reserve(order.size());
+  const double floor = std::clamp(min_ratio, 0.0, 1.0);
   for (size_t i : order) {
     auto& d = plan.platforms[i];
-    const double shard = d.failed ? 0.0 : d.epoch_seconds - fixed[i];  // |X_i| (1/p_i + d_i)
-    if (d.failed)
+    const auto& x = t[i];
+    if (d.failed) {
       d.ratio = 0;
-    else if (d.epoch_seconds <= target || shard <= 0)
+    } else if (d.epoch_seconds <= target) {
       d.ratio = 1;  // the fastest, and platforms with no data, keep everything
-    else
-      d.ratio = std::clamp((target - fixed[i]) / shard, std::min(min_ratio, 1.0), 1.0);
+    } else {
+      // The largest share whose training, and whose share-bound messages
+      // after the fixed ones, fit in the target.
+      double r = x.train > 0 ? target / x.train : 1.0;
+      if (x.link > 0)
+        r = std::min(r, (target - x.fixed) / x.link);
+      d.ratio = std::clamp(r, floor, 1.0);
+    }
     if (!d.failed) {
-      const double points = per_point[i] > 0 ? d.ratio * shard / per_point[i] : 0.0;
-      d.planned_seconds = d.ratio * shard + fixed[i];
-      d.communication_seconds = fixed[i] + points * sending[i];
+      d.planned_seconds = x.at(d.ratio);
+      d.communication_seconds = x.fixed + d.ratio * x.link;
     }
     sorted.push_back(std::move(d));
   }

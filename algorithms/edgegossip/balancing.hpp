@@ -19,21 +19,21 @@ struct platform_estimate {
   bool down = false;        ///< reported down by a monitor
   /// The epoch's communication, predicted from the platform's link (its
   /// lane's seconds per byte) and the bytes of its last epoch: seconds that
-  /// do not depend on its share (push-sum's rounds: as many a epoch
-  /// whatever it trains), and seconds per point trained (GoSGD's messages
-  /// go with its steps). 0 and 0: compute alone, the paper's Algorithm 1.
+  /// do not depend on its share (EdgeGossip's messages: as many a epoch
+  /// whatever it trains), and seconds per point trained (messages that go
+  /// with the steps). 0 and 0: compute alone, the paper's Algorithm 1.
   double communication_seconds = 0;
   double communication_per_point = 0;
 };
 
 struct balance_decision {
   std::string name;
-  /// T_i = |X_i| (1 / p_i + d_i) + c_i on the whole shard (infinity when
-  /// failed); |X_i| / p_i without communication.
+  /// T_i = max(|X_i| / p_i, c_i + |X_i| d_i) on the whole shard (infinity
+  /// when failed); |X_i| / p_i without communication.
   double epoch_seconds = 0;
   /// r_i: T_1 / T_i without communication (0 when failed).
   double ratio = 0;
-  /// The predicted time of the planned share, r_i |X_i| (1 / p_i + d_i) + c_i.
+  /// The predicted time of the planned share, T_i(r_i).
   double planned_seconds = 0;
   /// Of it, communication: c_i + r_i |X_i| d_i.
   double communication_seconds = 0;
@@ -49,15 +49,15 @@ struct balance_plan {
 /// Algorithm 1. A platform is failed when it is down or p_i < p_threshold.
 /// O(E log E).
 ///
-/// With communication, each platform's epoch takes T_i(r) = r |X_i| (1 / p_i
-/// + d_i) + c_i (training, then its messages on its link: the lane
-/// overlaps a frame with the next steps, but a link that cannot keep up
-/// fills its queue and its frames are skipped). The epoch is planned to
-/// last T* = max(T_1, max_i c_i), T_1 the shortest T_i(1): no share makes an
-/// epoch shorter than a platform's fixed communication. Each platform gets
-/// the largest share that fits, r_i = (T* - c_i) / (|X_i| (1 / p_i + d_i)),
-/// at most 1 and at least `min_ratio` (a platform whose link alone takes
-/// T* still trains a little). Without communication this is r_i = T_1 / T_i.
+/// With communication, each platform's epoch takes T_i(r) = max(r |X_i| /
+/// p_i, c_i + r |X_i| d_i): the lane sends while the platform trains on,
+/// so training and messages overlap. The epoch is planned to last T* =
+/// max(T_1, max_i c_i), T_1 the shortest T_i(1): no share makes an epoch
+/// shorter than a platform's fixed communication, and while a slow link
+/// carries its messages the others train on. Each platform gets the largest
+/// share that fits, r_i = min(T* p_i / |X_i|, (T* - c_i) / (|X_i| d_i)), at
+/// most 1 and at least `min_ratio`. Without communication this is
+/// r_i = T_1 / T_i.
 balance_plan balance(const std::vector<platform_estimate>& platforms, double p_threshold = 0.001,
                      double f_threshold = 0.1, double min_ratio = 0.001);
 

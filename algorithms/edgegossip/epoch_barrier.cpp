@@ -244,10 +244,7 @@ learning::platform_estimate epoch_barrier::communication(const std::string& name
   const double send = static_cast<double>(last->bytes_sent) * per_byte(p.send_seconds_per_byte);
   const double receive =
     static_cast<double>(last->bytes_received) * per_byte(p.receive_seconds_per_byte);
-  if (settings_.push_sum)
-    out.communication_seconds = std::max(send, receive);
-  else if (last->samples > 0)
-    out.communication_per_point = send / static_cast<double>(last->samples);
+  out.communication_seconds = settings_.push_sum ? std::max(send, receive) : send;
   return out;
 }
 

@@ -195,11 +195,13 @@ public:
   double planned_seconds(uint32_t epoch) const;
   /// Plans that count the network: the communication of `name`'s next
   /// epoch, from its prediction's seconds per byte (its link) and the bytes
-  /// of its last report before `epoch`. Under push-sum the rounds of an
-  /// epoch are as many whatever a platform trains, and each round waits for
-  /// its in-neighbours' messages: fixed seconds, the longer of sending and
-  /// receiving. Under GoSGD a platform's messages go with its steps and
-  /// nobody waits for them: seconds per point trained, of sending alone.
+  /// of its last report before `epoch`. A platform sends about as many
+  /// messages a epoch whatever its share (its exchange probability is p /
+  /// r_i; push-sum makes the epoch's rounds), so these are fixed seconds:
+  /// under GoSGD its sending (nobody waits for its messages, but while its
+  /// link carries them the others may train on); under push-sum the longer
+  /// of sending and receiving, since each round waits for its
+  /// in-neighbours' messages.
   learning::platform_estimate communication(const std::string& name,
                                             const messages::prediction& p,
                                             uint32_t epoch) const;

@@ -253,31 +253,44 @@ BOOST_AUTO_TEST_CASE(without_communication_the_plan_is_the_papers) {
 
 BOOST_AUTO_TEST_CASE(a_platform_behind_a_slow_link_gets_a_share_it_can_train_and_send) {
   // Equal compute (300 points/s, 5 s for 1500 points); a's messages cost
-  // nothing, b's 1/300 s per point on its link (GoSGD: they go with its
-  // steps), so b's whole shard takes 10 s: half of it fits in a's 5 s.
-  auto plan = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 0, 1.0 / 300)});
+  // nothing, b's 2/300 s per point trained on its link, so its whole shard's
+  // messages take 10 s: half of them fit in a's 5 s.
+  auto plan = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 0, 2.0 / 300)});
   BOOST_TEST(find(plan, "a").ratio == 1.0);
   BOOST_TEST(find(plan, "b").ratio == 0.5, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(find(plan, "b").epoch_seconds == 10.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(find(plan, "b").planned_seconds == 5.0, boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(find(plan, "b").communication_seconds == 2.5, boost::test_tools::tolerance(1e-12));
-  // The same link on the slower of two platforms adds to its compute.
-  auto slower = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 100, 0, 1.0 / 300)});
-  BOOST_TEST(find(slower, "b").ratio == 5.0 / 20, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "b").communication_seconds == 5.0, boost::test_tools::tolerance(1e-12));
+  // On a slower platform training is what binds (it overlaps the messages):
+  // 15 s of training against 10 of sending, a third fits.
+  auto slower = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 100, 0, 2.0 / 300)});
+  BOOST_TEST(find(slower, "b").ratio == 1.0 / 3, boost::test_tools::tolerance(1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(fixed_communication_sets_the_epochs_floor) {
-  // Push-sum's rounds: as many a epoch whatever a platform trains. c's 8 s
-  // on its link make no epoch shorter than 8 s, so a and b fill them
-  // (b: 3 s of its 5 s of fixed time left for 1500 points at 100/s: 0.2),
-  // and c, whose link alone takes them, trains the least it may.
+  // Messages as many a epoch whatever the share (EdgeGossip's): c's link
+  // takes 8 s, so no epoch is shorter; the others train on meanwhile
+  // (b: 8 of its 15 s), and c trains its whole shard while its link works.
   auto plan = balance({with_link("a", 1500, 300, 1, 0), with_link("b", 1500, 100, 5, 0),
                        with_link("c", 1500, 300, 8, 0)});
   BOOST_TEST(find(plan, "a").ratio == 1.0);
-  BOOST_TEST(find(plan, "b").ratio == 0.2, boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(find(plan, "c").ratio == 0.001, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "b").ratio == 8.0 / 15, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "c").ratio == 1.0);
   BOOST_TEST(find(plan, "b").planned_seconds == 8.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(plan, "c").planned_seconds == 8.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(find(plan, "c").communication_seconds == 8.0, boost::test_tools::tolerance(1e-12));
+  // Share-bound messages behind fixed ones: d's 8 s leave b 3 s for 1500
+  // points at 1/500 s each on its link: a fifth of its shard.
+  auto both = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 5, 1.0 / 500),
+                       with_link("d", 1500, 300, 8, 0)});
+  BOOST_TEST(find(both, "b").ratio == 1.0, boost::test_tools::tolerance(1e-12));
+  auto tight = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 5, 2.0 / 500),
+                        with_link("d", 1500, 300, 8, 0)});
+  BOOST_TEST(find(tight, "b").ratio == 0.5, boost::test_tools::tolerance(1e-12));
+  // Where the fixed part alone takes the whole epoch, the least it may.
+  auto full = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 8, 1.0 / 500),
+                       with_link("d", 1500, 300, 8, 0)});
+  BOOST_TEST(find(full, "b").ratio == 0.001, boost::test_tools::tolerance(1e-12));
   // A NaN or negative estimate counts as no communication.
   auto odd = balance({with_link("a", 1500, 300, std::nan(""), -1),
                       with_link("b", 1500, 100, -5, std::nan(""))});

@@ -411,15 +411,21 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_plans_the_rounds_of_the_platform_w
 
 // -- plans that count the network -------------------------------------------------------
 
-/// A replayed trace: four platforms at 300, 300, 100 and 60 points/s whose
-/// messages take 4,000 bytes per point trained (GoSGD: they go with the
-/// steps), behind links of 100, 5, 20 and 10 Mbit/s; p0's link falls to
-/// 2 Mbit/s from epoch 4 on. Each epoch a platform trains its planned
-/// share and then its messages cross its link; its lane's timings teach its
-/// link model, whose seconds per byte go with its prediction to the
-/// barrier, which plans the next epoch. Answers every epoch's times by
-/// platform.
-std::vector<std::map<std::string, double>> replay_link_trace(bool count_network) {
+/// One platform's epoch in a replayed trace.
+struct traced {
+  double training = 0;  ///< seconds of training its share
+  double whole = 0;     ///< of training its whole shard
+  double sending = 0;   ///< seconds its link took for its messages
+};
+
+/// A replayed trace: four platforms at 300, 300, 100 and 60 points/s with
+/// 1500 points each, each sending 6 MB of messages a epoch whatever its
+/// share (EdgeGossip's exchange probability is p / r_i), behind links of
+/// 100, 5, 20 and 10 Mbit/s; p0's link falls to 2 Mbit/s from epoch 4 on.
+/// Each epoch a platform trains its planned share while its lane sends;
+/// the lane's timings teach its link model, whose seconds per byte go with
+/// its prediction to the barrier, which plans the next epoch.
+std::vector<std::map<std::string, traced>> replay_link_trace(bool count_network) {
   const std::vector<std::string> names{"p0", "p1", "p2", "p3"};
   const std::map<std::string, double> speed{{"p0", 300}, {"p1", 300}, {"p2", 100}, {"p3", 60}};
   const auto mbit = [](double x) { return x * 1e6 / 8; };  // bytes per second
@@ -428,12 +434,12 @@ std::vector<std::map<std::string, double>> replay_link_trace(bool count_network)
       return epoch < 4 ? mbit(100) : mbit(2);
     return name == "p1" ? mbit(5) : name == "p2" ? mbit(20) : mbit(10);
   };
-  constexpr double bytes_per_point = 4000;
+  constexpr uint64_t bytes = 6'000'000;
   auto s = edgegossip(names, 8);
   s.count_network = count_network;
   auto b = joined(s);
   std::map<std::string, learning::link_model> links;
-  std::vector<std::map<std::string, double>> times;
+  std::vector<std::map<std::string, traced>> epochs;
   double now = 0;
   for (uint32_t epoch = 0; epoch < 8; ++epoch) {
     auto predicted = predictions(speed);
@@ -443,63 +449,72 @@ std::vector<std::map<std::string, double>> replay_link_trace(bool count_network)
     }
     auto plan = b.plan(epoch, predicted, at(now));
     BOOST_REQUIRE(plan.balanced);
-    std::map<std::string, double> took;
+    std::map<std::string, traced> took;
     double longest = 0;
     for (auto& name : names) {
       const auto points =
         static_cast<uint64_t>(std::ceil(1500 * plan.plans.at(name).ratio));
-      const auto bytes = static_cast<uint64_t>(points * bytes_per_point);
-      const double sending = static_cast<double>(bytes) / link_rate(name, epoch);
-      took[name] = static_cast<double>(points) / speed.at(name) + sending;
-      longest = std::max(longest, took[name]);
-      auto r = report(name, epoch, points, took[name]);
+      auto& t = took[name];
+      t.training = static_cast<double>(points) / speed.at(name);
+      t.whole = 1500 / speed.at(name);
+      t.sending = static_cast<double>(bytes) / link_rate(name, epoch);
+      longest = std::max(longest, t.training);
+      auto r = report(name, epoch, points, t.training);
       r.bytes_sent = bytes;
-      r.link = {bytes, sending, 0, 0};
+      r.link = {bytes, t.sending, 0, 0};
       links[name].observe(r.link.send_seconds, r.link.bytes_sent, r.link.receive_seconds,
                           r.link.bytes_received);
-      BOOST_REQUIRE(b.record(r, at(now + took[name])));
+      BOOST_REQUIRE(b.record(r, at(now + t.training)));
     }
     now += longest;
-    times.push_back(took);
+    epochs.push_back(took);
   }
-  return times;
+  return epochs;
 }
 
-/// The longest epoch time over the shortest.
-double spread(const std::map<std::string, double>& took) {
-  double lo = 1e300, hi = 0;
+/// The epoch's longest training, and how much longer than it the slowest
+/// link took for its messages (1: they were out by the epoch's end).
+std::pair<double, double> epoch_and_lag(const std::map<std::string, traced>& took) {
+  double training = 0, sending = 0;
   for (auto& [name, t] : took) {
-    lo = std::min(lo, t);
-    hi = std::max(hi, t);
+    training = std::max(training, t.training);
+    sending = std::max(sending, t.sending);
   }
-  return hi / lo;
+  return {training, sending / training};
 }
 
 BOOST_AUTO_TEST_CASE(plans_that_count_the_network_follow_a_link_that_slows_down) {
   const auto aware = replay_link_trace(true);
   const auto compute_only = replay_link_trace(false);
-  // Epoch 0 knows no link yet: the plan is compute's alone, and p1's 5
-  // Mbit/s hold it back (5 s of training, 9.6 s of sending).
-  BOOST_TEST(spread(aware[0]) > 2.0);
+  // Epoch 0 knows no link yet: the plan is compute's alone (5 s), and p1's
+  // 5 Mbit/s take 9.6 s for its messages.
+  BOOST_TEST(epoch_and_lag(aware[0]).second > 1.9);
   for (uint32_t e = 1; e < 8; ++e) {
+    const auto [training, lag] = epoch_and_lag(aware[e]);
+    const auto [plain_training, plain_lag] = epoch_and_lag(compute_only[e]);
+    // Compute alone plans 5 s epochs whatever the links: the slowest one's
+    // messages take 1.9x (p1) and, from epoch 4, 4.8x (p0) that.
+    BOOST_TEST(plain_training == 5.0, boost::test_tools::tolerance(0.01));
+    BOOST_TEST(plain_lag > 1.9, "epoch " << e);
     if (e == 4) {
       // p0's link fell during epoch 4: planned before anyone knew.
-      BOOST_TEST(aware[e].at("p0") > 2 * aware[e].at("p1"));
+      BOOST_TEST(lag > 2.0);
       continue;
     }
-    // Every platform trains and sends within 2 % of the others.
-    BOOST_TEST(spread(aware[e]) < 1.02, "epoch " << e << ": " << spread(aware[e]));
-    // Compute alone leaves the slow links behind: p1 (5 Mbit/s) takes
-    // 2.7x as long as p0 before p0's link falls, p0 after.
-    BOOST_TEST(spread(compute_only[e]) > 2.0, "epoch " << e);
+    // Counting the network, every link's messages are out within the
+    // epoch (2 % for rounding a share to whole points), and the platforms
+    // that are not on their whole shard train for all of it.
+    BOOST_TEST(lag < 1.02, "epoch " << e << ": " << lag);
+    for (auto& [name, t] : aware[e])
+      if (t.training < 0.99 * t.whole)
+        BOOST_TEST(t.training == training, boost::test_tools::tolerance(0.02));
   }
-  // After the fall p0 is the one behind the slowest link: the shortest
-  // epoch is now p1's whole shard (14.6 s), and p0 gets half of its own.
-  BOOST_TEST(aware[5].at("p1") == 5.0 + 6e6 / (5e6 / 8), boost::test_tools::tolerance(0.01));
-  BOOST_TEST(aware[5].at("p0") == aware[5].at("p1"), boost::test_tools::tolerance(0.02));
+  // Before the fall the epoch is p1's 9.6 s of sending; after it p0's 24 s.
+  BOOST_TEST(epoch_and_lag(aware[2]).first == 9.6, boost::test_tools::tolerance(0.02));
+  BOOST_TEST(epoch_and_lag(aware[6]).first == 24.0, boost::test_tools::tolerance(0.02));
 }
 
-BOOST_AUTO_TEST_CASE(push_sums_rounds_are_fixed_communication_gosgds_go_with_the_steps) {
+BOOST_AUTO_TEST_CASE(a_platforms_communication_is_its_last_epochs_bytes_on_its_link) {
   messages::prediction p;
   p.throughput = 300;
   p.observations = 10;
@@ -511,28 +526,52 @@ BOOST_AUTO_TEST_CASE(push_sums_rounds_are_fixed_communication_gosgds_go_with_the
   r.bytes_sent = 3'000'000;
   r.bytes_received = 1'000'000;
   BOOST_REQUIRE(b.record(r, at(1)));
-  // GoSGD: 3 s of sending for 500 points; receiving holds nobody.
+  // GoSGD: 3 s of sending a epoch (as many messages whatever the share);
+  // receiving holds nobody.
   auto gosgd = b.communication("p0", p, 1);
-  BOOST_TEST(gosgd.communication_seconds == 0.0);
-  BOOST_TEST(gosgd.communication_per_point == 3.0 / 500, boost::test_tools::tolerance(1e-12));
-  // Nothing known of an epoch before: nothing counted.
-  BOOST_TEST(b.communication("p0", p, 0).communication_per_point == 0.0);
-  BOOST_TEST(b.communication("p1", p, 1).communication_per_point == 0.0);
-  // Push-sum: the longer of sending (3 s) and receiving (2 s), a epoch.
+  BOOST_TEST(gosgd.communication_seconds == 3.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(gosgd.communication_per_point == 0.0);
+  // Nothing known of an epoch before, or of the link: nothing counted.
+  BOOST_TEST(b.communication("p0", p, 0).communication_seconds == 0.0);
+  BOOST_TEST(b.communication("p1", p, 1).communication_seconds == 0.0);
+  auto unknown = p;
+  unknown.send_seconds_per_byte = std::nan("");
+  unknown.receive_seconds_per_byte = 0;
+  BOOST_TEST(b.communication("p0", unknown, 1).communication_seconds == 0.0);
+  // Push-sum: each round waits for its in-neighbours: the longer of sending
+  // (3 s) and receiving (2 s).
   s.push_sum = true;
   auto ps = joined(s);
   BOOST_REQUIRE(ps.record(r, at(1)));
-  auto rounds = ps.communication("p0", p, 1);
-  BOOST_TEST(rounds.communication_seconds == 3.0, boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(rounds.communication_per_point == 0.0);
-  // The plan's line says what the links take.
+  p.receive_seconds_per_byte = 4e-6;
+  BOOST_TEST(ps.communication("p0", p, 1).communication_seconds == 4.0,
+             boost::test_tools::tolerance(1e-12));
+  p.receive_seconds_per_byte = 2e-6;
+  // The plan counts it, and its line says what the links take (p0's 3 s
+  // fit in its 5 s of training).
   s.count_network = true;
   auto planned = joined(s);
   BOOST_REQUIRE(planned.record(r, at(1)));
   auto r1 = report("p1", 0, 500);
   BOOST_REQUIRE(planned.record(r1, at(1)));
   auto plan = planned.plan(1, {{"p0", p}, {"p1", p}}, at(2));
-  BOOST_TEST(plan.line.find("(link 3.0 s)") != std::string::npos, plan.line);
+  BOOST_TEST(plan.line.find("p0 r=1.00 (link 3.0 s)") != std::string::npos, plan.line);
+  // A link slower than the training: p0's 12 s of sending make a 12 s
+  // epoch, which a platform at 100 points/s fills with 0.8 of its shard...
+  p.send_seconds_per_byte = 4e-6;
+  auto slow = p;
+  slow.throughput = 100;
+  auto longer = planned.plan(2, {{"p0", p}, {"p1", slow}}, at(3));
+  BOOST_TEST(longer.plans.at("p0").ratio == 1.0);
+  BOOST_TEST(longer.plans.at("p1").ratio == 0.8, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(longer.planned_seconds == 12.0, boost::test_tools::tolerance(1e-9));
+  // ... and without counting the network a third (5 s, as p0's training).
+  s.count_network = false;
+  auto blind = joined(s);
+  BOOST_REQUIRE(blind.record(r, at(1)));
+  BOOST_REQUIRE(blind.record(r1, at(1)));
+  BOOST_TEST(blind.plan(1, {{"p0", p}, {"p1", slow}}, at(2)).plans.at("p1").ratio == 1.0 / 3,
+             boost::test_tools::tolerance(1e-9));
 }
 
 BOOST_AUTO_TEST_CASE(a_platform_without_observations_profiles_everyone_with_r_1) {
