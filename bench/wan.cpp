@@ -76,10 +76,13 @@ void wan_hosts::set_rate(size_t i, double mbit) {
 void wan_hosts::limit(size_t i, double mbit, bool change) {
   if (!(mbit > 0))
     throw std::invalid_argument("wan: a link's rate must be positive");
-  // Both ends: the host's eth0 (what it sends) and the bridge's end of its
-  // veth (what it receives).
+  // Each host's uplink: its eth0, where its sockets' priorities still
+  // hold (a packet that crosses into the bridge loses its skb priority, so
+  // a queue on the bridge's end of the veth could not put heartbeats before
+  // bulk frames, and a host behind a 2 Mbit/s downlink was cut off in one
+  // run of three). What a host receives is limited by its senders' uplinks.
   const std::string in_host = "ip netns exec " + ns(i) + " ";
-  const std::pair<std::string, std::string> ends[] = {{in_host, "eth0"}, {"", veth(i)}};
+  const std::pair<std::string, std::string> ends[] = {{in_host, "eth0"}};
   // A bucket deep enough for the rate at the kernel's timer (a tenth of a
   // second's worth, at least 16 kB); a queue of half a second.
   const double bytes_per_second = mbit * 1e6 / 8;

@@ -1,7 +1,9 @@
 #pragma once
 // Hosts of their own for node processes, behind slow links: network
-// namespaces on one Linux bridge, each host's link limited by a token bucket
-// (tc's tbf) in both directions, its rate changeable during a run. For the
+// namespaces on one Linux bridge, each host's uplink limited by a token
+// bucket (tc's tbf) with a three-band priority queue inside it (the lane's
+// bulk frames after the node connections' heartbeats), its rate changeable
+// during a run. For the
 // `wan` profile of bench tta. Needs root, iproute2 and the kernel's bridge,
 // veth and tbf; netem (a delay) where the kernel has it. No CAF, no torch.
 
@@ -21,8 +23,8 @@ public:
 class wan_hosts {
 public:
   /// Hosts 1..rates.size() with the addresses `net`.N (e.g. "10.77.0"),
-  /// each link limited to rates[N - 1] Mbit/s each way, and, where the
-  /// kernel has netem, delayed by `delay_ms` each way (0: none). Throws
+  /// each uplink limited to rates[N - 1] Mbit/s, and, where the kernel has
+  /// netem, delayed by `delay_ms` (0: none). Throws
   /// wan_unavailable naming what failed (everything made is removed).
   wan_hosts(std::string tag, std::string net, std::vector<double> rates, double delay_ms = 0);
   /// Removes the namespaces, the links and the bridge.
@@ -30,7 +32,7 @@ public:
   wan_hosts(const wan_hosts&) = delete;
   wan_hosts& operator=(const wan_hosts&) = delete;
 
-  /// Host `i`'s (0-based) link to `mbit` Mbit/s each way, now.
+  /// Host `i`'s (0-based) uplink to `mbit` Mbit/s, now.
   void set_rate(size_t i, double mbit);
   /// The command prefix that runs a program on host `i`.
   std::vector<std::string> prefix(size_t i) const;
