@@ -194,14 +194,12 @@ public:
   /// EdgeGossip's planned time of `epoch` (0: none).
   double planned_seconds(uint32_t epoch) const;
   /// Plans that count the network: the communication of `name`'s next
-  /// epoch, from its prediction's seconds per byte (its link) and the bytes
-  /// of its last report before `epoch`. A platform sends about as many
-  /// messages a epoch whatever its share (its exchange probability is p /
-  /// r_i; push-sum makes the epoch's rounds), so these are fixed seconds:
-  /// under GoSGD its sending (nobody waits for its messages, but while its
-  /// link carries them the others may train on); under push-sum the longer
-  /// of sending and receiving, since each round waits for its
-  /// in-neighbours' messages.
+  /// epoch, from its prediction's send seconds per byte (its link) and the
+  /// bytes it sent in its last report before `epoch`. A platform sends
+  /// about as many messages a epoch whatever its share (its exchange
+  /// probability is p / r_i; push-sum makes the epoch's rounds), so these
+  /// are fixed seconds. Its own sending alone: the time its frames take to
+  /// come in is its senders' links, which their plans count.
   learning::platform_estimate communication(const std::string& name,
                                             const messages::prediction& p,
                                             uint32_t epoch) const;
