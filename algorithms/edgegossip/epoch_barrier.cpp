@@ -240,16 +240,14 @@ learning::platform_estimate epoch_barrier::communication(const std::string& name
   }
   if (!last)
     return out;
-  const auto per_byte = [](double x) { return std::isfinite(x) && x > 0 ? x : 0.0; };
-  const double send = static_cast<double>(last->bytes_sent) * per_byte(p.send_seconds_per_byte);
-  const double receive =
-    static_cast<double>(last->bytes_received) * per_byte(p.receive_seconds_per_byte);
   // Its own sending alone: the time its frames take to come in is its
-  // senders' links (counted in their plans). On the wan profile the
-  // receive side, under push-sum, made every epoch the slowest uplink's
-  // long and cost EdgeGossip over Sparse-Push 2.2 points (bench/HISTORY.md).
-  (void)receive;
-  out.communication_seconds = send;
+  // senders' links (counted in their plans). On the wan profile counting
+  // the receive side too, under push-sum, made every epoch the slowest
+  // uplink's long and cost EdgeGossip over Sparse-Push 2.2 points
+  // (bench/HISTORY.md).
+  const double per_byte = p.send_seconds_per_byte;
+  if (std::isfinite(per_byte) && per_byte > 0)
+    out.communication_seconds = static_cast<double>(last->bytes_sent) * per_byte;
   return out;
 }
 
