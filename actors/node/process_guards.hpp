@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,29 +45,81 @@ struct doors_closer {
   }
 };
 
+/// How long a node may take to stop after SIGINT or SIGTERM before its
+/// process exits anyway. The stop's own steps are bounded (the platforms'
+/// final checkpoints, 30 s; the store's flush, 30 s; the last messages,
+/// 0.5 s); this bounds everything else as well (an actor that does not
+/// answer, a network call that hangs). By then what could be saved is.
+inline constexpr std::chrono::seconds stop_deadline{75};
+
+/// The exit code of a process that did not stop cleanly in time, or was
+/// told twice (as for a node that ended otherwise).
+inline constexpr int forced_exit_code = 1;
+
+/// Exits at once, the log flushed: nothing else runs (no destructors, no
+/// actor system shutdown). What the store wrote stays (RocksDB's log).
+[[noreturn]] inline void exit_now(int code) {
+  spdlog::default_logger()->flush();
+  std::_Exit(code);
+}
+
 /// SIGINT / SIGTERM are taken by a thread of their own (sigwait), which asks
-/// the node to stop; no work happens in a signal handler.
+/// the node to stop; no work happens in a signal handler. A node that has
+/// not stopped `deadline` after the first signal, or that gets a second
+/// one, exits at once (`forced_exit_code`), so a stop always ends.
 class signal_watch {
 public:
-  signal_watch(bool enabled, caf::actor_system& sys, node_actor node) : enabled_(enabled) {
+  using exit_fn = std::function<void(int)>;
+
+  /// `ask_stop` runs on the watch's thread at the first signal; `exit`
+  /// (by default exit_now) when the stop takes too long or a second
+  /// signal comes.
+  signal_watch(bool enabled, std::function<void()> ask_stop,
+               std::chrono::milliseconds deadline = stop_deadline,
+               exit_fn exit = [](int code) { exit_now(code); })
+      : enabled_(enabled) {
     if (!enabled_)
       return;
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
-    thread_ = std::thread([this, &sys, node] {
-      timespec tick{0, 200'000'000};
+    thread_ = std::thread([this, ask_stop = std::move(ask_stop), deadline,
+                           exit = std::move(exit)] {
+      using clock = std::chrono::steady_clock;
+      clock::time_point first;
+      timespec tick{0, 100'000'000};
       while (!over_) {
-        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
+        const int sig = sigtimedwait(&set_, nullptr, &tick);
+        if (sig > 0 && !received_) {
           received_ = true;
-          spdlog::info("signal received: stopping cleanly");
-          // From a local actor: the node takes control only from its cluster.
-          caf::scoped_actor asker{sys};
-          asker->send(node, control_atom::value, control{messages::verb::stop, {}});
+          first = clock::now();
+          spdlog::info("signal received: stopping cleanly (a second signal, or {:g} s without "
+                       "an end, exits at once)",
+                       std::chrono::duration<double>(deadline).count());
+          ask_stop();
+        } else if (sig > 0) {
+          spdlog::error("a second signal: exiting now, without waiting for the stop to end; "
+                        "what the store saved stays");
+          exit(forced_exit_code);
+          return;
+        } else if (received_ && clock::now() - first > deadline) {
+          spdlog::error("the node did not stop within {:g} s of the signal (a platform, the "
+                        "store or the network did not answer): exiting now; what the store "
+                        "saved stays",
+                        std::chrono::duration<double>(deadline).count());
+          exit(forced_exit_code);
+          return;
         }
       }
     });
   }
+  /// The node's: asks `node` to stop (a control message from a local
+  /// actor: the node takes control only from its cluster).
+  signal_watch(bool enabled, caf::actor_system& sys, node_actor node)
+      : signal_watch(enabled, [&sys, node] {
+          caf::scoped_actor asker{sys};
+          asker->send(node, control_atom::value, control{messages::verb::stop, {}});
+        }) {}
   ~signal_watch() {
     over_ = true;
     if (thread_.joinable())
@@ -133,8 +186,7 @@ public:
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_for(lock, std::chrono::seconds(30), [this] { return over_; })) {
         spdlog::error("shutting down the actor system takes more than 30 s: exiting");
-        spdlog::default_logger()->flush();
-        std::_Exit(exit_code);
+        exit_now(exit_code);
       }
     });
   }
