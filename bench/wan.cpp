@@ -81,36 +81,34 @@ void wan_hosts::limit(size_t i, double mbit, bool change) {
   // a queue on the bridge's end of the veth could not put heartbeats before
   // bulk frames, and a host behind a 2 Mbit/s downlink was cut off in one
   // run of three). What a host receives is limited by its senders' uplinks.
-  const std::string in_host = "ip netns exec " + ns(i) + " ";
-  const std::pair<std::string, std::string> ends[] = {{in_host, "eth0"}};
+  const std::string pre = "ip netns exec " + ns(i) + " ";
+  const std::string dev = "eth0";
   // A bucket deep enough for the rate at the kernel's timer (a tenth of a
   // second's worth, at least 16 kB); a queue of half a second.
   const double bytes_per_second = mbit * 1e6 / 8;
   const auto burst = static_cast<long long>(std::max(16000.0, bytes_per_second / 10));
   const auto packets = static_cast<long long>(std::max(20.0, bytes_per_second / 2 / 1500));
-  for (auto& [pre, dev] : ends) {
-    const std::string qdisc = pre + "tc qdisc replace dev " + dev + " ";
-    if (delay_ms_ > 0 && (!change || delayed_)) {
-      if (ok(qdisc + "root netem delay " + number(delay_ms_) + "ms rate " + number(mbit)
-             + "mbit limit 10000")) {
-        delayed_ = true;
-        continue;
-      }
+  const std::string qdisc = pre + "tc qdisc replace dev " + dev + " ";
+  if (delay_ms_ > 0 && (!change || delayed_)) {
+    if (ok(qdisc + "root netem delay " + number(delay_ms_) + "ms rate " + number(mbit)
+           + "mbit limit 10000")) {
+      delayed_ = true;
+      return;
     }
-    if (!ok(qdisc + "root handle 1: tbf rate " + number(mbit) + "mbit burst "
-            + std::to_string(burst) + " latency 500ms"))
-      throw wan_unavailable("cannot limit a link with tc's tbf here");
-    // Inside the bucket, the three-band priority queue by the packets' TOS
-    // that a host's own default queue (pfifo_fast) is: the weights lane
-    // marks its sockets as bulk, so heartbeats, plans and reports on the
-    // node connections go first. With tbf's one FIFO, dense gossip on a
-    // 2 Mbit/s link held heartbeats back past cluster.peer_timeout, and
-    // runs of the profile lost nodes when c's link fell. The queue holds
-    // half a second (the device's queue length, in packets).
-    if (!ok(pre + "ip link set dev " + dev + " txqueuelen " + std::to_string(packets))
-        || !ok(qdisc + "parent 1:1 handle 10: pfifo_fast"))
-      throw wan_unavailable("cannot put a priority queue behind a link's token bucket here");
   }
+  if (!ok(qdisc + "root handle 1: tbf rate " + number(mbit) + "mbit burst "
+          + std::to_string(burst) + " latency 500ms"))
+    throw wan_unavailable("cannot limit a link with tc's tbf here");
+  // Inside the bucket, the three-band priority queue by the packets' TOS
+  // that a host's own default queue (pfifo_fast) is: the weights lane
+  // marks its sockets as bulk, so heartbeats, plans and reports on the
+  // node connections go first. With tbf's one FIFO, dense gossip on a
+  // 2 Mbit/s link held heartbeats back past cluster.peer_timeout, and
+  // runs of the profile lost nodes when c's link fell. The queue holds
+  // half a second (the device's queue length, in packets).
+  if (!ok(pre + "ip link set dev " + dev + " txqueuelen " + std::to_string(packets))
+      || !ok(qdisc + "parent 1:1 handle 10: pfifo_fast"))
+    throw wan_unavailable("cannot put a priority queue behind a link's token bucket here");
 }
 
 void wan_hosts::remove() {

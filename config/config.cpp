@@ -14,7 +14,7 @@
 //               consensus_step, sparse_values, drift_memory, drift_gain, overlap, gossip_every,
 //               server, commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
-//                deadline, count_network
+//                deadline, count_network, first_epoch_share
 //   [split]     mode, model, in_flight, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
 //               resend_after, runaway_guard, max_rollbacks, rollback_lr_factor,
 //               stuck_after
@@ -232,6 +232,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.f_threshold", c.edgegossip.f_threshold, fraction);
   visit("edgegossip.deadline", c.edgegossip.deadline, deadline_factor);
   visit("edgegossip.count_network", c.edgegossip.count_network, any_bool);
+  visit("edgegossip.first_epoch_share", c.edgegossip.first_epoch_share, probability);
   visit("split.mode", c.split.mode,
         text_rule{{"off", "backprop", "synthetic", "delayed", "corrected", "stashed"}, false});
   visit("split.model", c.split.model, text_rule{{"lenet5", "conv8", "vgg11"}, false});

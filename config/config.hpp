@@ -309,6 +309,11 @@ struct edgegossip_config {
   /// without a lane (one process) have no link to count. false: compute
   /// alone, the paper's Algorithm 1.
   bool count_network = true;
+  /// The share r each platform trains in its first epoch, before the
+  /// predictor has seen it train: that epoch measures the platforms, and
+  /// under push-sum's rounds (or GoSGD's on one slow link) the fastest wait
+  /// for the slowest through it. 1: the whole shard, as in the paper.
+  double first_epoch_share = 0.25;
 };
 
 /// TLS for every node connection (libcaf_openssl) and the weights lane:

@@ -41,7 +41,7 @@ void gather_predictions(self_ptr self, std::chrono::milliseconds timeout,
 /// Sends every live platform its plan for the epoch; logs Algorithm 1's.
 void send_plans(self_ptr self, const epoch_plan& plan) {
   auto& st = self->state;
-  if (plan.balanced) {
+  if (plan.balanced || !plan.line.empty()) {  // Algorithm 1's, or the first epoch's shares
     for (auto& warning : plan.warnings)
       spdlog::warn("balancer: {}", warning);
     spdlog::info("balancer: epoch {} plan:{}", plan.epoch + 1, plan.line);

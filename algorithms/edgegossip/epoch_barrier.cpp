@@ -33,6 +33,7 @@ barrier_settings barrier_settings::of(const config::cluster_config& cluster) {
   s.f_threshold = cluster.edgegossip.f_threshold;
   s.deadline = cluster.edgegossip.deadline;
   s.count_network = cluster.edgegossip.count_network;
+  s.first_epoch_share = cluster.edgegossip.first_epoch_share;
   s.push_sum = cluster.strategy.push_sum();
   s.batch = cluster.train.batch;
   s.max_iterations = cluster.train.max_iterations;
@@ -278,7 +279,18 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
         all_known = false;
       estimates.push_back(e);
     }
-    // A platform without observations (the first epoch): profile with r = 1.
+    // A platform without observations (the first epoch) trains
+    // first_epoch_share of its shard, which is enough to measure it; the
+    // others train everything until every platform is known.
+    if (!all_known && settings_.first_epoch_share < 1) {
+      for (auto& e : estimates) {
+        auto i = predictions.find(e.name);
+        if (!e.down && e.samples > 0 && i != predictions.end() && i->second.observations == 0) {
+          ratios[e.name] = settings_.first_epoch_share;
+          out.line += fmt::format(" {} r={:.2f} (first epoch)", e.name, settings_.first_epoch_share);
+        }
+      }
+    }
     if (all_known) {
       auto balanced = learning::balance(estimates, settings_.p_threshold, settings_.f_threshold);
       for (auto& d : balanced.platforms) {

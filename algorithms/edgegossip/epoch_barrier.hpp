@@ -40,6 +40,9 @@ struct barrier_settings {
   /// communication the predictions' link times and the last reports' bytes
   /// give (epoch_barrier::communication).
   bool count_network = false;
+  /// edgegossip.first_epoch_share: the share a platform the predictor has
+  /// not seen train yet trains (1 here: the whole shard).
+  double first_epoch_share = 1;
   /// EdgeGossip over push-sum: every plan carries the epoch's gossip rounds
   /// (messages::plan::rounds), from the batches of the platform with the
   /// most (batch, max_iterations) and the steps per round (gossip_every).

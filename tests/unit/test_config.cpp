@@ -64,6 +64,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.edgegossip.f_threshold == b.edgegossip.f_threshold);
   BOOST_TEST(a.edgegossip.deadline == b.edgegossip.deadline);
   BOOST_TEST(a.edgegossip.count_network == b.edgegossip.count_network);
+  BOOST_TEST(a.edgegossip.first_epoch_share == b.edgegossip.first_epoch_share);
   BOOST_REQUIRE(a.nodes.size() == b.nodes.size());
   for (size_t i = 0; i < a.nodes.size(); ++i) {
     const node_config& x = a.nodes[i];
@@ -255,6 +256,11 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_and_line) {
   BOOST_TEST(parse("[edgegossip]\ndeadline = 0\n", file).edgegossip.deadline == 0.0);
   BOOST_TEST(!parse("[edgegossip]\ncount_network = false\n", file).edgegossip.count_network);
   BOOST_TEST(parse("", file).edgegossip.count_network);
+  BOOST_TEST(parse("", file).edgegossip.first_epoch_share == 0.25);
+  e = error_of([] { parse("[edgegossip]\nfirst_epoch_share = 0\n", file); });
+  BOOST_TEST(e == "cluster.toml:2: edgegossip.first_epoch_share must be a number in (0, 1], got 0");
+  BOOST_TEST(parse("[edgegossip]\nfirst_epoch_share = 1\n", file).edgegossip.first_epoch_share
+             == 1.0);
 }
 
 BOOST_AUTO_TEST_CASE(wrong_types_name_key_and_expected_type) {

@@ -256,6 +256,9 @@ BOOST_AUTO_TEST_CASE(settings_come_from_the_cluster_file) {
   BOOST_TEST(s.count_network);  // plans count the network unless told not to
   cfg.edgegossip.count_network = false;
   BOOST_TEST(!barrier_settings::of(cfg).count_network);
+  BOOST_TEST(s.first_epoch_share == 0.25);  // the cluster file's default
+  cfg.edgegossip.first_epoch_share = 1;
+  BOOST_TEST(barrier_settings::of(cfg).first_epoch_share == 1.0);
   BOOST_TEST(s.expected.size() == cfg.platforms().size());
   BOOST_TEST(s.quorum == 3u);
   cfg.quorum = 0;  // all of them
@@ -595,6 +598,37 @@ BOOST_AUTO_TEST_CASE(a_platform_without_observations_profiles_everyone_with_r_1)
   // A down platform without a prediction does not hold Algorithm 1 back.
   b.down("p1");
   BOOST_TEST(b.plan(2, missing, at(2)).balanced);
+}
+
+BOOST_AUTO_TEST_CASE(the_first_epoch_trains_first_epoch_share_of_each_shard_until_all_are_known) {
+  auto s = edgegossip({"p0", "p1", "p2", "p3"});
+  s.first_epoch_share = 0.25;
+  auto b = joined(s);
+  auto first = unbalanced();
+  for (auto& [name, p] : first)
+    p.observations = 0;  // the run's first epoch: no platform measured yet
+  auto p = b.plan(0, first, at(0));
+  BOOST_TEST(!p.balanced);
+  for (auto& [name, plan] : p.plans)
+    BOOST_TEST(plan.ratio == 0.25, name);
+  BOOST_TEST(p.line == " p0 r=0.25 (first epoch) p1 r=0.25 (first epoch) p2 r=0.25 (first epoch) "
+                       "p3 r=0.25 (first epoch)");
+  // One platform still unmeasured (it joined late): it profiles on its
+  // share, the others train everything until Algorithm 1 can plan.
+  auto late = unbalanced();
+  late["p2"].observations = 0;
+  auto q = b.plan(1, late, at(1));
+  BOOST_TEST(!q.balanced);
+  BOOST_TEST(q.plans.at("p2").ratio == 0.25);
+  BOOST_TEST(q.plans.at("p0").ratio == 1.0);
+  BOOST_TEST(q.plans.at("p3").ratio == 1.0);
+  // A predictor that did not answer is no unmeasured platform: r = 1.
+  auto missing = unbalanced();
+  missing.erase("p1");
+  auto m = b.plan(2, missing, at(2));
+  BOOST_TEST(m.plans.at("p1").ratio == 1.0);
+  // Every platform measured: Algorithm 1's plan.
+  BOOST_TEST(b.plan(3, unbalanced(), at(3)).balanced);
 }
 
 BOOST_AUTO_TEST_CASE(exception_handling_lets_survivors_adopt_failed_shards) {
