@@ -433,6 +433,8 @@ balancer_settings balancer_settings::of(const config::cluster_config& cluster,
   s.seed = cluster.seed;
   s.strategy = cluster.strategy;
   s.barrier = barrier_settings::of(cluster);
+  s.average_by_rate = cluster.strategy.edgegossip() && cluster.strategy.push_sum()
+                      && cluster.edgegossip.merge == config::merge_rule::rate;
   s.barrier.shard_sizes = std::move(shard_sizes);
   s.layout = inspection::cluster_layout::of(cluster);
   auto shown = cluster;
@@ -440,6 +442,12 @@ balancer_settings balancer_settings::of(const config::cluster_config& cluster,
     shown.secret = "(not written)";  // run directories get copied around
   s.cluster_file = config::to_toml(shown);
   return s;
+}
+
+double model_weight(const balancer_settings& s, double gossip_weight, double points) {
+  if (!s.strategy.push_sum())
+    return points;
+  return s.average_by_rate ? gossip_weight * points : gossip_weight;
 }
 
 balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args) {

@@ -43,6 +43,10 @@ struct balancer_settings {
   uint64_t seed = 1;            ///< cluster.seed: the models' initialisation
   config::strategy_config strategy;
   barrier_settings barrier;     ///< the epoch barrier's, shard sizes included
+  /// EdgeGossip over push-sum with edgegossip.merge = "rate": the averaged
+  /// model counts each platform's by its push-sum weight times the points
+  /// it trained in the epoch (else push-sum's average, by weight alone).
+  bool average_by_rate = false;
   inspection::cluster_layout layout;  ///< what the console shows of the cluster
   /// The cluster file as TOML, its secret left out: the run directory's
   /// config.toml.
@@ -52,6 +56,12 @@ struct balancer_settings {
   static balancer_settings of(const config::cluster_config& cluster,
                               std::map<std::string, uint64_t> shard_sizes);
 };
+
+/// A platform's model's weight in the averaged model: the points it trained
+/// in the epoch (GoSGD and EdgeGossip over it); its push-sum weight w_i
+/// (push-sum's consensus, sum_i w_i z_i / sum_i w_i); or w_i times the
+/// points (EdgeGossip over push-sum, merge by rate).
+double model_weight(const balancer_settings& s, double gossip_weight, double points);
 
 struct balancer_args {
   balancer_settings settings;

@@ -61,13 +61,18 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       std::vector<double> samples;               // each model's weight in the average
       std::vector<std::vector<double>> classes;  // and of its rows of the output layer
       // Push-sum: the consensus is sum_i w_i z_i / sum_i w_i, and the weights
-      // sum to the number of platforms but for what is in flight.
+      // sum to the number of platforms but for what is in flight. EdgeGossip
+      // over push-sum with merge = "rate" counts each model by w_i times the
+      // points it trained this epoch, as its merges do under GoSGD: a
+      // platform on a small share, whose model lags the others under sparse
+      // messages, weighs in as much as it trained (the platforms' own
+      // states, and push-sum's weights, are untouched).
       const bool push_sum = st.args.settings.strategy.push_sum();
       double weights = 0;
       for (auto& w : answers) {
         weights += w.value.gossip_weight;
-        samples.push_back(push_sum ? w.value.gossip_weight
-                                   : st.epochs.averaging_weight(epoch, w.sender));
+        samples.push_back(model_weight(st.args.settings, w.value.gossip_weight,
+                                       st.epochs.averaging_weight(epoch, w.sender)));
         classes.push_back(push_sum ? std::vector<double>{}
                                    : st.epochs.class_weights(epoch, w.sender));
       }

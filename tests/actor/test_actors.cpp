@@ -627,6 +627,31 @@ predictor_actor::behavior_type fake_predictor(predictor_actor::pointer, std::str
 
 } // namespace
 
+BOOST_AUTO_TEST_CASE(each_models_weight_in_the_average) {
+  auto cfg = config::default_config();
+  cfg.strategy.name = "gosgd";
+  auto gosgd = eg::actors::balancer_settings::of(cfg, {});
+  BOOST_TEST(!gosgd.average_by_rate);
+  BOOST_TEST(eg::actors::model_weight(gosgd, 0.5, 300) == 300.0);  // the points it trained
+  cfg.strategy.name = "sparse-push";
+  auto push_sum = eg::actors::balancer_settings::of(cfg, {});
+  BOOST_TEST(!push_sum.average_by_rate);
+  BOOST_TEST(eg::actors::model_weight(push_sum, 0.5, 300) == 0.5);  // push-sum's consensus
+  cfg.strategy.name = "edgegossip";
+  cfg.strategy.gossip = "sparse-push";
+  auto combined = eg::actors::balancer_settings::of(cfg, {});
+  BOOST_TEST(combined.average_by_rate);  // merge = "rate", the default
+  BOOST_TEST(eg::actors::model_weight(combined, 0.5, 300) == 150.0);
+  cfg.edgegossip.merge = config::merge_rule::gossip;
+  auto by_weight = eg::actors::balancer_settings::of(cfg, {});
+  BOOST_TEST(!by_weight.average_by_rate);
+  BOOST_TEST(eg::actors::model_weight(by_weight, 0.5, 300) == 0.5);
+  cfg.strategy.gossip = "gosgd";  // EdgeGossip over GoSGD: by points, whatever the merge
+  cfg.edgegossip.merge = config::merge_rule::rate;
+  BOOST_TEST(eg::actors::model_weight(eg::actors::balancer_settings::of(cfg, {}), 0.5, 300)
+             == 300.0);
+}
+
 BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
   test::temp_dir dir;
   auto cfg = config::default_config();
