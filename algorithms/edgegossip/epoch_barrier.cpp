@@ -261,6 +261,7 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
   if (settings_.edgegossip) {
     std::vector<learning::platform_estimate> estimates;
     bool all_known = true;
+    std::vector<std::string> unmeasured;  // up, with data, not seen training by its predictor
     for (auto& [name, entry] : platforms_) {
       learning::platform_estimate e;
       e.name = name;
@@ -277,20 +278,18 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
       }
       if (entry.up && (i == predictions.end() || i->second.observations == 0 || e.samples == 0))
         all_known = false;
+      if (entry.up && e.samples > 0 && i != predictions.end() && i->second.observations == 0)
+        unmeasured.push_back(name);
       estimates.push_back(e);
     }
     // A platform without observations (the first epoch) trains
     // first_epoch_share of its shard, which is enough to measure it; the
     // others train everything until every platform is known.
-    if (!all_known && settings_.first_epoch_share < 1) {
-      for (auto& e : estimates) {
-        auto i = predictions.find(e.name);
-        if (!e.down && e.samples > 0 && i != predictions.end() && i->second.observations == 0) {
-          ratios[e.name] = settings_.first_epoch_share;
-          out.line += fmt::format(" {} r={:.2f} (first epoch)", e.name, settings_.first_epoch_share);
-        }
+    if (settings_.first_epoch_share < 1)
+      for (auto& name : unmeasured) {
+        ratios[name] = settings_.first_epoch_share;
+        out.line += fmt::format(" {} r={:.2f} (first epoch)", name, settings_.first_epoch_share);
       }
-    }
     if (all_known) {
       auto balanced = learning::balance(estimates, settings_.p_threshold, settings_.f_threshold);
       for (auto& d : balanced.platforms) {
