@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
+#include <vector>
 
 namespace eg::learning {
 
@@ -79,29 +81,79 @@ int64_t entries_for(int64_t numel, double density) {
   return std::clamp<int64_t>(k, 1, numel);
 }
 
+namespace {
+
+/// The k entries of largest magnitude of v[0, n) (0 < k < n), their indices
+/// (plus `base`) appended to `out` in ascending order: a radix select on the
+/// bits of |x|, which order as the magnitudes do for finite floats (a NaN's
+/// are above infinity's, so a NaN is taken first, as torch's topk does).
+/// Two passes over v and a selection among the entries of one bucket, where
+/// torch::topk (a partial sort) took 6-10 times as long on LeNet-5's largest
+/// layer; ties at the k-th magnitude go to the lowest indices.
+void largest_magnitudes(const float* v, int64_t n, int64_t k, uint32_t base,
+                        std::vector<uint32_t>& out, std::vector<uint32_t>& keys) {
+  constexpr int shift = 19;  // 4096 buckets: the exponent and 4 bits of mantissa
+  constexpr size_t buckets = size_t{1} << (31 - shift);
+  std::vector<uint32_t> count(buckets, 0);
+  keys.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, v + i, sizeof b);
+    b &= 0x7fffffffu;
+    keys[static_cast<size_t>(i)] = b;
+    ++count[b >> shift];
+  }
+  // The bucket that holds the k-th largest: the buckets above it hold
+  // `above` < k entries, and `need` more come from it.
+  size_t bucket = buckets;
+  int64_t above = 0;
+  while (bucket-- > 0) {
+    if (above + static_cast<int64_t>(count[bucket]) >= k)
+      break;
+    above += count[bucket];
+  }
+  const int64_t need = k - above;
+  // The need-th largest key in that bucket (the threshold), and how many
+  // entries equal to it may still go.
+  std::vector<uint32_t> in_bucket;
+  in_bucket.reserve(count[bucket]);
+  for (uint32_t key : keys)
+    if ((key >> shift) == bucket)
+      in_bucket.push_back(key);
+  std::nth_element(in_bucket.begin(), in_bucket.begin() + (need - 1), in_bucket.end(),
+                   std::greater<uint32_t>());
+  const uint32_t threshold = in_bucket[static_cast<size_t>(need - 1)];
+  int64_t ties = need;
+  for (uint32_t key : in_bucket)
+    if (key > threshold)
+      --ties;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t key = keys[static_cast<size_t>(i)];
+    if (key > threshold || (key == threshold && ties-- > 0))
+      out.push_back(base + static_cast<uint32_t>(i));
+  }
+}
+
+} // namespace
+
 sparse_entries top_k(const torch::Tensor& flat, const flat_layout& layout, double density) {
   if (!(density > 0 && density <= 1))
     throw argument_error("top_k: density " + std::to_string(density) +
                                 " is not in (0, 1]");
   if (flat.numel() != layout.numel() || flat.scalar_type() != torch::kFloat32)
     throw mismatch_error("top_k: a flat vector that does not fit the layout");
-  torch::NoGradGuard no_grad;
+  const auto contiguous = flat.contiguous();
   sparse_entries e;
-  const float* v = flat.data_ptr<float>();
+  const float* v = contiguous.data_ptr<float>();
+  std::vector<uint32_t> keys;
   for (size_t l = 0; l < layout.tensors(); ++l) {
     const int64_t begin = layout.offsets[l], n = layout.offsets[l + 1] - begin;
     const int64_t k = entries_for(n, density);
-    const size_t first = e.indices.size();
     if (k == n) {
       for (int64_t i = 0; i < n; ++i)
         e.indices.push_back(static_cast<uint32_t>(begin + i));
     } else {
-      auto chosen = std::get<1>(flat.narrow(0, begin, n).abs().topk(k, 0, true, false));
-      auto idx = chosen.to(torch::kInt64).contiguous();
-      const int64_t* p = idx.data_ptr<int64_t>();
-      for (int64_t i = 0; i < k; ++i)
-        e.indices.push_back(static_cast<uint32_t>(begin + p[i]));
-      std::sort(e.indices.begin() + static_cast<std::ptrdiff_t>(first), e.indices.end());
+      largest_magnitudes(v + begin, n, k, static_cast<uint32_t>(begin), e.indices, keys);
     }
   }
   e.values.reserve(e.indices.size());

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -73,6 +74,44 @@ BOOST_AUTO_TEST_CASE(top_k_takes_the_largest_entries_of_each_tensor) {
   BOOST_TEST(all.indices.size() == 13u);
   BOOST_CHECK_THROW(top_k(flat, l, 0.0), std::invalid_argument);
   BOOST_CHECK_THROW(top_k(torch::zeros({12}), l, 0.5), std::invalid_argument);
+}
+
+// top_k's selection against a plain sort, on random tensors of many sizes:
+// exactly k entries a tensor, ascending, none smaller in magnitude than an
+// entry left out; with ties (a few distinct magnitudes, zeros of both signs)
+// and magnitudes spread over many binades.
+BOOST_AUTO_TEST_CASE(top_k_selects_as_a_sort_by_magnitude_does) {
+  torch::manual_seed(3);
+  for (int64_t n : {2, 7, 64, 1000, 30720}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      torch::Tensor t = kind == 0   ? torch::randn({n})
+                        : kind == 1 ? torch::randint(-3, 4, {n}).to(torch::kFloat32)
+                                    : torch::randn({n}) * torch::exp(torch::randn({n}) * 10);
+      if (kind == 1)
+        t.index_put_({t == 0}, -0.0f);  // negative zeros among the ties
+      flat_layout l;
+      l.offsets = {0, n};
+      for (double density : {0.001, 0.02, 0.3, 0.9}) {
+        const int64_t k = entries_for(n, density);
+        auto e = top_k(t, l, density);
+        BOOST_TEST_REQUIRE(static_cast<int64_t>(e.indices.size()) == k);
+        BOOST_TEST(std::is_sorted(e.indices.begin(), e.indices.end()));
+        BOOST_TEST((std::adjacent_find(e.indices.begin(), e.indices.end()) == e.indices.end()));
+        auto a = t.abs();
+        const auto kth = std::get<0>(a.sort(0, true))[k - 1].item<float>();
+        const auto ta = t.accessor<float, 1>(), aa = a.accessor<float, 1>();
+        std::vector<bool> taken(static_cast<size_t>(n), false);
+        for (size_t i = 0; i < e.indices.size(); ++i) {
+          taken[e.indices[i]] = true;
+          BOOST_TEST(std::fabs(e.values[i]) >= kth);
+          BOOST_TEST(e.values[i] == ta[e.indices[i]]);
+        }
+        for (int64_t i = 0; i < n; ++i)
+          if (!taken[static_cast<size_t>(i)])
+            BOOST_TEST(aa[i] <= kth);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(sparse_parts_round_trip) {
