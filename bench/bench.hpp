@@ -184,4 +184,10 @@ int split(const options& opt, const split_options& s);
 /// 60,000), threads.
 int data(const options& opt);
 
+/// The top-k selection of a sparse message (learning::top_k) against
+/// torch::topk with the indices sorted, on each model of options::models
+/// (Fashion-MNIST's shape) at densities 0.01, 0.02, 0.03 and 0.1: both
+/// must take the same magnitudes; microseconds and their ratio.
+int topk(const options& opt);
+
 } // namespace eg::bench

@@ -79,7 +79,7 @@ void add_other_options(CLI::App* bench, cli_state& state) {
   bench->add_option("--unequal3", st->split_opt.unequal3,
                     "split: slowdowns of 3 unequal stages (default 1 2 4)");
   bench->add_option("--models", st->opt.models,
-                    "framework, aggregation: models to measure (default lenet5 alexnet "
+                    "framework, aggregation, topk: models to measure (default lenet5 alexnet "
                     "squeezenet mobilenetv2)")
     ->check(CLI::IsMember({"lenet5", "logreg", "alexnet", "conv8", "squeezenet", "mobilenetv2"}));
   bench->add_option("--device", st->opt.device,
@@ -146,6 +146,8 @@ int run_bench(const std::shared_ptr<cli_state>& st, CLI::App* bench, CLI::Option
     return transport(st->opt, st->transport_opt);
   if (st->name == "data")
     return data(st->opt);
+  if (st->name == "topk")
+    return topk(st->opt);
   return framework(st->opt);
 }
 
@@ -161,11 +163,12 @@ std::function<int()> add_subcommand(CLI::App& app) {
                                             "process, node processes), split (one model across "
                                             "stages: whole, backprop, synthetic gradients), data "
                                             "(image decoding, warm-cache start-up, memory per "
-                                            "sample, training from bytes)");
+                                            "sample, training from bytes), topk (the selection "
+                                            "of a sparse message against torch::topk)");
   bench->add_option("name", st->name, "benchmark to run")
     ->required()
     ->check(CLI::IsMember({"tta", "traffic", "framework", "transport", "aggregation", "predictor",
-                           "scale", "split", "data"}));
+                           "scale", "split", "data", "topk"}));
   bench->add_option("-c,--config", st->tta_opt.config_file,
                     "tta: cluster file (default: 4 platforms, slowdowns 1 1 3 5)");
   bench->add_option("--profile", st->tta_opt.profile,

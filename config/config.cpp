@@ -132,6 +132,8 @@ const int_rule positive_int{1, INT64_MAX, "a positive integer"};
 const int_rule positive_u32{1, UINT32_MAX, "a positive integer"};
 const int_rule positive_int32{1, INT_MAX, "a positive integer"};
 const int_rule port_number{0, 65535, "an integer in [0, 65535]"};
+const int_rule overlap_number{-1, INT64_MAX,
+                              "an integer >= -1 (-1: 1, or 0 under EdgeGossip)"};
 const int_rule lane_port_number{-1, 65535, "an integer in [-1, 65535] (-1: the node's port + 1)"};
 // 1 is in range but refused in validate(): one convolution cannot have a
 // hidden layer.
@@ -215,7 +217,7 @@ void scalar_keys(C& c, Visit&& visit) {
         text_rule{{"float16", "float32", "float8", "sign"}, false});
   visit("strategy.drift_memory", c.strategy.drift_memory, momentum);
   visit("strategy.drift_gain", c.strategy.drift_gain, non_negative);
-  visit("strategy.overlap", c.strategy.overlap, non_negative_int);
+  visit("strategy.overlap", c.strategy.overlap, overlap_number);
   visit("strategy.gossip_every", c.strategy.gossip_every, positive_int);
   visit("strategy.server", c.strategy.server, any_text);
   visit("strategy.commit_steps", c.strategy.commit_steps, positive_int);

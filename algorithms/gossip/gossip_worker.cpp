@@ -32,7 +32,8 @@ gossip_worker::gossip_worker(const worker_settings& settings, platform_model& mo
     : worker(settings, model),
       strategy_(std::move(strategy)),
       topology_(std::move(topology)),
-      gate_(settings.strategy.push_sum() ? static_cast<uint64_t>(settings.strategy.overlap) : 0),
+      gate_(settings.strategy.push_sum() ? static_cast<uint64_t>(settings.strategy.overlap_tau())
+                                         : 0),
       gossip_every_(settings.strategy.push_sum()
                       ? static_cast<uint64_t>(std::max<int64_t>(settings.strategy.gossip_every, 1))
                       : 1) {}

@@ -261,6 +261,18 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_and_line) {
   BOOST_TEST(e == "cluster.toml:2: edgegossip.first_epoch_share must be a number in (0, 1], got 0");
   BOOST_TEST(parse("[edgegossip]\nfirst_epoch_share = 1\n", file).edgegossip.first_epoch_share
              == 1.0);
+  // The overlap wait: -1 (the default) is 1 for push-sum alone, 0 under
+  // EdgeGossip; a value set is kept either way.
+  BOOST_TEST(parse("", file).strategy.overlap == -1);
+  BOOST_TEST(parse("[strategy]\nname = \"sparse-push\"\n", file).strategy.overlap_tau() == 1);
+  BOOST_TEST(parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sparse-push\"\n", file)
+               .strategy.overlap_tau() == 0);
+  BOOST_TEST(
+    parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sgp\"\noverlap = 2\n", file)
+      .strategy.overlap_tau() == 2);
+  BOOST_TEST(parse("[strategy]\nname = \"sgp\"\noverlap = 0\n", file).strategy.overlap_tau() == 0);
+  e = error_of([] { parse("[strategy]\noverlap = -2\n", file); });
+  BOOST_TEST(contains(e, "strategy.overlap must be an integer >= -1"), e);
 }
 
 BOOST_AUTO_TEST_CASE(wrong_types_name_key_and_expected_type) {
