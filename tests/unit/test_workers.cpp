@@ -198,6 +198,28 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_waits_for_the_planned_round_not_th
   BOOST_TEST(a->awaited(4).empty());
 }
 
+BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_waits_for_no_one_by_default) {
+  // strategy.overlap's default (-1) under EdgeGossip: no wait, where tau 1
+  // makes p0's second round wait for p1's first (the case above); push-sum
+  // on its own keeps tau 1.
+  auto settings = edgegossip_over("sgp", "p0", -1);
+  BOOST_TEST(settings.strategy.overlap_tau() == 0);
+  BOOST_TEST(settings_of("sgp").strategy.overlap_tau() == 1);
+  auto ma = model_of(1);
+  auto a = make_worker(settings, *ma);
+  messages::plan plan;
+  plan.epoch = 0;
+  plan.rounds = 2;
+  a->start();
+  a->planned(plan);
+  a->peers({"p1"});
+  a->epoch_begins(8);
+  for (uint64_t k = 0; k < 8; ++k) {
+    BOOST_TEST(a->awaited(k).empty(), "step " << k + 1);
+    a->stepped(one_step(*ma), position("p0", k + 1));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_gossip_worker_sends_half_its_weight_and_the_peer_mixes_by_weight) {
   auto ma = model_of(1), mb = model_of(2);
   auto a = make_worker(settings_of("gosgd", "p0"), *ma);
