@@ -83,6 +83,11 @@ int64_t entries_for(int64_t numel, double density) {
 
 namespace {
 
+/// The buffers of largest_magnitudes, kept across the tensors of a model.
+struct selection_scratch {
+  std::vector<uint32_t> keys, count, in_bucket;
+};
+
 /// The k entries of largest magnitude of v[0, n) (0 < k < n), their indices
 /// (plus `base`) appended to `out` in ascending order: a radix select on the
 /// bits of |x|, which order as the magnitudes do for finite floats (a NaN's
@@ -92,10 +97,11 @@ namespace {
 /// (`edgegossip bench topk`). Ties at the k-th magnitude go to the lowest
 /// indices.
 void largest_magnitudes(const float* v, int64_t n, int64_t k, uint32_t base,
-                        std::vector<uint32_t>& out, std::vector<uint32_t>& keys) {
+                        std::vector<uint32_t>& out, selection_scratch& scratch) {
   constexpr int shift = 19;  // 4096 buckets: the exponent and 4 bits of mantissa
   constexpr size_t buckets = size_t{1} << (31 - shift);
-  std::vector<uint32_t> count(buckets, 0);
+  auto& [keys, count, in_bucket] = scratch;
+  count.assign(buckets, 0);
   keys.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     uint32_t b;
@@ -116,8 +122,7 @@ void largest_magnitudes(const float* v, int64_t n, int64_t k, uint32_t base,
   const int64_t need = k - above;
   // The need-th largest key in that bucket (the threshold), and how many
   // entries equal to it may still go.
-  std::vector<uint32_t> in_bucket;
-  in_bucket.reserve(count[bucket]);
+  in_bucket.clear();
   for (uint32_t key : keys)
     if ((key >> shift) == bucket)
       in_bucket.push_back(key);
@@ -146,7 +151,7 @@ sparse_entries top_k(const torch::Tensor& flat, const flat_layout& layout, doubl
   const auto contiguous = flat.contiguous();
   sparse_entries e;
   const float* v = contiguous.data_ptr<float>();
-  std::vector<uint32_t> keys;
+  selection_scratch scratch;
   for (size_t l = 0; l < layout.tensors(); ++l) {
     const int64_t begin = layout.offsets[l], n = layout.offsets[l + 1] - begin;
     const int64_t k = entries_for(n, density);
@@ -154,7 +159,7 @@ sparse_entries top_k(const torch::Tensor& flat, const flat_layout& layout, doubl
       for (int64_t i = 0; i < n; ++i)
         e.indices.push_back(static_cast<uint32_t>(begin + i));
     } else {
-      largest_magnitudes(v + begin, n, k, static_cast<uint32_t>(begin), e.indices, keys);
+      largest_magnitudes(v + begin, n, k, static_cast<uint32_t>(begin), e.indices, scratch);
     }
   }
   e.values.reserve(e.indices.size());
