@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace eg::actors {
@@ -106,6 +107,13 @@ using mixer_actor = caf::typed_actor<
   // From a peer mixer, or the node's weights lane (decoded there): weights
   // to count and pass on to the platform.
   caf::reacts_to<gossip_atom, held_weights>,
+  // From its platform: its model for the balancer's average, to send on the
+  // weights lane to the balancer's node (argument: that node's lane,
+  // messages::to_string(lane_endpoint)), not counted as gossip. Answered
+  // with the message's header alone (no tensors) once it is on its way, or
+  // with the whole model where it cannot go on the lane (this node has
+  // none, the endpoint does not parse, the lane took nothing).
+  caf::replies_to<weights_atom, std::string, held_weights>::with<held_weights>,
   // From the node: the peer mixers (platform names, handles, and the weights
   // lane of each one's node as messages::to_string(lane_endpoint), "" for
   // none or this process).
@@ -157,6 +165,15 @@ using platform_actor = caf::typed_actor<
   caf::reacts_to<peers_atom, std::vector<std::string>>,
   // The current parameters, a copy (averaging, inspection).
   caf::replies_to<weights_atom>::with<held_weights>,
+  // From a balancer on another node: the same copy, for its average, sent
+  // on the weights lane to the balancer's node (argument: that node's
+  // lane), not through the middleman: CAF sends a node's messages to
+  // another one after the other on one connection, so a model on a slow
+  // link held the heartbeats behind it past cluster.peer_timeout and the
+  // platform's node was taken for dead. Answered through the mixer with the
+  // header alone (the model follows on the lane), or with the whole model
+  // where it cannot go on the lane.
+  caf::replies_to<weights_atom, std::string>::with<held_weights>,
   // From the balancer: the run is over (argument: run name).
   caf::reacts_to<done_atom, std::string>,
   // From the balancer: the deadline of this epoch passed; end it now and
@@ -230,6 +247,10 @@ using tester_actor = caf::typed_actor<
   caf::replies_to<test_atom, held_weights, std::string>::with<double, uint64_t, uint64_t>>;
 
 // -- balancer: one per cluster; plans epochs, gathers reports -------------------
+/// The balancer's name on the weights lane: the target of the platforms'
+/// models for the average (no platform's name starts with '@').
+inline constexpr std::string_view balancer_name = "@balancer";
+
 using balancer_actor = caf::typed_actor<
   // From a node: a platform joined (name, node name, platform handle, its
   // predictor's handle, its data's signature (data::signature), its
@@ -251,6 +272,10 @@ using balancer_actor = caf::typed_actor<
                  std::vector<uint64_t>>,
   // From a platform: its report at the end of an epoch.
   caf::reacts_to<report_atom, epoch_report>,
+  // From its node's weights lane (target balancer_name): a platform's model
+  // for the average, the second half of a weights request that was
+  // answered with a header; checked there to come from the platform's node.
+  caf::reacts_to<weights_atom, held_weights>,
   // From a platform: its report of the epoch so far.
   caf::reacts_to<progress_atom, epoch_report>,
   // To itself: refresh the progress display.

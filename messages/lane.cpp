@@ -376,6 +376,7 @@ struct lane::impl {
     /// send() wrote the first part of the frame itself: `pieces` holds what
     /// is left of head and message, for the same connection.
     bool begun = false;
+    bool urgent = false;  ///< before the others waiting, never skipped
   };
 
   /// One peer endpoint: its queue, its connection, its sender thread.
@@ -426,7 +427,10 @@ struct lane::impl {
   void trim(peer& p, std::vector<job>& out) {
     const size_t limit = std::max<size_t>(1, opt.max_queued_messages);
     while (p.waiting > limit) {
-      auto i = std::find_if(p.queue.begin(), p.queue.end(), [](const job& j) { return !j.begun; });
+      auto i = std::find_if(p.queue.begin(), p.queue.end(),
+                            [](const job& j) { return !j.begun && !j.urgent; });
+      if (i == p.queue.end())
+        break;  // only urgent frames wait
       queued_bytes -= i->size;
       out.push_back(std::move(*i));
       p.queue.erase(i);
@@ -436,7 +440,8 @@ struct lane::impl {
   }
 
   bool too_old(const job& j, clock_type::time_point now) const {
-    return opt.max_wait_ms > 0 && now - j.queued > std::chrono::milliseconds(opt.max_wait_ms);
+    return !j.urgent && opt.max_wait_ms > 0
+           && now - j.queued > std::chrono::milliseconds(opt.max_wait_ms);
   }
 
   /// Dials `to` and runs the dialling side of the handshake: answers the
@@ -566,7 +571,7 @@ struct lane::impl {
   }
 
   bool enqueue(const lane_endpoint& to, const std::string& target, std::vector<iovec> pieces,
-               std::shared_ptr<const void> hold) {
+               std::shared_ptr<const void> hold, bool urgent = false) {
     if (target.empty() || target.size() > max_name_bytes)
       throw lane_error("weights lane: no target, or a target name over "
                        + std::to_string(max_name_bytes) + " bytes");
@@ -584,8 +589,14 @@ struct lane::impl {
     queued_bytes += size;
     job j{to,   target, frame_head(target, size), std::move(pieces), size, std::move(hold),
           clock_type::now()};
+    j.urgent = urgent;
     if (tls || !p.queue.empty() || p.busy) {
-      p.queue.push_back(std::move(j));
+      if (urgent)  // after a frame begun and the urgent ones before it
+        p.queue.insert(std::find_if(p.queue.begin(), p.queue.end(),
+                                    [](const job& q) { return !q.begun && !q.urgent; }),
+                       std::move(j));
+      else
+        p.queue.push_back(std::move(j));
       ++p.waiting;
       trim(p, done);
       p.cv.notify_one();
@@ -719,14 +730,15 @@ bool lane::send(const lane_endpoint& to, const std::string& target, shared_buffe
   return impl_->enqueue(to, target, std::move(pieces), std::move(message));
 }
 
-bool lane::send(const lane_endpoint& to, const std::string& target, shared_gathered message) {
+bool lane::send(const lane_endpoint& to, const std::string& target, shared_gathered message,
+                bool urgent) {
   if (!message || message->size() == 0)
     throw lane_error("weights lane: nothing to send");
   std::vector<iovec> pieces;
   pieces.reserve(message->pieces().size());
   for (auto& p : message->pieces())
     pieces.push_back({const_cast<char*>(p.data), p.size});
-  return impl_->enqueue(to, target, std::move(pieces), std::move(message));
+  return impl_->enqueue(to, target, std::move(pieces), std::move(message), urgent);
 }
 
 void lane::stop() {

@@ -193,8 +193,12 @@ public:
   bool send(const lane_endpoint& to, const std::string& target, shared_buffer message);
   /// The same for a message in pieces (messages::encode_gathered), written
   /// with one gather write; `message` (and what it holds) is released as
-  /// soon as it is written or dropped.
-  bool send(const lane_endpoint& to, const std::string& target, shared_gathered message);
+  /// soon as it is written or dropped. An `urgent` one (a model the
+  /// balancer waits for, which holds the cluster's next epoch) goes before
+  /// every frame waiting for that peer but the other urgent ones, and is
+  /// neither skipped for its wait nor pushed out of a full queue.
+  bool send(const lane_endpoint& to, const std::string& target, shared_gathered message,
+            bool urgent = false);
   /// Closes every connection and joins the threads (a write in progress is
   /// cut short); frames still queued are dropped. Idempotent; the
   /// destructor calls it.

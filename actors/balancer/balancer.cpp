@@ -391,6 +391,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
         self->delayed_send(self, micros(*wait), deadline_atom::value, r.epoch);
       check_epochs(self);
     },
+    [self](weights_atom, held_weights& model) { lane_model_arrived(self, std::move(model)); },
     [self](progress_atom, const epoch_report& r) {
       self->state.epochs.progress(r);
       self->state.console.restoring.erase(r.platform);
@@ -399,6 +400,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       auto& st = self->state;
       if (st.finished)
         return;
+      expire_lane_models(self);
       if (st.args.interactive) {
         std::fprintf(stderr, "\r\033[K%s", st.epochs.progress_line(clock::now()).c_str());
         std::fflush(stderr);

@@ -76,6 +76,9 @@ struct balancer_args {
   /// starts with the platforms that joined within a few seconds instead of
   /// waiting for all of them, and plans the epoch after the last evaluated one.
   std::optional<storage::run_state> resume;
+  /// Its node's weights lane (messages::to_string(lane_endpoint); "": none):
+  /// where platforms on other nodes send their models for the average.
+  std::string lane;
 };
 
 balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args);

@@ -46,6 +46,83 @@ void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_we
 void test_average(self_ptr self, held_weights averaged,
                   std::function<void(std::vector<storage::node_test>)> done);
 
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+/// `g` has the model of `name` (given up on already: nothing).
+void take_model(gather_state<held_weights>& g, const std::string& name, held_weights model) {
+  g.answer(name, std::move(model));
+}
+
+} // namespace
+
+/// Every target's current model, then `done` with those that came: a
+/// platform in this process answers with its model; one on another node,
+/// when this node has a weights lane, sends it there and answers with its
+/// header (its model pairs with it in st.lane_models).
+void gather_models(self_ptr self, const std::vector<std::pair<std::string, platform_actor>>& targets,
+                   std::function<void(std::vector<held_weights>&)> done) {
+  auto g = start_gather<held_weights>(self, targets, "weights", std::move(done));
+  if (!g)
+    return;
+  const auto& lane = self->state.args.lane;
+  for (auto& [name, handle] : targets) {
+    auto failed = [g, name = name](caf::error& err) {
+      if (!g->waiting.count(name))
+        return;
+      spdlog::warn("balancer: no weights from {}: {}", name, caf::to_string(err));
+      g->settle(name);
+    };
+    if (lane.empty() || handle.node() == self->node()) {
+      self->request(handle, defaults::weights_timeout, weights_atom::value)
+        .then([g, name = name](held_weights& model) { take_model(*g, name, std::move(model)); },
+              failed);
+      continue;
+    }
+    self->request(handle, defaults::weights_timeout, weights_atom::value, lane)
+      .then(
+        [self, g, name = name](held_weights& answer) {
+          if (!g->waiting.count(name))
+            return;
+          if (!answer.value.tensors.empty() || !answer.value.sparse.empty())
+            return take_model(*g, name, std::move(answer));  // it came whole
+          lane_model_key key{name, answer.value.epoch, answer.value.iteration};
+          auto both = self->state.lane_models.first(key, g, seconds_now());
+          if (both)
+            take_model(*g, name, std::move(both->second));
+        },
+        failed);
+  }
+}
+
+void lane_model_arrived(self_ptr self, held_weights model) {
+  const auto name = model.sender;
+  lane_model_key key{name, model.value.epoch, model.value.iteration};
+  auto both = self->state.lane_models.second(key, std::move(model), seconds_now());
+  if (!both)
+    return;
+  take_model(*both->first, name, std::move(both->second));
+}
+
+void expire_lane_models(self_ptr self) {
+  auto gone = self->state.lane_models.expire(seconds_now());
+  for (auto& [key, g] : gone.firsts) {
+    if (!g->waiting.count(std::get<0>(key)))
+      continue;
+    spdlog::warn("balancer: the model of {} did not come on the weights lane within {:.0f} s; "
+                 "the average leaves it out",
+                 std::get<0>(key), lane_model_wait_seconds);
+    g->settle(std::get<0>(key));
+  }
+  if (gone.seconds > 0)
+    spdlog::info("balancer: {} model(s) came on the weights lane after their request was given "
+                 "up; dropped",
+                 gone.seconds);
+}
+
 /// All live platforms reported `epoch`: averages their current models.
 void evaluate_average(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
@@ -54,8 +131,8 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
   std::vector<std::pair<std::string, platform_actor>> targets;
   for (auto& name : st.epochs.live())
     targets.emplace_back(name, st.handles[name].platform);
-  gather<held_weights>(
-    self, targets, defaults::weights_timeout, weights_atom::value, "weights",
+  gather_models(
+    self, targets,
     [self, epoch](std::vector<held_weights>& answers) {
       auto& st = self->state;
       std::vector<double> samples;               // each model's weight in the average

@@ -15,6 +15,7 @@
 #include "models/model.hpp"
 #include "models/serialize.hpp"
 #include "messages/codec.hpp"
+#include "messages/rendezvous.hpp"
 
 #include <caf/all.hpp>
 #include <spdlog/fmt/fmt.h>
@@ -30,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace eg::actors::balancer_parts {
 
@@ -47,6 +49,44 @@ struct pending_gather {
   virtual ~pending_gather() = default;
   virtual void lost(const std::string& name) = 0;
 };
+
+/// One answer (an Answer) from each of a set of platforms, then `done`
+/// with those that came.
+template <class Answer>
+struct gather_state : pending_gather {
+  std::set<std::string> waiting;
+  std::vector<Answer> answers;
+  std::function<void(std::vector<Answer>&)> done;
+  const char* what = "";
+  /// `name` answered.
+  void answer(const std::string& name, Answer a) {
+    if (!waiting.count(name))
+      return;  // given up on already (it went down)
+    answers.push_back(std::move(a));
+    settle(name);
+  }
+  /// `name` is answered (or given up).
+  void settle(const std::string& name) {
+    if (waiting.erase(name) && waiting.empty() && done) {
+      auto d = std::move(done);
+      done = nullptr;
+      d(answers);
+    }
+  }
+  void lost(const std::string& name) override {
+    if (waiting.count(name))
+      spdlog::warn("balancer: no {} from {}: it is down", what, name);
+    settle(name);
+  }
+};
+
+/// A model for the average that comes on the weights lane, by the header
+/// its platform answered with: the platform, its epoch and its iteration.
+using lane_model_key = std::tuple<std::string, uint64_t, uint64_t>;
+/// How long a header and its model wait for each other: a model on a slow
+/// link takes its size over the link's rate (AlexNet's 3.6 MB at 2 Mbit/s,
+/// about 15 s), behind the gossip queued before it.
+inline constexpr double lane_model_wait_seconds = 60;
 
 struct balancer_state {
   static inline const char* name = "balancer";
@@ -74,6 +114,12 @@ struct balancer_state {
   inspection::console_state console;
   /// Gathers still waiting for answers.
   std::vector<std::weak_ptr<pending_gather>> gathers;
+  /// Models for the average from platforms on other nodes: each header
+  /// answered (with the gather that waits for it, held here until its
+  /// model comes or waited too long) and each model from the weights lane,
+  /// paired as they come in either order.
+  messages::rendezvous<lane_model_key, std::shared_ptr<gather_state<held_weights>>, held_weights>
+    lane_models{lane_model_wait_seconds, 256};
   /// The nodes whose test data the averaged model is tested on: their
   /// testers and test samples (from the node, as they peer).
   std::map<std::string, std::pair<tester_actor, uint64_t>> testers;
@@ -97,50 +143,40 @@ using self_ptr = balancer_actor::stateful_pointer<balancer_state>;
 /// been seen to go down (failures are logged and left out), so neither a
 /// dead peer nor a frozen one holds the balancer up longer than its
 /// monitor takes to notice.
-template <class Answer, class Handle, class Atom>
-void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
-            std::chrono::milliseconds timeout, Atom atom, const char* what,
-            std::function<void(std::vector<Answer>&)> done) {
-  struct state : pending_gather {
-    std::set<std::string> waiting;
-    std::vector<Answer> answers;
-    std::function<void(std::vector<Answer>&)> done;
-    const char* what = "";
-    /// `name` is answered (or given up): true if it was still awaited.
-    void settle(const std::string& name) {
-      if (waiting.erase(name) && waiting.empty() && done) {
-        auto d = std::move(done);
-        done = nullptr;
-        d(answers);
-      }
-    }
-    void lost(const std::string& name) override {
-      if (waiting.count(name))
-        spdlog::warn("balancer: no {} from {}: it is down", what, name);
-      settle(name);
-    }
-  };
-  auto g = std::make_shared<state>();
+/// A gather_state for these targets, registered so that it hears of a
+/// platform going down; null when there is none to wait for (`done` was
+/// called with no answers).
+template <class Answer, class Handle>
+std::shared_ptr<gather_state<Answer>>
+start_gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
+             const char* what, std::function<void(std::vector<Answer>&)> done) {
+  auto g = std::make_shared<gather_state<Answer>>();
   g->done = std::move(done);
   g->what = what;
   for (auto& [name, handle] : targets)
     g->waiting.insert(name);
-  if (g->waiting.empty())
-    return g->done(g->answers);
+  if (g->waiting.empty()) {
+    g->done(g->answers);
+    return nullptr;
+  }
   auto& registry = self->state.gathers;
   registry.erase(std::remove_if(registry.begin(), registry.end(),
                                 [](auto& w) { return w.expired(); }),
                  registry.end());
   registry.push_back(g);
+  return g;
+}
+
+template <class Answer, class Handle, class Atom>
+void gather(self_ptr self, const std::vector<std::pair<std::string, Handle>>& targets,
+            std::chrono::milliseconds timeout, Atom atom, const char* what,
+            std::function<void(std::vector<Answer>&)> done) {
+  auto g = start_gather<Answer>(self, targets, what, std::move(done));
+  if (!g)
+    return;
   for (auto& [name, handle] : targets)
     self->request(handle, timeout, atom)
-      .then(
-        [g, name = name](Answer& answer) {
-          if (!g->waiting.count(name))
-            return;  // given up on already (it went down)
-          g->answers.push_back(std::move(answer));
-          g->settle(name);
-        },
+      .then([g, name = name](Answer& answer) { g->answer(name, std::move(answer)); },
         [g, what, name = name](caf::error& err) {
           if (!g->waiting.count(name))
             return;
@@ -166,6 +202,12 @@ void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_we
                         double weights);
 /// All live platforms reported `epoch`: averages their current models.
 void evaluate_average(self_ptr self, uint32_t epoch);
+/// A platform's model for the average, from the weights lane.
+void lane_model_arrived(self_ptr self, held_weights model);
+/// Gives up on the models that did not come on the weights lane in time
+/// (their platforms are left out of that average) and drops those that
+/// came after.
+void expire_lane_models(self_ptr self);
 /// The deadline of `epoch` came: cuts the platforms still training it.
 void deadline_passed(self_ptr self, uint32_t epoch);
 void check_epochs(self_ptr self);

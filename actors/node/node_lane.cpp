@@ -119,7 +119,9 @@ std::shared_ptr<messages::lane> open_lane(const node_state& st) {
 /// gossip weights and the parameter server's global models to the local
 /// mixer of the platform they are for; workers' commits (target
 /// server_name), when they come from the worker's own node, to the
-/// parameter server hosted here; stage batches to the stage they are for,
+/// parameter server hosted here; platforms' models for the average (target
+/// balancer_name), from the platform's own node, to the balancer hosted
+/// here; stage batches to the stage they are for,
 /// from the node of the stage next to it. A body that is not what its
 /// target takes is refused.
 void start_lane(node_state& st) {
@@ -144,18 +146,23 @@ void start_lane(node_state& st) {
                    messages::shared_buffer message) {
     const auto stage = stages.find(target);
     const bool for_server = target == server_name;
+    const bool for_balancer = target == balancer_name;
     caf::actor to;
     if (stage != stages.end())
       to = caf::actor_cast<caf::actor>(stage->second);
     else if (for_server)
       to = caf::actor_cast<caf::actor>(routes->server());
+    else if (for_balancer)
+      to = caf::actor_cast<caf::actor>(routes->balancer());
     else if (auto i = mixers.find(target); i != mixers.end())
       to = caf::actor_cast<caf::actor>(i->second);
     if (!to) {
       spdlog::warn("[{}] weights lane: a message from node '{}' for {}, which this node does not "
                    "host (any more), dropped",
                    me, from,
-                   for_server ? std::string{"the parameter server"} : "'" + target + "'");
+                   for_server     ? std::string{"the parameter server"}
+                   : for_balancer ? std::string{"the balancer"}
+                                  : "'" + target + "'");
       return;
     }
     try {
@@ -171,6 +178,11 @@ void start_lane(node_state& st) {
         auto update = take<messages::commit>(f, from, "a message for the parameter server",
                                              &node_of, "platform");
         caf::anon_send(caf::actor_cast<server_actor>(to), commit_atom::value, std::move(update));
+      } else if (for_balancer) {
+        // A platform's model for the average, from the platform's own node.
+        auto model = take<messages::weights>(f, from, "a message for the balancer", &node_of,
+                                             "platform");
+        caf::anon_send(caf::actor_cast<balancer_actor>(to), weights_atom::value, std::move(model));
       } else if (std::holds_alternative<messages::global_model>(f.envelope.payload)) {
         // The server's answer to a commit (the worker checks the node).
         auto model = take<messages::global_model>(f, from, "a message for platform '" + target + "'");

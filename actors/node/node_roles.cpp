@@ -137,6 +137,9 @@ void start_balancer(self_ptr self, bool continuing) {
   auto& st = self->state;
   auto args = st.args.balancer;
   args.node = caf::actor_cast<node_actor>(self);
+  if (st.lane)
+    args.lane = messages::to_string(messages::lane_endpoint{
+      st.args.name, st.args.settings.node(st.args.name).host, st.lane->port()});
   if (continuing) {
     std::optional<storage::run_state> saved;
     if (st.args.load_run_state)
@@ -159,6 +162,7 @@ void start_balancer(self_ptr self, bool continuing) {
   // What it announces: the epochs of the run evaluated so far.
   const uint64_t evaluated = args.resume ? args.resume->epochs.size() : 0;
   st.balancer = spawn_balancer(self->system(), std::move(args));
+  st.routes->set_balancer(caf::actor_cast<caf::actor_addr>(*st.balancer));
   self->link_to(*st.balancer);
   st.balancer_paused = false;
   st.directory.add({messages::role::balancer, st.args.name, st.args.name, {}, evaluated, {}},

@@ -25,8 +25,8 @@
 namespace eg::actors::node_detail {
 
 /// What the weights lane's door hands on besides gossip: workers' updates
-/// for the parameter server hosted here now (set on the node's thread, read
-/// on the lane's).
+/// for the parameter server hosted here now, and platforms' models for the
+/// balancer hosted here now (set on the node's thread, read on the lane's).
 class lane_routes {
 public:
   void set_server(caf::actor_addr server) {
@@ -37,10 +37,19 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     return server_;
   }
+  void set_balancer(caf::actor_addr balancer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    balancer_ = std::move(balancer);
+  }
+  caf::actor_addr balancer() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return balancer_;
+  }
 
 private:
   mutable std::mutex mutex_;
   caf::actor_addr server_;
+  caf::actor_addr balancer_;
 };
 
 /// What a node knows and holds.

@@ -80,6 +80,37 @@ void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::s
   ++st.messages_sent;
 }
 
+/// Sends the platform's model for the balancer's average on the weights
+/// lane to the balancer's node, not counted as gossip (it is no message of
+/// the strategy's, and the bytes-to-accuracy figures count those). Returns
+/// the header alone (no tensors) once the lane took it, else the whole
+/// model, which then goes in the typed answer.
+held_weights model_to_balancer(self_ptr self, const std::string& balancer_lane,
+                               held_weights model) {
+  auto& st = self->state;
+  if (!st.args.lane)
+    return model;
+  messages::lane_endpoint to;
+  try {
+    to = messages::parse_endpoint(balancer_lane);
+  } catch (const messages::lane_error& e) {
+    spdlog::warn("[{}] the balancer's weights lane is no endpoint ({}): the model goes through "
+                 "the middleman",
+                 st.args.platform, e.what());
+    return model;
+  }
+  messages::envelope e;
+  e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
+  e.payload = model.value;  // views into model.hold, which the frame holds too
+  auto frame = std::make_shared<const messages::gathered>(messages::encode_gathered(e, model.hold));
+  if (!st.args.lane->send(to, std::string{balancer_name}, std::move(frame), /*urgent=*/true))
+    return model;
+  held_weights header{model.sender, model.value, nullptr, 0, 0};
+  header.value.tensors.clear();
+  header.value.sparse.clear();
+  return header;
+}
+
 /// Counts a message received (by its sender).
 template <class Body>
 void count_received(mixer_state& st, const messages::held<Body>& message) {
@@ -185,6 +216,9 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
       if (st.platform)
         self->send(st.platform, merge_atom::value, std::move(message));
     },
+    [self](weights_atom, const std::string& balancer_lane, held_weights& model) -> held_weights {
+      return model_to_balancer(self, balancer_lane, std::move(model));
+    },
     [self](commit_atom, const std::string& server_lane, held_commit& update) {
       auto& st = self->state;
       messages::lane_endpoint to;
@@ -253,3 +287,4 @@ void bind_mixer(const mixer_actor& m, const platform_actor& platform) {
 }
 
 } // namespace eg::actors
+

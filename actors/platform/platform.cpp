@@ -103,6 +103,15 @@ void adopt(self_ptr self, const std::string& averaged) {
   }
 }
 
+/// The current parameters and weight, a copy (the parameters change with
+/// the next step).
+held_weights model_copy(self_ptr self) {
+  auto& st = self->state;
+  return messages::copy_held(learning::weights_message(
+    st.at, st.worker->weight(), learning::to_views(st.model->names(), st.model->params()),
+    nullptr));
+}
+
 /// The run is over: the final checkpoint, then the node hears it.
 void end_run(self_ptr self, const std::string& run) {
   auto& st = self->state;
@@ -214,12 +223,12 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       if (!(factor > 0) || !std::isfinite(factor) || !st.worker->rescale(factor))
         spdlog::warn("[{}] ignored a rescale by {}", st.args.platform.name, factor);
     },
-    [self](weights_atom) -> held_weights {
+    [self](weights_atom) -> held_weights { return model_copy(self); },
+    [self](weights_atom, const std::string& balancer_lane) -> caf::result<held_weights> {
       auto& st = self->state;
-      // A copy: the parameters change with the next step.
-      return messages::copy_held(learning::weights_message(
-        st.at, st.worker->weight(), learning::to_views(st.model->names(), st.model->params()),
-        nullptr));
+      if (balancer_lane.empty() || !st.args.mixer)
+        return model_copy(self);
+      return self->delegate(st.args.mixer, weights_atom::value, balancer_lane, model_copy(self));
     },
     [self](done_atom, const std::string& run) { end_run(self, run); },
     [self](control_atom, const control& c) { return take_control(self, c); },
@@ -250,3 +259,4 @@ platform_actor spawn_platform(caf::actor_system& sys, platform_args args) {
 }
 
 } // namespace eg::actors
+

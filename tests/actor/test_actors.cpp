@@ -298,6 +298,9 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](pull_atom, const std::string&, const held_global_model&) {},
     [](pull_atom, uint64_t) {},
     [=](weights_atom) { return messages::copy_held(lenet_weights(name, 0.5, nullptr, seed)); },
+    [=](weights_atom, const std::string&) {
+      return messages::copy_held(lenet_weights(name, 0.5, nullptr, seed));
+    },
     [=](done_atom, const std::string& run) { self->state.run = run; },
     [=](cut_atom, uint32_t epoch) {
       if (cuts)

@@ -262,6 +262,7 @@ platform_actor::behavior_type controlled_platform(platform_actor::pointer,
     [](pull_atom, const std::string&, const held_global_model&) {},
     [](pull_atom, uint64_t) {},
     [](weights_atom) { return held_weights{}; },
+    [](weights_atom, const std::string&) { return held_weights{}; },
     [](done_atom, const std::string&) {},
     [](cut_atom, uint32_t) {},
     [=](control_atom, const control& c) {

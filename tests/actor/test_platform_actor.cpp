@@ -78,6 +78,7 @@ struct recorder {
   std::vector<store_call> stored;
   // mixer
   std::vector<send_call> sends;
+  std::vector<send_call> to_balancer;  // models for the average, on the lane (to: its endpoint)
   int stats_requests = 0;
   epoch_report traffic;  // what the mixer answers a stats request with
   // predictor
@@ -124,6 +125,13 @@ mixer_actor::behavior_type fake_mixer(mixer_actor::pointer, rec_ptr rec) {
     [](gossip_atom, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&, const std::vector<caf::actor>&,
        const std::vector<std::string>&) {},
+    [rec](weights_atom, const std::string& lane, const held_weights& w) {
+      // As the mixer does once the lane took the model: the header alone.
+      rec->to_balancer.push_back({lane, messages::copy_held(w)});
+      held_weights header{w.sender, w.value, nullptr, 0, 0};
+      header.value.tensors.clear();
+      return header;
+    },
     [](commit_atom, const std::string&, const held_commit&) {},
     [](pull_atom, const std::string&, const held_global_model&) {},
     [rec](stats_atom) {
@@ -194,6 +202,7 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
     [](testers_atom, const std::vector<std::string>&, const std::vector<caf::actor>&,
        const std::vector<uint64_t>&) {},
     [rec](report_atom, const epoch_report& r) { rec->reports.push_back(r); },
+    [](weights_atom, const held_weights&) {},
     [rec](progress_atom, const epoch_report& r) { rec->progress.push_back(r); },
     [](tick_atom) {},
     [](start_atom) {},
@@ -900,6 +909,34 @@ BOOST_FIXTURE_TEST_CASE(push_sum_on_the_exponential_graph_sends_half_to_each_hop
   auto scaled = weights_of(self, sched, r.platform);
   BOOST_TEST(scaled.value.gossip_weight == 1.0);
   BOOST_TEST(same(tensors_of(scaled), tensors_of(after)));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_balancer_on_another_node_gets_the_model_on_the_weights_lane, fixture) {
+  rig_options o;
+  o.platforms = 4;
+  rig r{sys, self, sched, o};
+  const auto whole = weights_of(self, sched, r.platform);
+  BOOST_REQUIRE(!whole.value.tensors.empty());
+  // Asked with the balancer's lane: the model goes to the mixer for the
+  // lane, and the answer is its header alone (same epoch and iteration).
+  std::optional<held_weights> answer;
+  auto rh = self->request(r.platform, caf::infinite, weights_atom::value,
+                          std::string{"a@10.0.0.1:47502"});
+  sched.run();
+  rh.receive([&](held_weights& w) { answer = std::move(w); },
+             [&](caf::error& e) { BOOST_FAIL("weights request failed: " << caf::to_string(e)); });
+  BOOST_REQUIRE(answer.has_value());
+  BOOST_TEST(answer->value.tensors.empty());
+  BOOST_TEST(answer->value.gossip_weight == whole.value.gossip_weight);
+  BOOST_TEST(answer->value.iteration == whole.value.iteration);
+  BOOST_REQUIRE_EQUAL(r.rec->to_balancer.size(), 1u);
+  BOOST_TEST(r.rec->to_balancer[0].to == "a@10.0.0.1:47502");
+  BOOST_TEST(same(tensors_of(r.rec->to_balancer[0].weights), tensors_of(whole)));
+  BOOST_TEST(r.rec->sends.empty());  // no gossip message
+  // Without a lane (a balancer in this process): the whole model, no mixer.
+  auto again = weights_of(self, sched, r.platform);
+  BOOST_TEST(!again.value.tensors.empty());
+  BOOST_TEST(r.rec->to_balancer.size() == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(gosgd_ignores_a_rescale, fixture) {

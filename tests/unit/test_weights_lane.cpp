@@ -882,6 +882,47 @@ BOOST_AUTO_TEST_CASE(a_full_peer_queue_pushes_out_its_oldest_frame) {
   BOOST_TEST(eventually([&] { return a.stats().frames_sent == 4; }));
 }
 
+/// An urgent frame (a model the balancer waits for) goes before the frames
+/// waiting for that peer, is not pushed out of a full queue and not
+/// skipped for its wait.
+BOOST_AUTO_TEST_CASE(an_urgent_frame_goes_first_and_is_neither_pushed_out_nor_skipped) {
+  raw_peer b;
+  auto o = endpoint::options("a", "s", "c");
+  o.max_wait_ms = 1000;
+  o.max_queued_messages = 2;
+  o.send_timeout_ms = 20000;
+  eg::messages::lane a(o);
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
+  auto fd = b.accept("s", "b");
+  BOOST_TEST(read_frame(fd.get()).second == "warm");
+  const auto big = pattern(32u << 20, 7);
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(big)));  // fills the socket: the sender waits
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("old 1")));
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("old 2")));
+  std::vector<double> values(1000, 0.25);
+  weights msg;
+  msg.tensors.push_back({"x", dtype::float64, {static_cast<int64_t>(values.size())},
+                         values.data(), values.size() * 8});
+  auto e = from_p0(msg);
+  BOOST_TEST(a.send(b.where("b"), "@balancer",
+                    std::make_shared<const gathered>(encode_gathered(e, nullptr)), true));
+  // One more than the queue holds: the oldest ordinary ones make way.
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("old 3")));
+  BOOST_TEST(a.stats().frames_skipped == 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // all of them waited too long
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("fresh")));
+  BOOST_TEST((read_frame(fd.get()).second == big));
+  auto urgent = read_frame(fd.get());
+  BOOST_TEST(urgent.first == "@balancer");
+  auto v = encode(e);
+  BOOST_TEST((urgent.second == std::string(v.data(), v.size())));
+  BOOST_TEST(read_frame(fd.get()).second == "fresh");
+  BOOST_TEST(eventually([&] { return a.stats().frames_sent == 4; }));
+  BOOST_TEST(a.stats().frames_skipped == 3u);  // old 3 waited too long
+  BOOST_TEST(a.stats().frames_lost == 0u);
+}
+
 /// stop() does not wait for a peer that takes nothing: the write in
 /// progress is cut short.
 BOOST_AUTO_TEST_CASE(stop_does_not_wait_for_a_frozen_peer) {
