@@ -52,13 +52,6 @@ double seconds_now() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-/// `g` has the model of `name` (given up on already: nothing).
-void take_model(gather_state<held_weights>& g, const std::string& name, held_weights model) {
-  g.answer(name, std::move(model));
-}
-
-} // namespace
-
 /// Every target's current model, then `done` with those that came: a
 /// platform in this process answers with its model; one on another node,
 /// when this node has a weights lane, sends it there and answers with its
@@ -78,8 +71,7 @@ void gather_models(self_ptr self, const std::vector<std::pair<std::string, platf
     };
     if (lane.empty() || handle.node() == self->node()) {
       self->request(handle, defaults::weights_timeout, weights_atom::value)
-        .then([g, name = name](held_weights& model) { take_model(*g, name, std::move(model)); },
-              failed);
+        .then([g, name = name](held_weights& model) { g->answer(name, std::move(model)); }, failed);
       continue;
     }
     self->request(handle, defaults::weights_timeout, weights_atom::value, lane)
@@ -88,15 +80,17 @@ void gather_models(self_ptr self, const std::vector<std::pair<std::string, platf
           if (!g->waiting.count(name))
             return;
           if (!answer.value.tensors.empty() || !answer.value.sparse.empty())
-            return take_model(*g, name, std::move(answer));  // it came whole
+            return g->answer(name, std::move(answer));  // it came whole
           lane_model_key key{name, answer.value.epoch, answer.value.iteration};
           auto both = self->state.lane_models.first(key, g, seconds_now());
           if (both)
-            take_model(*g, name, std::move(both->second));
+            g->answer(name, std::move(both->second));
         },
         failed);
   }
 }
+
+} // namespace
 
 void lane_model_arrived(self_ptr self, held_weights model) {
   const auto name = model.sender;
@@ -104,7 +98,7 @@ void lane_model_arrived(self_ptr self, held_weights model) {
   auto both = self->state.lane_models.second(key, std::move(model), seconds_now());
   if (!both)
     return;
-  take_model(*both->first, name, std::move(both->second));
+  both->first->answer(name, std::move(both->second));
 }
 
 void expire_lane_models(self_ptr self) {

@@ -179,9 +179,14 @@ void start_lane(node_state& st) {
                                              &node_of, "platform");
         caf::anon_send(caf::actor_cast<server_actor>(to), commit_atom::value, std::move(update));
       } else if (for_balancer) {
-        // A platform's model for the average, from the platform's own node.
-        auto model = take<messages::weights>(f, from, "a message for the balancer", &node_of,
-                                             "platform");
+        // A platform's model for the average, from the platform's own node
+        // (a platform of a node that joined the cluster, which the cluster
+        // file does not place, from the node that sent it: the lane's
+        // handshake admitted that node).
+        auto model = take<messages::weights>(f, from, "a message for the balancer");
+        if (auto n = node_of.find(model.sender); n != node_of.end() && n->second != from)
+          throw messages::codec_error("a message for the balancer from '" + model.sender
+                                      + "', which is no platform of that node");
         caf::anon_send(caf::actor_cast<balancer_actor>(to), weights_atom::value, std::move(model));
       } else if (std::holds_alternative<messages::global_model>(f.envelope.payload)) {
         // The server's answer to a commit (the worker checks the node).

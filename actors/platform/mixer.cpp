@@ -287,4 +287,3 @@ void bind_mixer(const mixer_actor& m, const platform_actor& platform) {
 }
 
 } // namespace eg::actors
-
