@@ -259,4 +259,3 @@ platform_actor spawn_platform(caf::actor_system& sys, platform_args args) {
 }
 
 } // namespace eg::actors
-
