@@ -138,7 +138,10 @@ private:
 /// a platform down, so a slope the samples fit below 0 is taken out and the
 /// fit made again without it, and slopes are only fitted from
 /// `min_fit_samples` samples on (two or three samples fit any noise exactly
-/// and extrapolate wildly). t0 follows the observed times quickly: it is the
+/// and extrapolate wildly). Nor is the fit read above the contention its
+/// samples cover: there the slowdown is the one at their highest (a
+/// platform's node moving its own models at an epoch's end reads as
+/// network load no training saw). t0 follows the observed times quickly: it is the
 /// recency-weighted mean of t_k / RG(U_k) over the newest samples (each older
 /// one weighs `tracking` times less), so a machine that slows down for
 /// reasons U does not see is followed within a few observations.
@@ -200,6 +203,9 @@ private:
   double change_;
   std::deque<sample> samples_;
   double beta_[4] = {0, 0, 0, 0};  // b0, b_core, b_net, b_disk (of the run time)
+  // Each feature's highest value (core, net, disk) in the samples the fit
+  // weighs: a prediction does not extrapolate the slopes above it.
+  double highest_[3] = {0, 0, 0};
   double base_ = 0;  // the fit's time per point on a quiet machine (0: none)
   double t0_ = 0;    // tracked t0
 };

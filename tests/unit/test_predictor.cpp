@@ -176,8 +176,8 @@ BOOST_AUTO_TEST_CASE(regression_recovers_known_coefficients) {
   BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-7));
   BOOST_TEST(m.slowdown({}) == 1.0, tt::tolerance(1e-7));
   BOOST_TEST(m.throughput({}) == 1000.0, tt::tolerance(1e-7));
-  for (const contention u : {contention{1, 0, 50}, contention{2, 0, 0}, contention{0.5, 0, 10},
-                             contention{3, 0, 200}}) {
+  for (const contention u : {contention{1, 0, 50}, contention{1.5, 0, 0}, contention{0.5, 0, 10},
+                             contention{1.9, 0, 95}}) {
     BOOST_TEST(m.seconds_per_point(u) == truth(u), tt::tolerance(1e-7));
     BOOST_TEST(m.slowdown(u) == truth(u) / 0.001, tt::tolerance(1e-7));
     BOOST_TEST(m.throughput(u) == 1 / truth(u), tt::tolerance(1e-7));
@@ -185,6 +185,30 @@ BOOST_AUTO_TEST_CASE(regression_recovers_known_coefficients) {
   }
   // The network never varied: it has no effect on the prediction.
   BOOST_TEST(m.seconds_per_point({1, 500, 50}) == truth({1, 0, 50}), tt::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(the_fit_is_not_read_beyond_the_contention_it_saw) {
+  // Trained under 0 .. 0.3 MB/s of network, where noise fits a steep slope
+  // (4x per MB/s); asked under 10 MB/s (the node's own models at an epoch's
+  // end), the prediction is the one at 0.3 MB/s, not 41x.
+  slowdown_model m;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> net(0, 0.3), core(0, 1);
+  for (int i = 0; i < 100; ++i) {
+    const contention u{core(rng), net(rng), 0};
+    m.observe(u, 0.001 * (1 + 0.5 * u.core + 4 * u.net));
+  }
+  const double edge = m.seconds_per_point({0.5, 0.3, 0});
+  BOOST_TEST(edge > 0.001 * (1 + 0.25 + 1.1));  // the slope itself is used
+  BOOST_TEST(m.seconds_per_point({0.5, 10, 0}) == edge, tt::tolerance(1e-9));
+  BOOST_TEST(m.seconds_per_point({0.5, 0.2, 0}) < edge);
+  // In every feature: core 3 reads as the highest seen (below 1).
+  BOOST_TEST(m.seconds_per_point({3, 0.3, 0}) == m.seconds_per_point({1, 0.3, 0}),
+             tt::tolerance(0.01));
+  // Down to no contention the fit holds: the intercept is the quiet machine.
+  BOOST_TEST(m.slowdown({}) == 1.0, tt::tolerance(0.01));
+  // The run-queue wait multiplies on top, whatever the range.
+  BOOST_TEST(m.seconds_per_point({0.5, 10, 0, 1}) == 2 * edge, tt::tolerance(1e-9));
 }
 
 BOOST_AUTO_TEST_CASE(noisy_samples_fit_closely) {
@@ -424,7 +448,7 @@ BOOST_AUTO_TEST_CASE(run_queue_wait_multiplies_the_run_time) {
   // Disk load slows the thread's running (run time t0 * (1 + 0.5 U_disk /
   // 100)); waiting for a CPU adds U_wait seconds per second run on top. Seen
   // only one at a time, both together are predicted as their product (a
-  // linear fit of t against both gives their sum: 0.0025 here, not 0.003).
+  // linear fit of t against both gives their sum: 0.00245 here, not 0.0029).
   slowdown_model m;
   std::mt19937_64 rng(8);
   std::uniform_real_distribution<double> level(0, 1);
@@ -434,8 +458,8 @@ BOOST_AUTO_TEST_CASE(run_queue_wait_multiplies_the_run_time) {
     m.observe(u, 0.001 * (1 + 0.005 * u.disk) * (1 + u.wait));
   }
   BOOST_TEST(m.t0() == 0.001, tt::tolerance(1e-6));
-  BOOST_TEST(m.seconds_per_point({0, 0, 100, 1}) == 0.003, tt::tolerance(1e-6));
-  BOOST_TEST(m.slowdown({0, 0, 100, 1}) == 3.0, tt::tolerance(1e-6));
+  BOOST_TEST(m.seconds_per_point({0, 0, 90, 1}) == 0.0029, tt::tolerance(1e-6));
+  BOOST_TEST(m.slowdown({0, 0, 90, 1}) == 2.9, tt::tolerance(1e-6));
 }
 
 BOOST_AUTO_TEST_CASE(version_1_samples_restore_without_wait) {
