@@ -8,8 +8,8 @@
 //   [cluster.tls] certificate, key, ca
 //   [data]      name, dir, format, test_dir, validation, classes, resize, on_bad_sample,
 //               label_column, augment, partition, alpha, train_samples, test_samples
-//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every, lr_schedule,
-//               lr_warmup
+//   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every,
+//               average_every, lr_schedule, lr_warmup
 //   [strategy]  name, gossip, schedule, topology, out_peers, exchange_probability, density,
 //               consensus_step, sparse_values, drift_memory, drift_gain, overlap, gossip_every,
 //               server, commit_steps, staleness, check_period, min_interval, target_loss
@@ -203,6 +203,7 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.epochs", c.train.epochs, positive_u32);
   visit("train.max_iterations", c.train.max_iterations, non_negative_int);
   visit("train.evaluate_every", c.train.evaluate_every, non_negative_int);
+  visit("train.average_every", c.train.average_every, non_negative_int);
   visit("train.lr_schedule", c.train.lr_schedule, text_rule{{"constant", "cosine"}, false});
   visit("train.lr_warmup", c.train.lr_warmup, non_negative);
   visit("strategy.name", c.strategy.name, strategy_rule);

@@ -122,6 +122,13 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
   auto& st = self->state;
   if (!st.epochs.begin_evaluation(epoch, clock::now()))
     return;
+  if (!st.epochs.averages(epoch)) {
+    // train.average_every: the reports end this epoch; no model moves.
+    st.epochs.evaluation_done(epoch, std::vector<storage::node_test>{}, 0.0);
+    save_run_state(self);
+    epoch_evaluated(self, epoch);
+    return;
+  }
   std::vector<std::pair<std::string, platform_actor>> targets;
   for (auto& name : st.epochs.live())
     targets.emplace_back(name, st.handles[name].platform);

@@ -173,7 +173,9 @@ void console_state::epoch_done(const actors::epoch_barrier& epochs, uint32_t epo
   auto i = epochs.evaluated().find(epoch);
   const auto e = i == epochs.evaluated().end() ? storage::cluster_epoch{} : i->second;
   note("epoch", fmt::format("epoch {}/{}: averaged model accuracy {}, {} platforms up",
-                            epoch + 1, epochs.last_epoch() + 1, actors::accuracy_text(e),
+                            epoch + 1, epochs.last_epoch() + 1,
+                            epochs.averages(epoch) ? actors::accuracy_text(e)
+                                                   : std::string{"not made (train.average_every)"},
                             e.platforms_up));
   std::string who;
   for (auto& [name, _] : epochs.reports(epoch))
@@ -244,9 +246,13 @@ snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barr
                                                                               : "training";
   h.elapsed_seconds = run.started ? run.elapsed_seconds : 0.0;
   h.epochs = epochs.last_epoch() + 1;
-  if (!epochs.evaluated().empty()) {
-    h.evaluated_epoch = epochs.evaluated().rbegin()->first;
-    const auto& e = epochs.evaluated().rbegin()->second;
+  // The newest epoch whose models were averaged (train.average_every).
+  auto newest = epochs.evaluated().rbegin();
+  while (newest != epochs.evaluated().rend() && !epochs.averages(newest->first))
+    ++newest;
+  if (newest != epochs.evaluated().rend()) {
+    h.evaluated_epoch = newest->first;
+    const auto& e = newest->second;
     h.averaged_accuracy = e.averaged_accuracy;
     for (size_t i = 0; i < e.tests.size() && (e.tests.size() > 1 || e.tests[0].node != "local");
          ++i)

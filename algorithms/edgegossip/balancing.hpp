@@ -37,6 +37,10 @@ struct balance_decision {
   double planned_seconds = 0;
   /// Of it, communication: c_i + r_i |X_i| d_i.
   double communication_seconds = 0;
+  /// c_i of a link too slow to plan for (its fixed messages take longer
+  /// than the slowest platform's whole shard trains): planned as none. 0:
+  /// the link is planned for, or there is none.
+  double unplanned_communication = 0;
   bool failed = false;
 };
 
@@ -57,7 +61,10 @@ struct balance_plan {
 /// carries its messages the others train on. Each platform gets the largest
 /// share that fits, r_i = min(T* p_i / |X_i|, (T* - c_i) / (|X_i| d_i)), at
 /// most 1 and at least `min_ratio`. Without communication this is
-/// r_i = T_1 / T_i.
+/// r_i = T_1 / T_i. A platform whose fixed communication c_i is longer than
+/// the slowest platform's whole shard trains, max_j |X_j| / p_j, is planned
+/// with c_i = 0 (balance_decision::unplanned_communication): no epoch
+/// training allows would let those messages through.
 balance_plan balance(const std::vector<platform_estimate>& platforms, double p_threshold = 0.001,
                      double f_threshold = 0.1, double min_ratio = 0.001);
 

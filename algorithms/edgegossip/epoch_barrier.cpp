@@ -38,6 +38,7 @@ barrier_settings barrier_settings::of(const config::cluster_config& cluster) {
   s.batch = cluster.train.batch;
   s.max_iterations = cluster.train.max_iterations;
   s.gossip_every = cluster.strategy.gossip_every;
+  s.average_every = cluster.train.average_every;
   return s;
 }
 
@@ -308,6 +309,9 @@ epoch_plan epoch_barrier::plan(uint32_t epoch,
         out.line += fmt::format(" {} r={:.2f}", d.name, d.ratio);
         if (d.communication_seconds > 0.005)
           out.line += fmt::format(" (link {:.1f} s)", d.communication_seconds);
+        else if (d.unplanned_communication > 0)
+          out.line += fmt::format(" (link {:.1f} s: too slow to wait for)",
+                                  d.unplanned_communication);
       }
       out.exception_handling = balanced.exception_handling;
       if (!out.exception_handling)
@@ -540,6 +544,11 @@ bool epoch_barrier::all_evaluated() const {
   return true;
 }
 
+bool epoch_barrier::averages(uint32_t epoch) const {
+  const int64_t every = settings_.average_every;
+  return epoch >= settings_.last_epoch || (every > 0 && (epoch + 1) % every == 0);
+}
+
 // -- what users read -----------------------------------------------------------------
 
 std::string accuracy_text(const storage::cluster_epoch& e) {
@@ -565,7 +574,10 @@ std::string epoch_barrier::epoch_line(uint32_t epoch) const {
                      epoch + 1, settings_.last_epoch + 1, e.wall_seconds,
                      slowest_training(epoch), e.network_seconds, e.evaluation_seconds,
                      e.samples, e.epoch_seconds > 0 ? e.samples / e.epoch_seconds : 0.0,
-                     accuracy_text(e), e.platforms_up,
+                     averages(epoch) ? accuracy_text(e)
+                                     : fmt::format("not made (train.average_every = {})",
+                                                   settings_.average_every),
+                     e.platforms_up,
                      e.prediction_error >= 0
                        ? fmt::format(", predicted epoch times off by {:.1f} %",
                                      100 * e.prediction_error)
@@ -590,7 +602,13 @@ std::string epoch_barrier::progress_line(clock::time_point now) const {
       ++n;
     }
   }
-  double acc = evaluated_.empty() ? 0.0 : evaluated_.rbegin()->second.averaged_accuracy;
+  // The newest average's (train.average_every: not every epoch has one).
+  double acc = 0;
+  for (auto e = evaluated_.rbegin(); e != evaluated_.rend(); ++e)
+    if (averages(e->first)) {
+      acc = e->second.averaged_accuracy;
+      break;
+    }
   auto secs = static_cast<int>(elapsed(now));
   return fmt::format("epoch {}/{} |{} | loss {:.3f} | avg acc {:.4f} | {}:{:02d}", epoch + 1,
                      settings_.last_epoch + 1, parts, n ? loss / n : 0.0, acc, secs / 60,

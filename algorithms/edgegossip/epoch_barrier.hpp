@@ -50,6 +50,8 @@ struct barrier_settings {
   int64_t batch = 64;
   int64_t max_iterations = 0;
   int64_t gossip_every = 1;
+  /// train.average_every: the epochs whose models are averaged (averages()).
+  int64_t average_every = 1;
 
   /// The settings of `cluster` (shard sizes apart: they come with the data).
   static barrier_settings of(const config::cluster_config& cluster);
@@ -266,6 +268,10 @@ public:
   double slowest_training(uint32_t epoch) const;
   /// Every epoch of the run was evaluated.
   bool all_evaluated() const;
+  /// `epoch`'s models are averaged and the average tested
+  /// (train.average_every, and the last epoch always); the others end with
+  /// their reports, evaluation_done with no tests.
+  bool averages(uint32_t epoch) const;
 
   // -- what users read --------------------------------------------------------------------
 

@@ -24,6 +24,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -280,6 +281,8 @@ struct fake_platform_state {
 /// The normalisations each stand-in platform was sent, by platform name
 /// (the test coordinator runs every actor on the test's thread).
 std::map<std::string, std::vector<std::string>> norms_sent;
+/// How often each stand-in platform was asked for its model.
+std::map<std::string, int> models_asked;
 
 platform_actor::behavior_type
 fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::string name,
@@ -297,8 +300,12 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](server_atom, caf::actor, const std::string&) {},
     [](pull_atom, const std::string&, const held_global_model&) {},
     [](pull_atom, uint64_t) {},
-    [=](weights_atom) { return messages::copy_held(lenet_weights(name, 0.5, nullptr, seed)); },
+    [=](weights_atom) {
+      ++models_asked[name];
+      return messages::copy_held(lenet_weights(name, 0.5, nullptr, seed));
+    },
     [=](weights_atom, const std::string&) {
+      ++models_asked[name];
       return messages::copy_held(lenet_weights(name, 0.5, nullptr, seed));
     },
     [=](done_atom, const std::string& run) { self->state.run = run; },
@@ -504,6 +511,51 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   // The balancer's timers hold it alive: end it explicitly.
   self->send_exit(b, caf::exit_reason::user_shutdown);
   self->send_exit(p0, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+BOOST_FIXTURE_TEST_CASE(models_are_averaged_every_train_average_every_epochs, fixture) {
+  // average_every = 2 over 3 epochs: epoch 1 ends with its reports (no model
+  // asked for, no accuracy); epoch 2 is averaged, and so is the last.
+  test::temp_dir dir;
+  auto cfg = two_platforms(dir, "every2", 3);
+  cfg.train.average_every = 2;
+  auto test_set = tiny_test_set();
+  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
+  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  models_asked.clear();
+  join(self, b, "p0", "local", p0);
+  join(self, b, "p1", "local", p1);
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+  self->send(b, report_atom::value, report(cfg.id, "p0", 0));
+  self->send(b, report_atom::value, report(cfg.id, "p1", 0));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 2u);  // the next plan went out
+  BOOST_TEST(models_asked["p0"] == 0);
+  BOOST_TEST(models_asked["p1"] == 0);
+  self->send(b, report_atom::value, report(cfg.id, "p0", 1));
+  self->send(b, report_atom::value, report(cfg.id, "p1", 1));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(seen0->size(), 3u);
+  BOOST_TEST(models_asked["p0"] == 1);
+  BOOST_TEST(models_asked["p1"] == 1);
+  self->send(b, report_atom::value, report(cfg.id, "p0", 2));
+  self->send(b, report_atom::value, report(cfg.id, "p1", 2));
+  sched.run();
+  std::string run;
+  self->receive([&](done_atom, messages::role, const std::string&, const std::string& r) { run = r; });
+  BOOST_TEST(models_asked["p0"] == 2);
+  auto rows = test::read_csv(dir / ("runs/" + run + "/cluster.csv"));
+  BOOST_REQUIRE_EQUAL(rows.size(), 3u);
+  BOOST_TEST(std::isnan(std::stod(rows[0]["averaged_accuracy"])));
+  BOOST_TEST(std::isfinite(std::stod(rows[1]["averaged_accuracy"])));
+  BOOST_TEST(std::isfinite(std::stod(rows[2]["averaged_accuracy"])));
+  BOOST_TEST(std::filesystem::exists(dir / ("runs/" + run + "/model.pt")));
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
   sched.run();
 }
 

@@ -279,22 +279,50 @@ BOOST_AUTO_TEST_CASE(fixed_communication_sets_the_epochs_floor) {
   BOOST_TEST(find(plan, "b").planned_seconds == 8.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(find(plan, "c").planned_seconds == 8.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(find(plan, "c").communication_seconds == 8.0, boost::test_tools::tolerance(1e-12));
-  // Share-bound messages behind fixed ones: d's 8 s leave b 3 s for 1500
-  // points at 1/500 s each on its link: a fifth of its shard.
+  // Share-bound messages behind fixed ones: d's 8 s (within the 15 s that
+  // s, the slowest, takes for its whole shard) leave b 3 s for its 1500
+  // points at 1/500 s each on its link: all of them; at 2/500 s, half.
+  const auto s = with_link("s", 1500, 100, 0, 0);
   auto both = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 5, 1.0 / 500),
-                       with_link("d", 1500, 300, 8, 0)});
+                       with_link("d", 1500, 300, 8, 0), s});
   BOOST_TEST(find(both, "b").ratio == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(both, "s").ratio == 8.0 / 15, boost::test_tools::tolerance(1e-12));
   auto tight = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 5, 2.0 / 500),
-                        with_link("d", 1500, 300, 8, 0)});
+                        with_link("d", 1500, 300, 8, 0), s});
   BOOST_TEST(find(tight, "b").ratio == 0.5, boost::test_tools::tolerance(1e-12));
   // Where the fixed part alone takes the whole epoch, the least it may.
   auto full = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 300, 8, 1.0 / 500),
-                       with_link("d", 1500, 300, 8, 0)});
+                       with_link("d", 1500, 300, 8, 0), s});
   BOOST_TEST(find(full, "b").ratio == 0.001, boost::test_tools::tolerance(1e-12));
   // A NaN or negative estimate counts as no communication.
   auto odd = balance({with_link("a", 1500, 300, std::nan(""), -1),
                       with_link("b", 1500, 100, -5, std::nan(""))});
   BOOST_TEST(find(odd, "b").ratio == 1.0 / 3, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(a_link_slower_than_any_epoch_is_not_waited_for) {
+  // a trains its shard in 5 s, b (the slowest) in 15 s. c's messages take
+  // 12 s: the epoch is planned to last 12 s (b trains 12 of its 15 s).
+  auto within = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 100, 0, 0),
+                         with_link("c", 1500, 300, 12, 0)});
+  BOOST_TEST(find(within, "b").ratio == 0.8, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(within, "c").communication_seconds == 12.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(within, "c").unplanned_communication == 0.0);
+  // 40 s are longer than any epoch training allows (b's whole shard): no
+  // plan lets them through, and waiting for them would set every share to
+  // 1 (GoSGD's plan). They are left out: the plan is compute's.
+  auto beyond = balance({with_link("a", 1500, 300, 0, 0), with_link("b", 1500, 100, 0, 0),
+                         with_link("c", 1500, 300, 40, 0)});
+  BOOST_TEST(find(beyond, "a").ratio == 1.0);
+  BOOST_TEST(find(beyond, "b").ratio == 1.0 / 3, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(beyond, "c").ratio == 1.0);
+  BOOST_TEST(find(beyond, "c").unplanned_communication == 40.0);
+  BOOST_TEST(find(beyond, "c").communication_seconds == 0.0);
+  BOOST_TEST(find(beyond, "c").planned_seconds == 5.0, boost::test_tools::tolerance(1e-12));
+  // A down platform's shard does not count as training the epoch allows.
+  auto down = balance({with_link("a", 1500, 300, 0, 0), with_link("c", 1500, 300, 12, 0),
+                       platform_estimate{"z", 1500, 10, true}});
+  BOOST_TEST(find(down, "c").unplanned_communication == 12.0);
 }
 
 // -- the link model ------------------------------------------------------------------------

@@ -46,6 +46,7 @@ void check_same(const cluster_config& a, const cluster_config& b) {
   BOOST_TEST(a.train.epochs == b.train.epochs);
   BOOST_TEST(a.train.max_iterations == b.train.max_iterations);
   BOOST_TEST(a.train.evaluate_every == b.train.evaluate_every);
+  BOOST_TEST(a.train.average_every == b.train.average_every);
   BOOST_TEST(a.train.lr_schedule == b.train.lr_schedule);
   BOOST_TEST(a.train.lr_warmup == b.train.lr_warmup);
   BOOST_TEST(a.strategy.name == b.strategy.name);
@@ -127,7 +128,7 @@ cluster_config unusual_config() {
   c.data.on_bad_sample = "fail";
   c.data.label_column = "species";
   c.data.augment = true;
-  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3, "cosine"};
+  c.train = {"logreg", 1.0 / 7.0, 0.95, 32, 17, 250, 3, 4, "cosine"};
   c.strategy = {"edgegossip", "sparse-push", schedule::async, "exponential",
                 1.0 / 3.0, 3};
   c.edgegossip = {"isvd-lsh", 20, selection::random, merge_rule::gossip, 0.01, 0.25};
@@ -371,6 +372,7 @@ BOOST_AUTO_TEST_CASE(every_rule_names_its_key) {
       {[](cluster_config& c) { c.train.epochs = 0; }, "train.epochs must be a positive integer, got 0"},
       {[](cluster_config& c) { c.train.max_iterations = -1; }, "train.max_iterations"},
       {[](cluster_config& c) { c.train.evaluate_every = -2; }, "train.evaluate_every"},
+      {[](cluster_config& c) { c.train.average_every = -1; }, "train.average_every"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 0; }, "strategy.exchange_probability"},
       {[](cluster_config& c) { c.strategy.exchange_probability = 1.5; }, "strategy.exchange_probability"},
       {[](cluster_config& c) { c.storage_dir = ""; }, "storage.dir"},

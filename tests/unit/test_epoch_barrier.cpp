@@ -808,6 +808,48 @@ BOOST_AUTO_TEST_CASE(an_epoch_is_measured_evaluated_and_closed) {
                                         "acc 0.8500 | 1:11");
 }
 
+BOOST_AUTO_TEST_CASE(train_average_every_says_which_epochs_are_averaged) {
+  auto s = settings({"p0", "p1"}, 7);
+  s.average_every = 3;
+  barrier every3(s);
+  std::vector<bool> got;
+  for (uint32_t e = 0; e < 7; ++e)
+    got.push_back(every3.averages(e));
+  // Epochs 3 and 6 (counted from 1), and the last, 7.
+  BOOST_TEST(got == (std::vector<bool>{false, false, true, false, false, true, true}));
+  s.average_every = 0;  // the last only
+  barrier last_only(s);
+  BOOST_TEST(!last_only.averages(0));
+  BOOST_TEST(!last_only.averages(5));
+  BOOST_TEST(last_only.averages(6));
+  BOOST_TEST(barrier(settings({"p0"}, 3)).averages(0));  // every epoch by default
+
+  // An epoch without its average says so, and the progress line keeps the
+  // newest average's accuracy.
+  s.average_every = 2;
+  auto b = joined(s);
+  // Epoch e (from 0) runs from 5e to 5e + 4 s; epoch 1 (the second) is averaged.
+  for (uint32_t e = 0; e < 3; ++e) {
+    const double t0 = 5.0 * e;
+    b.plan(e, {}, at(t0));
+    reports(b, "p0", e, t0 + 3, 300, 3.0);
+    reports(b, "p1", e, t0 + 4, 100, 4.0);
+    BOOST_REQUIRE(b.begin_evaluation(e, at(t0 + 4)));
+    if (e == 1)
+      b.evaluation_done(e, 0.5, 0.75, 0.5);
+    else
+      b.evaluation_done(e, std::vector<eg::storage::node_test>{}, 0.0);
+    b.close(e, at(t0 + 4.5));
+  }
+  BOOST_TEST(b.epoch_line(0).find("averaged model accuracy not made (train.average_every = 2)")
+               != std::string::npos,
+             b.epoch_line(0));
+  BOOST_TEST(b.epoch_line(1).find("averaged model accuracy 0.7500") != std::string::npos,
+             b.epoch_line(1));
+  BOOST_TEST(b.progress_line(at(14)).find("avg acc 0.7500") != std::string::npos,
+             b.progress_line(at(14)));
+}
+
 BOOST_AUTO_TEST_CASE(the_averaged_models_accuracy_is_over_every_nodes_test_data) {
   // Node a tested it on 100 samples (80 right), b on 300 (150 right): the
   // cluster's accuracy is 230 / 400, not the mean of 0.8 and 0.5.
