@@ -102,10 +102,11 @@ std::vector<point> read_curve(const fs::path& csv) {
   while (std::getline(in, line)) {
     auto cells = csv_cells(line);
     samples += std::stod(cells[n]);
-    if (std::isnan(std::stod(cells[a])))
+    const double accuracy = std::stod(cells[a]);
+    if (std::isnan(accuracy))
       continue;  // no average this epoch (train.average_every), or no node tested it
-    out.push_back({static_cast<uint32_t>(std::stoul(cells[e])), std::stod(cells[t]),
-                   std::stod(cells[a]), std::stod(cells[pe]), 0, samples});
+    out.push_back({static_cast<uint32_t>(std::stoul(cells[e])), std::stod(cells[t]), accuracy,
+                   std::stod(cells[pe]), 0, samples});
   }
   return out;
 }
