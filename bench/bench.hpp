@@ -55,6 +55,11 @@ struct tta_options {
   int repeat = 1;            ///< seeds cluster.seed .. cluster.seed + repeat - 1
   std::vector<std::string> strategies{"gosgd", "gosgd-async", "edgegossip"};
   std::vector<std::string> overrides;  ///< --set key=value
+  /// > 0: a strategy's node processes still running after this many seconds
+  /// of wall time are stopped, and the run is measured from the epochs they
+  /// ended (a strategy whose rounds wait on slow links, e.g. dense SGP on
+  /// `wan`). Profiles of node processes only.
+  double wall_limit = 0;
 };
 
 /// Time to accuracy of GoSGD (epoch-synchronous and asynchronous) and

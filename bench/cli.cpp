@@ -190,6 +190,11 @@ std::function<int()> add_subcommand(CLI::App& app) {
                     "traffic: the IID target (default 0.85) and optionally the non-IID one "
                     "(default: dense SGP's final accuracy - 0.02)")
     ->expected(1, 2);
+  bench->add_option("--wall-limit", st->tta_opt.wall_limit,
+                    "tta: seconds of wall time after which a strategy's node processes are "
+                    "stopped and its run measured from the epochs they ended (profiles of node "
+                    "processes: corunners, wan, a cluster file of several nodes)")
+    ->check(CLI::NonNegativeNumber);
   auto* epochs = bench->add_option("--epochs", st->tta_opt.epochs,
                                    "tta: epochs of every strategy (default 12); traffic: "
                                    "the same (default 12); scale: epochs of every run (default 5)");

@@ -1,12 +1,15 @@
 #include "bench/common.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <fcntl.h>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,8 +17,9 @@ namespace eg::bench {
 
 namespace fs = std::filesystem;
 
-void run_processes(const config::cluster_config& cfg, const fs::path& dir,
-                   const std::string& who, const std::vector<std::vector<std::string>>& prefixes) {
+bool run_processes(const config::cluster_config& cfg, const fs::path& dir,
+                   const std::string& who, const std::vector<std::vector<std::string>>& prefixes,
+                   double wall_limit) {
   auto file = dir / "cluster.toml";
   std::ofstream(file) << config::to_toml(cfg);
   const std::string exe = fs::read_symlink("/proc/self/exe").string();
@@ -47,16 +51,42 @@ void run_processes(const config::cluster_config& cfg, const fs::path& dir,
       throw std::runtime_error(who + ": cannot start node " + n.name);
     pids.push_back(pid);
   }
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto since = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
   int failed = 0;
-  for (auto pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      ++failed;
+  bool stopped = false;
+  double killed_at = -1;
+  std::vector<pid_t> live = pids;
+  while (!live.empty()) {
+    for (auto it = live.begin(); it != live.end();) {
+      int status = 0;
+      if (waitpid(*it, &status, WNOHANG) == *it) {
+        if (!stopped && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+          ++failed;
+        it = live.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (live.empty())
+      break;
+    if (wall_limit > 0 && !stopped && since() >= wall_limit) {
+      stopped = true;  // what the nodes are doing now is the limit's, not a failure
+      for (auto pid : live)
+        kill(pid, SIGTERM);
+    }
+    if (stopped && killed_at < 0 && since() >= wall_limit + 30) {
+      killed_at = since();
+      for (auto pid : live)
+        kill(pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (failed)
     throw std::runtime_error(who + ": " + std::to_string(failed) + " node process(es) failed; "
                              "their logs are in " + dir.string());
+  return stopped;
 }
 
 void spread::add(double v, bool defined) {

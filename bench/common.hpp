@@ -14,10 +14,14 @@ namespace eg::bench {
 /// (cluster.toml and their logs, NODE.log, in `dir`); returns once all have
 /// exited. Throws naming `who` (e.g. "bench tta") when one failed.
 /// `prefixes[i]`, where given, runs node i's process through that command
-/// (e.g. `ip netns exec NS`: a host of its own).
-void run_processes(const config::cluster_config& cfg, const std::filesystem::path& dir,
+/// (e.g. `ip netns exec NS`: a host of its own). `wall_limit` > 0: after
+/// that many seconds the nodes still running are stopped (SIGTERM, SIGKILL
+/// 30 s later) and whatever they wrote stays; returns whether they were
+/// (their exit is then no failure).
+bool run_processes(const config::cluster_config& cfg, const std::filesystem::path& dir,
                    const std::string& who,
-                   const std::vector<std::vector<std::string>>& prefixes = {});
+                   const std::vector<std::vector<std::string>>& prefixes = {},
+                   double wall_limit = 0);
 
 /// Median and range of the defined values (a value < 0 is "not reached").
 struct spread {

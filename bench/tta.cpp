@@ -40,6 +40,9 @@ struct point {
   double prediction_error = -1;  // EdgeGossip: the balancer's, mean over platforms (-1: none)
   double megabytes = 0;          // sent by every platform through this epoch (cumulative)
   double samples = 0;            // trained by every platform through this epoch (cumulative)
+  // What every node's weights lane sent through this epoch (cumulative):
+  // the gossip and every model the balancer's average moved.
+  double lane_megabytes = 0;
 };
 
 /// One platform over a run (metrics.csv): what it trained and how fast.
@@ -64,11 +67,14 @@ struct outcome {
   double wall_seconds = 0;
   double megabytes_to = -1;        // sent by every platform until the headline target
   double megabytes = 0;            // sent in the whole run
+  double lane_megabytes_to = -1;   // every node's lane until the headline target
+  double lane_megabytes = 0;       // every node's lane in the whole run
   /// The platforms' summed throughput (samples per second of each one's
   /// epochs, emulated slowdowns and co-runners included).
   double pooled_samples_per_second = 0;
   bool device = false;  // a GPU platform: its figures are printed
   double limit_seconds = -1;  // the seed's pooled-compute limit (-1: none)
+  bool stopped = false;       // its nodes were stopped at tta_options::wall_limit
 };
 
 /// The pooled-compute limit of one seed: one model trained by plain SGD
@@ -111,48 +117,65 @@ std::vector<point> read_curve(const fs::path& csv) {
   return out;
 }
 
-/// A run directory's platform metrics files: metrics.csv (one process) or
-/// each node's NODE-metrics.csv.
+/// A run directory's platform metrics: the balancer's metrics.csv, every
+/// report that reached it (the run as cluster.csv tells it), or where it
+/// wrote none, each node's own NODE-metrics.csv. Never both: each holds the
+/// same reports.
 std::vector<fs::path> metrics_files(const fs::path& run_dir) {
+  if (fs::exists(run_dir / "metrics.csv"))
+    return {run_dir / "metrics.csv"};
   std::vector<fs::path> out;
   for (auto& entry : fs::directory_iterator(run_dir)) {
     const auto name = entry.path().filename().string();
-    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "metrics.csv") == 0)
+    if (name.size() > 12 && name.compare(name.size() - 12, 12, "-metrics.csv") == 0)
       out.push_back(entry.path());
   }
   return out;
 }
 
-/// The bytes every platform sent, per epoch, from the run's metrics
-/// `files` (metrics_files): added up into `curve`.
-void add_megabytes(std::vector<point>& curve, const std::vector<fs::path>& files) {
+/// Per epoch, the MB of `column` in the run's metrics `files`
+/// (metrics_files), cumulated into each point's `field`: added over the
+/// platforms, or with `per_node` over the nodes, each the largest of its
+/// platforms', for a column that is the node's (its weights lane's
+/// traffic, which each platform of the node reports).
+void add_megabytes(std::vector<point>& curve, const std::vector<fs::path>& files,
+                   const std::string& column, double point::*field, bool per_node) {
   std::map<uint32_t, double> sent;
   for (auto& file : files) {
     std::ifstream in(file);
     std::string line;
     std::getline(in, line);
     const auto cols = csv_cells(line);
-    size_t e = cols.size(), b = cols.size();
-    for (size_t i = 0; i < cols.size(); ++i) {
-      if (cols[i] == "epoch")
-        e = i;
-      if (cols[i] == "bytes_sent")
-        b = i;
-    }
-    if (e == cols.size() || b == cols.size())
-      throw std::runtime_error("no epoch or bytes_sent column in " + file.string());
+    auto find = [&](const std::string& name) {
+      auto i = std::find(cols.begin(), cols.end(), name);
+      if (i == cols.end())
+        throw std::runtime_error("no " + name + " column in " + file.string());
+      return static_cast<size_t>(i - cols.begin());
+    };
+    const size_t e = find("epoch"), b = find(column), n = find("node");
+    std::map<std::pair<uint32_t, std::string>, double> node;  // (epoch, node): MB
     while (std::getline(in, line)) {
       auto cells = csv_cells(line);
-      if (cells.size() > std::max(e, b))
-        sent[static_cast<uint32_t>(std::stoul(cells[e]))] += std::stod(cells[b]) / 1e6;
+      if (cells.size() <= std::max({e, b, n}))
+        continue;
+      const auto epoch = static_cast<uint32_t>(std::stoul(cells[e]));
+      const double v = std::stod(cells[b]) / 1e6;
+      if (per_node) {
+        auto& mb = node[{epoch, cells[n]}];
+        mb = std::max(mb, v);
+      } else {
+        sent[epoch] += v;
+      }
     }
+    for (auto& [key, mb] : node)
+      sent[key.first] += mb;
   }
   double total = 0;
   auto it = sent.begin();
   for (auto& p : curve) {
     for (; it != sent.end() && it->first <= p.epoch; ++it)
       total += it->second;
-    p.megabytes = total;
+    p.*field = total;
   }
 }
 
@@ -366,7 +389,7 @@ profile make_profile(const std::string& name) {
 // --- one run -----------------------------------------------------------------------
 
 outcome run_strategy(const profile& prof, config::cluster_config cfg, const std::string& s,
-                     const fs::path& dir) {
+                     const fs::path& dir, double wall_limit) {
   apply_strategy(cfg, s, "bench tta");
   cfg.output_dir = (dir / ("runs-" + file_name_of(s))).string();
   fs::remove_all(cfg.output_dir);
@@ -374,6 +397,7 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   config::validate(cfg);
   auto start = std::chrono::steady_clock::now();
   fs::path csv;
+  bool stopped = false;
   if (prof.wan) {
     // Fresh hosts and links for every run (the rate change is the run's).
     wan_hosts hosts("egwan", "10.77.0", prof.wan->rates, prof.wan->delay_ms);
@@ -408,7 +432,7 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
       }
     } stop{m, cv, over, change};
     try {
-      run_processes(cfg, cfg.output_dir, "bench tta", prefixes);
+      stopped = run_processes(cfg, cfg.output_dir, "bench tta", prefixes, wall_limit);
     } catch (const std::runtime_error& e) {
       // A node cut off by its link (it ends on its own, with an error,
       // once it finds itself in a minority) is what such links do: the run
@@ -417,13 +441,13 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
       std::fflush(stdout);
     }
   } else if (prof.processes) {
-    run_processes(cfg, cfg.output_dir, "bench tta");
+    stopped = run_processes(cfg, cfg.output_dir, "bench tta", {}, wall_limit);
   }
   if (prof.processes) {
     for (auto& entry : fs::directory_iterator(cfg.output_dir))
       if (entry.is_directory() && fs::exists(entry.path() / "cluster.csv"))
         csv = entry.path() / "cluster.csv";
-    if (csv.empty())
+    if (csv.empty() && !stopped)
       throw std::runtime_error("bench tta: the nodes wrote no cluster.csv below "
                                + cfg.output_dir);
   } else {
@@ -432,14 +456,19 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
   }
   outcome o;
   o.strategy = s;
+  o.stopped = stopped;
   o.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  o.curve = read_curve(csv);
+  // Stopped at the wall limit before its first epoch ended: no curve.
+  if (!csv.empty())
+    o.curve = read_curve(csv);
   for (const auto& n : cfg.nodes)
     for (const auto& p : n.platforms)
       o.device = o.device || p.device != "cpu";
-  const auto metrics = metrics_files(csv.parent_path());
-  add_megabytes(o.curve, metrics);
+  const auto metrics = csv.empty() ? std::vector<fs::path>{} : metrics_files(csv.parent_path());
+  add_megabytes(o.curve, metrics, "bytes_sent", &point::megabytes, false);
+  add_megabytes(o.curve, metrics, "link_bytes_sent", &point::lane_megabytes, true);
   o.megabytes = o.curve.empty() ? 0 : o.curve.back().megabytes;
+  o.lane_megabytes = o.curve.empty() ? 0 : o.curve.back().lane_megabytes;
   for (auto& file : metrics)
     for (auto& f : read_platforms(file))
       o.platforms.push_back(f);
@@ -453,8 +482,10 @@ outcome run_strategy(const profile& prof, config::cluster_config cfg, const std:
     sum += o.time_to.back();
   }
   o.mean_time = all && !prof.targets.empty() ? sum / static_cast<double>(prof.targets.size()) : -1;
-  if (!prof.targets.empty())
+  if (!prof.targets.empty()) {
     o.megabytes_to = value_to(o.curve, prof.targets.back(), &point::megabytes);
+    o.lane_megabytes_to = value_to(o.curve, prof.targets.back(), &point::lane_megabytes);
+  }
   o.final_accuracy = o.curve.empty() ? 0 : o.curve.back().accuracy;
   // Under label skew the averaged model's accuracy swings by points from
   // one epoch to the next: the mean of the last three is steadier.
@@ -600,15 +631,24 @@ std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
                               double headline, std::ofstream& all) {
   std::vector<outcome> results;
   for (auto& s : t.strategies) {
-    auto o = run_strategy(prof, cfg, s, dir);
-    std::printf("  seed %llu %-12s %4.0f s wall; accuracy after %u epochs %.4f; %.2f %s; "
+    auto o = run_strategy(prof, cfg, s, dir, t.wall_limit);
+    const auto ended = o.curve.empty() ? 0u : o.curve.back().epoch;
+    std::printf("  seed %llu %-12s %4.0f s wall%s; accuracy after %u epochs %.4f; %.2f %s; "
                 "%.2f MB sent in all\n",
                 static_cast<unsigned long long>(cfg.seed), s.c_str(), o.wall_seconds,
-                t.epochs, o.final_accuracy, headline,
+                o.stopped ? (", stopped at the wall limit of " + fixed(t.wall_limit, 0) + " s")
+                              .c_str()
+                          : "",
+                o.stopped ? ended : t.epochs, o.final_accuracy, headline,
                 o.time_to.back() < 0 ? "not reached"
                                      : ("after " + fixed(o.time_to.back(), 1) + " s and "
                                         + fixed(o.megabytes_to, 2) + " MB").c_str(),
                 o.megabytes);
+    if (o.lane_megabytes > 0)
+      std::printf("    on the nodes' weights lanes (gossip and the models of the balancer's "
+                  "average): %s MB to %.2f, %.2f MB in all\n",
+                  o.lane_megabytes_to < 0 ? "n/a" : fixed(o.lane_megabytes_to, 2).c_str(),
+                  headline, o.lane_megabytes);
     if (o.device)
       print_platforms(o);
     std::fflush(stdout);
@@ -631,15 +671,17 @@ std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
     r.limit_seconds = limit.seconds();
   // Accuracy at equal training time: when the shortest run ended.
   double equal = std::numeric_limits<double>::infinity();
+  // (A run stopped at the wall limit ended no run: it does not set it.)
   for (auto& r : results)
-    if (!r.curve.empty())
+    if (!r.curve.empty() && !r.stopped)
       equal = std::min(equal, r.curve.back().seconds);
   for (auto& r : results) {
     r.equal_time_accuracy = accuracy_at(r.curve, equal);
     all << prof.name << ',' << cfg.seed << ',' << r.strategy << ',' << r.time_to.back() << ','
         << r.mean_time << ',' << r.final_accuracy << ',' << r.last_accuracy << ',' << equal << ','
         << r.equal_time_accuracy << ',' << r.prediction_error << ',' << r.megabytes_to << ','
-        << r.megabytes << ',' << r.limit_seconds << '\n';
+        << r.megabytes << ',' << r.limit_seconds << ',' << r.lane_megabytes_to << ','
+        << r.lane_megabytes << '\n';
   }
   plot(results, dir, headline,
        "tta, profile " + prof.name + ", seed " + std::to_string(cfg.seed));
@@ -664,7 +706,7 @@ double speedup(double base_time, double time) {
 struct comparison {
   spread headline_time, mean_time, final_acc, last_acc, vs_gosgd, vs_async, mean_vs_gosgd,
     mean_vs_async, diff_final, diff_last, diff_equal, prediction, megabytes_to, bytes_vs_gosgd,
-    of_limit;
+    of_limit, lane_megabytes_to;
 };
 
 comparison compare(const std::vector<std::vector<outcome>>& seeds, const std::string& s) {
@@ -675,6 +717,8 @@ comparison compare(const std::vector<std::vector<outcome>>& seeds, const std::st
     auto* a = find_strategy(rs, "gosgd-async");
     c.headline_time.add(r->time_to.back(), r->time_to.back() >= 0);
     c.megabytes_to.add(r->megabytes_to, r->megabytes_to >= 0);
+    if (r->lane_megabytes > 0)
+      c.lane_megabytes_to.add(r->lane_megabytes_to, r->lane_megabytes_to >= 0);
     if (r->limit_seconds > 0 && r->time_to.back() > 0)
       c.of_limit.add(r->limit_seconds / r->time_to.back());
     else
@@ -714,10 +758,21 @@ void print_strategy(const std::vector<std::vector<outcome>>& seeds, const std::s
   std::printf("%s:\n", s.c_str());
   std::printf("  time to %.2f            %s\n", headline, c.headline_time.show("%.1f", " s").c_str());
   std::printf("  MB sent to %.2f         %s\n", headline, c.megabytes_to.show("%.2f").c_str());
+  if (!c.lane_megabytes_to.values.empty() || c.lane_megabytes_to.missing)
+    std::printf("  MB on the lanes to %.2f %s (the gossip and the average's models)\n", headline,
+                c.lane_megabytes_to.show("%.2f").c_str());
   std::printf("  of the pooled-compute limit %s (the limit's time over the strategy's)\n",
               c.of_limit.show("%.2f").c_str());
   std::printf("  mean time to %-10s %s\n", targets_text.c_str(), c.mean_time.show("%.1f", " s").c_str());
-  std::printf("  accuracy after %2u epochs %s\n", t.epochs, c.final_acc.show("%.4f").c_str());
+  size_t stopped = 0;
+  for (auto& rs : seeds)
+    if (auto* r = find_strategy(rs, s); r && r->stopped)
+      ++stopped;
+  if (stopped)
+    std::printf("  accuracy at its end      %s (stopped at the wall limit in %zu of %zu seeds)\n",
+                c.final_acc.show("%.4f").c_str(), stopped, seeds.size());
+  else
+    std::printf("  accuracy after %2u epochs %s\n", t.epochs, c.final_acc.show("%.4f").c_str());
   std::printf("  mean of the last 3       %s\n", c.last_acc.show("%.4f").c_str());
   if (!c.prediction.values.empty())
     std::printf("  predicted epoch times off by %s (the balancer's, mean over epochs)\n",
@@ -747,6 +802,10 @@ void print_strategy(const std::vector<std::vector<outcome>>& seeds, const std::s
 
 int tta(const options& opt, const tta_options& t) {
   auto prof = configured_profile(t);
+  if (t.wall_limit > 0 && !prof.processes)
+    throw config::config_error("bench tta: --wall-limit stops node processes: profile '"
+                               + t.profile + "' runs in one process (corunners, wan or a "
+                               "cluster file of several nodes have processes)");
   if (prof.wan) {
     try {
       wan_hosts probe("egwan", "10.77.0", prof.wan->rates, prof.wan->delay_ms);
@@ -780,7 +839,7 @@ int tta(const options& opt, const tta_options& t) {
   std::ofstream all(root / "tta-seeds.csv");
   all << "profile,seed,strategy,time_to_headline,mean_time_to_targets,final_accuracy,"
          "last3_accuracy,equal_time,accuracy_at_equal_time,prediction_error,megabytes_to_headline,"
-         "megabytes,pooled_compute_limit_seconds\n";
+         "megabytes,pooled_compute_limit_seconds,lane_megabytes_to_headline,lane_megabytes\n";
   for (int k = 0; k < t.repeat; ++k) {
     auto cfg = base;
     cfg.seed = first_seed + static_cast<uint64_t>(k);

@@ -71,7 +71,28 @@ void send_plan(self_ptr self, uint32_t epoch) {
                      });
 }
 
-/// Sends the run state to the node, which keeps it in every node's store.
+/// The run directory's tables, metrics.csv and cluster.csv, as they stand:
+/// rewritten after every epoch, so that a run stopped midway (a signal, a
+/// wall-time limit, a crash) leaves the epochs it ended.
+void write_tables(self_ptr self) {
+  auto& st = self->state;
+  if (st.run.empty())
+    return;
+  namespace fs = std::filesystem;
+  auto dir = fs::path(st.args.settings.output_dir) / st.run;
+  try {
+    fs::create_directories(dir);
+    write_platform_csv((dir / "metrics.csv").string(), st.epochs.all_reports());
+    write_cluster_csv((dir / "cluster.csv").string(), st.epochs.evaluated_epochs());
+  } catch (const std::exception& e) {
+    if (!st.tables_failed)
+      spdlog::error("cannot write the run's tables in {}: {}", dir.string(), eg::describe(e));
+    st.tables_failed = true;
+  }
+}
+
+/// Sends the run state to the node, which keeps it in every node's store,
+/// and writes the run directory's tables.
 void save_run_state(self_ptr self) {
   auto& st = self->state;
   storage::run_state r{st.args.fingerprint, st.run, st.finished, st.epochs.evaluated_epochs(),
@@ -79,16 +100,18 @@ void save_run_state(self_ptr self) {
   for (auto& report : st.epochs.all_reports())
     r.reports.push_back(storage::encode_report(report, st.args.settings.cluster_id));
   self->send(st.args.node, run_atom::value, storage::frame_run_state(r));
+  write_tables(self);
 }
 
+/// The rest of the run directory at the run's end (save_run_state wrote
+/// the tables): the averaged model (state dict and TorchScript) and the
+/// cluster file.
 void write_outputs(self_ptr self) {
   auto& st = self->state;
   namespace fs = std::filesystem;
   auto dir = fs::path(st.args.settings.output_dir) / st.run;
   try {
     fs::create_directories(dir);
-    write_platform_csv((dir / "metrics.csv").string(), st.epochs.all_reports());
-    write_cluster_csv((dir / "cluster.csv").string(), st.epochs.evaluated_epochs());
     const auto& data = st.args.data;
     auto model = learning::make_classifier(
       st.args.settings.model, st.args.settings.seed,
@@ -118,8 +141,8 @@ void finish(self_ptr self) {
   st.finished = true;
   if (st.args.interactive)
     std::fputc('\n', stderr);
-  write_outputs(self);
   save_run_state(self);
+  write_outputs(self);
   for (auto& name : st.epochs.live())
     self->send(st.handles[name].platform, done_atom::value, st.run);
   self->send(st.args.node, done_atom::value, messages::role::balancer, std::string{}, st.run);

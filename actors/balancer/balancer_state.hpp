@@ -103,6 +103,7 @@ struct balancer_state {
   std::string latest_model;
   bool started = false;
   bool finished = false;
+  bool tables_failed = false;  // said once: the run directory's tables cannot be written
   std::string run;
   clock::time_point last_line;
   std::set<uint32_t> planning;  // epochs whose predictions are being gathered

@@ -535,4 +535,29 @@ BOOST_AUTO_TEST_CASE(a_node_stopped_with_sigterm_leaves_at_once) {
     BOOST_TEST(std::stod(row["wall_seconds"]) < 20.0, "epoch " << row["epoch"]);
 }
 
+BOOST_AUTO_TEST_CASE(a_run_stopped_midway_leaves_the_epochs_it_ended) {
+  // The run directory's tables are rewritten after every epoch: a run
+  // stopped by its user (every node sent SIGTERM) keeps what it measured.
+  temp_dir dir;
+  auto cfg = cluster_file(dir, "stopped", 30);
+  auto nodes = start_cluster(dir, cfg, "stopped");
+  BOOST_REQUIRE_MESSAGE(nodes["a"]->wait_for_output("epoch 2/30: ", std::chrono::seconds(180)),
+                        nodes["a"]->output());
+  for (auto name : {"a", "b", "c"})
+    nodes[name]->signal(SIGTERM);
+  for (auto name : {"a", "b", "c"})
+    nodes[name]->wait(std::chrono::seconds(60));
+  auto run = only_run_dir(dir / "stopped-runs");
+  auto rows = read_csv((run / "cluster.csv").string());
+  BOOST_TEST_INFO(nodes["a"]->output());
+  BOOST_REQUIRE_GE(rows.size(), 2u);
+  BOOST_TEST(rows.size() < 30u);
+  BOOST_TEST(rows[0]["epoch"] == "0");
+  BOOST_TEST(std::stod(rows[1]["averaged_accuracy"]) > 0.5);
+  // Every platform's report of those epochs, and no half-written table.
+  BOOST_TEST(read_csv((run / "metrics.csv").string()).size() >= 3 * rows.size());
+  for (auto& entry : std::filesystem::directory_iterator(run))
+    BOOST_TEST(entry.path().extension() != ".part", entry.path());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
