@@ -632,7 +632,7 @@ std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
   std::vector<outcome> results;
   for (auto& s : t.strategies) {
     auto o = run_strategy(prof, cfg, s, dir, t.wall_limit);
-    const auto ended = o.curve.empty() ? 0u : o.curve.back().epoch;
+    const auto ended = o.curve.empty() ? 0u : o.curve.back().epoch + 1;  // epochs count from 0
     std::printf("  seed %llu %-12s %4.0f s wall%s; accuracy after %u epochs %.4f; %.2f %s; "
                 "%.2f MB sent in all\n",
                 static_cast<unsigned long long>(cfg.seed), s.c_str(), o.wall_seconds,
