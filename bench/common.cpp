@@ -56,7 +56,7 @@ bool run_processes(const config::cluster_config& cfg, const fs::path& dir,
   auto since = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
   int failed = 0;
   bool stopped = false;
-  double killed_at = -1;
+  bool killed = false;
   std::vector<pid_t> live = pids;
   while (!live.empty()) {
     for (auto it = live.begin(); it != live.end();) {
@@ -76,8 +76,8 @@ bool run_processes(const config::cluster_config& cfg, const fs::path& dir,
       for (auto pid : live)
         kill(pid, SIGTERM);
     }
-    if (stopped && killed_at < 0 && since() >= wall_limit + 30) {
-      killed_at = since();
+    if (stopped && !killed && since() >= wall_limit + 30) {
+      killed = true;
       for (auto pid : live)
         kill(pid, SIGKILL);
     }

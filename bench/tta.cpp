@@ -671,7 +671,7 @@ std::vector<outcome> run_seed(const profile& prof, const tta_options& t,
     r.limit_seconds = limit.seconds();
   // Accuracy at equal training time: when the shortest run ended.
   double equal = std::numeric_limits<double>::infinity();
-  // (A run stopped at the wall limit ended no run: it does not set it.)
+  // A run stopped at the wall limit did not end: it does not set it.
   for (auto& r : results)
     if (!r.curve.empty() && !r.stopped)
       equal = std::min(equal, r.curve.back().seconds);
