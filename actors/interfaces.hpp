@@ -84,6 +84,7 @@ using classes_atom = caf::atom_constant<caf::atom("classes")>;
 /// nodes tell each other and their balancer of it.
 using member_atom = caf::atom_constant<caf::atom("member")>;
 using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
+using unsent_atom = caf::atom_constant<caf::atom("unsent")>;
 
 // -- store: the node's RocksDB --------------------------------------------------
 using store_actor = caf::typed_actor<
@@ -160,6 +161,10 @@ using platform_actor = caf::typed_actor<
   caf::reacts_to<overlap_atom, uint64_t>,
   // From its mixer: weights received from a peer, to merge.
   caf::reacts_to<merge_atom, held_weights>,
+  // From its mixer: a message of its own to that peer that was not sent
+  // (the weights lane skipped or lost it, or the peer was gone), without
+  // its dense tensors: the gossip weight it carried comes back.
+  caf::reacts_to<unsent_atom, std::string, held_weights>,
   // From its mixer: the peer platforms reachable now (the topology picks
   // among them).
   caf::reacts_to<peers_atom, std::vector<std::string>>,

@@ -245,6 +245,8 @@ struct body_writer {
     out.setEdgeSeq(w.edge_seq);
     out.setGeneration(w.generation);
     out.setKeyframe(w.keyframe);
+    out.setWithdrawn(w.withdrawn);
+    out.setKeyframeRequest(w.keyframe_request);
     write_tensors(out.initTensors(static_cast<unsigned>(w.tensors.size())), w.tensors, orphanage);
     if (!w.sparse.empty()) {
       auto sparse = out.initSparse(static_cast<unsigned>(w.sparse.size()));
@@ -407,6 +409,8 @@ struct body_reader {
     w.edge_seq = in.getEdgeSeq();
     w.generation = in.getGeneration();
     w.keyframe = in.getKeyframe();
+    w.withdrawn = in.getWithdrawn();
+    w.keyframe_request = in.getKeyframeRequest();
     w.tensors = read_tensors(in.getTensors());
     auto sparse = in.getSparse();
     w.sparse.reserve(sparse.size());

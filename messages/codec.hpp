@@ -116,6 +116,13 @@ struct weights {
   uint64_t edge_seq = 0;
   uint64_t generation = 0;
   bool keyframe = false;
+  /// Sparse-Push: messages on this edge the sender took back (its lane did
+  /// not send them) before this one, as far as it knew when it sent this.
+  uint64_t withdrawn = 0;
+  /// Sparse-Push: no model, but a request that the receiver's next message
+  /// to the sender be a keyframe (the sender's copy of that edge is out of
+  /// step).
+  bool keyframe_request = false;
 };
 
 /// A parameter-server worker's update (bsp, ssp, async, adacomm, adsp):

@@ -62,6 +62,12 @@ struct Weights {
   edgeSeq @6 :UInt64;
   generation @7 :UInt64;
   keyframe @8 :Bool;
+  # Sparse-Push: messages on this edge that the sender took back (never
+  # sent: its weights lane skipped or lost them) before this one, as far as
+  # it knew; and a request, with no model, that the receiver's next message
+  # on the edge back to the sender be a keyframe (its copy is out of step).
+  withdrawn @9 :UInt64;
+  keyframeRequest @10 :Bool;
 }
 
 # A parameter-server worker's update (bsp, ssp, async, adacomm, adsp): the

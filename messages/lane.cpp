@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace eg::messages {
@@ -365,6 +366,41 @@ struct lane::impl {
 
   // -- sending ---------------------------------------------------------------
 
+  /// The sender's unsent_fn, called once when the frame it belongs to is let
+  /// go without having been written whole (skipped, lost, queued at stop),
+  /// unless disarm()ed when it was written. Moves hand it on.
+  class unsent_call {
+  public:
+    unsent_call() = default;
+    explicit unsent_call(lane::unsent_fn fn) : fn_(std::move(fn)) {}
+    unsent_call(unsent_call&& o) noexcept : fn_(std::exchange(o.fn_, nullptr)) {}
+    unsent_call& operator=(unsent_call&& o) noexcept {
+      if (this != &o) {
+        fire();
+        fn_ = std::exchange(o.fn_, nullptr);
+      }
+      return *this;
+    }
+    unsent_call(const unsent_call&) = delete;
+    unsent_call& operator=(const unsent_call&) = delete;
+    ~unsent_call() { fire(); }
+    void disarm() { fn_ = nullptr; }
+
+  private:
+    void fire() noexcept {
+      if (!fn_)
+        return;
+      auto fn = std::exchange(fn_, nullptr);
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        spdlog::warn("weights lane: telling the sender of a frame not sent failed: {}", e.what());
+      } catch (...) {
+      }
+    }
+    lane::unsent_fn fn_;
+  };
+
   struct job {
     lane_endpoint to;
     std::string target;
@@ -377,6 +413,9 @@ struct lane::impl {
     /// is left of head and message, for the same connection.
     bool begun = false;
     bool urgent = false;  ///< before the others waiting, never skipped
+    /// Called when the job is let go unwritten (sent() disarms it); jobs
+    /// are let go outside queue_mutex.
+    unsent_call unsent;
   };
 
   /// One peer endpoint: its queue, its connection, its sender thread.
@@ -490,7 +529,8 @@ struct lane::impl {
     return iov;
   }
 
-  void sent(peer& p, const job& j) {
+  void sent(peer& p, job& j) {
+    j.unsent.disarm();
     count([&](lane_stats& s) {
       ++s.frames_sent;
       s.bytes_sent += j.size;
@@ -571,7 +611,8 @@ struct lane::impl {
   }
 
   bool enqueue(const lane_endpoint& to, const std::string& target, std::vector<iovec> pieces,
-               std::shared_ptr<const void> hold, bool urgent = false) {
+               std::shared_ptr<const void> hold, bool urgent = false,
+               lane::unsent_fn unsent = {}) {
     if (target.empty() || target.size() > max_name_bytes)
       throw lane_error("weights lane: no target, or a target name over "
                        + std::to_string(max_name_bytes) + " bytes");
@@ -590,6 +631,7 @@ struct lane::impl {
     job j{to,   target, frame_head(target, size), std::move(pieces), size, std::move(hold),
           clock_type::now()};
     j.urgent = urgent;
+    j.unsent = unsent_call(std::move(unsent));
     if (tls || !p.queue.empty() || p.busy) {
       if (urgent)  // after a frame begun and the urgent ones before it
         p.queue.insert(std::find_if(p.queue.begin(), p.queue.end(),
@@ -731,14 +773,15 @@ bool lane::send(const lane_endpoint& to, const std::string& target, shared_buffe
 }
 
 bool lane::send(const lane_endpoint& to, const std::string& target, shared_gathered message,
-                bool urgent) {
+                bool urgent, unsent_fn unsent) {
   if (!message || message->size() == 0)
     throw lane_error("weights lane: nothing to send");
   std::vector<iovec> pieces;
   pieces.reserve(message->pieces().size());
   for (auto& p : message->pieces())
     pieces.push_back({const_cast<char*>(p.data), p.size});
-  return impl_->enqueue(to, target, std::move(pieces), std::move(message), urgent);
+  return impl_->enqueue(to, target, std::move(pieces), std::move(message), urgent,
+                        std::move(unsent));
 }
 
 void lane::stop() {

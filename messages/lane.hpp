@@ -53,8 +53,9 @@
 // length, the message). Anything else is refused (a warning names the peer
 // and what was wrong) and the connection closed; a frame cut short is
 // dropped. Gossip tolerates lost messages, so a frame that cannot be sent
-// (peer gone, queue full, too old) is counted and dropped, never retried;
-// peers' liveness is the CAF monitors' business.
+// (peer gone, queue full, too old) is counted and dropped, never retried,
+// and its sender is told (send()'s `unsent`), so that the gossip weight it
+// carried goes back to it; peers' liveness is the CAF monitors' business.
 
 #include "common/error.hpp"
 #include "messages/buffer.hpp"
@@ -191,14 +192,22 @@ public:
   /// Returns false when it was dropped at once (lane not started or
   /// stopped, max_queued_bytes reached).
   bool send(const lane_endpoint& to, const std::string& target, shared_buffer message);
+  /// Called once for a frame send() took (it returned true) that is never
+  /// written whole: skipped, lost, or still queued at stop(). It runs on
+  /// one of the lane's threads, or in a send() to the same peer, with no
+  /// lock of the lane held. A frame written whole never calls it (whether
+  /// the peer read it is TCP's business).
+  using unsent_fn = std::function<void()>;
   /// The same for a message in pieces (messages::encode_gathered), written
   /// with one gather write; `message` (and what it holds) is released as
   /// soon as it is written or dropped. An `urgent` one (a model the
   /// balancer waits for, which holds the cluster's next epoch) goes before
   /// every frame waiting for that peer but the other urgent ones, and is
   /// neither skipped for its wait nor pushed out of a full queue.
+  /// `unsent` (if given) hears of the frame that was taken and not sent:
+  /// push-sum takes back the weight such a message carried.
   bool send(const lane_endpoint& to, const std::string& target, shared_gathered message,
-            bool urgent = false);
+            bool urgent = false, unsent_fn unsent = {});
   /// Closes every connection and joins the threads (a write in progress is
   /// cut short); frames still queued are dropped. Idempotent; the
   /// destructor calls it.

@@ -207,6 +207,11 @@ public:
   /// A peer's weights, to merge. Throws refused_message for one that does
   /// not fit. A worker that takes no gossip refuses every message.
   virtual void merge(const messages::held_weights& message);
+  /// A message of this worker's to peer `to` that was never sent (its
+  /// lane skipped or lost it, or the peer was gone): the message as it
+  /// went, without its dense tensors. Gossip takes back the weight it
+  /// carried.
+  virtual void unsent(const std::string& to, const messages::held_weights& message) {}
   /// The peer platforms reachable now.
   virtual void peers(const std::vector<std::string>& live) {}
   /// Multiply the push-sum weight by `factor`; false: this family has no

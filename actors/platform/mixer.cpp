@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <map>
 
 
@@ -59,12 +60,30 @@ void tell_platform(self_ptr self) {
   self->send(st.platform, peers_atom::value, std::move(live));
 }
 
+/// What goes back to the platform of a gossip message that was not sent:
+/// the message without its dense tensors (a loan of the parameters that
+/// need not last), its sparse parts held. Nothing for a message that
+/// carries no weight and no parts (a keyframe request).
+std::function<void()> give_back(self_ptr self, const std::string& target,
+                                const held_weights& message) {
+  const auto& st = self->state;
+  if (!st.platform || (message.value.gossip_weight == 0 && message.value.sparse.empty()))
+    return {};
+  held_weights back{message.sender, message.value, nullptr, 0, 0};
+  back.value.tensors.clear();
+  if (!back.value.sparse.empty())
+    back.hold = message.hold;
+  return [platform = st.platform, target, back = std::move(back)] {
+    caf::anon_send(platform, unsent_atom::value, target, back);
+  };
+}
+
 /// Sends `message` to `target` at the lane endpoint `to`, encoded once,
 /// the tensors written from where they lie (the message's hold keeps them),
-/// and counts it.
+/// and counts it. `unsent` is called if the lane does not send it.
 template <class Body>
 void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::string& target,
-                  messages::held<Body> message) {
+                  messages::held<Body> message, std::function<void()> unsent = {}) {
   auto& st = self->state;
   messages::envelope e;
   e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
@@ -72,8 +91,10 @@ void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::s
   auto pieces = std::make_shared<const messages::gathered>(
     messages::encode_gathered(e, std::move(message.hold)));
   auto parts = messages::traffic_of(std::get<Body>(e.payload), pieces->sizes());
-  if (!st.args.lane->send(to, target, std::move(pieces))) {
+  if (!st.args.lane->send(to, target, std::move(pieces), /*urgent=*/false, unsent)) {
     ++st.messages_dropped;  // the lane's queue is full
+    if (unsent)
+      unsent();
     return;
   }
   st.sent += parts;
@@ -129,10 +150,13 @@ void send_to_peer(self_ptr self, const std::string& target, held_weights& messag
                          [&](const peer& p) { return p.name == target; });
   if (to == st.peers.end()) {
     ++st.messages_dropped;  // went down since the platform heard of it
+    if (auto back = give_back(self, target, message))
+      back();
     return;
   }
   if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
-    send_on_lane(self, to->lane, to->name, std::move(message));
+    auto back = give_back(self, target, message);
+    send_on_lane(self, to->lane, to->name, std::move(message), std::move(back));
     return;
   }
   // What it would weigh on the wire (counted as such in this process

@@ -184,6 +184,15 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       if (st.waiting && st.running && !st.paused && st.worker->awaited(st.at.total_iterations).empty())
         queue_step(self);
     },
+    [self](unsent_atom, const std::string& to, const held_weights& message) {
+      auto& st = self->state;
+      try {
+        st.worker->unsent(to, message);
+      } catch (const std::exception& e) {
+        spdlog::warn("[{}] a message to {} that was not sent could not be taken back: {}",
+                     st.args.platform.name, to, e.what());
+      }
+    },
     [self](overlap_atom, uint64_t k) {
       auto& st = self->state;
       if (!st.waiting || st.at.total_iterations != k)

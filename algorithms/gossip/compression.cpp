@@ -418,6 +418,15 @@ encoded_part edge_copies::send(const std::string& to, const torch::Tensor& v, bo
   return encode(e, layout_, type);
 }
 
+void edge_copies::withdraw(const std::string& to, const sparse_entries& e) {
+  auto it = out_.find(to);
+  if (it == out_.end())
+    return;
+  float* c = it->second.data_ptr<float>();
+  for (size_t i = 0; i < e.indices.size(); ++i)
+    c[e.indices[i]] -= e.values[i];
+}
+
 edge_copies::residuals edge_copies::residuals_after(const std::string& to,
                                                     const torch::Tensor& v) const {
   torch::NoGradGuard no_grad;

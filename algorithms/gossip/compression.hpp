@@ -97,6 +97,9 @@ public:
   /// much of what the copy lacked the message carries.
   encoded_part send(const std::string& to, const torch::Tensor& v, bool keyframe,
                     double* captured = nullptr);
+  /// Takes a part sent on the edge to `to` back out of its copy (the
+  /// message was never sent): copy -= q, exact up to float rounding.
+  void withdraw(const std::string& to, const sparse_entries& e);
   /// The copy of the edge from `from` moved by a received part (checked by
   /// decode()): restarted at 0 first for a keyframe, or at the initial model
   /// when `fresh` (the sender's first message of a new generation).
@@ -106,6 +109,8 @@ public:
   const torch::Tensor& received_copy(const std::string& from);
   /// The copy of the edge to `to` (after send()).
   const torch::Tensor& sent_copy(const std::string& to) const { return out_.at(to); }
+  /// The copy held of the edge from `from` (after receive()).
+  const torch::Tensor& received_copy(const std::string& from) const { return in_.at(from); }
   /// What the out-edges' copies lack of v, seen from the edge to `to` (after
   /// send() to it): `left` = |v - copy_to|^2, and `cross` = the sum over the
   /// other out-edges f of <v - copy_f, v - copy_to>, `others` of them.

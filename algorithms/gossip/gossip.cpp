@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <stdexcept>
+#include <utility>
 
 namespace eg::learning {
 
@@ -132,6 +133,16 @@ void gossip_strategy::merge_sparse(const std::vector<torch::Tensor>&, const std:
   throw mismatch_error(name() + " merges whole models; a sparse message was refused");
 }
 
+void gossip_strategy::withdraw(const std::vector<torch::Tensor>&, const std::string& to,
+                               const messages::weights& message) {
+  const double s = message.gossip_weight;
+  if (!(s >= 0) || !std::isfinite(s))
+    throw mismatch_error(name() + ": a message to " + to + " came back with weight " +
+                         std::to_string(s));
+  if (s > 0)
+    set_weight(weight() + s);
+}
+
 sparse_push::sparse_push(flat_layout layout, sparse_push_options options, double initial_weight)
     : options_(options), weight_(initial_weight), generation_(std::random_device{}() | 1),
       model_copies_(layout, options.density, options.values) {
@@ -167,6 +178,7 @@ void sparse_push::start(const std::vector<torch::Tensor>& params) {
   }
   out_.clear();
   in_.clear();
+  requests_.clear();
 }
 
 void sparse_push::restored(const std::vector<torch::Tensor>& params) {
@@ -194,6 +206,62 @@ void sparse_push::merge(const std::vector<torch::Tensor>&, const std::vector<tor
   throw mismatch_error(name() + " merges sparse messages; a whole model was refused");
 }
 
+void sparse_push::withdraw(const std::vector<torch::Tensor>& params, const std::string& to,
+                           const messages::weights& message) {
+  if (!z_.defined())
+    throw std::logic_error("sparse-push: a message taken back before start");
+  const double s = message.gossip_weight;
+  if (!(s >= 0) || !std::isfinite(s))
+    throw mismatch_error(name() + ": a message to " + to + " came back with weight " +
+                         std::to_string(s));
+  if (message.sparse.size() != 1)
+    throw mismatch_error(name() + ": a message to " + to + " came back with " +
+                         std::to_string(message.sparse.size()) + " sparse parts");
+  auto part = decode(message.sparse[0], model_copies_.layout());
+  if (message.generation != generation_)
+    throw mismatch_error(name() + ": a message to " + to + " came back from another sender");
+  auto e = out_.find(to);
+  if (e == out_.end()) {  // the edges restarted since (start()): the weight alone
+    weight_ += s;
+    return;
+  }
+  auto& edge = e->second;
+  torch::NoGradGuard no_grad;
+  // The numerator comes back as it left, s times the edge's copy: exact
+  // while no later message on the edge went before this one came back.
+  if (s > 0) {
+    flatten_into(params, 1.0, z_);
+    const double keep = weight_ / (weight_ + s), take = s / (weight_ + s);
+    z_.mul_(keep).add_(model_copies_.sent_copy(to), take);
+    weight_ += s;
+    unflatten_into(z_, 1.0, params);
+  }
+  if (message.keyframe && message.edge_seq == edge.keyframe_seq) {
+    edge.keyframe = true;  // the receiver's copy never restarted: restart it again
+  } else if (message.edge_seq > edge.keyframe_seq) {
+    model_copies_.withdraw(to, part);
+    ++edge.withdrawn;
+  }
+  // (A message older than the edge's last keyframe: that keyframe restarted
+  // both copies without it.)
+}
+
+std::vector<std::string> sparse_push::keyframe_requests() {
+  return std::exchange(requests_, {});
+}
+
+void sparse_push::keyframe_requested(const std::string& from) {
+  if (auto e = out_.find(from); e != out_.end())
+    e->second.keyframe = true;
+}
+
+void sparse_push::out_of_step_on(const std::string& from, in_edge& edge) {
+  ++out_of_step_;
+  if (edge.since_request++ % 16 == 0
+      && std::find(requests_.begin(), requests_.end(), from) == requests_.end())
+    requests_.push_back(from);
+}
+
 void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
                                const messages::weights& message) {
   if (!z_.defined())
@@ -208,23 +276,43 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   const double s = message.gossip_weight;
   if (!(s >= 0) || !std::isfinite(s))
     throw mismatch_error(name() + ": received weight must be a non-negative number");
+  if (message.edge_seq == 0 || message.withdrawn >= message.edge_seq)
+    throw mismatch_error(name() + ": message " + std::to_string(message.edge_seq) +
+                         " on its edge with " + std::to_string(message.withdrawn) +
+                         " taken back before it");
   // Everything checked before anything changes: a bad message changes nothing.
   auto model_part = decode(message.sparse[0], model_copies_.layout());
 
-  // Is the message the next one on its edge?
+  // Is the message the next one on its edge? Its place among the messages
+  // not taken back is seq - withdrawn.
+  const uint64_t place = message.edge_seq - message.withdrawn;
   auto [it, unknown] = in_.try_emplace(from);
   auto& edge = it->second;
   bool fresh = false, in_step;
   if (unknown || edge.generation != message.generation) {
     edge.generation = message.generation;
-    fresh = message.edge_seq == 1 && !message.keyframe;  // a sender that (re)started
+    fresh = place == 1 && !message.keyframe;  // a sender that (re)started
     in_step = message.keyframe || fresh;
+    edge.unexplained = 0;
+  } else if (message.keyframe) {
+    in_step = true;
+    edge.unexplained = 0;
+  } else if (!edge.valid) {
+    in_step = false;
+  } else if (place == edge.taken + 1) {
+    in_step = true;
+    edge.unexplained = 0;
   } else {
-    in_step = message.keyframe || (edge.valid && message.edge_seq == edge.expected);
+    // Later than the next: messages before it were taken back after it was
+    // sent (it will not count them; the next ones will), or lost. A few in a
+    // row are taken; more mean a loss. Earlier: out of order.
+    in_step = place > edge.taken + 1 && ++edge.unexplained <= max_unexplained;
   }
   edge.valid = in_step;
-  if (in_step)
-    edge.expected = message.edge_seq + 1;
+  if (in_step) {
+    edge.taken = message.keyframe || fresh ? place : edge.taken + 1;
+    edge.since_request = 0;
+  }
 
   torch::NoGradGuard no_grad;
   flatten_into(params, 1.0, z_);
@@ -242,7 +330,7 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
       last_step_.add_(z_);
     unflatten_into(z_, 1.0, params);
   } else {
-    ++out_of_step_;  // the weight alone: as if merging a copy equal to z
+    out_of_step_on(from, edge);  // the weight alone: as if merging a copy equal to z
   }
   weight_ += s;
 }
@@ -321,6 +409,9 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   p.edge_seq = ++edge.seq;
   p.generation = generation_;
   p.keyframe = edge.keyframe;
+  p.withdrawn = edge.withdrawn;
+  if (p.keyframe)
+    edge.keyframe_seq = p.edge_seq;
   edge.keyframe = false;
   auto parts = std::make_shared<std::vector<encoded_part>>();
   double captured = 1;

@@ -37,6 +37,7 @@ struct gossip_payload {
   uint64_t generation = 0;           ///< sparse: the sender's generation
   bool keyframe = false;             ///< sparse: restarts the edge's copies
   double weight = 0;                 ///< sparse (hold set): the weight share sent, maybe less than the order's
+  uint64_t withdrawn = 0;            ///< sparse: messages on its edge taken back before it
 };
 
 class gossip_strategy {
@@ -82,6 +83,22 @@ public:
   /// refuses it (std::invalid_argument): a dense strategy takes whole models.
   virtual void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
                             const messages::weights& message);
+  /// A message of this platform's to peer `to` that was never sent (the
+  /// weights lane skipped or lost it, or the peer was gone): `message` as
+  /// it went, without dense tensors. The weight it carried comes back, so
+  /// the cluster's total stays what it was (the default: w <- w + s, the
+  /// model as it is: the message's model was this platform's a few steps
+  /// ago). A push-sum message lost on the way took its share of the total
+  /// with it: push-sum's average then leans to the platforms that lost
+  /// least, and its weights drift from n.
+  virtual void withdraw(const std::vector<torch::Tensor>& params, const std::string& to,
+                        const messages::weights& message);
+  /// Peers whose edge to this platform is out of step (sparse strategies):
+  /// each is asked, once, for a keyframe on it (a message with
+  /// messages::weights::keyframe_request). Clears the list.
+  virtual std::vector<std::string> keyframe_requests() { return {}; }
+  /// Peer `from` asked for a keyframe on this platform's edge to it.
+  virtual void keyframe_requested(const std::string& /*from*/) {}
   /// Called after a checkpoint's model was loaded into the parameters.
   virtual void restored(const std::vector<torch::Tensor>& /*params*/) {}
   /// The peers that are live now (after every change).
@@ -181,9 +198,14 @@ struct sparse_push_options {
 /// edge; the sender's step away from z^ scales that residual by
 /// w / (w - s), so s is bounded by what the message captured of it.
 /// Edge sequence numbers and the sender's generation keep both ends'
-/// copies equal: a message out of step (one lost on the way, or a peer
-/// restarted) merges its weight only, until the sender, seeing the peer
-/// come back, restarts the edge with a keyframe (the whole model).
+/// copies equal. A message the sender's lane did not send comes back
+/// (withdraw()): its weight and its numerator return to the sender and its
+/// part leaves the edge's copy, and the next messages on the edge count it
+/// as withdrawn, so the receiver, missing it, stays in step. A message out
+/// of step (lost on the way unknown to the sender, or a peer restarted)
+/// merges its weight only; the receiver asks the sender for a keyframe
+/// (the whole model), which restarts the edge, and the sender sends one as
+/// well when it sees the peer come back.
 /// With `compensate` (SCSP), each step is also corrected by k, a leaky
 /// integral of what moved z between two steps other than the steps
 /// themselves (merges, and the rest kept after a send):
@@ -220,6 +242,24 @@ public:
   /// A peer that comes back after it was gone gets a keyframe next.
   void peers_changed(const std::vector<std::string>& live) override;
   uint64_t out_of_step() const override { return out_of_step_; }
+  /// The edges' copies (inspection).
+  const edge_copies& copies() const { return model_copies_; }
+  /// Takes the message back: w z <- w z + s c, w <- w + s, where c is the
+  /// edge's copy as it is now (the copy the message went with, when no
+  /// later message on that edge went before it came back), then the copy
+  /// loses the message's part (up to float rounding) and the edge counts
+  /// one more message withdrawn. A withdrawn keyframe is sent again; a
+  /// message older than the edge's last keyframe returns its weight and
+  /// numerator alone.
+  void withdraw(const std::vector<torch::Tensor>& params, const std::string& to,
+                const messages::weights& message) override;
+  std::vector<std::string> keyframe_requests() override;
+  void keyframe_requested(const std::string& from) override;
+  /// Messages in a row that a receiver takes while some of the messages
+  /// before them on their edge neither arrived nor were withdrawn: a
+  /// withdrawal the sender learnt of after it sent them explains a few;
+  /// more mean a message was lost, and the edge is out of step.
+  static constexpr uint64_t max_unexplained = 8;
 
   /// The largest share of weight w a message may take, from what the
   /// sender's out-edges' copies lack of z (the residuals r_f = z - z^_f):
@@ -241,11 +281,18 @@ private:
   struct out_edge {
     uint64_t seq = 0;
     bool keyframe = false;
+    uint64_t withdrawn = 0;      ///< messages taken back since the edge began
+    uint64_t keyframe_seq = 0;   ///< the last keyframe's number (0: none)
   };
   struct in_edge {
     uint64_t generation = 0;
-    uint64_t expected = 1;
+    /// The messages taken in step since the edge (re)started, counted as
+    /// seq - withdrawn would count them: a message in step has
+    /// seq - withdrawn = taken + 1.
+    uint64_t taken = 0;
     bool valid = false;
+    uint64_t unexplained = 0;    ///< messages in a row taken over a gap
+    uint64_t since_request = 0;  ///< out-of-step messages since the last request
   };
   sparse_push_options options_;
   double weight_;
@@ -254,7 +301,11 @@ private:
   std::map<std::string, out_edge> out_;
   std::map<std::string, in_edge> in_;
   std::set<std::string> live_;
+  std::vector<std::string> requests_;  // peers to ask for a keyframe
   uint64_t out_of_step_ = 0;
+  /// The receiver's side of an edge that went out of step: ask its sender
+  /// for a keyframe now, and again every 16 out-of-step messages.
+  void out_of_step_on(const std::string& from, in_edge& edge);
   torch::Tensor z_;  // the model as sent and merged, flat
   // SCSP: the correction k, z as the last step left it, and the moving
   // average of the steps' norm that bounds k.

@@ -170,14 +170,36 @@ worker_outcome gossip_worker::stepped(const step_done& step, const run_position&
     message.value.edge_seq = payload.edge_seq;
     message.value.generation = payload.generation;
     message.value.keyframe = payload.keyframe;
+    message.value.withdrawn = payload.withdrawn;
     for (auto& p : message.value.sparse)
       message.wire_bytes += p.index_bytes + p.value_bytes;
     out.sends.push_back({to, std::move(message)});
   }
+  // Peers whose edge to this platform went out of step: asked for a
+  // keyframe, with a message that carries no model and no weight.
+  for (auto& peer : strategy_->keyframe_requests()) {
+    if (std::find(live_.begin(), live_.end(), peer) == live_.end())
+      continue;  // gone: it sends a keyframe when it sees this platform again
+    auto message = weights_message(at, 0, {}, nullptr);
+    message.value.keyframe_request = true;
+    out.sends.push_back({peer, std::move(message)});
+  }
   return out;
 }
 
+void gossip_worker::unsent(const std::string& to, const messages::held_weights& message) {
+  if (message.value.keyframe_request)
+    return;  // the receiver asks again if its edge stays out of step
+  if (!message.value.sparse.empty())
+    model_.before_write();
+  strategy_->withdraw(model_.params(), to, message.value);
+}
+
 void gossip_worker::merge(const messages::held_weights& message) {
+  if (message.value.keyframe_request) {
+    strategy_->keyframe_requested(message.sender);
+    return;
+  }
   gate_.heard(message.sender, round(message.value.iteration));
   try {
     const auto& w = message.value;

@@ -32,6 +32,7 @@ public:
   size_t give_up(uint64_t k) override;
   worker_outcome stepped(const step_done& step, const run_position& at) override;
   void merge(const messages::held_weights& message) override;
+  void unsent(const std::string& to, const messages::held_weights& message) override;
   void peers(const std::vector<std::string>& live) override;
   bool rescale(double factor) override;
 

@@ -194,9 +194,13 @@ BOOST_FIXTURE_TEST_CASE(mixer_counts_received_weights_by_sender_and_passes_them_
 BOOST_FIXTURE_TEST_CASE(mixer_drops_a_peer_that_goes_down_and_tells_its_platform, fixture) {
   auto m = spawn_mixer(sys, {"p0", "c", nullptr});
   auto live = std::make_shared<std::vector<std::vector<std::string>>>();
-  auto platform = sys.spawn([live]() -> caf::behavior {
+  auto back = std::make_shared<std::vector<std::pair<std::string, held_weights>>>();
+  auto platform = sys.spawn([live, back]() -> caf::behavior {
     return {[live](peers_atom, const std::vector<std::string>& names) { live->push_back(names); },
-            [](merge_atom, const held_weights&) {}};
+            [](merge_atom, const held_weights&) {},
+            [back](unsent_atom, const std::string& to, const held_weights& w) {
+              back->emplace_back(to, w);
+            }};
   });
   bind_mixer(m, caf::actor_cast<platform_actor>(platform));
   auto peer =
@@ -212,9 +216,17 @@ BOOST_FIXTURE_TEST_CASE(mixer_drops_a_peer_that_goes_down_and_tells_its_platform
   self->send_exit(peer, caf::exit_reason::kill);
   sched.run();
   BOOST_TEST(live->back().empty());  // the platform's topology no longer picks p1
+  BOOST_TEST(back->empty());
   self->send(m, send_atom::value, std::string{"p1"}, lenet_weights("p0", 0.5));
   sched.run();
   BOOST_TEST(stats_of(self, sched, m).messages_sent == 0u);
+  // The message that found no peer comes back to the platform, its weight
+  // with it, without the tensors (the loan on its parameters ends).
+  BOOST_REQUIRE_EQUAL(back->size(), 1u);
+  BOOST_TEST(back->front().first == "p1");
+  BOOST_TEST(back->front().second.value.gossip_weight == 0.5);
+  BOOST_TEST(back->front().second.value.tensors.empty());
+  BOOST_TEST(!back->front().second.hold);
 }
 
 BOOST_FIXTURE_TEST_CASE(the_door_refuses_messages_of_another_cluster_or_malformed, fixture) {
@@ -295,6 +307,7 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [](step_atom) {},
     [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
+    [](unsent_atom, const std::string&, const held_weights&) {},
     [](peers_atom, const std::vector<std::string>&) {},
     [](rescale_atom, double) {},
     [](server_atom, caf::actor, const std::string&) {},

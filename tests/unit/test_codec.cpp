@@ -320,6 +320,8 @@ BOOST_AUTO_TEST_CASE(weights_round_trip_is_bit_exact) {
   w.edge_seq = 12345;
   w.generation = 0xfedcba9876543210ull;
   w.keyframe = true;
+  w.withdrawn = 77;
+  w.keyframe_request = true;
   for (auto& t : owned) w.tensors.push_back(t.view);
 
   weights r = round_trip(w);
@@ -330,6 +332,8 @@ BOOST_AUTO_TEST_CASE(weights_round_trip_is_bit_exact) {
   BOOST_TEST(r.edge_seq == w.edge_seq);
   BOOST_TEST(r.generation == w.generation);
   BOOST_TEST(r.keyframe);
+  BOOST_TEST(r.withdrawn == w.withdrawn);
+  BOOST_TEST(r.keyframe_request);
   BOOST_REQUIRE(r.tensors.size() == w.tensors.size());
   for (size_t i = 0; i < w.tensors.size(); ++i) {
     const tensor_view& a = w.tensors[i];

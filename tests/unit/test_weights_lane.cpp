@@ -882,6 +882,69 @@ BOOST_AUTO_TEST_CASE(a_full_peer_queue_pushes_out_its_oldest_frame) {
   BOOST_TEST(eventually([&] { return a.stats().frames_sent == 4; }));
 }
 
+/// A small gathered frame: a weights message of five floats (copied into
+/// the message).
+std::shared_ptr<const gathered> small_gathered(float value) {
+  auto x = std::make_shared<std::vector<float>>(5, value);
+  weights msg;
+  msg.gossip_weight = value;
+  msg.tensors.push_back({"x", dtype::float32, {5}, x->data(), x->size() * 4});
+  return std::make_shared<const gathered>(encode_gathered(from_p0(msg), x));
+}
+
+/// A frame send() took and never wrote whole tells its sender once, from
+/// wherever it was let go: pushed out of a full queue, lost to a peer that
+/// is not there, still queued at stop(); a frame written whole never does.
+BOOST_AUTO_TEST_CASE(a_frame_not_sent_tells_its_sender_once_and_a_written_one_never) {
+  std::mutex m;
+  std::vector<std::string> unsent;
+  auto told = [&] {
+    std::lock_guard<std::mutex> g(m);
+    return unsent;
+  };
+  auto tell = [&](std::string name) -> lane::unsent_fn {
+    return [&m, &unsent, name] {
+      std::lock_guard<std::mutex> g(m);
+      unsent.push_back(name);
+    };
+  };
+  raw_peer b;
+  auto o = endpoint::options("a", "s", "c");
+  o.max_queued_messages = 2;
+  o.max_wait_ms = 0;
+  o.send_timeout_ms = 20000;
+  eg::messages::lane a(o);
+  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  BOOST_TEST(a.send(b.where("b"), "p1", small_gathered(0), false, tell("warm")));
+  auto fd = b.accept("s", "b");
+  BOOST_TEST(read_frame(fd.get()).first == "p1");
+  const auto big = pattern(32u << 20, 9);
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(big)));  // fills the socket
+  for (int i = 1; i <= 5; ++i)
+    BOOST_TEST(a.send(b.where("b"), "p1", small_gathered(static_cast<float>(i)), false,
+                      tell("small " + std::to_string(i))));
+  // Pushed out of the queue in send(), oldest first.
+  BOOST_TEST((told() == std::vector<std::string>{"small 1", "small 2", "small 3"}));
+  BOOST_TEST((read_frame(fd.get()).second == big));
+  read_frame(fd.get());
+  read_frame(fd.get());
+  BOOST_TEST(eventually([&] { return a.stats().frames_sent == 4; }));
+  BOOST_TEST(told().size() == 3u);  // warm, small 4 and small 5 were written
+  // Lost: nobody listens there.
+  BOOST_TEST(a.send({"z", "127.0.0.1", 1}, "p1", small_gathered(6), false, tell("lost")));
+  BOOST_TEST(eventually([&] { return told().size() == 4; }));
+  BOOST_TEST(told().back() == "lost");
+  // Queued when the lane stops: the peer reads nothing, the big frame waits.
+  BOOST_TEST(a.send(b.where("b"), "p1", bytes_of(big)));
+  BOOST_TEST(a.send(b.where("b"), "p1", small_gathered(7), false, tell("queued")));
+  a.stop();
+  BOOST_TEST(told().size() == 5u);
+  BOOST_TEST(told().back() == "queued");
+  // Refused at once (the lane stopped): send() says so, the sender is not told.
+  BOOST_TEST(!a.send(b.where("b"), "p1", small_gathered(8), false, tell("refused")));
+  BOOST_TEST(told().size() == 5u);
+}
+
 /// An urgent frame (a model the balancer waits for) goes before the frames
 /// waiting for that peer, is not pushed out of a full queue and not
 /// skipped for its wait.
