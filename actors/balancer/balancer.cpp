@@ -190,6 +190,8 @@ void start(self_ptr self) {
   uint32_t next = 0;
   auto& resume = st.args.resume;
   const auto expected = st.epochs.settings().expected.size();
+  if (resume)
+    st.members_changed = true;  // the platforms' weights are what they kept
   if (resume && !resume->run.empty()) {
     st.run = resume->run;
     st.started_unix = resume->started_unix;
@@ -325,6 +327,7 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
     // cluster): it takes part from the next epoch (synchronous schedule), or
     // at once with the epoch the others are in (asynchronous), from the
     // averaged model unless it trained already.
+    st.members_changed = true;
     if (!st.latest_model.empty())
       self->send(h, adopt_atom::value, st.latest_model);
     if (j.plan) {
@@ -362,6 +365,7 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     for (auto& [name, h] : st.handles)
       if (h.platform.address() == dm.source && st.epochs.down(name)) {
         auto& node = st.epochs.find(name)->node;
+        st.members_changed = true;
         st.console.down(name, node, caf::to_string(dm.reason));
         if (!st.finished)
           spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,

@@ -1,4 +1,5 @@
 #include "actors/balancer/balancer_state.hpp"
+#include <utility>
 
 // The end of an epoch at the balancer: the averaged model evaluated (by the
 // evaluator) and tested on every node's test data, push-sum's mass kept,
@@ -22,18 +23,22 @@ void epoch_evaluated(self_ptr self, uint32_t epoch) {
 
 /// Push-sum: the live platforms' weights (`answers`, summing to `weights`)
 /// should sum to their number. A platform lost takes its weight with it; one
-/// restarted from a checkpoint brings that checkpoint's. At the barrier of
-/// the synchronous schedule nothing is in flight, and scaling every weight
-/// by the same factor changes no de-biased model nor their weighted mean:
-/// the balancer restores the sum so. (Asynchronous: weight is in flight
-/// whenever it looks, so it only logs.)
+/// restarted from a checkpoint brings that checkpoint's. Scaling every
+/// weight by the same factor changes no de-biased model nor their weighted
+/// mean: after such a change of the members the balancer restores the sum
+/// so. Not otherwise: a message the lanes did not send comes back to its
+/// sender, so the weights keep their sum but for what is in flight, which
+/// on slow links is much at the barrier too (queued frames, TCP's buffers);
+/// scaling that away would make the weight in flight, when it lands,
+/// surplus. (Asynchronous: no barrier, so it only logs.)
 void keep_push_sum_mass(self_ptr self, uint32_t epoch, const std::vector<held_weights>& answers,
                         double weights) {
   auto& st = self->state;
   const double n = static_cast<double>(answers.size());
   spdlog::info("balancer: after epoch {} the push-sum weights of the {} live platforms sum to "
                "{:.6f}", epoch + 1, answers.size(), weights);
-  if (st.args.settings.strategy.asynchronous() || !(weights > 0)
+  const bool changed = std::exchange(st.members_changed, false);
+  if (st.args.settings.strategy.asynchronous() || !changed || !(weights > 0)
       || std::abs(weights - n) <= 1e-6 * n)
     return;
   const double factor = n / weights;

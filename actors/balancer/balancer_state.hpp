@@ -104,6 +104,10 @@ struct balancer_state {
   bool started = false;
   bool finished = false;
   bool tables_failed = false;  // said once: the run directory's tables cannot be written
+  /// Push-sum: a platform went down or joined a run in progress (or this
+  /// balancer continues a run) since the last average, so the live
+  /// platforms' weights no longer sum to their number (keep_push_sum_mass).
+  bool members_changed = false;
   std::string run;
   clock::time_point last_line;
   std::set<uint32_t> planning;  // epochs whose predictions are being gathered
