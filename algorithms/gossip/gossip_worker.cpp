@@ -76,6 +76,14 @@ std::vector<worker_note> gossip_worker::epoch_over(uint32_t epoch) {
                                        n - out_of_step_said_, epoch + 1)});
     out_of_step_said_ = n;
   }
+  if (returned_ > 0) {
+    notes.push_back({false, fmt::format("epoch {}: {} message(s) not sent (skipped or lost on the "
+                                        "weights lane, or the peer gone) came back with gossip "
+                                        "weight {:.6g}",
+                                        epoch + 1, returned_, returned_weight_)});
+    returned_ = 0;
+    returned_weight_ = 0;
+  }
   if (gave_up_ > 0)
     notes.push_back(
       {false, fmt::format("epoch {}: {} overlap wait(s) ran out (a peer silent for {} ms: gone, "
@@ -193,6 +201,8 @@ void gossip_worker::unsent(const std::string& to, const messages::held_weights& 
   if (!message.value.sparse.empty())
     model_.before_write();
   strategy_->withdraw(model_.params(), to, message.value);
+  ++returned_;
+  returned_weight_ += message.value.gossip_weight;
 }
 
 void gossip_worker::merge(const messages::held_weights& message) {

@@ -58,6 +58,8 @@ private:
   uint64_t rounds_ = 0, batches_ = 0, steps_ = 0, done_ = 0;
   uint64_t gave_up_ = 0;            ///< waits that ran out this epoch
   uint64_t out_of_step_said_ = 0;   ///< strategy's out_of_step() when last noted
+  uint64_t returned_ = 0;           ///< messages not sent that came back this epoch
+  double returned_weight_ = 0;      ///< the weight they brought back
 };
 
 /// The strategy of `settings.strategy` (GoSGD for EdgeGossip and GoSGD's

@@ -247,6 +247,68 @@ BOOST_AUTO_TEST_CASE(a_gossip_worker_sends_half_its_weight_and_the_peer_mixes_by
     BOOST_CHECK(torch::allclose(mb->params()[i], before[i] * (2.0 / 3) + sent[i] / 3.0, 1e-5, 1e-6));
 }
 
+BOOST_AUTO_TEST_CASE(a_message_not_sent_comes_back_with_its_weight_and_is_said_at_the_epochs_end) {
+  auto ma = model_of(1);
+  auto a = make_worker(settings_of("sgp", "p0"), *ma);
+  a->start();
+  a->peers({"p1"});
+  a->epoch_begins(8);
+  auto out = a->stepped(one_step(*ma), position("p0", 1));
+  BOOST_REQUIRE_EQUAL(out.sends.size(), 1u);
+  BOOST_CHECK_CLOSE(a->weight(), 0.5, 1e-9);
+  // The lane skipped it: it comes back without its tensors.
+  auto back = out.sends[0].message;
+  back.value.tensors.clear();
+  back.hold = nullptr;
+  auto before = copy(ma->params());
+  a->unsent("p1", back);
+  BOOST_CHECK_CLOSE(a->weight(), 1.0, 1e-9);
+  for (size_t i = 0; i < before.size(); ++i)
+    BOOST_CHECK(torch::equal(ma->params()[i], before[i]));  // the model as it is
+  auto notes = a->epoch_over(0);
+  BOOST_REQUIRE_EQUAL(notes.size(), 1u);
+  BOOST_CHECK(!notes[0].warning);
+  BOOST_CHECK(notes[0].text.find("1 message(s) not sent") != std::string::npos);
+  BOOST_CHECK(a->epoch_over(1).empty());  // said once
+}
+
+BOOST_AUTO_TEST_CASE(a_sparse_push_edge_out_of_step_asks_its_sender_for_a_keyframe) {
+  auto ma = model_of(1), mb = model_of(1);
+  auto sa = settings_of("sparse-push", "p0"), sb = settings_of("sparse-push", "p1");
+  auto a = make_worker(sa, *ma);
+  auto b = make_worker(sb, *mb);
+  a->start();
+  b->start();
+  a->peers({"p1"});
+  b->peers({"p0"});
+  // p0's messages to p1: the second lost on the way, unknown to p0.
+  std::vector<messages::held_weights> sent;
+  for (uint64_t k = 1; k <= 3 + learning::sparse_push::max_unexplained; ++k) {
+    auto out = a->stepped(one_step(*ma), position("p0", k));
+    for (auto& s : out.sends)
+      if (s.to == "p1")
+        sent.push_back(s.message);
+  }
+  BOOST_REQUIRE(sent.size() >= 3 + learning::sparse_push::max_unexplained);
+  for (size_t i = 0; i < sent.size(); ++i)
+    if (i != 1)
+      b->merge(sent[i]);
+  // p1's next step asks p0 for a keyframe, with a message of no weight.
+  auto out = b->stepped(one_step(*mb), position("p1", 1));
+  auto ask = std::find_if(out.sends.begin(), out.sends.end(), [](const gossip_send& s) {
+    return s.message.value.keyframe_request;
+  });
+  BOOST_REQUIRE(ask != out.sends.end());
+  BOOST_CHECK_EQUAL(ask->to, "p0");
+  BOOST_CHECK_EQUAL(ask->message.value.gossip_weight, 0.0);
+  const double w = a->weight();
+  a->merge(ask->message);
+  BOOST_CHECK_EQUAL(a->weight(), w);  // no weight moved
+  auto next = a->stepped(one_step(*ma), position("p0", 20));
+  BOOST_REQUIRE(!next.sends.empty());
+  BOOST_CHECK(next.sends[0].message.value.keyframe);
+}
+
 BOOST_AUTO_TEST_CASE(a_message_that_does_not_fit_is_refused_and_the_model_is_unchanged) {
   auto ma = model_of(1), mb = model_of(2);
   auto b = make_worker(settings_of("gosgd", "p1"), *mb);
