@@ -80,10 +80,13 @@ std::function<void()> give_back(self_ptr self, const std::string& target,
 
 /// Sends `message` to `target` at the lane endpoint `to`, encoded once,
 /// the tensors written from where they lie (the message's hold keeps them),
-/// and counts it. `unsent` is called if the lane does not send it.
+/// and counts it. `unsent` is called if the lane does not send it; an
+/// `urgent` one goes before the frames waiting for that peer and is never
+/// skipped (a Sparse-Push keyframe, which restarts its edge).
 template <class Body>
 void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::string& target,
-                  messages::held<Body> message, std::function<void()> unsent = {}) {
+                  messages::held<Body> message, std::function<void()> unsent = {},
+                  bool urgent = false) {
   auto& st = self->state;
   messages::envelope e;
   e.hdr = {st.args.cluster_id, messages::protocol_version, st.args.platform};
@@ -91,7 +94,7 @@ void send_on_lane(self_ptr self, const messages::lane_endpoint& to, const std::s
   auto pieces = std::make_shared<const messages::gathered>(
     messages::encode_gathered(e, std::move(message.hold)));
   auto parts = messages::traffic_of(std::get<Body>(e.payload), pieces->sizes());
-  if (!st.args.lane->send(to, target, std::move(pieces), /*urgent=*/false, unsent)) {
+  if (!st.args.lane->send(to, target, std::move(pieces), urgent, unsent)) {
     ++st.messages_dropped;  // the lane's queue is full
     if (unsent)
       unsent();
@@ -156,7 +159,8 @@ void send_to_peer(self_ptr self, const std::string& target, held_weights& messag
   }
   if (st.args.lane && to->lane.port != 0 && to->handle.node() != self->node()) {
     auto back = give_back(self, target, message);
-    send_on_lane(self, to->lane, to->name, std::move(message), std::move(back));
+    const bool keyframe = message.value.keyframe;
+    send_on_lane(self, to->lane, to->name, std::move(message), std::move(back), keyframe);
     return;
   }
   // What it would weigh on the wire (counted as such in this process

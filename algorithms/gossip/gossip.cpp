@@ -288,6 +288,13 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   const uint64_t place = message.edge_seq - message.withdrawn;
   auto [it, unknown] = in_.try_emplace(from);
   auto& edge = it->second;
+  if (!unknown && edge.generation == message.generation && !message.keyframe
+      && message.edge_seq < edge.restart_seq) {
+    // Sent before the keyframe that restarted the edge, which overtook it:
+    // its part is in neither copy any more; its weight counts.
+    weight_ += s;
+    return;
+  }
   bool fresh = false, in_step;
   if (unknown || edge.generation != message.generation) {
     edge.generation = message.generation;
@@ -312,6 +319,8 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   if (in_step) {
     edge.taken = message.keyframe || fresh ? place : edge.taken + 1;
     edge.since_request = 0;
+    if (message.keyframe || fresh)
+      edge.restart_seq = message.edge_seq;
   }
 
   torch::NoGradGuard no_grad;

@@ -205,7 +205,11 @@ struct sparse_push_options {
 /// of step (lost on the way unknown to the sender, or a peer restarted)
 /// merges its weight only; the receiver asks the sender for a keyframe
 /// (the whole model), which restarts the edge, and the sender sends one as
-/// well when it sees the peer come back.
+/// well when it sees the peer come back. A keyframe goes on the lane before
+/// the frames waiting for that peer and is never skipped (messages::lane's
+/// urgent frames): a withdrawn keyframe would leave the messages after it
+/// to a copy that never restarted. The messages it overtook merge their
+/// weight alone.
 /// With `compensate` (SCSP), each step is also corrected by k, a leaky
 /// integral of what moved z between two steps other than the steps
 /// themselves (merges, and the rest kept after a send):
@@ -293,6 +297,10 @@ private:
     bool valid = false;
     uint64_t unexplained = 0;    ///< messages in a row taken over a gap
     uint64_t since_request = 0;  ///< out-of-step messages since the last request
+    /// The number of the keyframe that last restarted the edge: messages
+    /// sent before it, which it overtook on the lane, count their weight
+    /// alone.
+    uint64_t restart_seq = 0;
   };
   sparse_push_options options_;
   double weight_;

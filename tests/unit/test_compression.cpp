@@ -682,6 +682,40 @@ BOOST_AUTO_TEST_CASE(messages_withdrawn_return_their_weight_and_leave_the_edge_i
   BOOST_TEST(send(1.0f).keyframe);
 }
 
+/// A keyframe goes before the frames waiting on the lane: the older
+/// messages it overtook merge their weight alone, and the edge stays in step.
+BOOST_AUTO_TEST_CASE(messages_a_keyframe_overtook_merge_their_weight_alone) {
+  auto l = layout();
+  std::mt19937_64 rng(9);
+  sparse_push a(l, sparse(0.3, 0.5)), b(l, sparse(0.3, 0.5));
+  auto za = model(0.0f), zb = model(0.0f);
+  a.start(za);
+  b.start(zb);
+  a.peers_changed({"b"});
+  std::vector<gossip_payload> bodies;
+  auto send = [&](float step) {
+    za[0].add_(step);
+    auto o = a.after_step(za, 1, rng);
+    bodies.push_back(a.payload(o.at(0), "b", names(), za));
+    return message_of(o.at(0).weight, bodies.back());
+  };
+  b.merge_sparse(zb, "a", send(1.0f));
+  auto older = send(1.0f);  // waits on the lane
+  a.keyframe_requested("b");
+  auto key = send(1.0f);
+  BOOST_REQUIRE(key.keyframe);
+  b.merge_sparse(zb, "a", key);  // overtakes it
+  auto before = flat_of(zb);
+  const double w = b.weight();
+  b.merge_sparse(zb, "a", older);
+  BOOST_TEST(torch::equal(flat_of(zb), before));
+  BOOST_TEST(b.weight() == w + older.gossip_weight);
+  b.merge_sparse(zb, "a", send(1.0f));
+  BOOST_TEST(b.out_of_step() == 0u);
+  BOOST_TEST(b.keyframe_requests().empty());
+  BOOST_TEST(torch::allclose(a.copies().sent_copy("b"), b.copies().received_copy("a"), 1e-6, 1e-6));
+}
+
 /// Dense gossip takes back a message's weight: GoSGD's total stays 1 and
 /// push-sum's n, and the model is left as it is.
 BOOST_AUTO_TEST_CASE(dense_gossip_takes_back_the_weight_of_a_message_not_sent) {
