@@ -301,6 +301,7 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
     fresh = place == 1 && !message.keyframe;  // a sender that (re)started
     in_step = message.keyframe || fresh;
     edge.unexplained = 0;
+    edge.restart_seq = 0;  // the numbers of another run of the sender's
   } else if (message.keyframe) {
     in_step = true;
     edge.unexplained = 0;
