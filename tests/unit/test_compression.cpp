@@ -343,6 +343,32 @@ torch::Tensor flat_of(const std::vector<torch::Tensor>& z) {
   return f;
 }
 
+/// Two Sparse-Push platforms at the same start, a sending to b on one edge.
+struct one_edge {
+  flat_layout l = layout();
+  std::mt19937_64 rng;
+  sparse_push a, b;
+  std::vector<torch::Tensor> za = model(0.0f), zb = model(0.0f);
+  std::vector<gossip_payload> bodies;  // keep the parts' bytes
+
+  one_edge(double density, double gamma, uint64_t seed)
+      : rng(seed), a(l, sparse(density, gamma)), b(l, sparse(density, gamma)) {
+    a.start(za);
+    b.start(zb);
+    a.peers_changed({"b"});
+  }
+  /// a steps (its weight tensor by `step`, its bias by `bias`) and sends b
+  /// its message.
+  msg::weights send(float step, float bias = 0) {
+    za[0].add_(step);
+    if (bias != 0)
+      za[1].add_(bias);
+    auto o = a.after_step(za, 1, rng);
+    bodies.push_back(a.payload(o.at(0), "b", names(), za));
+    return message_of(o.at(0).weight, bodies.back());
+  }
+};
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(dense_sparse_push_with_step_1_is_push_sum) {
@@ -558,20 +584,12 @@ BOOST_AUTO_TEST_CASE(weights_are_conserved_through_any_order_of_messages) {
 }
 
 BOOST_AUTO_TEST_CASE(an_edge_out_of_step_merges_weight_only_until_a_keyframe) {
-  auto l = layout();
-  std::mt19937_64 rng(2);
-  sparse_push a(l, sparse(0.2, 1.0)), b(l, sparse(0.2, 1.0));
-  auto za = model(0.0f), zb = model(0.0f);
-  a.start(za);
-  b.start(zb);
-  a.peers_changed({"b"});
-  std::vector<gossip_payload> bodies;  // keep the parts' bytes
-  auto send = [&] {
-    za[0].add_(1.0f);
-    auto o = a.after_step(za, 1, rng);
-    bodies.push_back(a.payload(o.at(0), "b", names(), za));
-    return message_of(o.at(0).weight, bodies.back());
-  };
+  one_edge e(0.2, 1.0, 2);
+  auto &a = e.a, &b = e.b;
+  auto &za = e.za, &zb = e.zb;
+  auto& l = e.l;
+  auto& rng = e.rng;
+  auto send = [&] { return e.send(1.0f); };
   b.merge_sparse(zb, "a", send());
   BOOST_TEST(b.out_of_step() == 0u);
   send();  // lost on the way, and a never learns of it
@@ -629,21 +647,10 @@ BOOST_AUTO_TEST_CASE(an_edge_out_of_step_merges_weight_only_until_a_keyframe) {
 /// lane let it go after the next ones were sent). Weights are exact
 /// throughout; the copies at both ends agree.
 BOOST_AUTO_TEST_CASE(messages_withdrawn_return_their_weight_and_leave_the_edge_in_step) {
-  auto l = layout();
-  std::mt19937_64 rng(5);
-  sparse_push a(l, sparse(0.3, 0.5)), b(l, sparse(0.3, 0.5));
-  auto za = model(0.0f), zb = model(0.0f);
-  a.start(za);
-  b.start(zb);
-  a.peers_changed({"b"});
-  std::vector<gossip_payload> bodies;
-  auto send = [&](float step) {
-    za[0].add_(step);
-    za[1].sub_(step * 0.5f);
-    auto o = a.after_step(za, 1, rng);
-    bodies.push_back(a.payload(o.at(0), "b", names(), za));
-    return message_of(o.at(0).weight, bodies.back());
-  };
+  one_edge e(0.3, 0.5, 5);
+  auto &a = e.a, &b = e.b;
+  auto &za = e.za, &zb = e.zb;
+  auto send = [&](float step) { return e.send(step, -step * 0.5f); };
   auto total = [&] { return a.weight() + b.weight(); };
   b.merge_sparse(zb, "a", send(1.0f));
   // Taken back before the next message was made.
@@ -685,20 +692,10 @@ BOOST_AUTO_TEST_CASE(messages_withdrawn_return_their_weight_and_leave_the_edge_i
 /// A keyframe goes before the frames waiting on the lane: the older
 /// messages it overtook merge their weight alone, and the edge stays in step.
 BOOST_AUTO_TEST_CASE(messages_a_keyframe_overtook_merge_their_weight_alone) {
-  auto l = layout();
-  std::mt19937_64 rng(9);
-  sparse_push a(l, sparse(0.3, 0.5)), b(l, sparse(0.3, 0.5));
-  auto za = model(0.0f), zb = model(0.0f);
-  a.start(za);
-  b.start(zb);
-  a.peers_changed({"b"});
-  std::vector<gossip_payload> bodies;
-  auto send = [&](float step) {
-    za[0].add_(step);
-    auto o = a.after_step(za, 1, rng);
-    bodies.push_back(a.payload(o.at(0), "b", names(), za));
-    return message_of(o.at(0).weight, bodies.back());
-  };
+  one_edge e(0.3, 0.5, 9);
+  auto &a = e.a, &b = e.b;
+  auto& zb = e.zb;
+  auto send = [&](float step) { return e.send(step); };
   b.merge_sparse(zb, "a", send(1.0f));
   auto older = send(1.0f);  // waits on the lane
   a.keyframe_requested("b");

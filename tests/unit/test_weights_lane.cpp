@@ -832,16 +832,26 @@ BOOST_AUTO_TEST_CASE(a_frozen_peer_does_not_delay_frames_to_others) {
   BOOST_TEST(a.l.stats().frames_lost >= 1u);
 }
 
+/// Options of lane "a" whose peers' queues hold `queued` frames and skip a
+/// frame that waited `wait_ms` (0: never); it gives up on no peer within a
+/// test.
+lane_options queue_options(size_t queued, int wait_ms) {
+  auto o = endpoint::options("a", "s", "c");
+  o.max_queued_messages = queued;
+  o.max_wait_ms = wait_ms;
+  o.send_timeout_ms = 20000;
+  return o;
+}
+
+/// What a lane that only sends does with frames it receives.
+void ignore_frames(const std::string&, const std::string&, shared_buffer) {}
+
 /// A frame whose turn comes after it waited longer than max_wait_ms is
 /// skipped, not sent late; a frame already begun is finished.
 BOOST_AUTO_TEST_CASE(frames_that_waited_too_long_are_skipped) {
   raw_peer b;
-  auto o = endpoint::options("a", "s", "c");
-  o.max_wait_ms = 1000;
-  o.max_queued_messages = 8;
-  o.send_timeout_ms = 20000;
-  eg::messages::lane a(o);
-  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  eg::messages::lane a(queue_options(8, 1000));
+  a.start(ignore_frames);
   BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
   auto fd = b.accept("s", "b");
   BOOST_TEST(read_frame(fd.get()).second == "warm");
@@ -862,12 +872,8 @@ BOOST_AUTO_TEST_CASE(frames_that_waited_too_long_are_skipped) {
 /// When a peer's queue is full, the oldest frame waiting makes way.
 BOOST_AUTO_TEST_CASE(a_full_peer_queue_pushes_out_its_oldest_frame) {
   raw_peer b;
-  auto o = endpoint::options("a", "s", "c");
-  o.max_queued_messages = 2;
-  o.max_wait_ms = 0;
-  o.send_timeout_ms = 20000;
-  eg::messages::lane a(o);
-  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  eg::messages::lane a(queue_options(2, 0));
+  a.start(ignore_frames);
   BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
   auto fd = b.accept("s", "b");
   BOOST_TEST(read_frame(fd.get()).second == "warm");
@@ -909,12 +915,8 @@ BOOST_AUTO_TEST_CASE(a_frame_not_sent_tells_its_sender_once_and_a_written_one_ne
     };
   };
   raw_peer b;
-  auto o = endpoint::options("a", "s", "c");
-  o.max_queued_messages = 2;
-  o.max_wait_ms = 0;
-  o.send_timeout_ms = 20000;
-  eg::messages::lane a(o);
-  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  eg::messages::lane a(queue_options(2, 0));
+  a.start(ignore_frames);
   BOOST_TEST(a.send(b.where("b"), "p1", small_gathered(0), false, tell("warm")));
   auto fd = b.accept("s", "b");
   BOOST_TEST(read_frame(fd.get()).first == "p1");
@@ -950,12 +952,8 @@ BOOST_AUTO_TEST_CASE(a_frame_not_sent_tells_its_sender_once_and_a_written_one_ne
 /// skipped for its wait.
 BOOST_AUTO_TEST_CASE(an_urgent_frame_goes_first_and_is_neither_pushed_out_nor_skipped) {
   raw_peer b;
-  auto o = endpoint::options("a", "s", "c");
-  o.max_wait_ms = 1000;
-  o.max_queued_messages = 2;
-  o.send_timeout_ms = 20000;
-  eg::messages::lane a(o);
-  a.start([](const std::string&, const std::string&, shared_buffer) {});
+  eg::messages::lane a(queue_options(2, 1000));
+  a.start(ignore_frames);
   BOOST_TEST(a.send(b.where("b"), "p1", bytes_of("warm")));
   auto fd = b.accept("s", "b");
   BOOST_TEST(read_frame(fd.get()).second == "warm");
