@@ -62,6 +62,7 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   actors::announce_types(cfg);
   cfg.set("logger.verbosity", caf::atom("quiet"));
   cfg.set("scheduler.max-threads", static_cast<size_t>(su.slowdowns.size() + 1));
+  actors::tune_scheduler(cfg);  // as the nodes wait for work
   caf::actor_system sys{cfg};
   learning::stage_options o;
   o.sgd.lr = s.lr;

@@ -189,6 +189,7 @@ void node_settings(caf::actor_system_config& cfg) {
   cfg.set("scheduler.max-threads",
           static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
   cfg.set("scheduler.max-throughput", size_t{1});
+  actors::tune_scheduler(cfg);
   cfg.set("logger.verbosity", caf::atom("quiet"));
 }
 

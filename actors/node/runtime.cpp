@@ -63,6 +63,18 @@ void tune_allocator() {
   mallopt(M_TOP_PAD, 64 << 20);
 }
 
+void tune_scheduler(caf::actor_system_config& cfg) {
+  // (CAF's defaults: 100 spins stealing every 10th, then 500 looks 50 us
+  // apart stealing every 5th, then sleeps of 10 ms stealing after each.)
+  cfg.set("work-stealing.aggressive-poll-attempts", size_t{100});
+  cfg.set("work-stealing.aggressive-steal-interval", size_t{10});
+  cfg.set("work-stealing.moderate-poll-attempts", size_t{10});
+  cfg.set("work-stealing.moderate-steal-interval", size_t{1});
+  cfg.set("work-stealing.moderate-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  cfg.set("work-stealing.relaxed-steal-interval", size_t{1});
+  cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(10)});
+}
+
 namespace {
 
 /// The node's port: CAF listens on loopback only, and the node's port is
@@ -426,6 +438,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   // Platforms send themselves one message per iteration: yield after each
   // message so every actor gets its turn.
   sys_cfg.set("scheduler.max-throughput", size_t{1});
+  tune_scheduler(sys_cfg);
   caf::actor_system sys{sys_cfg};
   // Messages to and from other nodes carry this cluster's id (actors/wire.hpp).
   set_wire_identity(sys, {cfg.id, node_name});
