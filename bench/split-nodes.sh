@@ -13,11 +13,13 @@
 #
 #   bench/split-nodes.sh [--binary B] [--repeat N] [--epochs E] [--mode M]
 #                        [--fast CORES] [--slower X] [--train-samples N]
-#                        [--layers2 "A B"] [--layers3 "A B C"] [--work DIR]
+#                        [--layers2 "A B"] [--layers3 "A B C"] [--in-flight N]
+#                        [--work DIR]
 #
 # The cuts are bench split's cuts by speed for slowdowns 1 4 and 1 4 4
 # (after conv5; after conv4 and conv5): conv8's 8 layers as 5 3 and 4 1 3;
-# --layers2 and --layers3 give each stage's layers instead. --work keeps
+# --layers2 and --layers3 give each stage's layers instead. --in-flight is
+# split.in_flight, the batches in the pipeline at once (default 4). --work keeps
 # every run's cluster file, log and metrics in DIR (default: a temporary
 # directory, removed at the end). Exits 77 with a message where no CPU
 # limit can be set (cgroups need root or a delegated tree; otherwise
@@ -25,7 +27,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$here/build/edgegossip" repeat=3 epochs=3 mode=stashed fast=1 slower=4 samples=0
-layers2="5 3" layers3="4 1 3" work=""
+layers2="5 3" layers3="4 1 3" work="" in_flight=4
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) bin="$2"; shift 2 ;;
@@ -37,11 +39,13 @@ while [ $# -gt 0 ]; do
     --train-samples) samples="$2"; shift 2 ;;
     --layers2) layers2="$2"; shift 2 ;;
     --layers3) layers3="$2"; shift 2 ;;
+    --in-flight) in_flight="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     *) echo "bench/split-nodes.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 [ -x "$bin" ] || { echo "bench/split-nodes.sh: no binary at $bin (build first)" >&2; exit 2; }
+case "$in_flight" in ''|*[!0-9]*|0) echo "bench/split-nodes.sh: --in-flight takes a positive number of batches" >&2; exit 2 ;; esac
 read -r l2a l2b <<<"$layers2"
 read -r l3a l3b l3c <<<"$layers3"
 for n in "$l2a" "$l2b" "$l3a" "$l3b" "$l3c"; do
@@ -64,7 +68,7 @@ config() {
     printf '[cluster]\nid = "split-nodes"\nseed = %s\n' "$seed"
     printf '[data]\ntrain_samples = %s\n' "$samples"
     printf '[train]\nepochs = %s\nlr = 0.01\nmomentum = 0.9\nbatch = 64\n' "$epochs"
-    printf '[split]\nmode = "%s"\nmodel = "conv8"\nin_flight = 4\n' "$m"
+    printf '[split]\nmode = "%s"\nmodel = "conv8"\nin_flight = %s\n' "$m" "$in_flight"
     printf '[storage]\ndir = "%s"\n[output]\ndir = "%s"\n' "$out.data" "$out.runs"
     local seen="" k=0 s node layers cores
     for s in "$@"; do
@@ -110,7 +114,7 @@ setups=(
   "2 stages (1, $slower)|a:$l2a:$fast b:$l2b:$slow"
   "3 stages (1, $slower, $slower)|a:$l3a:$fast b:$l3b:$slow c:$l3c:$slow"
 )
-echo "bench split-nodes: conv8, $epochs epochs, ${samples/#0/all} training images, $repeat seed(s); node a $fast core(s), the others $slow (cpu_limit); layers a stage: $l2a $l2b, $l3a $l3b $l3c; mode $mode against split backpropagation"
+echo "bench split-nodes: conv8, $epochs epochs, ${samples/#0/all} training images, $repeat seed(s); node a $fast core(s), the others $slow (cpu_limit); layers a stage: $l2a $l2b, $l3a $l3b $l3c; $in_flight batches in flight; mode $mode against split backpropagation"
 declare -A secs acc
 for ((seed = 1; seed <= repeat; ++seed)); do
   for entry in "${setups[@]}"; do
