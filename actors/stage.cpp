@@ -1,6 +1,8 @@
 #include "actors/stage_state.hpp"
 #include "common/error.hpp"
 
+#include <time.h>
+
 namespace eg::actors {
 namespace stage_parts {
 
@@ -203,6 +205,13 @@ void serve(self_ptr self, held_stage_batch m) {
 }
 
 
+/// CPU seconds this thread has run.
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 /// Serves the next message of the queue (the results of the last one go
 /// first: held for an emulated slowdown), then the next, after the idle time
 /// the slowdown owes.
@@ -225,6 +234,7 @@ void do_work(self_ptr self) {
   const char* what = direction == stage_direction::forward    ? "forward"
                      : direction == stage_direction::backward ? "backward"
                                                               : "evaluation";
+  const double cpu0 = thread_cpu_seconds();
   st.holding = st.args.slowdown > 1.0;
   try {
     serve(self, std::move(m));
@@ -233,7 +243,11 @@ void do_work(self_ptr self) {
   }
   st.holding = false;
   const double compute = seconds(clock::now() - t0);
-  const double idle = compute * std::max(st.args.slowdown - 1.0, 0.0);
+  // A slower machine takes longer for its own work: the thread's CPU time,
+  // not the wall time, which also counts the other stages of this process
+  // that shared its cores.
+  const double idle =
+    (thread_cpu_seconds() - cpu0) * std::max(st.args.slowdown - 1.0, 0.0);
   st.stats.busy_seconds += compute + idle;
   if (st.is_first())
     pump(self);

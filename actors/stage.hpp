@@ -156,8 +156,8 @@ std::string stage_name(size_t index);
 struct stage_args {
   std::shared_ptr<learning::stage_trainer> trainer;
   size_t index = 0;  ///< its place in the pipeline (0: the first)
-  /// Works this many times slower: idles (compute seconds x (slowdown - 1))
-  /// after each message, as an emulated slower machine.
+  /// Works this many times slower: idles (the message's CPU seconds x
+  /// (slowdown - 1)) after each message, as an emulated slower machine.
   double slowdown = 1;
   // The first stage only:
   std::shared_ptr<const learning::dataset> train_set;
