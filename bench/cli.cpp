@@ -54,8 +54,9 @@ void add_other_options(CLI::App* bench, cli_state& state) {
     ->check(CLI::Range(1, 64));
   bench->add_option("--modes", st->split_opt.modes,
                     "split: modes to measure (default backprop synthetic; also delayed, stashed, "
-                    "corrected); each is compared with backprop")
-    ->check(CLI::IsMember({"backprop", "synthetic", "delayed", "corrected", "stashed"}));
+                    "predicted, corrected); each is compared with backprop")
+    ->check(CLI::IsMember({"backprop", "synthetic", "delayed", "corrected", "stashed",
+                           "predicted"}));
   bench->add_option("--only", st->split_opt.only,
                     "split: only the setups whose name contains this (e.g. 'unequal', '2 stages')");
   bench->add_option("--sg-hidden", st->split_opt.sg_hidden,

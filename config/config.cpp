@@ -237,7 +237,9 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("edgegossip.count_network", c.edgegossip.count_network, any_bool);
   visit("edgegossip.first_epoch_share", c.edgegossip.first_epoch_share, probability);
   visit("split.mode", c.split.mode,
-        text_rule{{"off", "backprop", "synthetic", "delayed", "corrected", "stashed"}, false});
+        text_rule{{"off", "backprop", "synthetic", "delayed", "corrected", "stashed",
+                   "predicted"},
+                  false});
   visit("split.model", c.split.model, text_rule{{"lenet5", "conv8", "vgg11"}, false});
   visit("split.in_flight", c.split.in_flight, positive_int);
   visit("split.sg_hidden", c.split.sg_hidden, positive_int);

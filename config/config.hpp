@@ -348,7 +348,9 @@ struct split_config {
   /// updates at once from its synthetic-gradient module), "delayed"
   /// (pipelined backpropagation: the true gradient, a few batches late),
   /// "stashed" (the same with PipeDream's weight stashing: the gradient at
-  /// the parameters the forward pass ran on, no second forward pass) or
+  /// the parameters the forward pass ran on, no second forward pass),
+  /// "predicted" (stashed, the forward pass on the parameters predicted for
+  /// when its gradient is applied) or
   /// "corrected" (synthetic at once, corrected by the true gradient when it
   /// comes). learning::stage_mode; docs/SPLIT.md says which to pick.
   std::string mode = "off";

@@ -140,8 +140,16 @@ enum class stage_mode {
   /// parameters. Costs a parameter copy a batch and one copy per batch in
   /// flight.
   stashed,
+  /// Weight stashing with weight prediction (SpecTrain, Chen et al. 2018;
+  /// PipeMare, Yang et al., MLSys 2021): as `stashed`, but the copy a
+  /// batch's forward pass runs on holds the parameters predicted for when
+  /// its gradient will be applied, W - d lr v: d the batches in flight at
+  /// this stage before it (each steps once before it comes back), v the
+  /// SGD's momentum buffer. The gradient is then taken close to where it
+  /// is applied, a few batches later.
+  predicted,
 };
-/// "backprop", "synthetic", "delayed", "corrected", "stashed";
+/// "backprop", "synthetic", "delayed", "corrected", "stashed", "predicted";
 /// parse_stage_mode throws mismatch_error for another name.
 std::string to_string(stage_mode m);
 stage_mode parse_stage_mode(const std::string& s);
@@ -152,6 +160,11 @@ inline bool pipelined(stage_mode m) { return m != stage_mode::backprop; }
 /// Whether a stage that is not the last has a synthetic-gradient module.
 inline bool has_synthetic_gradient(stage_mode m) {
   return m == stage_mode::synthetic || m == stage_mode::corrected;
+}
+/// Whether a batch's forward pass runs on a copy of the parameters, kept
+/// until its gradient comes (stashed and predicted).
+inline bool stashes(stage_mode m) {
+  return m == stage_mode::stashed || m == stage_mode::predicted;
 }
 
 struct stage_options {
@@ -250,7 +263,8 @@ private:
   torch::Tensor prepare_input(const torch::Tensor& input) const;
   void step();
   /// stashed mode: a copy of the stage's layers holding its parameters as
-  /// they are now (from the spares when one is free).
+  /// they are now (from the spares when one is free); predicted mode: as
+  /// they are predicted to be when the batch's gradient comes.
   std::shared_ptr<stage_module> stash();
 
   std::shared_ptr<stage_module> stage_;
@@ -259,7 +273,7 @@ private:
   std::unique_ptr<torch::optim::SGD> optimizer_;
   std::unique_ptr<synthetic_gradient> sg_;
   std::map<uint64_t, std::unique_ptr<pending>> pending_;
-  std::vector<std::shared_ptr<stage_module>> spare_stashes_;  // stashed mode
+  std::vector<std::shared_ptr<stage_module>> spare_stashes_;  // stashed, predicted
   uint64_t steps_ = 0;
   uint64_t skipped_ = 0;
   double gradient_norm_;
@@ -277,7 +291,7 @@ std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& mod
 // --- cuts from the machines' speeds ---------------------------------------------
 
 /// Passes per batch of a stage below the last in `mode` (cut_planner.hpp):
-/// backprop, synthetic and stashed one forward and one backward; delayed
+/// backprop, synthetic, stashed and predicted one forward and one backward; delayed
 /// two forward (the batch again, at the current parameters) and one
 /// backward; corrected two of each (the synthetic step and the correction).
 stage_passes passes_below(stage_mode mode);

@@ -21,7 +21,8 @@ using shape_text::batched;
 using shape_text::shape_string;
 
 namespace {
-constexpr const char* mode_names[] = {"backprop", "synthetic", "delayed", "corrected", "stashed"};
+constexpr const char* mode_names[] = {"backprop", "synthetic", "delayed",
+                                      "corrected", "stashed",   "predicted"};
 }
 
 std::string to_string(stage_mode m) { return mode_names[static_cast<size_t>(m)]; }
@@ -31,7 +32,7 @@ stage_mode parse_stage_mode(const std::string& s) {
     if (s == mode_names[i])
       return static_cast<stage_mode>(i);
   throw mismatch_error("unknown stage mode '" + s +
-                       "' (use backprop, synthetic, delayed, corrected or stashed)");
+                       "' (use backprop, synthetic, delayed, corrected, stashed or predicted)");
 }
 
 // A batch forwarded and waiting for its gradient from above.
@@ -141,6 +142,20 @@ std::shared_ptr<stage_module> stage_trainer::stash() {
   auto theirs = copy->parameters();
   for (size_t i = 0; i < mine.size(); ++i)
     theirs[i].copy_(mine[i]);
+  if (opt_.mode == stage_mode::predicted && !pending_.empty()) {
+    // W - d lr v: the momentum's step, d times, for the d batches before
+    // this one that each step once before its gradient comes.
+    const double ahead = static_cast<double>(pending_.size()) * learning_rate();
+    auto& state = optimizer_->state();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      auto it = state.find(c10::guts::to_string(mine[i].unsafeGetTensorImpl()));
+      if (it == state.end())
+        continue;
+      auto& v = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
+      if (v.defined())
+        theirs[i].add_(v, -ahead);
+    }
+  }
   return copy;
 }
 
@@ -179,7 +194,7 @@ stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch
   auto p = std::make_unique<pending>();
   forward_result r;
   auto x = prepare_input(input);
-  if (opt_.mode == stage_mode::stashed)
+  if (stashes(opt_.mode))
     p->stash = stash();
   auto out = p->stash ? p->stash->forward(x) : stage_->forward(x);
   if (!has_synthetic_gradient(opt_.mode)) {
@@ -499,7 +514,8 @@ stage_passes passes_below(stage_mode mode) {
     case stage_mode::corrected: return {2, 2};
     case stage_mode::backprop:
     case stage_mode::synthetic:
-    case stage_mode::stashed: break;
+    case stage_mode::stashed:
+    case stage_mode::predicted: break;
   }
   return {1, 1};
 }

@@ -726,7 +726,7 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   });
   BOOST_TEST(contains(e, "platforms would not train"), e);
   e = error_of([] { parse("[split]\nmode = \"fast\"\n", "x.toml"); });
-  BOOST_TEST(contains(e, "split.mode must be 'off', 'backprop', 'synthetic', 'delayed', 'corrected' or 'stashed'"), e);
+  BOOST_TEST(contains(e, "split.mode must be 'off', 'backprop', 'synthetic', 'delayed', 'corrected', 'stashed' or 'predicted'"), e);
   e = error_of([] { parse("[split]\nsg_conditioned = 1\n", "x.toml"); });
   BOOST_TEST(contains(e, "split.sg_conditioned must be true or false"), e);
   e = error_of([] {

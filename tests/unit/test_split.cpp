@@ -539,8 +539,13 @@ BOOST_AUTO_TEST_CASE(synthetic_mode_updates_at_once_and_hands_a_gradient_down) {
 
 BOOST_AUTO_TEST_CASE(stage_modes_have_names_and_traits) {
   for (auto m : {stage_mode::backprop, stage_mode::synthetic, stage_mode::delayed,
-                 stage_mode::corrected, stage_mode::stashed})
+                 stage_mode::corrected, stage_mode::stashed, stage_mode::predicted})
     BOOST_TEST(static_cast<int>(parse_stage_mode(to_string(m))) == static_cast<int>(m));
+  BOOST_TEST(to_string(stage_mode::predicted) == "predicted");
+  BOOST_TEST(stashes(stage_mode::predicted));
+  BOOST_TEST(stashes(stage_mode::stashed));
+  BOOST_TEST(!stashes(stage_mode::delayed));
+  BOOST_TEST(passes_below(stage_mode::predicted).forward == 1.0);
   BOOST_TEST(pipelined(stage_mode::stashed));
   BOOST_TEST(!has_synthetic_gradient(stage_mode::stashed));
   BOOST_TEST(passes_below(stage_mode::stashed).forward == 1.0);
@@ -665,6 +670,53 @@ BOOST_AUTO_TEST_CASE(stashed_mode_takes_each_gradient_at_the_weights_of_its_forw
   BOOST_TEST(max_abs_diff(delayed_down2, d2) > 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(predicted_mode_runs_a_forward_pass_at_the_weights_predicted_for_its_step) {
+  // The first of two LeNet-5 stages, SGD with momentum. Batches 1 and 2 go
+  // up, batch 1's gradient comes down (one step: W1 = W0 - lr v, v the
+  // momentum buffer), then batch 3 goes up with batch 2 still in flight:
+  // one step comes before its own, so it runs at W1 - lr v = 2 W1 - W0.
+  // Stashed mode runs it at W1. Before any step there is nothing to
+  // predict from: batch 2 runs at W0 in both.
+  auto [x1, y1] = random_batch(8, 21);
+  auto [x2, y2] = random_batch(8, 22);
+  auto [x3, y3] = random_batch(8, 23);
+  auto run = [&](stage_mode m) {
+    stage_options o = options(m);
+    o.sgd.momentum = 0.9;
+    o.sgd.lr = 0.1;
+    auto s = make_pipeline("lenet5", {1}, 7, o, fashion);
+    auto w0 = snapshot(s[0]->parameters());
+    auto h1 = s[0]->forward(1, x1, y1).output;
+    auto h2 = s[0]->forward(2, x2, y2).output;
+    torch::manual_seed(5);
+    s[0]->backward(1, 0.01 * torch::randn_like(h1));
+    auto w1 = snapshot(s[0]->parameters());
+    auto h3 = s[0]->forward(3, x3, y3).output;
+    return std::make_tuple(w0, w1, h2, h3);
+  };
+  auto [w0, w1, h2, h3] = run(stage_mode::predicted);
+  auto [sw0, sw1, sh2, sh3] = run(stage_mode::stashed);
+  BOOST_TEST(all_equal(w0, sw0));
+  BOOST_TEST(all_equal(w1, sw1));  // the same step in both modes
+  BOOST_TEST(!all_equal(w0, w1));
+  BOOST_TEST(max_abs_diff(h2, sh2) < 1e-7);
+  auto at = [&](const std::vector<torch::Tensor>& w, const torch::Tensor& x) {
+    auto ref = make_stage("lenet5", 0, 1, 7, fashion);
+    torch::NoGradGuard no_grad;
+    auto p = ref->parameters();
+    for (size_t i = 0; i < p.size(); ++i)
+      p[i].copy_(w[i]);
+    return ref->forward(x);
+  };
+  std::vector<torch::Tensor> predicted;
+  for (size_t i = 0; i < w0.size(); ++i)
+    predicted.push_back(2 * w1[i] - w0[i]);
+  BOOST_TEST(max_abs_diff(h3, at(predicted, x3)) < 1e-5);
+  BOOST_TEST(max_abs_diff(sh3, at(w1, x3)) < 1e-5);
+  BOOST_TEST_MESSAGE("predicted against stashed, batch 3: " << max_abs_diff(h3, sh3));
+  BOOST_TEST(max_abs_diff(h3, sh3) > 1e-4);  // the test tells the two apart
+}
+
 BOOST_AUTO_TEST_CASE(pipelined_split_lenet5_trains_as_well_as_backprop) {
   // LeNet-5 cut after conv2, gradients two batches late (pipelined), against
   // backpropagation with every gradient at once; 3 epochs of 6,000 images.
@@ -747,7 +799,7 @@ BOOST_AUTO_TEST_CASE(pipeline_with_late_gradients_runs_in_both_modes) {
   std::mt19937_64 rng(2);
   auto plan = shuffled_plan(all, 16, 1.0, rng);
   for (auto mode : {stage_mode::backprop, stage_mode::synthetic, stage_mode::delayed,
-                    stage_mode::corrected, stage_mode::stashed}) {
+                    stage_mode::corrected, stage_mode::stashed, stage_mode::predicted}) {
     auto stages = make_pipeline("conv8", {1, 4}, 2, options(mode), fashion);
     auto before = snapshot(pipeline_parameters(stages));
     auto r = train_pipeline(stages, d, plan, 3);
