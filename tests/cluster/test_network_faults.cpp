@@ -144,7 +144,9 @@ BOOST_AUTO_TEST_CASE(a_frozen_node_is_released_from_the_barrier_and_rejoins) {
   // Defaults: heartbeats every second, a peer silent for 6 s is down.
   cluster_spec spec;
   spec.name = "frozen";
-  spec.epochs = 10;
+  // Long enough that the others are still training when b wakes 30 s
+  // after it froze (two platforms train an epoch in 2-3 s here).
+  spec.epochs = 25;
   spec.slowdown = 30;
   auto cfg = cluster_file(dir, spec);
   auto c = start_cluster(dir, cfg, "frozen");
@@ -162,13 +164,15 @@ BOOST_AUTO_TEST_CASE(a_frozen_node_is_released_from_the_barrier_and_rejoins) {
   BOOST_TEST_MESSAGE("frozen node declared down after " << released << " s");
   BOOST_TEST(released < 10.0);
   // The others go on without it: epoch 3 ends, and the next.
-  BOOST_REQUIRE_MESSAGE(a.wait_for_output("epoch 4/10", std::chrono::seconds(60)), a.output());
+  BOOST_REQUIRE_MESSAGE(a.wait_for_output("epoch 4/25", std::chrono::seconds(60)), a.output());
   // The balancer gave up on b0's model for the averaged one when b0 was
   // declared down, not after its request's timeout.
   BOOST_TEST(!has(a, "no weights from b0: system_error(request_timeout)"), a.output());
   // Frozen long enough that node a's redial of b hangs in a handshake the
   // frozen b cannot answer: b wakes up seeing no peer and reaches c first.
   std::this_thread::sleep_until(frozen_at + std::chrono::seconds(30));
+  BOOST_REQUIRE_MESSAGE(!has(a, "epoch 25/25"),
+                        "the run ended before b woke up; nothing left to rejoin:\n" << a.output());
   b.signal(SIGCONT);
   // It finds itself dropped and rejoins; its platform trains again.
   BOOST_REQUIRE_MESSAGE(a.wait_for_output("platform b0 is back from node b", std::chrono::seconds(60)),
