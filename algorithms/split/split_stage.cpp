@@ -530,29 +530,37 @@ std::vector<layer_cost> measure_layer_costs(const std::string& model, const mode
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   };
-  std::vector<layer_cost> out;
+  // Every layer is timed once a round, round after round, so that a slow
+  // start (caches, the allocator, the clock speed) spreads over every
+  // layer's first, unmeasured round instead of falling on the first layers.
   const auto layers = layer_count(model);
+  std::vector<std::shared_ptr<stage_module>> stages;
+  std::vector<torch::Tensor> inputs;
   for (int64_t l = 0; l < layers; ++l) {
-    auto stage = make_stage(model, l, l, 1, shape);
+    stages.push_back(make_stage(model, l, l, 1, shape));
     auto in = l == 0 ? shape.input.dims() : activation_shape(model, l - 1, shape);
     in.insert(in.begin(), batch);
-    auto x = torch::randn(in);
-    std::vector<double> forward, backward;
-    for (int r = 0; r <= repeats; ++r) {
-      auto input = x.detach().requires_grad_(l > 0);
-      stage->zero_grad();
+    inputs.push_back(torch::randn(in));
+  }
+  std::vector<std::vector<double>> forward(static_cast<size_t>(layers)),
+    backward(static_cast<size_t>(layers));
+  for (int r = 0; r <= repeats; ++r)
+    for (size_t l = 0; l < stages.size(); ++l) {
+      auto input = inputs[l].detach().requires_grad_(l > 0);
+      stages[l]->zero_grad();
       const auto t0 = clock::now();
-      auto y = stage->forward(input);
+      auto y = stages[l]->forward(input);
       const auto t1 = clock::now();
       y.backward(torch::ones_like(y));
       const auto t2 = clock::now();
       if (r > 0) {
-        forward.push_back(seconds(t1 - t0));
-        backward.push_back(seconds(t2 - t1));
+        forward[l].push_back(seconds(t1 - t0));
+        backward[l].push_back(seconds(t2 - t1));
       }
     }
-    out.push_back({median(forward), median(backward)});
-  }
+  std::vector<layer_cost> out;
+  for (size_t l = 0; l < stages.size(); ++l)
+    out.push_back({median(forward[l]), median(backward[l])});
   return out;
 }
 

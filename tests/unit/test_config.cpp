@@ -674,7 +674,7 @@ BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
 BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   cluster_config c = load(EG_SOURCE_DIR "/configs/split.toml");
   BOOST_CHECK_NO_THROW(validate(c));
-  BOOST_TEST(c.split.mode == "stashed");
+  BOOST_TEST(c.split.mode == "predicted");
   BOOST_TEST(c.split.model == "conv8");
   BOOST_TEST(c.split.sg_conditioned);
   BOOST_REQUIRE(c.stages.size() == 3u);
