@@ -298,7 +298,8 @@ stage_passes passes_below(stage_mode mode);
 
 /// Each layer of `model` timed alone on this machine, in this thread: a
 /// forward and a backward pass over `batch` random inputs, the median of
-/// `repeats` after one unmeasured pass.
+/// `repeats` after one unmeasured pass. The layers take turns, one pass each
+/// a round, so a slow start falls on every layer's unmeasured round.
 std::vector<layer_cost> measure_layer_costs(const std::string& model, const model_shape& shape,
                                             int64_t batch, int repeats = 7);
 
