@@ -243,11 +243,16 @@ void do_work(self_ptr self) {
   }
   st.holding = false;
   const double compute = seconds(clock::now() - t0);
-  // A slower machine takes longer for its own work: the thread's CPU time,
-  // not the wall time, which also counts the other stages of this process
-  // that shared its cores.
+  const double cpu = thread_cpu_seconds() - cpu0;
+  if (direction != stage_direction::infer)
+    st.stats.train_cpu_seconds += cpu;
+  // A machine `slowdown` times slower takes that many times this thread's
+  // CPU time for the work, in all: the wall time it took here counts toward
+  // it, and the rest is idled. Not the wall time times the slowdown: the
+  // wall time also counts waits for a core that the other stages of this
+  // process held, which a machine of its own would not have.
   const double idle =
-    (thread_cpu_seconds() - cpu0) * std::max(st.args.slowdown - 1.0, 0.0);
+    st.args.slowdown > 1.0 ? std::max(st.args.slowdown * cpu - compute, 0.0) : 0.0;
   st.stats.busy_seconds += compute + idle;
   if (st.is_first())
     pump(self);

@@ -73,6 +73,9 @@ struct stage_stats {
   double busy_seconds = 0;     ///< computing, emulated slowdown included
   double idle_seconds = 0;     ///< nothing to do: waiting for the stages below or above
   double wall_seconds = 0;     ///< since its first message
+  /// CPU time of its training messages (forward and backward) on this
+  /// machine, this thread's alone: no emulated slowdown, no wait for a core
+  double train_cpu_seconds = 0;
   uint64_t bytes_up = 0;       ///< activations and labels sent to the stage above
   uint64_t bytes_down = 0;     ///< gradients sent to the stage below
   uint64_t batches = 0;        ///< training batches it forwarded
@@ -156,8 +159,9 @@ std::string stage_name(size_t index);
 struct stage_args {
   std::shared_ptr<learning::stage_trainer> trainer;
   size_t index = 0;  ///< its place in the pipeline (0: the first)
-  /// Works this many times slower: idles (the message's CPU seconds x
-  /// (slowdown - 1)) after each message, as an emulated slower machine.
+  /// Works this many times slower, as an emulated slower machine: a
+  /// message's results go out slowdown x its CPU seconds after its work
+  /// began (the rest of that time after the work is idled).
   double slowdown = 1;
   // The first stage only:
   std::shared_ptr<const learning::dataset> train_set;

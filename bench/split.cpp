@@ -247,13 +247,18 @@ row run_row(const split_options& s, const setup& su, const std::string& mode_nam
         r.curve_accuracy.push_back(e.test_accuracy);
       }
     }
-    std::string idle_each;
-    for (auto& st : o.stages)
+    std::string idle_each, cpu_each;
+    for (auto& st : o.stages) {
       idle_each += (idle_each.empty() ? "" : " ") + fixed(100 * st.idle_share(), 0) + "%";
+      cpu_each += (cpu_each.empty() ? "" : " ") +
+                  fixed(st.batches ? 1e3 * st.train_cpu_seconds / static_cast<double>(st.batches)
+                                   : 0.0, 2);
+    }
     const auto rollbacks = o.stages.empty() ? 0 : o.stages.front().rollbacks;
-    std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s%s\n",
+    std::printf("  %-18s %-9s seed %llu: %.1f s, accuracy %.4f, stages idle %s, CPU ms per "
+                "training batch %s (before slowdowns)%s\n",
                 su.name.c_str(), r.mode.c_str(), static_cast<unsigned long long>(seed),
-                o.seconds(), o.accuracy(), idle_each.c_str(),
+                o.seconds(), o.accuracy(), idle_each.c_str(), cpu_each.c_str(),
                 rollbacks ? (", " + std::to_string(rollbacks) + " rollbacks (runaways)").c_str()
                           : "");
     std::fflush(stdout);
