@@ -349,6 +349,29 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
                 mode.c_str(), sp.median(), pt.median(), unequal.c_str(), worst, speedups.size(),
                 s.model.c_str(), s.epochs);
   }
+  // Seed by seed: both runs of a seed start from the same weights and see
+  // the same batches, so their difference is read without the spread
+  // between seeds.
+  for (const auto& base : rows) {
+    if (base.mode != "backprop")
+      continue;
+    for (const auto& r : rows) {
+      if (r.setup != base.setup || r.mode == "backprop" ||
+          r.accuracy.values.size() != base.accuracy.values.size())
+        continue;
+      spread diff;
+      std::string each;
+      for (size_t i = 0; i < r.accuracy.values.size(); ++i) {
+        const double d = 100 * (r.accuracy.values[i] - base.accuracy.values[i]);
+        diff.add(d);
+        each += (each.empty() ? "" : " ") + std::string(d >= 0 ? "+" : "") + fixed(d, 2);
+      }
+      std::printf("seed by seed: %s, %s: accuracy minus split backprop's %s pts (median %+.2f, "
+                  "worst %+.2f)\n",
+                  r.setup.c_str(), r.mode.c_str(), each.c_str(), diff.median(),
+                  *std::min_element(diff.values.begin(), diff.values.end()));
+    }
+  }
   // Against the whole model on one machine of the fastest kind.
   const row* whole = nullptr;
   for (const auto& r : rows)
