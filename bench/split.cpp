@@ -351,7 +351,8 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
   }
   // Seed by seed: both runs of a seed start from the same weights and see
   // the same batches, so their difference is read without the spread
-  // between seeds.
+  // between seeds (every run records an accuracy, so the i-th values are
+  // the same seed's).
   for (const auto& base : rows) {
     if (base.mode != "backprop")
       continue;
@@ -362,11 +363,12 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
       spread diff;
       std::string each;
       for (size_t i = 0; i < r.accuracy.values.size(); ++i) {
-        const double d = 100 * (r.accuracy.values[i] - base.accuracy.values[i]);
-        diff.add(d);
-        each += (each.empty() ? "" : " ") + std::string(d >= 0 ? "+" : "") + fixed(d, 2);
+        diff.add(100 * (r.accuracy.values[i] - base.accuracy.values[i]));
+        char b[32];
+        std::snprintf(b, sizeof b, " %+.2f", diff.values.back());
+        each += b;
       }
-      std::printf("seed by seed: %s, %s: accuracy minus split backprop's %s pts (median %+.2f, "
+      std::printf("seed by seed: %s, %s: accuracy minus split backprop's%s pts (median %+.2f, "
                   "worst %+.2f)\n",
                   r.setup.c_str(), r.mode.c_str(), each.c_str(), diff.median(),
                   *std::min_element(diff.values.begin(), diff.values.end()));
