@@ -174,6 +174,10 @@ struct split_options {
   /// Also the unequal setups cut where the machines' speeds say
   /// (learning::balanced_cuts over each layer's measured time).
   bool cut_by_speed = false;
+  /// With cut_by_speed: the machines also ordered along the pipeline by
+  /// the same times (learning::balanced_placement) instead of kept in the
+  /// order of --unequalN.
+  bool place_by_speed = false;
 };
 /// One model trained whole, split with backpropagation, and split with
 /// synthetic gradients, on 2 and 3 stages of equal and unequal speed: test

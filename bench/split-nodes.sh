@@ -3,8 +3,9 @@
 # Fashion-MNIST, trained whole on one node and split across 2 and 3 nodes
 # started by `edgegossip launch`, each node's process held to its cores by
 # `cpu_limit` (a cgroup's quota, or cpulimit) instead of an emulated
-# slowdown. The first node gets FAST cores, the others FAST / SLOWER
-# (4x slower by default, as `bench split`'s unequal setups). Split
+# slowdown. A fast node gets FAST cores, a slow one FAST / SLOWER (4x
+# slower by default, as `bench split`'s unequal setups); the whole model
+# runs on a fast node, the first stage too unless --order2/--order3 say. Split
 # backpropagation and the decoupled mode (`stashed` by default) on the same
 # seeds; prints every run and, per setup, the medians of the seeds with the
 # worst seed beside them: training time, the ratio to split backpropagation
@@ -14,11 +15,15 @@
 #   bench/split-nodes.sh [--binary B] [--repeat N] [--epochs E] [--mode M]
 #                        [--fast CORES] [--slower X] [--train-samples N]
 #                        [--layers2 "A B"] [--layers3 "A B C"] [--in-flight N]
+#                        [--order2 "fast slow"] [--order3 "fast slow slow"]
 #                        [--work DIR]
 #
 # The cuts are bench split's cuts by speed for slowdowns 1 4 and 1 4 4
 # (after conv5; after conv4 and conv5): conv8's 8 layers as 5 3 and 4 1 3;
-# --layers2 and --layers3 give each stage's layers instead. --in-flight is
+# --layers2 and --layers3 give each stage's layers instead; --order2 and
+# --order3 which stage runs on the fast node and which on slow ones, stage
+# by stage ("slow fast slow": the slow machines take the first and last
+# layers, as `bench split --cut-by-speed` may place them). --in-flight is
 # split.in_flight, the batches in the pipeline at once (default 4). --work keeps
 # every run's cluster file, log and metrics in DIR (default: a temporary
 # directory, removed at the end). Exits 77 with a message where no CPU
@@ -28,6 +33,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$here/build/edgegossip" repeat=3 epochs=3 mode=stashed fast=1 slower=4 samples=0
 layers2="5 3" layers3="4 1 3" work="" in_flight=4
+order2="fast slow" order3="fast slow slow"
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) bin="$2"; shift 2 ;;
@@ -40,6 +46,8 @@ while [ $# -gt 0 ]; do
     --layers2) layers2="$2"; shift 2 ;;
     --layers3) layers3="$2"; shift 2 ;;
     --in-flight) in_flight="$2"; shift 2 ;;
+    --order2) order2="$2"; shift 2 ;;
+    --order3) order3="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     *) echo "bench/split-nodes.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -59,6 +67,13 @@ else
 fi
 source "$here/bench/three-nodes.sh"  # median
 slow="$(awk -v f="$fast" -v x="$slower" 'BEGIN {printf "%g", f / x}')"
+read -r o2a o2b <<<"$order2"
+read -r o3a o3b o3c <<<"$order3"
+for o in "$o2a" "$o2b" "$o3a" "$o3b" "$o3c"; do
+  case "$o" in fast|slow) ;; *) echo "bench/split-nodes.sh: --order2 takes 2 and --order3 3 words, each fast or slow" >&2; exit 2 ;; esac
+done
+# cores WORD: the CPU limit of a fast or a slow node.
+cores() { if [ "$1" = fast ]; then echo "$fast"; else echo "$slow"; fi; }
 port=$((47500 + RANDOM % 400))
 
 # config OUT SEED MODE STAGES...: a cluster file; each stage "NODE:LAYERS:CORES".
@@ -111,10 +126,10 @@ run() {
 
 setups=(
   "whole|a:8:$fast"
-  "2 stages (1, $slower)|a:$l2a:$fast b:$l2b:$slow"
-  "3 stages (1, $slower, $slower)|a:$l3a:$fast b:$l3b:$slow c:$l3c:$slow"
+  "2 stages ($o2a, $o2b)|a:$l2a:$(cores "$o2a") b:$l2b:$(cores "$o2b")"
+  "3 stages ($o3a, $o3b, $o3c)|a:$l3a:$(cores "$o3a") b:$l3b:$(cores "$o3b") c:$l3c:$(cores "$o3c")"
 )
-echo "bench split-nodes: conv8, $epochs epochs, ${samples/#0/all} training images, $repeat seed(s); node a $fast core(s), the others $slow (cpu_limit); layers a stage: $l2a $l2b, $l3a $l3b $l3c; $in_flight batches in flight; mode $mode against split backpropagation"
+echo "bench split-nodes: conv8, $epochs epochs, ${samples/#0/all} training images, $repeat seed(s); fast nodes $fast core(s), slow ones $slow (cpu_limit), the whole model on a fast one; stages on nodes: $order2, $order3; layers a stage: $l2a $l2b, $l3a $l3b $l3c; $in_flight batches in flight; mode $mode against split backpropagation"
 declare -A secs acc
 for ((seed = 1; seed <= repeat; ++seed)); do
   for entry in "${setups[@]}"; do

@@ -121,23 +121,39 @@ learning::stage_mode planning_mode(const split_options& s) {
   return learning::stage_mode::delayed;
 }
 
-/// Cuts of the unequal setups from each layer's time, measured here, and
-/// the slowdowns; printed with the stages' predicted seconds per batch.
-std::vector<int64_t> cuts_by_speed(const split_options& s, const std::vector<double>& slowdowns,
-                                   const std::vector<learning::layer_cost>& costs) {
+/// The cuts of an unequal setup (and, with --place-by-speed, the order of
+/// its machines along the pipeline: learning::balanced_placement) from
+/// each layer's time, measured here, and the machines' slowdowns; printed
+/// with the stages' predicted seconds per batch. Returns the setup: its
+/// cuts and its stages' slowdowns in the order placed.
+setup placed_by_speed(const split_options& s, const std::string& name,
+                      const std::vector<double>& machines,
+                      const std::vector<learning::layer_cost>& costs) {
   const auto passes = learning::passes_below(planning_mode(s));
-  auto cuts = learning::balanced_cuts(costs, slowdowns, passes);
-  auto secs = learning::stage_seconds(costs, cuts, slowdowns, passes);
+  learning::placement p;
+  if (s.place_by_speed) {
+    p = learning::balanced_placement(costs, machines, passes);
+  } else {
+    for (size_t m = 0; m < machines.size(); ++m)
+      p.machines.push_back(m);
+    p.cuts = learning::balanced_cuts(costs, machines, passes);
+  }
+  std::vector<double> slowdowns;
+  for (auto m : p.machines)
+    slowdowns.push_back(machines[m]);
+  auto secs = learning::stage_seconds(costs, p.cuts, slowdowns, passes);
   double whole = 0;
   for (auto& c : costs)
     whole += c.forward + c.backward;
-  std::printf("cut by speed, slowdowns %s (%s): after layers %s; predicted ms per batch: stages",
-              join(slowdowns).c_str(), learning::to_string(planning_mode(s)).c_str(),
-              join(std::vector<double>(cuts.begin(), cuts.end())).c_str());
+  std::printf("cut by speed, machines' slowdowns %s (%s): stages on slowdowns %s, after layers %s; "
+              "predicted ms per batch: stages",
+              join(machines).c_str(), learning::to_string(planning_mode(s)).c_str(),
+              join(slowdowns).c_str(),
+              join(std::vector<double>(p.cuts.begin(), p.cuts.end())).c_str());
   for (auto x : secs)
     std::printf(" %.2f", 1e3 * x);
   std::printf(", the whole model %.2f\n", 1e3 * whole);
-  return cuts;
+  return {name, p.cuts, slowdowns};
 }
 
 /// The whole model, then 2, 3 (and, with --cuts4, 4) stages, each of equal and unequal speed
@@ -160,8 +176,8 @@ std::vector<setup> setups_of(const split_options& s, const learning::dataset& tr
     setups.push_back({std::to_string(n) + " stages, equal", cuts, std::vector<double>(n, 1.0)});
     setups.push_back({std::to_string(n) + " stages, unequal", cuts, unequal});
     if (s.cut_by_speed)
-      setups.push_back({std::to_string(n) + " stages, unequal, cut by speed",
-                        cuts_by_speed(s, unequal, costs), unequal});
+      setups.push_back(
+        placed_by_speed(s, std::to_string(n) + " stages, unequal, cut by speed", unequal, costs));
   };
   add(s.cuts2, s.unequal2);
   add(s.cuts3, s.unequal3);

@@ -87,4 +87,49 @@ std::vector<int64_t> balanced_cuts(const std::vector<layer_cost>& costs,
   return cuts;
 }
 
+placement balanced_placement(const std::vector<layer_cost>& costs,
+                             const std::vector<double>& slowdowns, stage_passes below) {
+  check(costs, slowdowns, below);
+  if (slowdowns.size() > 8)
+    throw argument_error("cut planner: " + std::to_string(slowdowns.size()) +
+                         " machines are too many orders to try (at most 8)");
+  auto plan = [&](const std::vector<size_t>& machines) {
+    std::vector<double> s;
+    for (auto m : machines)
+      s.push_back(slowdowns[m]);
+    placement p{machines, balanced_cuts(costs, s, below), 0};
+    auto secs = stage_seconds(costs, p.cuts, s, below);
+    p.slowest = *std::max_element(secs.begin(), secs.end());
+    return p;
+  };
+  std::vector<size_t> given(slowdowns.size());
+  for (size_t i = 0; i < given.size(); ++i)
+    given[i] = i;
+  auto best = plan(given);
+  // Distinct orders of the slowdowns' values: the machines sorted by
+  // slowdown, then every next permutation of the values, each value's
+  // machines taken in their given order.
+  std::vector<size_t> by_speed = given;
+  std::stable_sort(by_speed.begin(), by_speed.end(),
+                   [&](size_t a, size_t b) { return slowdowns[a] < slowdowns[b]; });
+  std::vector<double> values;
+  for (auto m : by_speed)
+    values.push_back(slowdowns[m]);
+  do {
+    std::vector<size_t> machines;
+    std::vector<bool> used(slowdowns.size(), false);
+    for (auto v : values)
+      for (auto m : by_speed)
+        if (!used[m] && slowdowns[m] == v) {
+          used[m] = true;
+          machines.push_back(m);
+          break;
+        }
+    auto p = plan(machines);
+    if (p.slowest < best.slowest)
+      best = std::move(p);
+  } while (std::next_permutation(values.begin(), values.end()));
+  return best;
+}
+
 } // namespace eg::learning

@@ -8,6 +8,7 @@
 // backward one). No torch here: the layers' times are measured elsewhere
 // (learning::measure_layer_costs, split.hpp).
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -39,5 +40,28 @@ std::vector<double> stage_seconds(const std::vector<layer_cost>& costs,
 /// stages, a slowdown below 1 or a negative cost.
 std::vector<int64_t> balanced_cuts(const std::vector<layer_cost>& costs,
                                    const std::vector<double>& slowdowns, stage_passes below);
+
+/// Which machine runs each stage, and where the model is cut.
+struct placement {
+  /// machines[k]: the machine (an index into the slowdowns given) that
+  /// runs stage k; a permutation of 0..n-1.
+  std::vector<std::size_t> machines;
+  /// As balanced_cuts gives them, for the stages in this order.
+  std::vector<int64_t> cuts;
+  /// Seconds per batch of the slowest stage.
+  double slowest = 0;
+};
+
+/// The order of the machines along the pipeline, and the cuts, that make
+/// the slowest stage as fast as it can be. The stages' order is fixed by
+/// the model's layers, the machines' is not: a slow machine can take the
+/// cheap first layers and hand the rest to a fast one, where a fast first
+/// stage would leave it only a too expensive middle layer. Every distinct
+/// order of the slowdowns is tried (machines of equal slowdown are
+/// interchangeable); the given order wins ties, then the first found.
+/// Throws argument_error as balanced_cuts does, and for more than 8
+/// machines (8! orders).
+placement balanced_placement(const std::vector<layer_cost>& costs,
+                             const std::vector<double>& slowdowns, stage_passes below);
 
 } // namespace eg::learning

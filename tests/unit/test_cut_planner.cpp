@@ -95,6 +95,66 @@ BOOST_AUTO_TEST_CASE(impossible_plans_are_refused) {
   BOOST_CHECK_THROW(stage_seconds(costs, {1}, {1, 1}, {1, 1}), argument_error);  // past the end
 }
 
+BOOST_AUTO_TEST_CASE(a_slow_machine_takes_the_cheap_first_layers_when_that_is_faster) {
+  // conv8's shape: cheap first and last layers, expensive middle ones.
+  // With the fast machine first, the slow ones can only share the cheap
+  // tail (the fast one keeps 21 of 22.3 seconds) or take an expensive layer
+  // (24 seconds); first, they take the first two layers (8 and 16 seconds)
+  // and the fast one the rest (16.3).
+  std::vector<layer_cost> costs{{1, 1}, {2, 2}, {3, 3}, {1.5, 1.5}, {3, 3}, {0.5, 0.5},
+                                {0.1, 0.1}, {0.05, 0.05}};
+  const std::vector<double> machines{1, 4, 4};
+  auto in_order = stage_seconds(costs, balanced_cuts(costs, machines, {1, 1}), machines, {1, 1});
+  auto p = balanced_placement(costs, machines, {1, 1});
+  BOOST_REQUIRE_EQUAL(p.machines.size(), 3u);
+  BOOST_TEST(p.machines == (std::vector<size_t>{1, 2, 0}), boost::test_tools::per_element());
+  BOOST_TEST(p.slowest == 16.3, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.slowest < *std::max_element(in_order.begin(), in_order.end()));
+  std::vector<double> s;
+  for (auto m : p.machines)
+    s.push_back(machines[m]);
+  auto secs = stage_seconds(costs, p.cuts, s, {1, 1});
+  BOOST_TEST(p.slowest == *std::max_element(secs.begin(), secs.end()));
+}
+
+BOOST_AUTO_TEST_CASE(placement_is_as_fast_as_every_order_and_cut) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> cost(0.01, 1.0);
+  std::uniform_int_distribution<int> slow(1, 4);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<layer_cost> costs;
+    for (int l = 0; l < 3 + trial % 6; ++l)
+      costs.push_back({cost(rng), cost(rng)});
+    std::vector<double> slowdowns;
+    for (size_t k = 0; k < 2 + static_cast<size_t>(trial % 3); ++k)
+      slowdowns.push_back(slow(rng));
+    if (slowdowns.size() > costs.size())
+      continue;
+    const stage_passes below{trial % 2 ? 2.0 : 1.0, 1};
+    auto p = balanced_placement(costs, slowdowns, below);
+    std::vector<size_t> seen = p.machines;
+    std::sort(seen.begin(), seen.end());
+    for (size_t i = 0; i < seen.size(); ++i)
+      BOOST_REQUIRE_EQUAL(seen[i], i);  // a permutation
+    auto order = slowdowns;
+    std::sort(order.begin(), order.end());
+    double best = 1e300;
+    do
+      best = std::min(best, brute_force(costs, order, below));
+    while (std::next_permutation(order.begin(), order.end()));
+    BOOST_TEST(p.slowest == best, boost::test_tools::tolerance(1e-12));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(equal_machines_keep_their_given_order) {
+  std::vector<layer_cost> costs(10, {1.0, 1.0});
+  auto p = balanced_placement(costs, {2, 2, 2}, {1, 1});
+  BOOST_TEST(p.machines == (std::vector<size_t>{0, 1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(p.cuts == balanced_cuts(costs, {2, 2, 2}, {1, 1}), boost::test_tools::per_element());
+  BOOST_CHECK_THROW(balanced_placement(costs, std::vector<double>(9, 1.0), {1, 1}),
+                    argument_error);
+}
+
 BOOST_AUTO_TEST_CASE(measured_layer_costs_cover_every_layer_and_cut_conv8) {
   const model_shape fashion{eg::data::sample_shape::image(1, 28, 28), 10};
   auto costs = measure_layer_costs("conv8", fashion, 32, 3);
