@@ -66,12 +66,14 @@ void add_other_options(CLI::App* bench, cli_state& state) {
                     "split: modules after convolutions: 0 an MLP (default), 2 or 3 5x5 "
                     "same-padded convolutions")
     ->check(CLI::IsMember({0, 2, 3}));
-  bench->add_flag("--cut-by-speed", st->split_opt.cut_by_speed,
-                  "split: also the unequal setups cut where each layer's measured time and the "
-                  "stages' slowdowns balance the stages");
+  auto* cut_by_speed =
+    bench->add_flag("--cut-by-speed", st->split_opt.cut_by_speed,
+                    "split: also the unequal setups cut where each layer's measured time and the "
+                    "stages' slowdowns balance the stages");
   bench->add_flag("--place-by-speed", st->split_opt.place_by_speed,
                   "split: with --cut-by-speed, also order the machines along the pipeline by "
-                  "those times (a slow machine may take the first layers)");
+                  "those times (a slow machine may take the first layers)")
+    ->needs(cut_by_speed);
   bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
   bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
   bench->add_option("--unequal2", st->split_opt.unequal2,
