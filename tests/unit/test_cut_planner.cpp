@@ -99,8 +99,8 @@ BOOST_AUTO_TEST_CASE(a_slow_machine_takes_the_cheap_first_layers_when_that_is_fa
   // conv8's shape: cheap first and last layers, expensive middle ones.
   // With the fast machine first, the slow ones can only share the cheap
   // tail (the fast one keeps 21 of 22.3 seconds) or take an expensive layer
-  // (24 seconds); first, they take the first two layers (8 and 16 seconds)
-  // and the fast one the rest (16.3).
+  // (24 seconds); placed first, they take the first two layers (8 and 16
+  // seconds) and the fast one the rest (16.3).
   std::vector<layer_cost> costs{{1, 1}, {2, 2}, {3, 3}, {1.5, 1.5}, {3, 3}, {0.5, 0.5},
                                 {0.1, 0.1}, {0.05, 0.05}};
   const std::vector<double> machines{1, 4, 4};
