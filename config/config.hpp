@@ -240,11 +240,14 @@ struct strategy_config {
   /// platform waits for the messages its in-neighbours sent at iteration
   /// k + 1 - tau (at most `defaults::overlap_wait` for a silent one); 0
   /// waits for nobody (fully asynchronous push-sum). -1 (the default): 1
-  /// for SGP, Sparse-Push and SCSP on their own, 0 under EdgeGossip, whose
-  /// plans give every platform the same rounds in the same time and whose
-  /// epoch barrier bounds how far one runs ahead: a wait there only adds
-  /// the scheduling noise of the slowest (docs/ALGORITHMS.md, "EdgeGossip
-  /// over push-sum").
+  /// for SGP, Sparse-Push and SCSP on their own and for EdgeGossip over
+  /// SGP; 0 for EdgeGossip over Sparse-Push or SCSP, whose plans give every
+  /// platform the same rounds in the same time and whose epoch barrier
+  /// bounds how far one runs ahead: a wait there only adds the scheduling
+  /// noise of the slowest. Dense messages need the wait: without it they
+  /// queue faster than the lanes deliver them, the weight they carry is
+  /// held by no platform, and steps taken on little weight barely count
+  /// (docs/ALGORITHMS.md, "EdgeGossip over push-sum").
   int64_t overlap = -1;
   /// Push-sum family: local steps per gossip round. A platform sends after
   /// every `gossip_every`-th step only (the steps between are local SGD), and
@@ -290,8 +293,12 @@ struct strategy_config {
     return strategies().at(rule()).family == strategy_family::push_sum;
   }
   /// The tau of the overlap wait in force: `overlap`, or for -1 its
-  /// default (0 under EdgeGossip, else 1).
-  int64_t overlap_tau() const { return overlap >= 0 ? overlap : edgegossip() ? 0 : 1; }
+  /// default (0 under EdgeGossip with sparse messages, else 1).
+  int64_t overlap_tau() const {
+    if (overlap >= 0)
+      return overlap;
+    return edgegossip() && (gossip == "sparse-push" || gossip == "scsp") ? 0 : 1;
+  }
 };
 
 /// EdgeGossip's parameters (docs/ALGORITHMS.md, "EdgeGossip"; Han et al., IEEE TPDS 2021).

@@ -21,7 +21,49 @@ gosgd::gosgd(double initial_weight, double exchange_probability)
                                 std::to_string(exchange_probability) + " is not in [0, 1]");
 }
 
+std::vector<double> equal_split(size_t targets) {
+  return std::vector<double>(targets, 1.0 / static_cast<double>(targets + 1));
+}
+
+rounds_split split_rounds(const std::vector<std::vector<std::string>>& rounds) {
+  rounds_split out;
+  double kept = 1;
+  for (const auto& round : rounds) {
+    // Past a millionth kept, further rounds would move no weight worth the
+    // rounding of 1 - (what is given).
+    if (round.empty() || kept < 1e-6)
+      continue;
+    const double each = kept / static_cast<double>(round.size() + 1);
+    for (const auto& peer : round) {
+      auto at = std::find(out.peers.begin(), out.peers.end(), peer);
+      if (at == out.peers.end()) {
+        out.peers.push_back(peer);
+        out.fractions.push_back(each);
+      } else {
+        out.fractions[static_cast<size_t>(at - out.peers.begin())] += each;
+      }
+    }
+    kept = each;
+  }
+  return out;
+}
+
 namespace {
+
+/// A split's fractions, each in (0, 1) and their sum below 1: what it
+/// gives away, or argument_error.
+double checked_split(const std::vector<double>& split) {
+  double given = 0;
+  for (double f : split) {
+    if (!(f > 0 && f < 1))
+      throw argument_error("gossip: a share of " + std::to_string(f) + " of the weight");
+    given += f;
+  }
+  if (!(given < 1))
+    throw argument_error("gossip: shares adding up to " + std::to_string(given) +
+                         " of the weight (below 1: some is kept)");
+  return given;
+}
 
 /// Checks a received model against `params` and its weight, naming the
 /// strategy in what it throws.
@@ -70,8 +112,9 @@ void gosgd::scale_exchange(double factor) {
   p_ = std::min(1.0, configured_p_ * factor);
 }
 
-std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&, size_t targets,
-                                          std::mt19937_64& rng) {
+std::vector<send_order> gosgd::after_step(const std::vector<torch::Tensor>&,
+                                          const std::vector<double>& split, std::mt19937_64& rng) {
+  const size_t targets = split.size();
   if (targets == 0 || !std::bernoulli_distribution(p_)(rng))
     return {};
   size_t peer = 0;
@@ -102,21 +145,23 @@ void push_sum::merge(const std::vector<torch::Tensor>& params,
   weight_ = total;
 }
 
-std::vector<send_order> push_sum::after_step(const std::vector<torch::Tensor>&, size_t targets,
-                                             std::mt19937_64&) {
-  // Column-stochastic: (x, w) split in d + 1 equal shares, one kept. z = x / w
-  // is the same in every share, so the parameters stay as they are. A weight
-  // halved some thousand times without a share coming back would reach 0:
-  // below the smallest normal double it is kept whole instead (a column of
-  // the identity, still column-stochastic).
-  const double share = weight_ / static_cast<double>(targets + 1);
-  if (targets == 0 || !(share >= std::numeric_limits<double>::min()))
+std::vector<send_order> push_sum::after_step(const std::vector<torch::Tensor>&,
+                                             const std::vector<double>& split, std::mt19937_64&) {
+  // Column-stochastic: (x, w) split in shares (d + 1 equal ones for one
+  // round), the rest kept. z = x / w is the same in every share, so the
+  // parameters stay as they are. A weight halved some thousand times
+  // without a share coming back would reach 0: below the smallest normal
+  // double it is kept whole instead (a column of the identity, still
+  // column-stochastic).
+  const double given = checked_split(split);
+  const double kept = weight_ * (1 - given);
+  if (split.empty() || !(kept >= std::numeric_limits<double>::min()))
     return {};
-  weight_ = share;
   std::vector<send_order> orders;
-  orders.reserve(targets);
-  for (size_t i = 0; i < targets; ++i)
-    orders.push_back({i, share});
+  orders.reserve(split.size());
+  for (size_t i = 0; i < split.size(); ++i)
+    orders.push_back({i, weight_ * split[i]});
+  weight_ = kept;
   return orders;
 }
 
@@ -346,7 +391,10 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
 }
 
 std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>& params,
-                                                size_t targets, std::mt19937_64&) {
+                                                const std::vector<double>& split,
+                                                std::mt19937_64&) {
+  checked_split(split);
+  const size_t targets = split.size();
   if (!z_.defined())
     throw std::logic_error("sparse-push: step before start");
   torch::NoGradGuard no_grad;
@@ -369,12 +417,15 @@ std::vector<send_order> sparse_push::after_step(const std::vector<torch::Tensor>
     unflatten_into(scratch_, 1.0, params);
   }
   std::swap(z_, scratch_);
-  const double share = options_.consensus_step * weight_ / static_cast<double>(targets + 1);
-  if (targets == 0 || !(share >= std::numeric_limits<double>::min()))
-    return {};
+  // Each share is offered out of the weight held now; payload() takes them
+  // off one by one, and what they add up to stays below it.
   std::vector<send_order> orders;
-  for (size_t i = 0; i < targets; ++i)
+  for (size_t i = 0; i < targets; ++i) {
+    const double share = options_.consensus_step * weight_ * split[i];
+    if (!(share >= std::numeric_limits<double>::min()))
+      return {};
     orders.push_back({i, share});
+  }
   return orders;
 }
 

@@ -26,6 +26,27 @@ struct send_order {
   double weight = 0;
 };
 
+/// One push-sum round's split to `targets` peers: each 1 / (targets + 1) of
+/// the weight, the last share kept.
+std::vector<double> equal_split(size_t targets);
+
+/// Several push-sum rounds made in one step (a platform on a small share
+/// has fewer steps than the epoch's rounds): the distinct peers of all the
+/// rounds, in the order they first appear, and the fraction of the held
+/// weight each is sent. The rounds split one after the other, as if made at
+/// once: round j, to d_j peers, sends each 1 / (d_j + 1) of what the rounds
+/// before it kept, so after m rounds to one peer each 2^-m is kept. One
+/// split of 1 / (d + 1) for all the rounds together kept far more: the
+/// platform took in every round's messages but gave out once a step, and
+/// hoarded the weight of the cluster (docs/ALGORITHMS.md, "Rounds, not
+/// steps"). Rounds after the kept fraction falls below a millionth add
+/// nothing.
+struct rounds_split {
+  std::vector<std::string> peers;
+  std::vector<double> fractions;  ///< one per peer, their sum below 1
+};
+rounds_split split_rounds(const std::vector<std::vector<std::string>>& rounds);
+
 /// What one message carries: dense tensors (views of the parameters, which
 /// the platform lends while the message is on its way) or sparse parts
 /// (whose bytes `hold` keeps alive).
@@ -60,9 +81,19 @@ public:
   /// gives for this iteration (0: none, and then nothing is sent and no
   /// weight leaves); may rescale `params` and the held weight, and returns
   /// the messages to send (each carries the params as they are after this
-  /// call), each to one of those peers.
+  /// call), each to one of those peers. One round: each peer is offered
+  /// 1 / (targets + 1) of the weight (equal_split).
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+                                     std::mt19937_64& rng) {
+    return after_step(params, equal_split(targets), rng);
+  }
+  /// The same with the fraction of the held weight offered to each peer
+  /// given (`split[i]` for peer i, their sum below 1, the rest kept):
+  /// several push-sum rounds made in one step (split_rounds). The push-sum
+  /// family splits so; GoSGD reads only how many peers there are.
   virtual std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
-                                             size_t targets, std::mt19937_64& rng) = 0;
+                                             const std::vector<double>& split,
+                                             std::mt19937_64& rng) = 0;
   /// Whether after_step() reads or writes `params` (false: it decides from
   /// the weight and the random draw alone, and the parameters it is given
   /// may be out of date).
@@ -123,7 +154,9 @@ public:
   void set_weight(double w) override { weight_ = w; }
   void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
              double received_weight, double own_rate = 1, double received_rate = 1) override;
-  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+  using gossip_strategy::after_step;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+                                     const std::vector<double>& split,
                                      std::mt19937_64& rng) override;
   bool after_step_reads_parameters() const override { return false; }
   void scale_exchange(double factor) override;
@@ -160,7 +193,9 @@ public:
   /// are the column-stochastic shares the senders chose).
   void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
              double received_weight, double own_rate = 1, double received_rate = 1) override;
-  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+  using gossip_strategy::after_step;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+                                     const std::vector<double>& split,
                                      std::mt19937_64& rng) override;
   bool after_step_reads_parameters() const override { return false; }
   /// Push-sum sends after every step: nothing to scale.
@@ -232,7 +267,9 @@ public:
              double received_weight, double own_rate = 1, double received_rate = 1) override;
   void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
                     const messages::weights& message) override;
-  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params, size_t targets,
+  using gossip_strategy::after_step;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
+                                     const std::vector<double>& split,
                                      std::mt19937_64& rng) override;
   void scale_exchange(double) override {}
   gossip_payload payload(const send_order& order, const std::string& to,

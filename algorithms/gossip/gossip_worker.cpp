@@ -135,6 +135,7 @@ worker_outcome gossip_worker::stepped(const step_done& step, const run_position&
   // The targets first: with nobody to send to, no weight leaves. Between two
   // gossip rounds (strategy.gossip_every) nobody: the step is local.
   std::vector<std::string> targets;
+  std::vector<double> split;
   const uint64_t k = at.total_iterations;
   // The round's number on the wire, as an iteration of round() (the
   // receivers' overlap wait reads it so).
@@ -142,27 +143,31 @@ worker_outcome gossip_worker::stepped(const step_done& step, const run_position&
   if (rounds_ > 0) {
     // R rounds spread over this epoch's batches: round j at the step where
     // j * batches / R is reached. A platform with fewer batches than rounds
-    // (a small share) makes several in one step: their targets together,
-    // in one column-stochastic split, so its weight stays exact.
+    // (a small share) makes several in one step: one after the other, in
+    // one column-stochastic split (split_rounds), so its weight stays exact
+    // and it gives out as much a round as the others.
     ++steps_;
     const uint64_t due =
       batches_ == 0 ? rounds_ : std::min<uint64_t>(rounds_, steps_ * rounds_ / batches_);
+    std::vector<std::vector<std::string>> rounds;
     for (uint64_t j = done_ + 1; j <= due; ++j)
-      for (auto& t : topology_->targets(planned_round(j), settings_.platform, live_, rng_))
-        if (std::find(targets.begin(), targets.end(), t) == targets.end())
-          targets.push_back(t);
+      rounds.push_back(topology_->targets(planned_round(j), settings_.platform, live_, rng_));
+    auto made = split_rounds(rounds);
+    targets = std::move(made.peers);
+    split = std::move(made.fractions);
     if (due > done_) {
       done_ = due;
       iteration = planned_round(done_) * gossip_every_;
     }
   } else if (k % gossip_every_ == 0) {
     targets = topology_->targets(round(k), settings_.platform, live_, rng_);
+    split = equal_split(targets.size());
   }
   // GoSGD and push-sum decide without reading the weights: a platform on a
   // GPU copies them back only when a message goes.
   auto orders = strategy_->after_step(
-    strategy_->after_step_reads_parameters() ? model_.params() : model_.host_params(),
-    targets.size(), rng_);
+    strategy_->after_step_reads_parameters() ? model_.params() : model_.host_params(), split,
+    rng_);
   for (auto& order : orders) {
     const auto& to = targets.at(order.peer);
     auto payload = strategy_->payload(order, to, model_.names(), model_.params());

@@ -262,12 +262,15 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_and_line) {
   BOOST_TEST(e == "cluster.toml:2: edgegossip.first_epoch_share must be a number in (0, 1], got 0");
   BOOST_TEST(parse("[edgegossip]\nfirst_epoch_share = 1\n", file).edgegossip.first_epoch_share
              == 1.0);
-  // The overlap wait: -1 (the default) is 1 for push-sum alone, 0 under
-  // EdgeGossip; a value set is kept either way.
+  // The overlap wait: -1 (the default) is 1 for push-sum alone and for
+  // EdgeGossip over SGP, 0 for EdgeGossip over sparse messages; a value set
+  // is kept either way.
   BOOST_TEST(parse("", file).strategy.overlap == -1);
   BOOST_TEST(parse("[strategy]\nname = \"sparse-push\"\n", file).strategy.overlap_tau() == 1);
   BOOST_TEST(parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sparse-push\"\n", file)
                .strategy.overlap_tau() == 0);
+  BOOST_TEST(parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sgp\"\n", file)
+               .strategy.overlap_tau() == 1);
   BOOST_TEST(
     parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sgp\"\noverlap = 2\n", file)
       .strategy.overlap_tau() == 2);

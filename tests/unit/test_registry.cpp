@@ -40,9 +40,11 @@ public:
       params[i].mul_(weight_ / total).add_(received[i], received_weight / total);
     weight_ = total;
   }
-  std::vector<send_order> after_step(const std::vector<torch::Tensor>&, size_t targets,
+  using gossip_strategy::after_step;
+  std::vector<send_order> after_step(const std::vector<torch::Tensor>&,
+                                     const std::vector<double>& split,
                                      std::mt19937_64&) override {
-    if (targets == 0) return {};
+    if (split.empty()) return {};
     weight_ /= 2;
     return {{0, weight_}};
   }

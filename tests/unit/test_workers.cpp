@@ -154,9 +154,9 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_spreads_the_plans_rounds_over_its_
       BOOST_TEST(rounds_a.back() == (uint64_t{2} << 20) + 4);
       BOOST_CHECK_CLOSE(a->weight() + sent_a, 1.0, 1e-9);
       BOOST_CHECK_CLOSE(b->weight() + sent_b, 1.0, 1e-9);
-      // A share of 2 batches: two rounds in each step, to their targets
-      // together (one message here: the ring's one peer), numbered by the
-      // later round; the weight still adds up.
+      // A share of 2 batches: two rounds in each step, split one after the
+      // other (one message here: the ring's one peer, 1/2 + 1/4 of the
+      // weight), numbered by the later round; the weight still adds up.
       auto mc = model_of(3);
       auto c = make_worker(settings("p1"), *mc);
       std::vector<uint64_t> rounds_c;
@@ -198,12 +198,14 @@ BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_waits_for_the_planned_round_not_th
   BOOST_TEST(a->awaited(4).empty());
 }
 
-BOOST_AUTO_TEST_CASE(edgegossip_over_push_sum_waits_for_no_one_by_default) {
-  // strategy.overlap's default (-1) under EdgeGossip: no wait, where tau 1
-  // makes p0's second round wait for p1's first (the case above); push-sum
-  // on its own keeps tau 1.
-  auto settings = edgegossip_over("sgp", "p0", -1);
+BOOST_AUTO_TEST_CASE(edgegossip_over_sparse_push_waits_for_no_one_by_default) {
+  // strategy.overlap's default (-1) under EdgeGossip with sparse messages:
+  // no wait, where tau 1 makes p0's second round wait for p1's first (the
+  // case above). Dense messages (SGP), and push-sum on its own, keep tau 1.
+  auto settings = edgegossip_over("sparse-push", "p0", -1);
   BOOST_TEST(settings.strategy.overlap_tau() == 0);
+  BOOST_TEST(edgegossip_over("scsp", "p0", -1).strategy.overlap_tau() == 0);
+  BOOST_TEST(edgegossip_over("sgp", "p0", -1).strategy.overlap_tau() == 1);
   BOOST_TEST(settings_of("sgp").strategy.overlap_tau() == 1);
   auto ma = model_of(1);
   auto a = make_worker(settings, *ma);
