@@ -50,6 +50,14 @@ rounds_split split_rounds(const std::vector<std::vector<std::string>>& rounds) {
 
 namespace {
 
+/// Rates of a merge by rate: positive and finite, or argument_error.
+void check_rates(const char* who, double own_rate, double received_rate) {
+  if (!(own_rate > 0) || !std::isfinite(own_rate) || !(received_rate > 0)
+      || !std::isfinite(received_rate))
+    throw argument_error(std::string(who) + "::merge: rates " + std::to_string(own_rate) + " and "
+                         + std::to_string(received_rate) + " (each must be positive)");
+}
+
 /// A split's fractions, each in (0, 1) and their sum below 1: what it
 /// gives away, or argument_error.
 double checked_split(const std::vector<double>& split) {
@@ -137,12 +145,13 @@ void push_sum::set_weight(double w) {
 }
 
 void push_sum::merge(const std::vector<torch::Tensor>& params,
-                     const std::vector<torch::Tensor>& received, double received_weight, double,
-                     double) {
+                     const std::vector<torch::Tensor>& received, double received_weight,
+                     double own_rate, double received_rate) {
   check_received("push-sum", params, received, received_weight);
-  const double total = weight_ + received_weight;
-  mix(params, received, weight_ / total, received_weight / total);
-  weight_ = total;
+  check_rates("push-sum", own_rate, received_rate);
+  const double mine = weight_ * own_rate, theirs = received_weight * received_rate;
+  mix(params, received, mine / (mine + theirs), theirs / (mine + theirs));
+  weight_ += received_weight;
 }
 
 std::vector<send_order> push_sum::after_step(const std::vector<torch::Tensor>&,
@@ -174,7 +183,7 @@ gossip_payload gossip_strategy::payload(const send_order&, const std::string&,
 }
 
 void gossip_strategy::merge_sparse(const std::vector<torch::Tensor>&, const std::string&,
-                                   const messages::weights&) {
+                                   const messages::weights&, double, double) {
   throw mismatch_error(name() + " merges whole models; a sparse message was refused");
 }
 
@@ -308,7 +317,8 @@ void sparse_push::out_of_step_on(const std::string& from, in_edge& edge) {
 }
 
 void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
-                               const messages::weights& message) {
+                               const messages::weights& message, double own_rate,
+                               double received_rate) {
   if (!z_.defined())
     throw std::logic_error("sparse-push: merge before start");
   if (message.sparse.size() != 1)
@@ -321,6 +331,7 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
   const double s = message.gossip_weight;
   if (!(s >= 0) || !std::isfinite(s))
     throw mismatch_error(name() + ": received weight must be a non-negative number");
+  check_rates(name().c_str(), own_rate, received_rate);
   if (message.edge_seq == 0 || message.withdrawn >= message.edge_seq)
     throw mismatch_error(name() + ": message " + std::to_string(message.edge_seq) +
                          " on its edge with " + std::to_string(message.withdrawn) +
@@ -371,7 +382,9 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
 
   torch::NoGradGuard no_grad;
   flatten_into(params, 1.0, z_);
-  const double keep = weight_ / (weight_ + s), take = s / (weight_ + s);
+  // By rate (push_sum::merge); a share of 0 takes nothing.
+  const double mine = weight_ * own_rate, theirs = s * received_rate;
+  const double keep = mine / (mine + theirs), take = theirs / (mine + theirs);
   if (in_step) {
     const auto& copy = model_copies_.receive(from, model_part, message.keyframe, fresh);
     // SCSP: a message that restarts its edge (a keyframe, or the first of a
@@ -477,9 +490,14 @@ gossip_payload sparse_push::payload(const send_order& order, const std::string& 
   auto parts = std::make_shared<std::vector<encoded_part>>();
   double captured = 1;
   parts->push_back(model_copies_.send(to, z_, p.keyframe, &captured));
-  // The share is bounded by what the copy lacks before and after this message.
-  double limit = weight_;  // a keyframe, or a copy that is z now: nothing lags
-  if (!p.keyframe && captured < 1) {
+  // The share is bounded by what the copy lacks before and after this
+  // message. A keyframe, or a message that left the copy lacking nothing
+  // but the rounding of its sums (captured within 1e-4 of 1: at density 1
+  // float32's sum of squares rarely comes out at exactly 1), lets the
+  // whole share go: from so small a residual the bound came out 0, and a
+  // message that carried the whole model moved no weight.
+  double limit = weight_;
+  if (!p.keyframe && captured < 1 - 1e-4) {
     const auto r = model_copies_.residuals_after(to, z_);
     const double lacked = r.left / (1 - captured);  // captured = (R - L) / R
     limit = share_bound(weight_, lacked, r.left, r.cross, r.others);

@@ -113,7 +113,8 @@ public:
   /// Merges a received sparse message from platform `from`. The default
   /// refuses it (std::invalid_argument): a dense strategy takes whole models.
   virtual void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
-                            const messages::weights& message);
+                            const messages::weights& message, double own_rate = 1,
+                            double received_rate = 1);
   /// A message of this platform's to peer `to` that was never sent (the
   /// weights lane skipped or lost it, or the peer was gone): `message` as
   /// it went, without dense tensors. The weight it carried comes back, so
@@ -189,8 +190,13 @@ public:
   std::string name() const override { return "sgp"; }
   double weight() const override { return weight_; }
   void set_weight(double w) override;
-  /// The push-sum sum: the rates are not used (push-sum's mixing weights
-  /// are the column-stochastic shares the senders chose).
+  /// z <- (w r z + s r_s z_s) / (w r + s r_s), w <- w + s. With rates 1
+  /// (the default) push-sum's sum, which keeps sum_i w_i z_i exact. Under
+  /// EdgeGossip (edgegossip.merge = "rate") the rates are the platforms'
+  /// shares, as in GoSGD's merging by rate: a platform that trains less
+  /// counts less in each mix. The weights still add up exactly; the mix
+  /// leans to the platforms that train more, which is the point
+  /// (docs/ALGORITHMS.md, "EdgeGossip over push-sum").
   void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
              double received_weight, double own_rate = 1, double received_rate = 1) override;
   using gossip_strategy::after_step;
@@ -265,8 +271,11 @@ public:
   /// Refuses a dense model: Sparse-Push merges sparse parts only.
   void merge(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& received,
              double received_weight, double own_rate = 1, double received_rate = 1) override;
+  /// Merges by rate as push_sum::merge does, the received model being the
+  /// edge's copy.
   void merge_sparse(const std::vector<torch::Tensor>& params, const std::string& from,
-                    const messages::weights& message) override;
+                    const messages::weights& message, double own_rate = 1,
+                    double received_rate = 1) override;
   using gossip_strategy::after_step;
   std::vector<send_order> after_step(const std::vector<torch::Tensor>& params,
                                      const std::vector<double>& split,

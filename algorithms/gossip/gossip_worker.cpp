@@ -218,20 +218,21 @@ void gossip_worker::merge(const messages::held_weights& message) {
   gate_.heard(message.sender, round(message.value.iteration));
   try {
     const auto& w = message.value;
+    // EdgeGossip's merging by rate (GoSGD's and the push-sum family's
+    // alike): the shares r_i and r_s this epoch; 1 and 1 otherwise.
+    double own_rate = 1, received_rate = 1;
+    if (settings_.edgegossip.merge == config::merge_rule::rate) {
+      own_rate = std::max(ratio_, 1e-3);
+      received_rate = w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0;
+    }
     if (!w.sparse.empty()) {
       model_.before_write();
-      strategy_->merge_sparse(model_.params(), message.sender, w);
+      strategy_->merge_sparse(model_.params(), message.sender, w, own_rate, received_rate);
       return;
     }
     auto received = from_views(w.tensors, model_.names(), model_.params());
     model_.before_write();
-    // (Push-sum mixes by its weights alone: a rate there would break the
-    // exact average its weights keep.)
-    if (settings_.edgegossip.merge == config::merge_rule::rate && !settings_.strategy.push_sum())
-      strategy_->merge(model_.params(), received, w.gossip_weight,
-                       std::max(ratio_, 1e-3), w.rate > 0 ? std::max(w.rate, 1e-3) : 1.0);
-    else
-      strategy_->merge(model_.params(), received, w.gossip_weight);
+    strategy_->merge(model_.params(), received, w.gossip_weight, own_rate, received_rate);
   } catch (const std::exception& e) {
     throw refused_message(e.what());
   }

@@ -374,7 +374,11 @@ struct one_edge {
 BOOST_AUTO_TEST_CASE(dense_sparse_push_with_step_1_is_push_sum) {
   // Two platforms sending to each other, density 1, gamma 1, float32: every
   // message carries the model exactly, so both follow push-sum, weights and
-  // models, through different local steps.
+  // models, through different local steps; merged by rate (a trains a
+  // quarter share, b all of its) as push-sum merges by rate.
+  for (const double rate_a : {1.0, 0.25}) {
+  BOOST_TEST_CONTEXT("a's rate " << rate_a) {
+  const double rate_b = 1.0;
   auto l = layout();
   std::mt19937_64 rng(3);
   sparse_push a(l, sparse(1.0, 1.0)), b(l, sparse(1.0, 1.0));
@@ -398,18 +402,29 @@ BOOST_AUTO_TEST_CASE(dense_sparse_push_with_step_1_is_push_sum) {
     auto sb = pb.after_step(qb, 1, rng);
     std::vector<torch::Tensor> qa_sent{qa[0].clone(), qa[1].clone()};
     std::vector<torch::Tensor> qb_sent{qb[0].clone(), qb[1].clone()};
-    b.merge_sparse(zb, "a", ma);
-    a.merge_sparse(za, "b", mb);
-    pb.merge(qb, qa_sent, sa[0].weight);
-    pa.merge(qa, qb_sent, sb[0].weight);
+    b.merge_sparse(zb, "a", ma, rate_b, rate_a);
+    a.merge_sparse(za, "b", mb, rate_a, rate_b);
+    // What push-sum by rate gives b, from the formula.
+    const double wb = pb.weight(), s = sa[0].weight;
+    std::vector<torch::Tensor> expected_b;
+    for (size_t t = 0; t < 2; ++t)
+      expected_b.push_back((qb[t] * wb * rate_b + qa_sent[t] * s * rate_a)
+                           / (wb * rate_b + s * rate_a));
+    pb.merge(qb, qa_sent, sa[0].weight, rate_b, rate_a);
+    pa.merge(qa, qb_sent, sb[0].weight, rate_a, rate_b);
     BOOST_TEST(std::abs(a.weight() - pa.weight()) < 1e-12);
     BOOST_TEST(std::abs(b.weight() - pb.weight()) < 1e-12);
     for (size_t t = 0; t < 2; ++t) {
+      BOOST_TEST(torch::allclose(qb[t], expected_b[t], 1e-6, 1e-7));
       BOOST_TEST(torch::allclose(za[t], qa[t], 1e-5, 1e-6));
       BOOST_TEST(torch::allclose(zb[t], qb[t], 1e-5, 1e-6));
     }
   }
   BOOST_TEST(a.out_of_step() == 0u);
+  // The weights add up to 2 whatever the rates; the models lean to b.
+  BOOST_TEST(std::abs(a.weight() + b.weight() - 2.0) < 1e-12);
+  }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(sparse_push_reaches_consensus_over_the_exponential_graph) {

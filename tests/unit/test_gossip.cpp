@@ -170,13 +170,18 @@ BOOST_AUTO_TEST_CASE(push_sum_on_a_tiny_exact_case) {
   }
   BOOST_TEST(std::abs(w - 3.0) < 1e-12);
   BOOST_TEST(std::abs(wz - 9.0) < 1e-12);
-  // Rates are not push-sum's: the same merge with or without them.
+  // By rate (EdgeGossip): z <- (w r z + s r_s z_s) / (w r + s r_s), the
+  // weights added as always; rates 1 are push-sum's sum.
   push_sum a, b;
   std::vector<torch::Tensor> xa{torch::zeros({1}, torch::kFloat64)}, xb{xa[0].clone()};
   std::vector<torch::Tensor> in{torch::ones({1}, torch::kFloat64)};
   a.merge(xa, in, 0.5);
   b.merge(xb, in, 0.5, 0.2, 0.9);
-  BOOST_TEST(torch::equal(xa[0], xb[0]));
+  BOOST_TEST(std::abs(xa[0].item<double>() - 0.5 / 1.5) < 1e-15);
+  BOOST_TEST(std::abs(xb[0].item<double>() - 0.45 / (0.2 + 0.45)) < 1e-15);
+  BOOST_TEST(a.weight() == 1.5);
+  BOOST_TEST(b.weight() == 1.5);
+  BOOST_CHECK_THROW(b.merge(xb, in, 0.5, 0.0, 1.0), std::invalid_argument);
   // A weight so small that a share would not be a normal double is kept.
   push_sum tiny(3 * std::numeric_limits<double>::min());
   BOOST_TEST(tiny.after_step(xa, 1, rng).size() == 1u);

@@ -98,7 +98,9 @@ BOOST_AUTO_TEST_CASE(own_cpu_time_is_not_contention) {
                                  << u.core);
   // Other programs on the machine may be busy too, so compare with the
   // machine's total rather than with 0: the spin loop must not be in it.
-  BOOST_TEST(self > 0.5);
+  // (The spin gets a core or most of one; with the suite's tests beside it
+  // on 2 cores, 0.496 was seen.)
+  BOOST_TEST(self > 0.3);
   BOOST_TEST(u.core >= 0);
   BOOST_TEST(u.core < all - self + 0.15);
 }
