@@ -232,9 +232,10 @@ struct sparse_push_options {
 /// share s exactly: gamma w_i / (d + 1), or less when the copy lags (see
 /// share_bound). The numerator s z^ moves from
 /// sender to receiver: the receiver merges the copy as push-sum merges a
-/// model, z_j <- (w_j z_j + s z^) / (w_j + s), and the sender keeps the
-/// rest, z_i <- (w_i z_i - s z^) / (w_i - s), so the sum of w z over the
-/// platforms and the messages in flight changes only by the local steps.
+/// model, z_j <- (w_j z_j + s z^) / (w_j + s) (by rate under EdgeGossip,
+/// push_sum::merge), and the sender keeps the rest, z_i <- (w_i z_i -
+/// s z^) / (w_i - s), so with rates 1 the sum of w z over the platforms and
+/// the messages in flight changes only by the local steps.
 /// What a message leaves out stays in z_i - z^ for the next one on that
 /// edge; the sender's step away from z^ scales that residual by
 /// w / (w - s), so s is bounded by what the message captured of it.
