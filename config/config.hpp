@@ -297,7 +297,7 @@ struct strategy_config {
   int64_t overlap_tau() const {
     if (overlap >= 0)
       return overlap;
-    return edgegossip() && (gossip == "sparse-push" || gossip == "scsp") ? 0 : 1;
+    return edgegossip() && strategies().at(gossip).sparse ? 0 : 1;
   }
 };
 

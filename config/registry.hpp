@@ -86,6 +86,10 @@ struct strategy_traits {
   bool balanced = false;
   /// One line on what it is (`edgegossip list`, errors).
   std::string summary;
+  /// Its messages carry a few coordinates, not whole models (Sparse-Push,
+  /// SCSP): under EdgeGossip the overlap wait defaults to none
+  /// (strategy_config::overlap_tau).
+  bool sparse = false;
 };
 
 /// The registries (function-local statics: safe to fill from any static

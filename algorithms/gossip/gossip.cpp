@@ -568,11 +568,12 @@ const gossip_registration sgp_strategy{
   [](const gossip_setup&) { return std::make_unique<push_sum>(1.0); }};
 const gossip_registration sparse_push_strategy{
   "sparse-push",
-  {strategy_family::push_sum, false, false, "Sparse-Push (Aketi et al. 2021): top-k push-sum"},
+  {strategy_family::push_sum, false, false, "Sparse-Push (Aketi et al. 2021): top-k push-sum",
+   true},
   [](const gossip_setup& s) { return make_sparse_push(s, false); }};
 const gossip_registration scsp_strategy{
   "scsp",
-  {strategy_family::push_sum, false, false, "Sparse-Push with skew compensation"},
+  {strategy_family::push_sum, false, false, "Sparse-Push with skew compensation", true},
   [](const gossip_setup& s) { return make_sparse_push(s, true); }};
 
 } // namespace

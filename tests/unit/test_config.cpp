@@ -271,6 +271,12 @@ BOOST_AUTO_TEST_CASE(bad_values_name_key_and_line) {
                .strategy.overlap_tau() == 0);
   BOOST_TEST(parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sgp\"\n", file)
                .strategy.overlap_tau() == 1);
+  BOOST_TEST(parse("[strategy]\nname = \"edgegossip\"\ngossip = \"scsp\"\n", file)
+               .strategy.overlap_tau() == 0);
+  // (the registry's `sparse` trait says which rules send sparse messages)
+  BOOST_TEST(strategies().at("scsp").sparse);
+  BOOST_TEST(!strategies().at("sgp").sparse);
+  BOOST_TEST(!strategies().at("gosgd").sparse);
   BOOST_TEST(
     parse("[strategy]\nname = \"edgegossip\"\ngossip = \"sgp\"\noverlap = 2\n", file)
       .strategy.overlap_tau() == 2);
