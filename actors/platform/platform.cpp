@@ -198,6 +198,11 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       if (!st.waiting || st.at.total_iterations != k)
         return;  // the message came in time
       auto late = st.worker->give_up(k);
+      if (!st.worker->awaited(k).empty()) {
+        // Still awaited (a parameter-server worker's first server): on waiting.
+        self->delayed_send(self, defaults::overlap_wait, overlap_atom::value, k);
+        return;
+      }
       spdlog::debug("[{}] step {}: no message from {} peer(s) within the overlap wait; not "
                     "waited for again this epoch",
                     st.args.platform.name, k + 1, late);
@@ -218,6 +223,8 @@ platform_actor::behavior_type platform(self_ptr self, platform_args args) {
       const bool moved = server != st.server;
       st.server = std::move(server);
       carry_out(self, st.worker->server_changed(static_cast<bool>(st.server), moved, lane, st.now()));
+      if (st.waiting && st.running && !st.paused && st.worker->awaited(st.at.total_iterations).empty())
+        queue_step(self);  // the server the first step waited for
     },
     [self](pull_atom, const std::string& from, held_global_model& model) {
       auto& st = self->state;

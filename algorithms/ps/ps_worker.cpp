@@ -37,6 +37,19 @@ std::string ps_worker::epoch_summary(const messages::epoch_report& r) const {
   return fmt::format("{} commits to the server (staleness {:.1f})", r.commits, r.staleness);
 }
 
+std::vector<std::string> ps_worker::awaited(uint64_t) {
+  if (server_heard_ || server_waits_ >= first_server_waits)
+    return {};
+  return {"the parameter server"};
+}
+
+size_t ps_worker::give_up(uint64_t k) {
+  if (awaited(k).empty())
+    return 0;
+  ++server_waits_;
+  return 1;
+}
+
 worker_outcome ps_worker::stepped(const step_done& step, const run_position& at) {
   commits_.stepped(step.loss);
   if (step.epoch_done)
@@ -121,6 +134,7 @@ worker_outcome ps_worker::pulled(const messages::held_global_model* global, next
 worker_outcome ps_worker::server_changed(bool present, bool moved, const std::string& lane,
                                          double now) {
   worker_outcome out;
+  server_heard_ = server_heard_ || present;
   if (!moved && lane == server_lane_)
     return out;
   server_present_ = present;

@@ -5,8 +5,11 @@
 // steps on once the answer brings the global model (or gives up on it, and
 // trains on with its own). A server on another node gets the update on the
 // weights lane and sends its model back there; the typed answer and the
-// lane's model are paired by the model's version. Without a reachable
-// server, training goes on locally and a later step commits.
+// lane's model are paired by the model's version. A worker that has not
+// heard of a server yet waits for one before its first step (nodes still
+// peering at the run's start), for `first_server_waits` overlap waits; then,
+// and whenever the server is unreachable later, training goes on locally and
+// a later step commits.
 
 #include "algorithms/ps/commit_schedule.hpp"
 #include "algorithms/ps/parameter_server.hpp"
@@ -29,6 +32,11 @@ public:
   std::vector<worker_note> epoch_over(uint32_t epoch) override;
   std::string epoch_summary(const messages::epoch_report& report) const override;
   bool ready() const override { return !commits_.in_flight(); }
+  /// The server, until one was heard of or the waits for it ran out.
+  std::vector<std::string> awaited(uint64_t k) override;
+  size_t give_up(uint64_t k) override;
+  /// Overlap waits before training without ever having heard of a server.
+  static constexpr int first_server_waits = 10;
   worker_outcome stepped(const step_done& step, const run_position& at) override;
 
   worker_outcome server_changed(bool present, bool moved, const std::string& lane,
@@ -61,6 +69,8 @@ private:
   commit_clock commits_;
   commit_base base_;
   bool server_present_ = false;
+  bool server_heard_ = false;     ///< a server was present once
+  int server_waits_ = 0;          ///< overlap waits for the first server that ran out
   std::string server_lane_;  ///< "": updates and models go in the typed messages
   std::string server_node_;  ///< of server_lane_
   uint64_t generation_ = 0;  ///< a server change makes answers on their way stale

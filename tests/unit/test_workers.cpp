@@ -360,6 +360,30 @@ BOOST_AUTO_TEST_CASE(push_sum_waits_for_its_in_neighbour_until_its_message_comes
   BOOST_CHECK(notes[0].text.find("1 overlap wait(s) ran out") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_parameter_server_worker_waits_for_its_first_server_for_a_while) {
+  auto m = model_of();
+  auto s = settings_of("adsp");
+  // Not heard of a server: the first step waits for one, wait after wait,
+  // until the waits run out; then it trains without.
+  ps_worker alone(s, *m);
+  alone.start();
+  for (int i = 0; i < ps_worker::first_server_waits; ++i) {
+    BOOST_TEST_INFO("wait " << i);
+    BOOST_CHECK(alone.awaited(0) == std::vector<std::string>{"the parameter server"});
+    BOOST_CHECK_EQUAL(alone.give_up(0), 1u);
+  }
+  BOOST_CHECK(alone.awaited(0).empty());
+  BOOST_CHECK_EQUAL(alone.give_up(0), 0u);
+  // Heard of one: never waited for again, even while it is unreachable.
+  ps_worker w(s, *m);
+  w.start();
+  BOOST_CHECK_EQUAL(w.awaited(0).size(), 1u);
+  w.server_changed(true, true, "", 0.1);
+  BOOST_CHECK(w.awaited(0).empty());
+  w.server_changed(false, true, "", 0.2);
+  BOOST_CHECK(w.awaited(5).empty());
+}
+
 BOOST_AUTO_TEST_CASE(a_parameter_server_worker_commits_its_update_and_loads_the_global_model) {
   auto m = model_of();
   auto s = settings_of("bsp");
