@@ -270,18 +270,20 @@ BOOST_AUTO_TEST_CASE(silent_connections_are_bounded_in_number_and_time) {
   inner_server inner;
   auto o = options("a", "s");
   o.max_pending_handshakes = 4;
-  o.handshake_timeout_ms = 500;
+  o.handshake_timeout_ms = 2500;
   front_door door(o);
   door.start(inner.port);
   std::vector<int> silent;
   for (int i = 0; i < 4; ++i)
     silent.push_back(connect_local(door.port()));
   std::this_thread::sleep_for(100ms);
+  // Over the limit: closed at once, long before the handshake's deadline
+  // (the margin is for a machine busy with other tests).
   int fifth = connect_local(door.port());
-  BOOST_TEST(closed_within(fifth, 300ms));  // over the limit: closed at once
+  BOOST_TEST(closed_within(fifth, 1500ms));
   ::close(fifth);
   for (int fd : silent) {
-    BOOST_TEST(closed_within(fd, 2000ms));  // the deadline
+    BOOST_TEST(closed_within(fd, 5000ms));  // the deadline
     ::close(fd);
   }
   // Then the door takes members again.
