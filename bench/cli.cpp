@@ -52,6 +52,10 @@ void add_other_options(CLI::App* bench, cli_state& state) {
   bench->add_option("--in-flight", st->split_opt.in_flight,
                     "split: batches in the pipeline at once in every mode but backprop (default 4)")
     ->check(CLI::Range(1, 64));
+  bench->add_option("--stage-lr-warmup", st->split_opt.stage_lr_warmup,
+                    "split: steps over which each stage's learning rate rises linearly to its value, "
+                    "in every mode but backprop (default 0: off)")
+    ->check(CLI::NonNegativeNumber);
   bench->add_option("--modes", st->split_opt.modes,
                     "split: modes to measure (default backprop synthetic; also delayed, stashed, "
                     "predicted, corrected); each is compared with backprop")

@@ -69,6 +69,8 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   o.sgd.momentum = s.momentum;
   o.mode = mode;
   o.max_in_flight = std::max<int64_t>(s.in_flight, 1) + 2;
+  if (mode != learning::stage_mode::backprop)
+    o.lr_warmup = s.stage_lr_warmup;
   if (s.sg_hidden > 0)
     o.synthetic.hidden = s.sg_hidden;
   o.synthetic.conv_layers = s.sg_conv_layers;
@@ -216,6 +218,10 @@ void print_header(const split_options& s, const learning::dataset& train,
                    " 5x5 convolutions)").c_str()
                 : "",
               s.repeat);
+  if (s.stage_lr_warmup > 0)
+    std::printf("every mode but backprop: each stage's learning rate rises linearly over its "
+                "first %lld steps\n",
+                static_cast<long long>(s.stage_lr_warmup));
   std::printf("cuts after layers: 2 stages %s, 3 stages %s%s (layers: ",
               join(std::vector<double>(s.cuts2.begin(), s.cuts2.end())).c_str(),
               join(std::vector<double>(s.cuts3.begin(), s.cuts3.end())).c_str(),

@@ -172,6 +172,10 @@ struct stage_options {
   stage_mode mode = stage_mode::backprop;
   synthetic_gradient_options synthetic;
   int64_t max_in_flight = 16;  ///< batches forwarded and not yet given their gradient
+  /// Steps over which the SGD's learning rate rises linearly to its value
+  /// (step s of the first `lr_warmup` takes (s + 1) / lr_warmup of it; 0:
+  /// off): late gradients cost the most while the weights move fastest.
+  int64_t lr_warmup = 0;
 };
 
 /// One stage's layers, its SGD optimizer, its synthetic-gradient module
@@ -255,6 +259,9 @@ public:
   /// multiplied by `factor` (a rollback slows a stage down).
   void scale_learning_rate(double factor);
   double learning_rate() const;
+  /// The learning rate the next step takes: learning_rate() scaled by the
+  /// warm-up (stage_options::lr_warmup).
+  double step_learning_rate() const;
 
 private:
   struct pending;

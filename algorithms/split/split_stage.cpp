@@ -64,6 +64,9 @@ stage_trainer::stage_trainer(std::shared_ptr<stage_module> stage, stage_options 
                                 std::to_string(opt_.max_in_flight));
   if (!(opt_.sgd.lr > 0))
     throw mismatch_error("stage_trainer: lr must be positive");
+  if (opt_.lr_warmup < 0)
+    throw mismatch_error("stage_trainer: lr_warmup must not be negative, not " +
+                         std::to_string(opt_.lr_warmup));
   optimizer_ = std::make_unique<torch::optim::SGD>(
       stage_->parameters(), torch::optim::SGDOptions(opt_.sgd.lr).momentum(opt_.sgd.momentum));
   if (has_synthetic_gradient(opt_.mode) && !stage_->is_last()) {
@@ -109,6 +112,15 @@ torch::Tensor stage_trainer::prepare_input(const torch::Tensor& input) const {
   return x;
 }
 
+namespace {
+
+void set_sgd_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups())
+    static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+}
+
+} // namespace
+
 void stage_trainer::step() {
   // One reduction for the whole stage: the squared norms summed as tensors.
   torch::Tensor squares;
@@ -123,8 +135,20 @@ void stage_trainer::step() {
     ++skipped_;
     return;
   }
+  const double lr = learning_rate(), now = step_learning_rate();
+  if (now != lr)
+    set_sgd_lr(*optimizer_, now);
   optimizer_->step();
+  if (now != lr)
+    set_sgd_lr(*optimizer_, lr);
   ++steps_;
+}
+
+double stage_trainer::step_learning_rate() const {
+  const double lr = learning_rate();
+  if (opt_.lr_warmup <= 0 || steps_ >= static_cast<uint64_t>(opt_.lr_warmup))
+    return lr;
+  return lr * static_cast<double>(steps_ + 1) / static_cast<double>(opt_.lr_warmup);
 }
 
 std::shared_ptr<stage_module> stage_trainer::stash() {
@@ -145,7 +169,7 @@ std::shared_ptr<stage_module> stage_trainer::stash() {
   if (opt_.mode == stage_mode::predicted && !pending_.empty()) {
     // W - d lr v: the momentum's step, d times, for the d batches before
     // this one that each step once before its gradient comes.
-    const double ahead = static_cast<double>(pending_.size()) * learning_rate();
+    const double ahead = static_cast<double>(pending_.size()) * step_learning_rate();
     auto& state = optimizer_->state();
     for (size_t i = 0; i < mine.size(); ++i) {
       auto it = state.find(c10::guts::to_string(mine[i].unsafeGetTensorImpl()));

@@ -425,6 +425,34 @@ BOOST_AUTO_TEST_CASE(whole_model_as_one_stage_steps_like_local_trainer_sgd) {
     BOOST_TEST(max_abs_diff(a[i], b[i]) < 1e-6);
 }
 
+BOOST_AUTO_TEST_CASE(a_stage_warms_its_learning_rate_up_over_its_first_steps) {
+  // lr_warmup 4: steps 1..4 take a quarter, a half, three quarters and all
+  // of lr, then lr; the learning rate a checkpoint keeps stays lr.
+  auto [x, y] = random_batch(16, 4);
+  auto o = options(stage_mode::backprop);
+  o.lr_warmup = 4;
+  auto stages = make_pipeline("lenet5", {}, 3, o, fashion);
+  auto reference = make_classifier("lenet5", 3, fashion);
+  torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  for (int i = 0; i < 6; ++i) {
+    BOOST_TEST(stages[0]->step_learning_rate() == 0.01 * std::min(i + 1, 4) / 4.0,
+               boost::test_tools::tolerance(1e-12));
+    stages[0]->loss_step(static_cast<uint64_t>(i), x, y);
+    static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options())
+      .lr(0.01 * std::min(i + 1, 4) / 4.0);
+    sgd.zero_grad();
+    torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
+    sgd.step();
+    BOOST_TEST(stages[0]->learning_rate() == 0.01, boost::test_tools::tolerance(1e-12));
+  }
+  auto a = stages[0]->parameters();
+  auto b = parameters(*reference);
+  for (size_t i = 0; i < a.size(); ++i)
+    BOOST_TEST(max_abs_diff(a[i], b[i]) < 1e-6);
+  o.lr_warmup = -1;
+  BOOST_CHECK_THROW(make_pipeline("lenet5", {}, 3, o, fashion), std::exception);
+}
+
 // --- messages refused -----------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(stage_refuses_bad_messages) {
