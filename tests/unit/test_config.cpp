@@ -708,6 +708,10 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   other.split.sg_conv_layers = 2;
   BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
   BOOST_TEST(parse(to_toml(other), "written.toml").split.sg_conv_layers == 2);
+  other = c;
+  other.split.lr_warmup = 188;
+  BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
+  BOOST_TEST(parse(to_toml(other), "written.toml").split.lr_warmup == 188);
 
   auto e = error_of([&] {
     auto d = c;
