@@ -364,7 +364,8 @@ struct split_config {
   std::string model = "conv8";  ///< "lenet5", "conv8" or "vgg11"
   int64_t in_flight = 4;        ///< all modes but backprop: batches in the pipeline at once
   /// All modes but backprop: steps over which each stage's learning rate
-  /// rises linearly to train.lr (learning::stage_options::lr_warmup; 0: off).
+  /// rises linearly to train.lr (learning::stage_options::lr_warmup; 0: off),
+  /// again after a stage's node is restarted.
   int64_t lr_warmup = 0;
   int64_t sg_hidden = 64;       ///< hidden units of the synthetic-gradient modules
   double sg_lr = 3e-4;          ///< their Adam learning rate

@@ -175,6 +175,8 @@ struct stage_options {
   /// Steps over which the SGD's learning rate rises linearly to its value
   /// (step s of the first `lr_warmup` takes (s + 1) / lr_warmup of it; 0:
   /// off): late gradients cost the most while the weights move fastest.
+  /// Counted from the trainer's start: a stage started again from its
+  /// checkpoint (a node restarted) warms up again.
   int64_t lr_warmup = 0;
 };
 
