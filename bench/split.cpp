@@ -69,8 +69,7 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   o.sgd.momentum = s.momentum;
   o.mode = mode;
   o.max_in_flight = std::max<int64_t>(s.in_flight, 1) + 2;
-  if (mode != learning::stage_mode::backprop)
-    o.lr_warmup = s.stage_lr_warmup;
+  o.lr_warmup = s.stage_lr_warmup;
   if (s.sg_hidden > 0)
     o.synthetic.hidden = s.sg_hidden;
   o.synthetic.conv_layers = s.sg_conv_layers;

@@ -101,8 +101,7 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
   o.sgd.momentum = cfg.train.momentum;
   o.mode = learning::parse_stage_mode(cfg.split.mode);
   o.max_in_flight = cfg.split.in_flight + 2;
-  if (o.mode != learning::stage_mode::backprop)
-    o.lr_warmup = cfg.split.lr_warmup;
+  o.lr_warmup = cfg.split.lr_warmup;
   o.synthetic.hidden = cfg.split.sg_hidden;
   o.synthetic.lr = cfg.split.sg_lr;
   o.synthetic.conditioned = cfg.split.sg_conditioned;

@@ -172,7 +172,8 @@ struct stage_options {
   stage_mode mode = stage_mode::backprop;
   synthetic_gradient_options synthetic;
   int64_t max_in_flight = 16;  ///< batches forwarded and not yet given their gradient
-  /// Steps over which the SGD's learning rate rises linearly to its value
+  /// Every mode but backprop (which stays the whole model's training):
+  /// steps over which the SGD's learning rate rises linearly to its value
   /// (step s of the first `lr_warmup` takes (s + 1) / lr_warmup of it; 0:
   /// off): late gradients cost the most while the weights move fastest.
   /// Counted from the trainer's start: a stage started again from its

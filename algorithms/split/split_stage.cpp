@@ -146,7 +146,8 @@ void stage_trainer::step() {
 
 double stage_trainer::step_learning_rate() const {
   const double lr = learning_rate();
-  if (opt_.lr_warmup <= 0 || steps_ >= static_cast<uint64_t>(opt_.lr_warmup))
+  if (opt_.mode == stage_mode::backprop || opt_.lr_warmup <= 0 ||
+      steps_ >= static_cast<uint64_t>(opt_.lr_warmup))
     return lr;
   return lr * static_cast<double>(steps_ + 1) / static_cast<double>(opt_.lr_warmup);
 }

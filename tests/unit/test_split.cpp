@@ -427,10 +427,14 @@ BOOST_AUTO_TEST_CASE(whole_model_as_one_stage_steps_like_local_trainer_sgd) {
 
 BOOST_AUTO_TEST_CASE(a_stage_warms_its_learning_rate_up_over_its_first_steps) {
   // lr_warmup 4: steps 1..4 take a quarter, a half, three quarters and all
-  // of lr, then lr; the learning rate a checkpoint keeps stays lr.
+  // of lr, then lr; the learning rate a checkpoint keeps stays lr. (One
+  // stage steps at once in every mode.) Backprop does not warm up.
   auto [x, y] = random_batch(16, 4);
   auto o = options(stage_mode::backprop);
   o.lr_warmup = 4;
+  BOOST_TEST(make_pipeline("lenet5", {}, 3, o, fashion)[0]->step_learning_rate() == 0.01,
+             boost::test_tools::tolerance(1e-12));
+  o.mode = stage_mode::delayed;
   auto stages = make_pipeline("lenet5", {}, 3, o, fashion);
   auto reference = make_classifier("lenet5", 3, fashion);
   torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
