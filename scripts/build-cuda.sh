@@ -6,10 +6,14 @@
 # on a Debian machine with --download), unpacked into a prefix with dpkg -x:
 # nothing is installed.
 #
-#   scripts/build-cuda.sh --download DIR
-#       on Debian bookworm: apt-get download the packages below into DIR
+#   scripts/build-cuda.sh --download DIR [--pack FILE]
+#       on Debian bookworm: apt-get download the packages below into DIR;
+#       with --pack, also unpack them into one FILE (.tar.xz) without their
+#       documentation and with links to the shared libraries in place of the static ones (about 23 MB
+#       against 35 MB of .deb files, for a transfer with a size limit)
 #   scripts/build-cuda.sh [--debs DIR] [--prefix DIR] [--build DIR] [--torch DIR] [--cpu] [TARGET...]
-#       --debs DIR    unpack DIR/*.deb into the prefix first
+#       --debs DIR    unpack DIR/*.deb and DIR/*.tar.xz (from --pack) into
+#                     the prefix first
 #       --prefix DIR  the unpacked packages (default: .deps/prefix)
 #       --build DIR   the build directory (default: build-cuda)
 #       --torch DIR   LibTorch's CMake prefix (default: Python's torch,
@@ -39,26 +43,54 @@ packages=(
   libfaiss-dev libblas-dev libblas3 liblapack3 libgfortran5 libquadmath0
   libssl-dev libssl3 nlohmann-json3-dev
   libstb-dev libstb0 libxtensor-dev xtl-dev
+  # A node's /metrics: prometheus-cpp, whose CMake package also asks for
+  # civetweb's and curl's (the project links neither).
+  prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
+  libprometheus-cpp-push1.0 libcivetweb-dev libcivetweb1 civetweb
+  libcurl4-openssl-dev libcurl4
 )
 
 debs="" prefix=".deps/prefix" build="build-cuda" torch_prefix="" cuda=ON
+download="" pack=""
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --download)
-      mkdir -p "$2"
-      (cd "$2" && apt-get download "${packages[@]}")
-      exit 0 ;;
+    --download) download=$2; shift 2 ;;
+    --pack) pack=$2; shift 2 ;;
     --debs) debs=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --torch) torch_prefix=$2; shift 2 ;;
     --cpu) cuda=OFF; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "build-cuda: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
+
+if [ -n "$download" ]; then
+  mkdir -p "$download"
+  (cd "$download" && apt-get download "${packages[@]}")
+  if [ -n "$pack" ]; then
+    staging=$(mktemp -d)
+    trap 'rm -rf "$staging"' EXIT
+    for f in "$download"/*.deb; do dpkg -x "$f" "$staging"; done
+    rm -rf "$staging/usr/share/doc" "$staging/usr/share/man"
+    # A static library with a shared one beside it becomes a link to that
+    # (the packages' CMake files check that it exists, RocksDB's target
+    # names it, and the linker reads a file by its contents, not its name);
+    # one without (faiss's) stays.
+    while IFS= read -r -d '' lib; do
+      if [ -e "${lib%.a}.so" ]; then
+        ln -sfn "$(basename "${lib%.a}.so")" "$lib"
+      fi
+    done < <(find "$staging" -name '*.a' -type f -print0)
+    tar -C "$staging" -cJf "$pack" .
+    echo "build-cuda: packed $(ls "$download"/*.deb | wc -l) packages into $pack ($(du -h "$pack" | cut -f1))"
+  fi
+  exit 0
+fi
+[ -n "$pack" ] && { echo "build-cuda: --pack goes with --download" >&2; exit 2; }
 
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
@@ -67,13 +99,24 @@ libdir="$prefix/usr/lib/$arch"
 
 if [ -n "$debs" ]; then
   shopt -s nullglob
-  files=("$debs"/*.deb)
+  files=("$debs"/*.deb "$debs"/*.tar.xz)
   if [ ${#files[@]} -eq 0 ]; then
-    echo "build-cuda: no .deb files in $debs" >&2
+    echo "build-cuda: no .deb or .tar.xz files in $debs" >&2
     exit 2
   fi
   for f in "${files[@]}"; do
-    dpkg -x "$f" "$prefix"
+    case "$f" in
+      # Python's tarfile, since a machine without a package archive may
+      # lack the xz program that tar -J runs; the bundle's links are the
+      # packages' own, absolute ones included.
+      *.tar.xz) python3 - "$f" "$prefix" <<'PY' ;;
+import sys, tarfile
+trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+with tarfile.open(sys.argv[1], "r:xz") as bundle:
+    bundle.extractall(sys.argv[2], **trusted)
+PY
+      *) dpkg -x "$f" "$prefix" ;;
+    esac
   done
   # Links that point at the system's root (zlib's, for one) point into the
   # prefix instead, where the file is there.
@@ -93,7 +136,7 @@ if [ -n "$debs" ]; then
   [ -e "$libdir/blas/libblas.so.3" ] && ln -sfn blas/libblas.so.3 "$libdir/libblas.so"
   [ -e "$libdir/lapack/liblapack.so.3" ] && ln -sfn lapack/liblapack.so.3 "$libdir/liblapack.so.3"
   [ -e "$libdir/lapack/liblapack.so.3" ] && ln -sfn lapack/liblapack.so.3 "$libdir/liblapack.so"
-  echo "build-cuda: unpacked ${#files[@]} packages into $prefix"
+  echo "build-cuda: unpacked ${#files[@]} files of packages into $prefix"
 fi
 if [ ! -d "$prefix/usr/include/caf" ]; then
   echo "build-cuda: $prefix holds no CAF headers: give --debs DIR (see --download)" >&2

@@ -14,6 +14,7 @@
 #include <deque>
 #include <iterator>
 #include <sstream>
+#include <type_traits>
 
 namespace eg::learning {
 
@@ -23,7 +24,22 @@ using shape_text::shape_string;
 namespace {
 constexpr const char* mode_names[] = {"backprop", "synthetic", "delayed",
                                       "corrected", "stashed",   "predicted"};
+
+// The key of a parameter's entry in an optimizer's state: the address of
+// its TensorImpl, written as text up to LibTorch 1.x (what
+// c10::guts::to_string made of it) and the address itself in 2.x.
+template <typename State>
+auto optimizer_state_key(const torch::Tensor& p) {
+  using key = typename std::decay_t<State>::key_type;
+  if constexpr (std::is_convertible_v<void*, key>) {
+    return static_cast<key>(p.unsafeGetTensorImpl());
+  } else {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  }
 }
+} // namespace
 
 std::string to_string(stage_mode m) { return mode_names[static_cast<size_t>(m)]; }
 
@@ -173,7 +189,7 @@ std::shared_ptr<stage_module> stage_trainer::stash() {
     const double ahead = static_cast<double>(pending_.size()) * step_learning_rate();
     auto& state = optimizer_->state();
     for (size_t i = 0; i < mine.size(); ++i) {
-      auto it = state.find(c10::guts::to_string(mine[i].unsafeGetTensorImpl()));
+      auto it = state.find(optimizer_state_key<decltype(state)>(mine[i]));
       if (it == state.end())
         continue;
       auto& v = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
