@@ -155,6 +155,7 @@ struct split_options {
   double momentum = 0.9;
   int64_t in_flight = 4;  ///< all modes but backprop: batches in the pipeline at once
   int64_t stage_lr_warmup = 0;  ///< all modes but backprop: stage_options::lr_warmup
+  std::string stage_lr_warmup_rule = "linear";  ///< "linear" or "delay" (split.lr_warmup_rule)
   int64_t sg_hidden = 0;  ///< synthetic-gradient modules' hidden width (0: their default)
   int64_t sg_conv_layers = 0;  ///< after convolutions: 0 an MLP, 2 or 3 5x5 convolutions
   int repeat = 1;         ///< seeds seed .. seed + repeat - 1

@@ -56,6 +56,11 @@ void add_other_options(CLI::App* bench, cli_state& state) {
                     "split: steps over which each stage's learning rate rises linearly to its value, "
                     "in every mode but backprop (default 0: off)")
     ->check(CLI::NonNegativeNumber);
+  bench->add_option("--stage-lr-warmup-rule", st->split_opt.stage_lr_warmup_rule,
+                    "split: how the warm-up scales a step: linear (from 0, the default) or delay "
+                    "(PipeMare's rule: lr / d^(1 - s/N) for a gradient d steps late, one on time "
+                    "at the full rate)")
+    ->check(CLI::IsMember({"linear", "delay"}));
   bench->add_option("--modes", st->split_opt.modes,
                     "split: modes to measure (default backprop synthetic; also delayed, stashed, "
                     "predicted, corrected); each is compared with backprop")

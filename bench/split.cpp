@@ -70,6 +70,7 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   o.mode = mode;
   o.max_in_flight = std::max<int64_t>(s.in_flight, 1) + 2;
   o.lr_warmup = s.stage_lr_warmup;
+  o.lr_warmup_by_delay = s.stage_lr_warmup_rule == "delay";
   if (s.sg_hidden > 0)
     o.synthetic.hidden = s.sg_hidden;
   o.synthetic.conv_layers = s.sg_conv_layers;
@@ -217,7 +218,12 @@ void print_header(const split_options& s, const learning::dataset& train,
                    " 5x5 convolutions)").c_str()
                 : "",
               s.repeat);
-  if (s.stage_lr_warmup > 0)
+  if (s.stage_lr_warmup > 0 && s.stage_lr_warmup_rule == "delay")
+    std::printf("every mode but backprop: over its first %lld steps, each stage's learning rate "
+                "is divided by d^(1 - step/%lld) for a gradient d steps late\n",
+                static_cast<long long>(s.stage_lr_warmup),
+                static_cast<long long>(s.stage_lr_warmup));
+  else if (s.stage_lr_warmup > 0)
     std::printf("every mode but backprop: each stage's learning rate rises linearly over its "
                 "first %lld steps\n",
                 static_cast<long long>(s.stage_lr_warmup));

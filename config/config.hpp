@@ -367,6 +367,11 @@ struct split_config {
   /// rises linearly to train.lr (learning::stage_options::lr_warmup; 0: off),
   /// again after a stage's node is restarted.
   int64_t lr_warmup = 0;
+  /// How the warm-up scales a step: "linear" (from 0, every step alike) or
+  /// "delay" (PipeMare's rule: lr / d^(1 - step/lr_warmup) for a gradient d
+  /// of the stage's steps late; one on time at the full rate).
+  /// learning::stage_options::lr_warmup_by_delay.
+  std::string lr_warmup_rule = "linear";
   int64_t sg_hidden = 64;       ///< hidden units of the synthetic-gradient modules
   double sg_lr = 3e-4;          ///< their Adam learning rate
   bool sg_conditioned = true;   ///< cDNI: the modules see the labels

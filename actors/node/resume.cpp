@@ -102,6 +102,7 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
   o.mode = learning::parse_stage_mode(cfg.split.mode);
   o.max_in_flight = cfg.split.in_flight + 2;
   o.lr_warmup = cfg.split.lr_warmup;
+  o.lr_warmup_by_delay = cfg.split.lr_warmup_rule == "delay";
   o.synthetic.hidden = cfg.split.sg_hidden;
   o.synthetic.lr = cfg.split.sg_lr;
   o.synthetic.conditioned = cfg.split.sg_conditioned;

@@ -179,6 +179,12 @@ struct stage_options {
   /// Counted from the trainer's start: a stage started again from its
   /// checkpoint (a node restarted) warms up again.
   int64_t lr_warmup = 0;
+  /// How the warm-up scales a step. false: linearly from 0, every step of
+  /// every stage alike. true: by the gradient's delay, PipeMare's learning
+  /// rate rescheduling: a step whose gradient was computed d of this stage's
+  /// steps before takes lr / d^(1 - s / lr_warmup), so a gradient on time
+  /// (d <= 1: the last stage's) takes the full rate from the first step.
+  bool lr_warmup_by_delay = false;
 };
 
 /// One stage's layers, its SGD optimizer, its synthetic-gradient module
@@ -263,15 +269,18 @@ public:
   void scale_learning_rate(double factor);
   double learning_rate() const;
   /// The learning rate the next step takes: learning_rate() scaled by the
-  /// warm-up (stage_options::lr_warmup).
-  double step_learning_rate() const;
+  /// warm-up (stage_options::lr_warmup), for a gradient `delay` of this
+  /// stage's steps late (used by the rule by delay alone).
+  double step_learning_rate(uint64_t delay = 0) const;
 
 private:
   struct pending;
   void check_input(uint64_t batch, const torch::Tensor& input, const torch::Tensor& labels,
                    const char* what) const;
   torch::Tensor prepare_input(const torch::Tensor& input) const;
-  void step();
+  /// Applies the gradients held by the parameters; `delay`: this stage's
+  /// steps since the batch's forward pass.
+  void step(uint64_t delay = 0);
   /// stashed mode: a copy of the stage's layers holding its parameters as
   /// they are now (from the spares when one is free); predicted mode: as
   /// they are predicted to be when the batch's gradient comes.

@@ -137,7 +137,7 @@ void set_sgd_lr(torch::optim::Optimizer& optimizer, double lr) {
 
 } // namespace
 
-void stage_trainer::step() {
+void stage_trainer::step(uint64_t delay) {
   // One reduction for the whole stage: the squared norms summed as tensors.
   torch::Tensor squares;
   for (auto& p : stage_->parameters())
@@ -151,7 +151,7 @@ void stage_trainer::step() {
     ++skipped_;
     return;
   }
-  const double lr = learning_rate(), now = step_learning_rate();
+  const double lr = learning_rate(), now = step_learning_rate(delay);
   if (now != lr)
     set_sgd_lr(*optimizer_, now);
   optimizer_->step();
@@ -160,11 +160,14 @@ void stage_trainer::step() {
   ++steps_;
 }
 
-double stage_trainer::step_learning_rate() const {
+double stage_trainer::step_learning_rate(uint64_t delay) const {
   const double lr = learning_rate();
   if (opt_.mode == stage_mode::backprop || opt_.lr_warmup <= 0 ||
       steps_ >= static_cast<uint64_t>(opt_.lr_warmup))
     return lr;
+  const double progress = static_cast<double>(steps_) / static_cast<double>(opt_.lr_warmup);
+  if (opt_.lr_warmup_by_delay)
+    return delay <= 1 ? lr : lr / std::pow(static_cast<double>(delay), 1.0 - progress);
   return lr * static_cast<double>(steps_ + 1) / static_cast<double>(opt_.lr_warmup);
 }
 
@@ -186,7 +189,8 @@ std::shared_ptr<stage_module> stage_trainer::stash() {
   if (opt_.mode == stage_mode::predicted && !pending_.empty()) {
     // W - d lr v: the momentum's step, d times, for the d batches before
     // this one that each step once before its gradient comes.
-    const double ahead = static_cast<double>(pending_.size()) * step_learning_rate();
+    const double ahead =
+        static_cast<double>(pending_.size()) * step_learning_rate(pending_.size());
     auto& state = optimizer_->state();
     for (size_t i = 0; i < mine.size(); ++i) {
       auto it = state.find(optimizer_state_key<decltype(state)>(mine[i]));
@@ -249,6 +253,7 @@ stage_trainer::forward_result stage_trainer::forward(uint64_t batch, const torch
     optimizer_->zero_grad();
     out.backward(g);
     step();
+    p->step_at_forward = steps_;  // (the correction's delay counts from here)
     torch::Tensor dx;
     if (!stage_->is_first())
       dx = x.grad().detach().contiguous();
@@ -301,7 +306,7 @@ stage_trainer::backward_result stage_trainer::backward(uint64_t batch,
     auto out = stage_->forward(x);
     optimizer_->zero_grad();
     out.backward(grad_output.detach() - done->synthetic);
-    step();
+    step(steps_ - done->step_at_forward);
     if (!stage_->is_first())
       r.input_gradient = (x.grad().detach() + done->synthetic_input_gradient).contiguous();
     return r;
@@ -317,7 +322,7 @@ stage_trainer::backward_result stage_trainer::backward(uint64_t batch,
       mine[i].mutable_grad() = theirs[i].grad();
       theirs[i].mutable_grad() = torch::Tensor();
     }
-    step();
+    step(steps_ - done->step_at_forward);
     for (auto& p : mine)
       p.mutable_grad() = torch::Tensor();
     spare_stashes_.push_back(std::move(done->stash));
@@ -332,9 +337,10 @@ stage_trainer::backward_result stage_trainer::backward(uint64_t batch,
     x = prepare_input(x);
     out = stage_->forward(x);
   }
+  const uint64_t delay = steps_ - done->step_at_forward;
   optimizer_->zero_grad();
   out.backward(grad_output.detach());
-  step();
+  step(delay);
   if (!stage_->is_first())
     r.input_gradient = x.grad().detach().contiguous();
   return r;

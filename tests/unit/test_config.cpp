@@ -712,6 +712,17 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   other.split.lr_warmup = 188;
   BOOST_TEST(run_fingerprint(other) != run_fingerprint(c));
   BOOST_TEST(parse(to_toml(other), "written.toml").split.lr_warmup == 188);
+  auto by_delay = other;
+  by_delay.split.lr_warmup_rule = "delay";
+  BOOST_TEST(run_fingerprint(by_delay) != run_fingerprint(other));
+  BOOST_TEST(parse(to_toml(by_delay), "written.toml").split.lr_warmup_rule == "delay");
+  auto bad_rule = c;
+  bad_rule.split.lr_warmup_rule = "cosine";
+  BOOST_CHECK_EXCEPTION(validate(bad_rule), config_error,
+                        [](const config_error& e) {
+                          return std::string(e.what()).find("split.lr_warmup_rule") !=
+                                 std::string::npos;
+                        });
 
   auto e = error_of([&] {
     auto d = c;

@@ -457,6 +457,70 @@ BOOST_AUTO_TEST_CASE(a_stage_warms_its_learning_rate_up_over_its_first_steps) {
   BOOST_CHECK_THROW(make_pipeline("lenet5", {}, 3, o, fashion), std::exception);
 }
 
+BOOST_AUTO_TEST_CASE(a_stage_warms_up_by_its_gradients_delay_with_pipemares_rule) {
+  // lr_warmup 4 by delay: a gradient d steps late takes lr / d^(1 - s/4) at
+  // step s < 4; one on time (d <= 1) takes lr from the first step, so a
+  // single stage (the last, never late) trains exactly as torch's SGD at lr.
+  auto [x, y] = random_batch(16, 4);
+  auto o = options(stage_mode::delayed);
+  o.lr_warmup = 4;
+  o.lr_warmup_by_delay = true;
+  auto stages = make_pipeline("lenet5", {}, 3, o, fashion);
+  auto reference = make_classifier("lenet5", 3, fashion);
+  torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  for (int i = 0; i < 6; ++i) {
+    const double s = std::min(i, 4) / 4.0;
+    BOOST_TEST(stages[0]->step_learning_rate(0) == 0.01, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(stages[0]->step_learning_rate(1) == 0.01, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(stages[0]->step_learning_rate(4) == 0.01 / std::pow(4.0, 1.0 - s),
+               boost::test_tools::tolerance(1e-12));
+    stages[0]->loss_step(static_cast<uint64_t>(i), x, y);
+    sgd.zero_grad();
+    torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
+    sgd.step();
+  }
+  BOOST_TEST(stages[0]->step_learning_rate(8) == 0.01, boost::test_tools::tolerance(1e-12));
+  auto a = stages[0]->parameters();
+  auto b = parameters(*reference);
+  for (size_t i = 0; i < a.size(); ++i)
+    BOOST_TEST(max_abs_diff(a[i], b[i]) < 1e-6);
+
+  // Two stages, three batches in flight: the lower stage's first two
+  // updates come 0 and 1 of its steps late (the full rate), its third 2
+  // steps late: at step 2 of 4 it takes lr / 2^(1/2). The upper stage is
+  // never late. So against the same run without a warm-up, everything is
+  // equal up to that update, which is 2^(1/2) times smaller (SGD moves by
+  // lr times its momentum buffer, and the buffers are equal).
+  const torch::Tensor images = x, labels = y;  // (a lambda takes no structured binding in C++17)
+  auto third_update = [&](bool warm) {
+    auto w = options(stage_mode::delayed);
+    w.max_in_flight = 4;
+    w.lr_warmup = warm ? 4 : 0;
+    w.lr_warmup_by_delay = true;
+    auto two = make_pipeline("lenet5", {2}, 3, w, fashion);
+    auto flat = [&] {
+      std::vector<torch::Tensor> all;
+      for (auto& q : two[0]->parameters())
+        all.push_back(q.detach().flatten().clone());
+      return torch::cat(all);
+    };
+    std::vector<torch::Tensor> outputs;
+    for (uint64_t b = 0; b < 3; ++b)
+      outputs.push_back(two[0]->forward(b, images, labels).output);
+    for (uint64_t b = 0; b < 2; ++b)
+      two[0]->backward(b, two[1]->loss_step(b, outputs[b], labels).input_gradient);
+    auto before = flat();
+    two[0]->backward(2, two[1]->loss_step(2, outputs[2], labels).input_gradient);
+    BOOST_TEST(two[0]->steps() == 3u);
+    return std::make_pair(before, before - flat());
+  };
+  auto [at_full, full] = third_update(false);
+  auto [at_warm, warm] = third_update(true);
+  BOOST_TEST(max_abs_diff(at_full, at_warm) < 1e-6);
+  BOOST_TEST(full.abs().max().item<double>() > 1e-4);
+  BOOST_TEST(max_abs_diff(warm * std::sqrt(2.0), full) < 1e-6);
+}
+
 // --- messages refused -----------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(stage_refuses_bad_messages) {
