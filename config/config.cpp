@@ -1105,7 +1105,9 @@ std::string run_fingerprint(const cluster_config& cfg) {
          << '|' << cfg.split.sg_hidden << '|' << cfg.split.sg_lr << '|' << cfg.split.sg_conditioned
          << '|' << cfg.split.sg_conv_layers;
     if (cfg.split.lr_warmup > 0)  // (runs without one keep their fingerprint)
-      text << "|lr_warmup=" << cfg.split.lr_warmup << "|" << cfg.split.lr_warmup_rule;
+      text << "|lr_warmup=" << cfg.split.lr_warmup;
+    if (cfg.split.lr_warmup > 0 && cfg.split.lr_warmup_rule != "linear")  // (likewise)
+      text << '|' << cfg.split.lr_warmup_rule;
     for (auto& st : cfg.stages)
       text << '|' << st.node << '=' << st.layers;
   }
