@@ -9,8 +9,9 @@
 #   scripts/build-cuda.sh --download DIR [--pack FILE]
 #       on Debian bookworm: apt-get download the packages below into DIR;
 #       with --pack, also unpack them into one FILE (.tar.xz) without their
-#       documentation and with links to the shared libraries in place of the static ones (about 23 MB
-#       against 35 MB of .deb files, for a transfer with a size limit)
+#       documentation, with links to the shared libraries in place of the
+#       static ones (about 24 MB against 35 MB of .deb files, for a
+#       transfer with a size limit)
 #   scripts/build-cuda.sh [--debs DIR] [--prefix DIR] [--build DIR] [--torch DIR] [--cpu] [TARGET...]
 #       --debs DIR    unpack DIR/*.deb and DIR/*.tar.xz (from --pack) into
 #                     the prefix first
@@ -62,7 +63,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --torch) torch_prefix=$2; shift 2 ;;
     --cpu) cuda=OFF; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "build-cuda: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
