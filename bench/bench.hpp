@@ -180,6 +180,10 @@ struct split_options {
   /// the same times (learning::balanced_placement) instead of kept in the
   /// order of --unequalN.
   bool place_by_speed = false;
+  /// With cut_by_speed, what the cuts are planned on: "stages" (each run
+  /// of layers timed as a stage of the planning mode: learning::
+  /// measure_stage_costs) or "layers" (each layer timed alone, summed).
+  std::string plan_from = "stages";
 };
 /// One model trained whole, split with backpropagation, and split with
 /// synthetic gradients, on 2 and 3 stages of equal and unequal speed: test

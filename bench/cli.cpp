@@ -83,6 +83,12 @@ void add_other_options(CLI::App* bench, cli_state& state) {
                   "split: with --cut-by-speed, also order the machines along the pipeline by "
                   "those times (a slow machine may take the first layers)")
     ->needs(cut_by_speed);
+  bench->add_option("--plan-from", st->split_opt.plan_from,
+                    "split: with --cut-by-speed, plan on the stages' costs (each run of layers "
+                    "timed as a stage of the mode, with its step, stash and loss: the default) or "
+                    "the layers' (each timed alone, summed)")
+    ->check(CLI::IsMember({"stages", "layers"}))
+    ->needs(cut_by_speed);
   bench->add_option("--cuts2", st->split_opt.cuts2, "split: 2 stages, cut after this layer");
   bench->add_option("--cuts3", st->split_opt.cuts3, "split: 3 stages, cut after these layers");
   bench->add_option("--unequal2", st->split_opt.unequal2,

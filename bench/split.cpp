@@ -22,7 +22,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -55,15 +57,8 @@ struct outcome {
   }
 };
 
-outcome run_one(const split_options& s, const setup& su, learning::stage_mode mode, uint64_t seed,
-                std::shared_ptr<const learning::dataset> train,
-                std::shared_ptr<const learning::dataset> test) {
-  caf::actor_system_config cfg;
-  actors::announce_types(cfg);
-  cfg.set("logger.verbosity", caf::atom("quiet"));
-  cfg.set("scheduler.max-threads", static_cast<size_t>(su.slowdowns.size() + 1));
-  actors::tune_scheduler(cfg);  // as the nodes wait for work
-  caf::actor_system sys{cfg};
+/// The stages' options of a run in `mode`.
+learning::stage_options stage_options_of(const split_options& s, learning::stage_mode mode) {
   learning::stage_options o;
   o.sgd.lr = s.lr;
   o.sgd.momentum = s.momentum;
@@ -74,6 +69,19 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   if (s.sg_hidden > 0)
     o.synthetic.hidden = s.sg_hidden;
   o.synthetic.conv_layers = s.sg_conv_layers;
+  return o;
+}
+
+outcome run_one(const split_options& s, const setup& su, learning::stage_mode mode, uint64_t seed,
+                std::shared_ptr<const learning::dataset> train,
+                std::shared_ptr<const learning::dataset> test) {
+  caf::actor_system_config cfg;
+  actors::announce_types(cfg);
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  cfg.set("scheduler.max-threads", static_cast<size_t>(su.slowdowns.size() + 1));
+  actors::tune_scheduler(cfg);  // as the nodes wait for work
+  caf::actor_system sys{cfg};
+  const auto o = stage_options_of(s, mode);
   auto trainers = learning::make_pipeline(s.model, su.cuts, seed, o, learning::shape_of(*train));
   std::vector<actors::stage_actor> stages;
   for (size_t k = 0; k < trainers.size(); ++k) {
@@ -123,38 +131,63 @@ learning::stage_mode planning_mode(const split_options& s) {
   return learning::stage_mode::delayed;
 }
 
+/// What the planner knows of the model: each layer timed alone, and each
+/// run of layers timed as a stage of the planning mode (--plan-from).
+struct plan_costs {
+  std::vector<learning::layer_cost> layers;
+  std::optional<learning::stage_costs> stages;
+  /// What the cuts are planned on.
+  learning::stage_costs planned(learning::stage_passes below) const {
+    return stages ? *stages : learning::stage_costs::from_layers(layers, below);
+  }
+};
+
+std::string ms_list(const std::vector<double>& seconds) {
+  std::ostringstream os;
+  for (size_t i = 0; i < seconds.size(); ++i)
+    os << (i ? " " : "") << std::fixed << std::setprecision(2) << 1e3 * seconds[i];
+  return os.str();
+}
+
 /// The cuts of an unequal setup (and, with --place-by-speed, the order of
-/// its machines along the pipeline: learning::balanced_placement) from
-/// each layer's time, measured here, and the machines' slowdowns; printed
-/// with the stages' predicted seconds per batch. Returns the setup: its
-/// cuts and its stages' slowdowns in the order placed.
+/// its machines along the pipeline: learning::balanced_placement) from the
+/// costs measured here and the machines' slowdowns; printed with the
+/// stages' predicted seconds per batch, from the stage costs and from the
+/// layers alone. Returns the setup: its cuts and its stages' slowdowns in
+/// the order placed.
 setup placed_by_speed(const split_options& s, const std::string& name,
-                      const std::vector<double>& machines,
-                      const std::vector<learning::layer_cost>& costs) {
+                      const std::vector<double>& machines, const plan_costs& costs) {
   const auto passes = learning::passes_below(planning_mode(s));
+  const auto planned = costs.planned(passes);
   learning::placement p;
   if (s.place_by_speed) {
-    p = learning::balanced_placement(costs, machines, passes);
+    p = learning::balanced_placement(planned, machines);
   } else {
     for (size_t m = 0; m < machines.size(); ++m)
       p.machines.push_back(m);
-    p.cuts = learning::balanced_cuts(costs, machines, passes);
+    p.cuts = learning::balanced_cuts(planned, machines);
   }
   std::vector<double> slowdowns;
   for (auto m : p.machines)
     slowdowns.push_back(machines[m]);
-  auto secs = learning::stage_seconds(costs, p.cuts, slowdowns, passes);
-  double whole = 0;
-  for (auto& c : costs)
-    whole += c.forward + c.backward;
-  std::printf("cut by speed, machines' slowdowns %s (%s): stages on slowdowns %s, after layers %s; "
-              "predicted ms per batch: stages",
+  const auto by_layers = learning::stage_costs::from_layers(costs.layers, passes);
+  std::printf("cut by speed, machines' slowdowns %s (%s, planned from %s): stages on slowdowns "
+              "%s, after layers %s; predicted ms per batch: stages %s, the whole model %s",
               join(machines).c_str(), learning::to_string(planning_mode(s)).c_str(),
-              join(slowdowns).c_str(),
-              join(std::vector<double>(p.cuts.begin(), p.cuts.end())).c_str());
-  for (auto x : secs)
-    std::printf(" %.2f", 1e3 * x);
-  std::printf(", the whole model %.2f\n", 1e3 * whole);
+              costs.stages ? "the stages' costs" : "the layers' costs", join(slowdowns).c_str(),
+              join(std::vector<double>(p.cuts.begin(), p.cuts.end())).c_str(),
+              ms_list(learning::stage_seconds(planned, p.cuts, slowdowns)).c_str(),
+              ms_list({planned.at(0, planned.layers() - 1)}).c_str());
+  if (costs.stages) {
+    const auto theirs = learning::balanced_cuts(by_layers, slowdowns);
+    std::printf("; from the layers alone: these cuts %s, the whole model %s; the layers' own "
+                "cuts after %s, stages %s",
+                ms_list(learning::stage_seconds(by_layers, p.cuts, slowdowns)).c_str(),
+                ms_list({by_layers.at(0, by_layers.layers() - 1)}).c_str(),
+                join(std::vector<double>(theirs.begin(), theirs.end())).c_str(),
+                ms_list(learning::stage_seconds(planned, theirs, slowdowns)).c_str());
+  }
+  std::printf("\n");
   return {name, p.cuts, slowdowns};
 }
 
@@ -162,16 +195,29 @@ setup placed_by_speed(const split_options& s, const std::string& name,
 /// (and unequal cut by speed, when asked).
 std::vector<setup> setups_of(const split_options& s, const learning::dataset& train) {
   std::vector<setup> setups{{"whole", {}, {1.0}}};
-  std::vector<learning::layer_cost> costs;
+  plan_costs costs;
   if (s.cut_by_speed) {
-    costs = learning::measure_layer_costs(s.model, learning::shape_of(train), s.batch);
+    const auto shape = learning::shape_of(train);
+    costs.layers = learning::measure_layer_costs(s.model, shape, s.batch);
     std::printf("layers' ms per batch of %lld (forward + backward), measured alone:",
                 static_cast<long long>(s.batch));
     auto names = learning::layer_names(s.model);
-    for (size_t i = 0; i < costs.size(); ++i)
-      std::printf(" %s %.2f+%.2f", names[i].c_str(), 1e3 * costs[i].forward,
-                  1e3 * costs[i].backward);
+    for (size_t i = 0; i < costs.layers.size(); ++i)
+      std::printf(" %s %.2f+%.2f", names[i].c_str(), 1e3 * costs.layers[i].forward,
+                  1e3 * costs.layers[i].backward);
     std::printf("\n");
+    if (s.plan_from == "stages") {
+      costs.stages = learning::measure_stage_costs(s.model, shape, s.batch,
+                                                   stage_options_of(s, planning_mode(s)));
+      std::printf("stages' ms per batch of %lld, each run of layers trained as a %s stage "
+                  "(first..last):",
+                  static_cast<long long>(s.batch), learning::to_string(planning_mode(s)).c_str());
+      for (int64_t f = 0; f < costs.stages->layers(); ++f)
+        for (int64_t l = f; l < costs.stages->layers(); ++l)
+          std::printf(" %lld..%lld %.2f", static_cast<long long>(f), static_cast<long long>(l),
+                      1e3 * costs.stages->at(f, l));
+      std::printf("\n");
+    }
   }
   auto add = [&](const std::vector<int64_t>& cuts, const std::vector<double>& unequal) {
     const auto n = cuts.size() + 1;

@@ -2,77 +2,119 @@
 #include "common/error.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
 namespace eg::learning {
 
-namespace {
+// --- stage_costs ----------------------------------------------------------------
 
-void check(const std::vector<layer_cost>& costs, const std::vector<double>& slowdowns,
-           stage_passes below) {
-  if (slowdowns.empty())
-    throw argument_error("cut planner: no stages");
-  if (costs.size() < slowdowns.size())
-    throw argument_error("cut planner: " + std::to_string(costs.size()) + " layers cannot make " +
-                         std::to_string(slowdowns.size()) + " stages");
-  for (auto s : slowdowns)
-    if (!(s >= 1))
-      throw argument_error("cut planner: a slowdown is below 1");
+stage_costs::stage_costs(int64_t layers) : layers_(layers) {
+  if (layers < 1)
+    throw argument_error("cut planner: a model of " + std::to_string(layers) + " layers");
+  seconds_.assign(static_cast<size_t>(layers * layers), 0.0);
+}
+
+size_t stage_costs::index(int64_t first, int64_t last) const {
+  if (first < 0 || last < first || last >= layers_)
+    throw argument_error("cut planner: no stage of layers " + std::to_string(first) + ".." +
+                         std::to_string(last) + " in a model of " + std::to_string(layers_) +
+                         " layers");
+  return static_cast<size_t>(first * layers_ + last);
+}
+
+double stage_costs::at(int64_t first, int64_t last) const { return seconds_[index(first, last)]; }
+
+void stage_costs::set(int64_t first, int64_t last, double seconds) {
+  const auto i = index(first, last);
+  if (!(seconds >= 0) || !std::isfinite(seconds))
+    throw argument_error("cut planner: the stage of layers " + std::to_string(first) + ".." +
+                         std::to_string(last) + " costs " + std::to_string(seconds) + " s");
+  seconds_[i] = seconds;
+}
+
+stage_costs stage_costs::from_layers(const std::vector<layer_cost>& costs, stage_passes below) {
+  if (costs.empty())
+    throw argument_error("cut planner: no layers");
   for (auto& c : costs)
     if (!(c.forward >= 0) || !(c.backward >= 0))
       throw argument_error("cut planner: a layer's cost is negative");
   if (!(below.forward >= 0) || !(below.backward >= 0))
     throw argument_error("cut planner: negative passes");
-}
-
-/// Seconds of layers [first, last) as stage `k` of `n`.
-double seconds_of(const std::vector<layer_cost>& costs, size_t first, size_t last, size_t k,
-                  size_t n, const std::vector<double>& slowdowns, stage_passes below) {
-  const auto p = k + 1 == n ? stage_passes{} : below;
-  double s = 0;
-  for (size_t l = first; l < last; ++l)
-    s += p.forward * costs[l].forward + p.backward * costs[l].backward;
-  return s * slowdowns[k];
-}
-
-} // namespace
-
-std::vector<double> stage_seconds(const std::vector<layer_cost>& costs,
-                                  const std::vector<int64_t>& cuts,
-                                  const std::vector<double>& slowdowns, stage_passes below) {
-  check(costs, slowdowns, below);
-  if (cuts.size() + 1 != slowdowns.size())
-    throw argument_error("cut planner: " + std::to_string(cuts.size()) + " cuts for " +
-                         std::to_string(slowdowns.size()) + " stages");
-  std::vector<double> out;
-  size_t first = 0;
-  for (size_t k = 0; k < slowdowns.size(); ++k) {
-    const size_t last = k < cuts.size() ? static_cast<size_t>(cuts[k]) + 1 : costs.size();
-    if (last <= first || last > costs.size())
-      throw argument_error("cut planner: the cuts are not increasing layers of the model");
-    out.push_back(seconds_of(costs, first, last, k, slowdowns.size(), slowdowns, below));
-    first = last;
+  const auto n = static_cast<int64_t>(costs.size());
+  stage_costs out(n);
+  for (int64_t first = 0; first < n; ++first) {
+    double sum = 0;  // layers first..last at `below`'s passes
+    for (int64_t last = first; last < n; ++last) {
+      const auto& c = costs[static_cast<size_t>(last)];
+      sum += below.forward * c.forward + below.backward * c.backward;
+      if (last + 1 < n) {
+        out.set(first, last, sum);
+      } else {
+        double one_pass = 0;  // the last stage: one forward, one backward
+        for (int64_t l = first; l < n; ++l)
+          one_pass += costs[static_cast<size_t>(l)].forward + costs[static_cast<size_t>(l)].backward;
+        out.set(first, last, one_pass);
+      }
+    }
   }
   return out;
 }
 
-std::vector<int64_t> balanced_cuts(const std::vector<layer_cost>& costs,
-                                   const std::vector<double>& slowdowns, stage_passes below) {
-  check(costs, slowdowns, below);
-  const size_t n = slowdowns.size(), layers = costs.size();
+// --- plans ------------------------------------------------------------------------
+
+namespace {
+
+void check(const stage_costs& costs, const std::vector<double>& slowdowns) {
+  if (slowdowns.empty())
+    throw argument_error("cut planner: no stages");
+  if (costs.layers() < static_cast<int64_t>(slowdowns.size()))
+    throw argument_error("cut planner: " + std::to_string(costs.layers()) +
+                         " layers cannot make " + std::to_string(slowdowns.size()) + " stages");
+  for (auto s : slowdowns)
+    if (!(s >= 1))
+      throw argument_error("cut planner: a slowdown is below 1");
+}
+
+} // namespace
+
+std::vector<double> stage_seconds(const stage_costs& costs, const std::vector<int64_t>& cuts,
+                                  const std::vector<double>& slowdowns) {
+  check(costs, slowdowns);
+  if (cuts.size() + 1 != slowdowns.size())
+    throw argument_error("cut planner: " + std::to_string(cuts.size()) + " cuts for " +
+                         std::to_string(slowdowns.size()) + " stages");
+  std::vector<double> out;
+  int64_t first = 0;
+  for (size_t k = 0; k < slowdowns.size(); ++k) {
+    const int64_t last = k < cuts.size() ? cuts[k] : costs.layers() - 1;
+    if (last < first || last >= costs.layers())
+      throw argument_error("cut planner: the cuts are not increasing layers of the model");
+    out.push_back(costs.at(first, last) * slowdowns[k]);
+    first = last + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> balanced_cuts(const stage_costs& costs, const std::vector<double>& slowdowns) {
+  check(costs, slowdowns);
+  const size_t n = slowdowns.size(), layers = static_cast<size_t>(costs.layers());
   const double inf = std::numeric_limits<double>::infinity();
+  auto seconds_of = [&](size_t first, size_t end, size_t k) {  // layers [first, end) as stage k
+    return costs.at(static_cast<int64_t>(first), static_cast<int64_t>(end) - 1) * slowdowns[k];
+  };
   // best[k][i]: the slowest of stages 0..k when they hold layers [0, i);
-  // from[k][i]: where stage k starts then.
+  // from[k][i]: where stage k starts then. Only the last stage may end at
+  // the last layer.
   std::vector<std::vector<double>> best(n, std::vector<double>(layers + 1, inf));
   std::vector<std::vector<size_t>> from(n, std::vector<size_t>(layers + 1, 0));
   for (size_t i = 1; i <= layers; ++i)
-    best[0][i] = seconds_of(costs, 0, i, 0, n, slowdowns, below);
+    best[0][i] = seconds_of(0, i, 0);
   for (size_t k = 1; k < n; ++k)
     for (size_t i = k + 1; i <= layers; ++i)
       for (size_t j = k; j < i; ++j) {
-        const double slowest =
-          std::max(best[k - 1][j], seconds_of(costs, j, i, k, n, slowdowns, below));
+        const double slowest = std::max(best[k - 1][j], seconds_of(j, i, k));
         if (slowest < best[k][i]) {
           best[k][i] = slowest;
           from[k][i] = j;
@@ -87,9 +129,19 @@ std::vector<int64_t> balanced_cuts(const std::vector<layer_cost>& costs,
   return cuts;
 }
 
-placement balanced_placement(const std::vector<layer_cost>& costs,
-                             const std::vector<double>& slowdowns, stage_passes below) {
-  check(costs, slowdowns, below);
+std::vector<double> stage_seconds(const std::vector<layer_cost>& costs,
+                                  const std::vector<int64_t>& cuts,
+                                  const std::vector<double>& slowdowns, stage_passes below) {
+  return stage_seconds(stage_costs::from_layers(costs, below), cuts, slowdowns);
+}
+
+std::vector<int64_t> balanced_cuts(const std::vector<layer_cost>& costs,
+                                   const std::vector<double>& slowdowns, stage_passes below) {
+  return balanced_cuts(stage_costs::from_layers(costs, below), slowdowns);
+}
+
+placement balanced_placement(const stage_costs& costs, const std::vector<double>& slowdowns) {
+  check(costs, slowdowns);
   if (slowdowns.size() > 8)
     throw argument_error("cut planner: " + std::to_string(slowdowns.size()) +
                          " machines are too many orders to try (at most 8)");
@@ -97,8 +149,8 @@ placement balanced_placement(const std::vector<layer_cost>& costs,
     std::vector<double> s;
     for (auto m : machines)
       s.push_back(slowdowns[m]);
-    placement p{machines, balanced_cuts(costs, s, below), 0};
-    auto secs = stage_seconds(costs, p.cuts, s, below);
+    placement p{machines, balanced_cuts(costs, s), 0};
+    auto secs = stage_seconds(costs, p.cuts, s);
     p.slowest = *std::max_element(secs.begin(), secs.end());
     return p;
   };
@@ -130,6 +182,11 @@ placement balanced_placement(const std::vector<layer_cost>& costs,
       best = std::move(p);
   } while (std::next_permutation(values.begin(), values.end()));
   return best;
+}
+
+placement balanced_placement(const std::vector<layer_cost>& costs,
+                             const std::vector<double>& slowdowns, stage_passes below) {
+  return balanced_placement(stage_costs::from_layers(costs, below), slowdowns);
 }
 
 } // namespace eg::learning

@@ -6,7 +6,10 @@
 // times its machine's slowdown, and a stage below the last does more passes
 // per batch than the last (delayed: the forward pass again before the
 // backward one). No torch here: the layers' times are measured elsewhere
-// (learning::measure_layer_costs, split.hpp).
+// (learning::measure_layer_costs, split.hpp), or each run of layers timed
+// as a stage of its own (learning::measure_stage_costs): what a stage
+// costs beyond its layers' passes (the stashed copy, the weight
+// prediction, the optimizer's step, the loss) is then counted too.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,17 +30,52 @@ struct stage_passes {
   double backward = 1;
 };
 
-/// Seconds per batch of each stage when the model of `costs` is cut after
-/// the layers `cuts` and stage k runs `slowdowns[k]` times slower.
-std::vector<double> stage_seconds(const std::vector<layer_cost>& costs,
-                                  const std::vector<int64_t>& cuts,
-                                  const std::vector<double>& slowdowns, stage_passes below);
+/// Seconds per batch, on the fastest machine, of every contiguous run of
+/// layers trained as one stage: at(first, last) for the stage of layers
+/// first..last (both included). A run that starts at layer 0 is always a
+/// first stage, one that ends at the last layer always the last, so one
+/// figure per run covers what each role costs.
+class stage_costs {
+public:
+  /// `layers` layers, every run costing 0; throws argument_error below 1.
+  explicit stage_costs(int64_t layers);
+  /// Each stage as the sum of its layers' passes: `below` passes a batch
+  /// for a stage that does not end at the last layer, one forward and one
+  /// backward for the last. Throws argument_error for no layers, a
+  /// negative cost or negative passes.
+  static stage_costs from_layers(const std::vector<layer_cost>& costs, stage_passes below);
+
+  int64_t layers() const { return layers_; }
+  /// Throws argument_error outside 0 <= first <= last < layers().
+  double at(int64_t first, int64_t last) const;
+  /// Throws argument_error outside that range, or for a negative or
+  /// non-finite `seconds`.
+  void set(int64_t first, int64_t last, double seconds);
+
+private:
+  size_t index(int64_t first, int64_t last) const;
+  int64_t layers_;
+  std::vector<double> seconds_;
+};
+
+/// Seconds per batch of each stage when the model is cut after the layers
+/// `cuts` and stage k runs `slowdowns[k]` times slower. Throws
+/// argument_error for cuts that are not increasing layers of the model, or
+/// not one fewer than the slowdowns.
+std::vector<double> stage_seconds(const stage_costs& costs, const std::vector<int64_t>& cuts,
+                                  const std::vector<double>& slowdowns);
 
 /// The cuts (strictly increasing layer indices, as make_pipeline takes
 /// them) into slowdowns.size() contiguous stages of at least one layer
 /// that make the slowest stage as fast as it can be; among equal ones, the
 /// first found. Throws argument_error when there are fewer layers than
-/// stages, a slowdown below 1 or a negative cost.
+/// stages or a slowdown is below 1.
+std::vector<int64_t> balanced_cuts(const stage_costs& costs, const std::vector<double>& slowdowns);
+
+/// The same two from each layer's cost alone (stage_costs::from_layers).
+std::vector<double> stage_seconds(const std::vector<layer_cost>& costs,
+                                  const std::vector<int64_t>& cuts,
+                                  const std::vector<double>& slowdowns, stage_passes below);
 std::vector<int64_t> balanced_cuts(const std::vector<layer_cost>& costs,
                                    const std::vector<double>& slowdowns, stage_passes below);
 
@@ -61,6 +99,8 @@ struct placement {
 /// interchangeable); the given order wins ties, then the first found.
 /// Throws argument_error as balanced_cuts does, and for more than 8
 /// machines (8! orders).
+placement balanced_placement(const stage_costs& costs, const std::vector<double>& slowdowns);
+/// The same from each layer's cost alone (stage_costs::from_layers).
 placement balanced_placement(const std::vector<layer_cost>& costs,
                              const std::vector<double>& slowdowns, stage_passes below);
 

@@ -322,6 +322,20 @@ stage_passes passes_below(stage_mode mode);
 std::vector<layer_cost> measure_layer_costs(const std::string& model, const model_shape& shape,
                                             int64_t batch, int repeats = 7);
 
+/// Every contiguous run of layers of `model` trained as a stage on this
+/// machine, in this thread, by a stage_trainer with `opt` (its mode and
+/// rates): seconds per batch of all of a stage's work, the forward pass (on
+/// the stashed or predicted copy), the backward pass, the optimizer's step
+/// and the gradient it sends down, or the loss step for a run that ends at
+/// the last layer; in the pipelined modes a batch's backward pass comes
+/// after the next batch's forward pass. Inputs, labels and gradients are
+/// random, of the shapes the stage takes. Rounds over every run, one timed
+/// batch each after an untimed one; the median of `repeats` rounds. For
+/// stage_costs's plans (cut_planner.hpp). Holds every run's parameters at
+/// once (about layers^2 / 6 copies of the model's), no batch.
+stage_costs measure_stage_costs(const std::string& model, const model_shape& shape, int64_t batch,
+                                const stage_options& opt, int repeats = 7);
+
 // --- in-process reference pipeline ---------------------------------------------
 
 struct pipeline_result {

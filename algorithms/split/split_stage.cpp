@@ -611,6 +611,79 @@ std::vector<layer_cost> measure_layer_costs(const std::string& model, const mode
   return out;
 }
 
+stage_costs measure_stage_costs(const std::string& model, const model_shape& shape, int64_t batch,
+                                const stage_options& opt, int repeats) {
+  if (batch < 1 || repeats < 1)
+    throw argument_error("measure_stage_costs: batch and repeats must be positive");
+  using clock = std::chrono::steady_clock;
+  const auto layers = layer_count(model);
+  // Every run of layers as a stage of its own, all kept (their parameters,
+  // not their batches: each visit drains what it put in flight).
+  struct run {
+    int64_t first, last;
+    std::unique_ptr<stage_trainer> trainer;
+    torch::Tensor input, gradient;
+    uint64_t next = 0;  // the next batch id
+    std::vector<double> seconds;
+  };
+  auto options = opt;
+  options.max_in_flight = std::max<int64_t>(options.max_in_flight, 2);
+  const auto labels = torch::randint(shape.classes, {batch}, torch::kInt64);
+  std::vector<run> runs;
+  for (int64_t first = 0; first < layers; ++first)
+    for (int64_t last = first; last < layers; ++last) {
+      run r{first, last, std::make_unique<stage_trainer>(make_stage(model, first, last, 1, shape),
+                                                         options, 2)};
+      auto in = first == 0 ? shape.input.dims() : activation_shape(model, first - 1, shape);
+      in.insert(in.begin(), batch);
+      r.input = torch::randn(in);
+      runs.push_back(std::move(r));
+    }
+  // One batch of a run's work: the last layer's run takes a loss step; the
+  // others a forward pass and, in the pipelined modes, the backward pass of
+  // the batch before it (so a stashed or predicted copy is in flight), in
+  // backprop the batch's own. Small gradients: the weights barely move.
+  auto work = [&](run& r) {
+    auto& t = *r.trainer;
+    const auto b = r.next++;
+    if (r.last + 1 == layers) {
+      t.loss_step(b, r.input, labels);
+      return;
+    }
+    auto out = t.forward(b, r.input, labels);
+    if (!r.gradient.defined())
+      r.gradient = 1e-4 * torch::randn_like(out.output);
+    if (!pipelined(opt.mode))
+      t.backward(b, r.gradient);
+    else if (t.in_flight() > 1)
+      t.backward(b - 1, r.gradient);
+  };
+  auto drain = [&](run& r) {
+    if (r.last + 1 < layers && r.trainer->in_flight() > 0)
+      r.trainer->backward(r.next - 1, r.gradient);
+  };
+  // Rounds over every run, one timed batch each, the order reversed every
+  // other round: a slow spell of the machine spreads over many runs'
+  // samples instead of falling on a few runs' all.
+  for (int round = 0; round <= repeats; ++round)
+    for (size_t i = 0; i < runs.size(); ++i) {
+      auto& r = runs[round % 2 ? runs.size() - 1 - i : i];
+      work(r);  // untimed: fills the pipeline (and warms up in round 0)
+      if (round > 0) {
+        const auto t0 = clock::now();
+        work(r);
+        r.seconds.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+      }
+      drain(r);
+    }
+  stage_costs costs(layers);
+  for (auto& r : runs) {
+    std::nth_element(r.seconds.begin(), r.seconds.begin() + r.seconds.size() / 2, r.seconds.end());
+    costs.set(r.first, r.last, r.seconds[r.seconds.size() / 2]);
+  }
+  return costs;
+}
+
 // --- the in-process pipeline ------------------------------------------------------
 
 namespace {
