@@ -176,8 +176,9 @@ struct stage_options {
   /// steps over which the SGD's learning rate rises linearly to its value
   /// (step s of the first `lr_warmup` takes (s + 1) / lr_warmup of it; 0:
   /// off): late gradients cost the most while the weights move fastest.
-  /// Counted from the trainer's start: a stage started again from its
-  /// checkpoint (a node restarted) warms up again.
+  /// Counted in the stage's steps, which its checkpoint keeps: a stage
+  /// started again from its checkpoint (a node restarted, a rollback) goes
+  /// on from the step it was saved at.
   int64_t lr_warmup = 0;
   /// How the warm-up scales a step. false: linearly from 0, every step of
   /// every stage alike. true: by the gradient's delay, PipeMare's learning
@@ -256,7 +257,7 @@ public:
   /// batches). Returns how many were dropped.
   size_t forget_before(uint64_t batch);
   /// Optimizer steps so far (a step skipped for a non-finite gradient is
-  /// not one).
+  /// not one); load() sets it to the checkpoint's.
   uint64_t steps() const { return steps_; }
   /// The norm of the last update's gradient over the stage's parameters
   /// (NaN before the first). A non-finite gradient is not applied: the

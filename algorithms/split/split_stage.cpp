@@ -447,6 +447,9 @@ std::string stage_trainer::save() {
   // The learning rates as they are now (a rollback slows them; torch's
   // optimizer archives keep their state, not their options).
   root.write("lr", c10::IValue(learning_rate()));
+  // The steps so far: the warm-up (stage_options::lr_warmup) and the
+  // delays it scales by go on where they were.
+  root.write("steps", c10::IValue(static_cast<int64_t>(steps_)));
   if (sg_)
     root.write("sg_lr", c10::IValue(static_cast<const torch::optim::AdamOptions&>(
                                       sg_->optimizer().param_groups().front().options()).lr()));
@@ -538,6 +541,14 @@ void stage_trainer::load(const std::string& bytes) {
   }
   pending_.clear();
   apply(*stage_, *optimizer_, sg_.get());
+  // A checkpoint written before the counts were kept starts them again.
+  torch::serialize::InputArchive root;
+  std::istringstream in(archive);
+  root.load_from(in);
+  c10::IValue v;
+  steps_ = root.try_read("steps", v) && v.isInt() && v.toInt() > 0
+             ? static_cast<uint64_t>(v.toInt())
+             : 0;
 }
 
 std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& model,

@@ -441,6 +441,13 @@ BOOST_AUTO_TEST_CASE(a_stage_warms_its_learning_rate_up_over_its_first_steps) {
   for (int i = 0; i < 6; ++i) {
     BOOST_TEST(stages[0]->step_learning_rate() == 0.01 * std::min(i + 1, 4) / 4.0,
                boost::test_tools::tolerance(1e-12));
+    if (i == 2) {
+      // Started again from its checkpoint, a stage goes on with its warm-up.
+      auto again = make_pipeline("lenet5", {}, 3, o, fashion);
+      again[0]->load(stages[0]->save());
+      BOOST_TEST(again[0]->step_learning_rate() == stages[0]->step_learning_rate(),
+                 boost::test_tools::tolerance(1e-12));
+    }
     stages[0]->loss_step(static_cast<uint64_t>(i), x, y);
     static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options())
       .lr(0.01 * std::min(i + 1, 4) / 4.0);
@@ -929,8 +936,12 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_refusals) {
   train_pipeline(a, d, shuffled_plan(all, 16, 1.0, rng), 1);
 
   auto b = make_pipeline("lenet5", {2}, 99, o, fashion);  // other initial values
-  for (size_t k = 0; k < a.size(); ++k)
+  for (size_t k = 0; k < a.size(); ++k) {
     b[k]->load(a[k]->save());
+    // The step count comes along (a warm-up goes on where it was).
+    BOOST_TEST(a[k]->steps() == 4u);
+    BOOST_TEST(b[k]->steps() == a[k]->steps());
+  }
   BOOST_TEST(all_equal(snapshot(pipeline_parameters(a)), snapshot(pipeline_parameters(b))));
   BOOST_TEST(all_equal(snapshot(a[0]->synthetic()->module().parameters()),
                        snapshot(b[0]->synthetic()->module().parameters())));
