@@ -14,7 +14,12 @@ void enqueue(self_ptr self, held_stage_batch m) {
   if (!st.started)
     st.started = clock::now();
   st.queue.push_back(std::move(m));
-  if (!st.working) {
+  kick(self);
+}
+
+void kick(self_ptr self) {
+  auto& st = self->state;
+  if (!st.working && !st.queue.empty()) {
     if (st.idle_since)
       st.stats.idle_seconds += seconds(clock::now() - *st.idle_since);
     st.idle_since.reset();
@@ -57,15 +62,16 @@ void hold(std::deque<T>& q, T x) {
 }
 
 void send_up(self_ptr self, stage_direction kind, uint64_t batch, const torch::Tensor& output,
-             const torch::Tensor& labels) {
+             const torch::Tensor& labels, bool last) {
   auto& st = self->state;
   if (st.holding) {
-    st.outbox.push_back([self, kind, batch, output, labels] {
-      send_up(self, kind, batch, output, labels);
+    st.outbox.push_back([self, kind, batch, output, labels, last] {
+      send_up(self, kind, batch, output, labels, last);
     });
     return;
   }
   auto m = tensor_message(kind, batch, {"input", "labels"}, {output, labels});
+  m.value.last = last;
   if (!st.above) {
     hold(st.waiting_up, std::move(m));
     return;
@@ -173,7 +179,7 @@ void serve(self_ptr self, held_stage_batch m) {
       } else {
         auto r = t.forward(batch, input, labels);
         ++st.stats.batches;
-        send_up(self, stage_direction::forward, batch, r.output, labels);
+        send_up(self, stage_direction::forward, batch, r.output, labels, m.value.last);
         send_down(self, batch, r.input_gradient);  // synthetic mode
       }
       break;
@@ -205,6 +211,26 @@ void serve(self_ptr self, held_stage_batch m) {
 }
 
 
+/// The queued message to serve next (none: wait). In the order they came,
+/// but under the one-forward-one-backward schedule (stage_args::
+/// forward_limit): the first forward while the stage holds fewer batches
+/// than its limit and the epoch's last forward has not gone through, else
+/// the first backward; evaluation batches, which change nothing, at once.
+std::optional<size_t> next_message(const stage_state& st) {
+  if (st.queue.empty())
+    return std::nullopt;
+  if (st.args.forward_limit <= 0 || st.is_last() || !st.pipelined() || st.drained)
+    return 0;
+  const bool forward =
+    static_cast<int64_t>(st.args.trainer->in_flight()) < st.args.forward_limit;
+  for (size_t i = 0; i < st.queue.size(); ++i) {
+    const auto d = st.queue[i].value.direction;
+    if (d == stage_direction::infer || (d == stage_direction::forward) == forward)
+      return i;
+  }
+  return std::nullopt;
+}
+
 /// CPU seconds this thread has run.
 double thread_cpu_seconds() {
   timespec ts{};
@@ -222,13 +248,16 @@ void do_work(self_ptr self) {
   st.outbox.clear();
   for (auto& send : ready)
     send();
-  if (st.queue.empty()) {
+  const auto next = next_message(st);
+  if (!next) {  // nothing, or not what the schedule waits for
     st.working = false;
     st.idle_since = clock::now();
     return;
   }
-  auto m = std::move(st.queue.front());
-  st.queue.pop_front();
+  auto m = std::move(st.queue[*next]);
+  st.queue.erase(st.queue.begin() + static_cast<std::ptrdiff_t>(*next));
+  if (m.value.direction == stage_direction::forward)
+    st.drained = m.value.last;
   const auto t0 = clock::now();
   const auto direction = m.value.direction;
   const char* what = direction == stage_direction::forward    ? "forward"
@@ -286,6 +315,14 @@ void take_stages(self_ptr self, const std::vector<caf::actor>& all,
     tell_all(self, forget_atom::value, first_id);
   }
 }
+
+} // namespace stage_parts
+
+int64_t one_forward_one_backward_limit(int64_t in_flight, size_t index) {
+  return std::max<int64_t>(1, in_flight - static_cast<int64_t>(index));
+}
+
+namespace stage_parts {
 
 stage_impl::behavior_type stage(self_ptr self, stage_args args) {
   auto& st = self->state;

@@ -163,6 +163,13 @@ struct stage_args {
   /// message's results go out slowdown x its CPU seconds after its work
   /// began (the rest of that time after the work is idled).
   double slowdown = 1;
+  /// In every mode but backprop, a stage below the last with a limit keeps
+  /// to PipeDream's one-forward-one-backward schedule (split.schedule =
+  /// "1f1b"; one_forward_one_backward_limit): while it holds fewer batches
+  /// than this it serves the next forward, else the next backward, waiting
+  /// for the one it needs, so every stage's steps come in the same order
+  /// in every run; 0: the messages in the order they came.
+  int64_t forward_limit = 0;
   // The first stage only:
   std::shared_ptr<const learning::dataset> train_set;
   std::shared_ptr<const learning::dataset> test_set;
@@ -198,6 +205,11 @@ struct stage_args {
 };
 
 stage_actor spawn_stage(caf::actor_system& sys, stage_args args);
+
+/// The batches stage `index` holds at most under the one-forward-one-
+/// backward schedule, `in_flight` being the first stage's: one fewer at
+/// each stage up (those between it and the first stage), at least 1.
+int64_t one_forward_one_backward_limit(int64_t in_flight, size_t index);
 
 /// Links `stages` (first to last) into a pipeline.
 void link_stages(const std::vector<stage_actor>& stages);

@@ -114,6 +114,7 @@ void pump(self_ptr self) {
     const auto kind = o.test ? stage_direction::infer : stage_direction::forward;
     auto m = tensor_message(kind, o.id, {"input", "labels"},
                             {data.batch(index), data.labels.index_select(0, index)});
+    m.value.last = o.last;
     enqueue(self, std::move(m));
   }
 }
@@ -132,6 +133,8 @@ void forget(self_ptr self, uint64_t below_id) {
     if (!stale(m))
       keep.push_back(std::move(m));
   st.queue = std::move(keep);
+  st.drained = false;  // what is sent again comes as forwards
+  kick(self);
   for (auto* q : {&st.waiting_up, &st.waiting_down}) {
     std::deque<held_stage_batch> left;
     for (auto& x : *q)

@@ -114,6 +114,10 @@ struct stage_state {
   static constexpr size_t max_waiting = 64;
   std::deque<held_stage_batch> queue;
   bool working = false;  // a work message is on its way (or idling)
+  // The one-forward-one-backward schedule (stage_args::forward_limit): the
+  // forward of the last batch before the pipeline drains went through, so
+  // no forward is waited for.
+  bool drained = false;
   // An emulated slower machine (slowdown > 1) has its results ready only
   // after slowdown x the compute time: what a message's work sends waits
   // here until the stage's idle time after it has passed.
@@ -196,11 +200,14 @@ void place(self_ptr self, const std::vector<caf::actor>& all, const std::vector<
 // stage.cpp
 /// Queues a message and starts working if idle.
 void enqueue(self_ptr self, held_stage_batch m);
+/// Starts working if idle and a message waits (the schedule may take one
+/// now: batches in flight were dropped).
+void kick(self_ptr self);
 /// Sends tensors to another stage: on the weights lane to a stage on
 /// another node, as a typed message else. Returns the bytes sent.
 size_t send_to(self_ptr self, const neighbour& to, held_stage_batch m);
 void send_up(self_ptr self, stage_direction kind, uint64_t batch, const torch::Tensor& output,
-             const torch::Tensor& labels);
+             const torch::Tensor& labels, bool last = false);
 void send_down(self_ptr self, uint64_t batch, const torch::Tensor& gradient);
 /// The last stage tells the first what a batch gave.
 void report(self_ptr self, uint64_t batch, bool test, double loss_sum, int64_t correct,

@@ -184,6 +184,9 @@ struct split_options {
   /// of layers timed as a stage of the planning mode: learning::
   /// measure_stage_costs) or "layers" (each layer timed alone, summed).
   std::string plan_from = "stages";
+  /// The order the stages serve their batches in: "arrival" or "1f1b"
+  /// (split.schedule).
+  std::string schedule = "arrival";
 };
 /// One model trained whole, split with backpropagation, and split with
 /// synthetic gradients, on 2 and 3 stages of equal and unequal speed: test

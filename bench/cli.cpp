@@ -83,6 +83,11 @@ void add_other_options(CLI::App* bench, cli_state& state) {
                   "split: with --cut-by-speed, also order the machines along the pipeline by "
                   "those times (a slow machine may take the first layers)")
     ->needs(cut_by_speed);
+  bench->add_option("--schedule", st->split_opt.schedule,
+                    "split: the order the stages serve batches in: arrival (as they come, the "
+                    "default) or 1f1b (PipeDream's one forward, one backward: the same steps in "
+                    "every run of a seed)")
+    ->check(CLI::IsMember({"arrival", "1f1b"}));
   bench->add_option("--plan-from", st->split_opt.plan_from,
                     "split: with --cut-by-speed, plan on the stages' costs (each run of layers "
                     "timed as a stage of the mode, with its step, stash and loss: the default) or "

@@ -89,6 +89,8 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
     a.trainer = trainers[k];
     a.index = k;
     a.slowdown = su.slowdowns.at(k);
+    if (s.schedule == "1f1b")
+      a.forward_limit = actors::one_forward_one_backward_limit(s.in_flight, k);
     if (k == 0) {
       a.train_set = train;
       a.test_set = test;
@@ -264,6 +266,10 @@ void print_header(const split_options& s, const learning::dataset& train,
                    " 5x5 convolutions)").c_str()
                 : "",
               s.repeat);
+  if (s.schedule == "1f1b")
+    std::printf("every mode but backprop: the stages keep to the one-forward-one-backward "
+                "schedule (stage K holds at most %lld - K batches)\n",
+                static_cast<long long>(s.in_flight));
   if (s.stage_lr_warmup > 0 && s.stage_lr_warmup_rule == "delay")
     std::printf("every mode but backprop: over its first %lld steps, each stage's learning rate "
                 "is divided by d^(1 - step/%lld) for a gradient d steps late\n",

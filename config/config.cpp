@@ -15,7 +15,7 @@
 //               server, commit_steps, staleness, check_period, min_interval, target_loss
 //   [edgegossip] aggregator, aggregation_ratio, selection, merge, p_threshold, f_threshold,
 //                deadline, count_network, first_epoch_share
-//   [split]     mode, model, in_flight, lr_warmup, lr_warmup_rule, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
+//   [split]     mode, model, in_flight, schedule, lr_warmup, lr_warmup_rule, sg_hidden, sg_lr, sg_conditioned, sg_conv_layers,
 //               resend_after, runaway_guard, max_rollbacks, rollback_lr_factor,
 //               stuck_after
 //   [storage]   dir
@@ -242,6 +242,7 @@ void scalar_keys(C& c, Visit&& visit) {
                   false});
   visit("split.model", c.split.model, text_rule{{"lenet5", "conv8", "vgg11"}, false});
   visit("split.in_flight", c.split.in_flight, positive_int);
+  visit("split.schedule", c.split.schedule, text_rule{{"arrival", "1f1b"}, false});
   visit("split.lr_warmup", c.split.lr_warmup, non_negative_int);
   visit("split.lr_warmup_rule", c.split.lr_warmup_rule, text_rule{{"linear", "delay"}, false});
   visit("split.sg_hidden", c.split.sg_hidden, positive_int);
@@ -1104,6 +1105,8 @@ std::string run_fingerprint(const cluster_config& cfg) {
     text << "|split|" << cfg.split.mode << '|' << cfg.split.model << '|' << cfg.split.in_flight
          << '|' << cfg.split.sg_hidden << '|' << cfg.split.sg_lr << '|' << cfg.split.sg_conditioned
          << '|' << cfg.split.sg_conv_layers;
+    if (cfg.split.schedule != "arrival")  // (runs in arrival order keep their fingerprint)
+      text << "|schedule=" << cfg.split.schedule;
     if (cfg.split.lr_warmup > 0)  // (runs without one keep their fingerprint)
       text << "|lr_warmup=" << cfg.split.lr_warmup;
     if (cfg.split.lr_warmup > 0 && cfg.split.lr_warmup_rule != "linear")  // (likewise)

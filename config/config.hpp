@@ -363,9 +363,16 @@ struct split_config {
   std::string mode = "off";
   std::string model = "conv8";  ///< "lenet5", "conv8" or "vgg11"
   int64_t in_flight = 4;        ///< all modes but backprop: batches in the pipeline at once
+  /// All modes but backprop: the order a stage serves its batches in.
+  /// "arrival": as they come; "1f1b": PipeDream's one forward, one backward
+  /// (stage K of the pipeline holds at most in_flight - K batches, a
+  /// forward while it holds fewer, else a backward, waiting for the one it
+  /// needs), so a seed's run trains the same in every run
+  /// (actors::stage_args::forward_limit).
+  std::string schedule = "arrival";
   /// All modes but backprop: steps over which each stage's learning rate
-  /// rises linearly to train.lr (learning::stage_options::lr_warmup; 0: off),
-  /// again after a stage's node is restarted.
+  /// rises linearly to train.lr (learning::stage_options::lr_warmup; 0: off);
+  /// a stage's checkpoint keeps its steps, so a restarted node goes on.
   int64_t lr_warmup = 0;
   /// How the warm-up scales a step: "linear" (from 0, every step alike) or
   /// "delay" (PipeMare's rule: lr / d^(1 - step/lr_warmup) for a gradient d

@@ -270,6 +270,7 @@ struct body_writer {
     auto out = body.initStageBatch();
     out.setDirection(static_cast<wire::StageDirection>(b.direction));
     out.setBatch(b.batch);
+    out.setLast(b.last);
     write_tensors(out.initTensors(static_cast<unsigned>(b.tensors.size())), b.tensors, orphanage);
   }
   void operator()(const hello& h) {
@@ -446,7 +447,7 @@ struct body_reader {
       throw codec_error("stage batch " + std::to_string(in.getBatch()) +
                         " has an unknown direction " + std::to_string(direction));
     return stage_batch{static_cast<stage_direction>(direction), in.getBatch(),
-                       read_tensors(in.getTensors())};
+                       read_tensors(in.getTensors()), in.getLast()};
   }
   hello operator()(wire::Hello::Reader in) const {
     hello h;

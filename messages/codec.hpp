@@ -154,6 +154,10 @@ struct stage_batch {
   uint64_t batch = 0;  ///< the batch's number in the run (the first stage counts)
   /// forward and infer: "input" and "labels"; backward: "gradient".
   std::vector<tensor_view> tensors;
+  /// forward: the first stage sends no training batch after this one until
+  /// every batch it sent came back (the end of an epoch): a stage that
+  /// keeps to a schedule (split.schedule) stops waiting for forwards.
+  bool last = false;
 };
 
 /// What a component of a node is. On the wire as its name (to_string).

@@ -95,6 +95,7 @@ struct StageBatch {
   direction @0 :StageDirection;
   batch @1 :UInt64;          # the batch's number in the run (the first stage counts)
   tensors @2 :List(Tensor);  # forward, infer: input and labels; backward: gradient
+  last @3 :Bool;             # forward: nothing follows until every batch out came back
 }
 
 struct Component {

@@ -119,6 +119,8 @@ std::vector<stage_args> local_stages(const config::cluster_config& cfg, const st
       a.trainer = std::make_shared<learning::stage_trainer>(
         learning::make_stage(model, first, last, cfg.seed, shape), o, cfg.seed + 1 + k);
       a.slowdown = sc.slowdown;
+      if (cfg.split.schedule == "1f1b")
+        a.forward_limit = one_forward_one_backward_limit(cfg.split.in_flight, k);
       a.fingerprint = fingerprint;
       a.resend_after = cfg.split.resend_after;
       a.runaway.enabled = cfg.split.runaway_guard;

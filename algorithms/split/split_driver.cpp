@@ -77,6 +77,8 @@ std::vector<split_driver::order> split_driver::next() {
     b.rows = std::move(queue_[queued_++]);
     send(std::move(b));
   }
+  if (!out.empty() && !out.back().test && again_.empty() && queued_ == queue_.size())
+    out.back().last = true;
   return out;
 }
 

@@ -58,6 +58,9 @@ public:
     uint64_t id = 0;
     bool test = false;
     std::vector<int64_t> rows;
+    /// A training batch after which nothing is sent until every batch out
+    /// is done (the last of an epoch, or of what was sent again at its end).
+    bool last = false;
   };
 
   /// Runs epochs `first` .. `epochs - 1` (first > 0: a run resumed after

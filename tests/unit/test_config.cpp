@@ -716,6 +716,17 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   by_delay.split.lr_warmup_rule = "delay";
   BOOST_TEST(run_fingerprint(by_delay) != run_fingerprint(other));
   BOOST_TEST(parse(to_toml(by_delay), "written.toml").split.lr_warmup_rule == "delay");
+  auto scheduled = c;
+  scheduled.split.schedule = "1f1b";
+  BOOST_TEST(run_fingerprint(scheduled) != run_fingerprint(c));
+  BOOST_TEST(parse(to_toml(scheduled), "written.toml").split.schedule == "1f1b");
+  auto bad_schedule = c;
+  bad_schedule.split.schedule = "gpipe";
+  BOOST_CHECK_EXCEPTION(validate(bad_schedule), config_error,
+                        [](const config_error& e) {
+                          return std::string(e.what()).find("split.schedule") !=
+                                 std::string::npos;
+                        });
   auto bad_rule = c;
   bad_rule.split.lr_warmup_rule = "cosine";
   BOOST_CHECK_EXCEPTION(validate(bad_rule), config_error,

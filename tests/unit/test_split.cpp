@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <numeric>
 #include <random>
 #include <string>
@@ -1026,6 +1027,39 @@ BOOST_AUTO_TEST_CASE(driver_keeps_its_window_and_waits_for_gradients_in_backprop
   std::iota(all.begin(), all.end(), 0);
   BOOST_TEST(rows == all);
   BOOST_TEST(d.evaluating());
+}
+
+BOOST_AUTO_TEST_CASE(driver_marks_the_last_training_batch_before_the_pipeline_drains) {
+  split_driver_options o;
+  o.batch = 10;
+  o.window = 2;
+  o.test_batch = 25;
+  split_driver d(45, 50, o);  // 5 batches: 10, 10, 10, 10, 5
+  d.start(1);
+  std::vector<bool> last;
+  std::deque<split_driver::order> out, tests;
+  auto take = [&] {
+    for (auto& b : d.next()) {
+      if (b.test) {
+        tests.push_back(b);
+      } else {
+        last.push_back(b.last);
+        out.push_back(b);
+      }
+    }
+  };
+  take();
+  while (!out.empty()) {
+    finish_all(d, {out.front()}, true);
+    out.pop_front();
+    take();
+  }
+  BOOST_TEST(last == (std::vector<bool>{false, false, false, false, true}),
+             boost::test_tools::per_element());
+  BOOST_TEST(d.evaluating());
+  BOOST_TEST(!tests.empty());
+  for (auto& t : tests)
+    BOOST_TEST(!t.last);  // test batches never
 }
 
 BOOST_AUTO_TEST_CASE(driver_evaluates_after_each_epoch_and_ends) {
