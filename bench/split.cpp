@@ -492,8 +492,12 @@ int split(const options& opt, const split_options& s) {
     for (auto& mode_name : s.modes) {
       const auto mode = learning::parse_stage_mode(mode_name);
       if (su.cuts.empty() && std::exchange(whole_done, true))
-        continue;  // one stage: trained once, in whichever mode (it has no cut)
-      rows.push_back(run_row(s, su, mode_name, mode, train, test, csv));
+        continue;  // one stage: trained once
+      // The whole model is the reference: plain training, as backprop
+      // (a one-stage pipeline in another mode would take its warm-up).
+      rows.push_back(run_row(s, su, mode_name,
+                             su.cuts.empty() ? learning::stage_mode::backprop : mode, train, test,
+                             csv));
     }
   }
   print_table(s, rows);
