@@ -385,6 +385,9 @@ BOOST_AUTO_TEST_CASE(commit_global_model_and_stage_batch_round_trip_bit_exact) {
     BOOST_TEST(static_cast<int>(rs.direction) == static_cast<int>(d));
     BOOST_TEST(rs.batch == 977u);
     check_same_tensors(s.tensors, rs.tensors);
+    BOOST_TEST(!rs.last);
+    s.last = true;  // the last training batch before the pipeline drains
+    BOOST_TEST(round_trip(s).last);
   }
   BOOST_TEST(std::string{to_string(stage_direction::backward)} == "backward");
 
