@@ -2,7 +2,8 @@
 // the stages on three nodes, the middle stage's node killed with SIGKILL and
 // started again by hand. The pipeline waits for it (the console says so),
 // the stage comes back from its checkpoint, and the run ends with every
-// epoch.
+// epoch. A run in the one-forward-one-backward order repeats at other
+// speeds.
 #include "actors/balancer/inspection.hpp"
 #include "process.hpp"
 
@@ -157,6 +158,46 @@ BOOST_AUTO_TEST_CASE(a_stages_node_killed_and_restarted_pauses_and_resumes_the_p
   const double last = std::stod(rows.back()["test_accuracy"]);
   BOOST_TEST_MESSAGE("split run through a kill and a restart: test accuracy " << last);
   BOOST_TEST(last > 0.7, "test accuracy " << last);
+}
+
+BOOST_AUTO_TEST_CASE(a_one_forward_one_backward_run_on_node_processes_repeats_at_other_speeds) {
+  // split.schedule = "1f1b" on three node processes started by launch:
+  // the same run with the middle stage's machine 1x and 5x slower (so its
+  // messages come in another order) trains the same, epoch by epoch, to
+  // the digit the metrics file keeps.
+  auto run_once = [](double slowdown) {
+    temp_dir dir;
+    const uint16_t ports[3] = {free_port(), free_port(), free_port()};
+    std::ostringstream toml;
+    toml << "[cluster]\nid = \"it-split-1f1b\"\nseed = 5\n"
+         << "[data]\ntrain_samples = 3000\ntest_samples = 500\n"
+         << "[train]\nepochs = 2\nlr = 0.01\nmomentum = 0.9\nbatch = 64\n"
+         << "[split]\nmode = \"predicted\"\nmodel = \"lenet5\"\nin_flight = 3\n"
+         << "schedule = \"1f1b\"\n"
+         << "[storage]\ndir = \"" << dir / "data" << "\"\n"
+         << "[output]\ndir = \"" << dir / "runs" << "\"\n";
+    const char* names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; ++i)
+      toml << "[[nodes]]\nname = \"" << names[i] << "\"\nhost = \"127.0.0.1\"\nport = "
+           << ports[i] << "\n";
+    toml << "[[stages]]\nnode = \"a\"\nlayers = 2\n"
+         << "[[stages]]\nnode = \"b\"\nlayers = 1\nslowdown = " << slowdown << "\n"
+         << "[[stages]]\nnode = \"c\"\nlayers = 2\n";
+    const auto config = dir / "split.toml";
+    write_file(config, toml.str());
+    auto [code, out] = run_binary({"launch", "--config", config}, dir / "launch.log", 180s);
+    BOOST_REQUIRE_MESSAGE(code == 0, out);
+    auto rows = read_csv((only_run_dir(dir / "runs") / "split-metrics.csv").string());
+    BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+    std::vector<std::string> figures;
+    for (auto& r : rows)
+      figures.push_back(r["train_loss"] + " " + r["test_accuracy"]);
+    return figures;
+  };
+  const auto even = run_once(1.0);
+  const auto slow = run_once(5.0);
+  BOOST_TEST(even == slow, boost::test_tools::per_element());
+  BOOST_TEST_MESSAGE("1f1b on node processes: epochs " << even[0] << " | " << even[1]);
 }
 
 BOOST_AUTO_TEST_CASE(a_split_run_that_keeps_running_away_ends_its_node_with_exit_code_4) {
