@@ -477,6 +477,7 @@ void stage_trainer::load(const std::string& bytes) {
   // Everything is loaded into a fresh copy of this stage first: a blob that
   // fails anywhere changes nothing here.
   std::string archive;
+  uint64_t steps = 0;  // the checkpoint's; one written before they were kept starts at 0
   auto apply = [&](stage_module& stage, torch::optim::SGD& sgd, synthetic_gradient* sg) {
     torch::serialize::InputArchive root;
     std::istringstream in(archive);
@@ -504,6 +505,10 @@ void stage_trainer::load(const std::string& bytes) {
     if (root.try_read("lr", lr))
       for (auto& group : sgd.param_groups())
         static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr.toDouble());
+    c10::IValue count;
+    steps = root.try_read("steps", count) && count.isInt() && count.toInt() > 0
+              ? static_cast<uint64_t>(count.toInt())
+              : 0;
     if (sg) {
       if (read_value<std::vector<int64_t>>(root, "sg_shape") != sg->shape())
         throw stage_error("the checkpoint's synthetic-gradient module has another shape");
@@ -541,14 +546,7 @@ void stage_trainer::load(const std::string& bytes) {
   }
   pending_.clear();
   apply(*stage_, *optimizer_, sg_.get());
-  // A checkpoint written before the counts were kept starts them again.
-  torch::serialize::InputArchive root;
-  std::istringstream in(archive);
-  root.load_from(in);
-  c10::IValue v;
-  steps_ = root.try_read("steps", v) && v.isInt() && v.toInt() > 0
-             ? static_cast<uint64_t>(v.toInt())
-             : 0;
+  steps_ = steps;
 }
 
 std::vector<std::shared_ptr<stage_trainer>> make_pipeline(const std::string& model,
