@@ -45,18 +45,12 @@ stage_costs stage_costs::from_layers(const std::vector<layer_cost>& costs, stage
   const auto n = static_cast<int64_t>(costs.size());
   stage_costs out(n);
   for (int64_t first = 0; first < n; ++first) {
-    double sum = 0;  // layers first..last at `below`'s passes
+    double below_sum = 0, once = 0;  // layers first..last at `below`'s passes, and at one each
     for (int64_t last = first; last < n; ++last) {
       const auto& c = costs[static_cast<size_t>(last)];
-      sum += below.forward * c.forward + below.backward * c.backward;
-      if (last + 1 < n) {
-        out.set(first, last, sum);
-      } else {
-        double one_pass = 0;  // the last stage: one forward, one backward
-        for (int64_t l = first; l < n; ++l)
-          one_pass += costs[static_cast<size_t>(l)].forward + costs[static_cast<size_t>(l)].backward;
-        out.set(first, last, one_pass);
-      }
+      below_sum += below.forward * c.forward + below.backward * c.backward;
+      once += c.forward + c.backward;
+      out.set(first, last, last + 1 < n ? below_sum : once);  // the last stage: one pass each
     }
   }
   return out;
