@@ -484,7 +484,13 @@ stage_checkpoint decode_stage_checkpoint(const std::string& bytes) {
 }
 
 stage_actor spawn_stage(caf::actor_system& sys, stage_args args) {
-  return caf::actor_cast<stage_actor>(sys.spawn(stage, std::move(args)));
+  // Detached: a thread of its own, as a stage has a machine of its own. A
+  // stage's messages are milliseconds of LibTorch work; on the scheduler's
+  // shared workers it moved between threads and cores (its caches cold) and
+  // held a worker the other stages' messages waited for. conv8's first stage
+  // took 8.3-8.9 ms of CPU per batch there, 6.4-6.6 detached (docs/SPLIT.md,
+  // "A thread per stage").
+  return caf::actor_cast<stage_actor>(sys.spawn<caf::detached>(stage, std::move(args)));
 }
 
 void link_stages(const std::vector<stage_actor>& stages) {

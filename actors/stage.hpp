@@ -204,6 +204,7 @@ struct stage_args {
   std::shared_ptr<std::string> failure;
 };
 
+/// Spawns a stage detached: on a thread of its own.
 stage_actor spawn_stage(caf::actor_system& sys, stage_args args);
 
 /// The batches stage `index` holds at most under the one-forward-one-
