@@ -15,6 +15,7 @@
 #   bench/split-nodes.sh [--binary B] [--repeat N] [--epochs E] [--mode M]
 #                        [--fast CORES] [--slower X] [--train-samples N]
 #                        [--layers2 "A B"] [--layers3 "A B C"] [--in-flight N]
+#                        [--schedule arrival|1f1b]
 #                        [--order2 "fast slow"] [--order3 "fast slow slow"]
 #                        [--work DIR]
 #
@@ -24,7 +25,8 @@
 # --order3 which stage runs on the fast node and which on slow ones, stage
 # by stage ("slow fast slow": the slow machines take the first and last
 # layers, as `bench split --cut-by-speed` may place them). --in-flight is
-# split.in_flight, the batches in the pipeline at once (default 4). --work keeps
+# split.in_flight, the batches in the pipeline at once (default 4); --schedule
+# split.schedule, the order each stage serves them in (default arrival). --work keeps
 # every run's cluster file, log and metrics in DIR (default: a temporary
 # directory, removed at the end). Exits 77 with a message where no CPU
 # limit can be set (cgroups need root or a delegated tree; otherwise
@@ -32,7 +34,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$here/build/edgegossip" repeat=3 epochs=3 mode=stashed fast=1 slower=4 samples=0
-layers2="5 3" layers3="4 1 3" work="" in_flight=4
+layers2="5 3" layers3="4 1 3" work="" in_flight=4 schedule=arrival
 order2="fast slow" order3="fast slow slow"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --layers2) layers2="$2"; shift 2 ;;
     --layers3) layers3="$2"; shift 2 ;;
     --in-flight) in_flight="$2"; shift 2 ;;
+    --schedule) schedule="$2"; shift 2 ;;
     --order2) order2="$2"; shift 2 ;;
     --order3) order3="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$bin" ] || { echo "bench/split-nodes.sh: no binary at $bin (build first)" >&2; exit 2; }
 case "$in_flight" in ''|*[!0-9]*|0) echo "bench/split-nodes.sh: --in-flight takes a positive number of batches" >&2; exit 2 ;; esac
+case "$schedule" in arrival|1f1b) ;; *) echo "bench/split-nodes.sh: --schedule takes arrival or 1f1b" >&2; exit 2 ;; esac
 read -r l2a l2b <<<"$layers2"
 read -r l3a l3b l3c <<<"$layers3"
 for n in "$l2a" "$l2b" "$l3a" "$l3b" "$l3c"; do
@@ -83,7 +87,7 @@ config() {
     printf '[cluster]\nid = "split-nodes"\nseed = %s\n' "$seed"
     printf '[data]\ntrain_samples = %s\n' "$samples"
     printf '[train]\nepochs = %s\nlr = 0.01\nmomentum = 0.9\nbatch = 64\n' "$epochs"
-    printf '[split]\nmode = "%s"\nmodel = "conv8"\nin_flight = %s\n' "$m" "$in_flight"
+    printf '[split]\nmode = "%s"\nmodel = "conv8"\nin_flight = %s\nschedule = "%s"\n' "$m" "$in_flight" "$schedule"
     printf '[storage]\ndir = "%s"\n[output]\ndir = "%s"\n' "$out.data" "$out.runs"
     local seen="" k=0 s node layers cores
     for s in "$@"; do
@@ -129,7 +133,7 @@ setups=(
   "2 stages ($o2a, $o2b)|a:$l2a:$(cores "$o2a") b:$l2b:$(cores "$o2b")"
   "3 stages ($o3a, $o3b, $o3c)|a:$l3a:$(cores "$o3a") b:$l3b:$(cores "$o3b") c:$l3c:$(cores "$o3c")"
 )
-echo "bench split-nodes: conv8, $epochs epochs, ${samples/#0/all} training images, $repeat seed(s); fast nodes $fast core(s), slow ones $slow (cpu_limit), the whole model on a fast one; stages on nodes: $order2, $order3; layers a stage: $l2a $l2b, $l3a $l3b $l3c; $in_flight batches in flight; mode $mode against split backpropagation"
+echo "bench split-nodes: conv8, $epochs epochs, ${samples/#0/all} training images, $repeat seed(s); fast nodes $fast core(s), slow ones $slow (cpu_limit), the whole model on a fast one; stages on nodes: $order2, $order3; layers a stage: $l2a $l2b, $l3a $l3b $l3c; $in_flight batches in flight, schedule $schedule; mode $mode against split backpropagation"
 declare -A secs acc
 for ((seed = 1; seed <= repeat; ++seed)); do
   for entry in "${setups[@]}"; do
