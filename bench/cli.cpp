@@ -50,8 +50,10 @@ void add_other_options(CLI::App* bench, cli_state& state) {
   bench->add_option("--model", st->split_opt.model, "split: model to split (lenet5, conv8, vgg11; default conv8)")
     ->check(CLI::IsMember({"lenet5", "conv8", "vgg11"}));
   bench->add_option("--in-flight", st->split_opt.in_flight,
-                    "split: batches in the pipeline at once in every mode but backprop (default 4)")
-    ->check(CLI::Range(1, 64));
+                    "split: batches in the pipeline at once in every mode but backprop (default 4; 0: "
+                    "for each setup, as many as fill its stages, from their predicted times: "
+                    "PipeDream's NOAM)")
+    ->check(CLI::Range(0, 64));
   bench->add_option("--stage-lr-warmup", st->split_opt.stage_lr_warmup,
                     "split: steps over which each stage's learning rate rises linearly to its value, "
                     "in every mode but backprop (default 0: off)")

@@ -35,7 +35,13 @@ struct setup {
   std::string name;                 ///< e.g. "2 stages, unequal"
   std::vector<int64_t> cuts;        ///< empty: whole
   std::vector<double> slowdowns;    ///< one per stage
+  int64_t in_flight = 0;            ///< batches in flight; 0: the run's --in-flight
 };
+
+/// The batches in flight of a setup's runs.
+int64_t in_flight_of(const split_options& s, const setup& su) {
+  return su.in_flight > 0 ? su.in_flight : std::max<int64_t>(s.in_flight, 1);
+}
 
 struct outcome {
   std::vector<actors::split_epoch> epochs;
@@ -58,12 +64,13 @@ struct outcome {
 };
 
 /// The stages' options of a run in `mode`.
-learning::stage_options stage_options_of(const split_options& s, learning::stage_mode mode) {
+learning::stage_options stage_options_of(const split_options& s, learning::stage_mode mode,
+                                        int64_t in_flight) {
   learning::stage_options o;
   o.sgd.lr = s.lr;
   o.sgd.momentum = s.momentum;
   o.mode = mode;
-  o.max_in_flight = std::max<int64_t>(s.in_flight, 1) + 2;
+  o.max_in_flight = std::max<int64_t>(in_flight, 1) + 2;
   o.lr_warmup = s.stage_lr_warmup;
   o.lr_warmup_by_delay = s.stage_lr_warmup_rule == "delay";
   if (s.sg_hidden > 0)
@@ -81,7 +88,8 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   cfg.set("scheduler.max-threads", static_cast<size_t>(su.slowdowns.size() + 1));
   actors::tune_scheduler(cfg);  // as the nodes wait for work
   caf::actor_system sys{cfg};
-  const auto o = stage_options_of(s, mode);
+  const auto in_flight = in_flight_of(s, su);
+  const auto o = stage_options_of(s, mode, in_flight);
   auto trainers = learning::make_pipeline(s.model, su.cuts, seed, o, learning::shape_of(*train));
   std::vector<actors::stage_actor> stages;
   for (size_t k = 0; k < trainers.size(); ++k) {
@@ -90,12 +98,12 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
     a.index = k;
     a.slowdown = su.slowdowns.at(k);
     if (s.schedule == "1f1b")
-      a.forward_limit = actors::one_forward_one_backward_limit(s.in_flight, k);
+      a.forward_limit = actors::one_forward_one_backward_limit(in_flight, k);
     if (k == 0) {
       a.train_set = train;
       a.test_set = test;
       a.batch = s.batch;
-      a.in_flight = s.in_flight;
+      a.in_flight = in_flight;
       a.seed = seed;
     }
     stages.push_back(actors::spawn_stage(sys, std::move(a)));
@@ -180,6 +188,9 @@ setup placed_by_speed(const split_options& s, const std::string& name,
               join(std::vector<double>(p.cuts.begin(), p.cuts.end())).c_str(),
               ms_list(learning::stage_seconds(planned, p.cuts, slowdowns)).c_str(),
               ms_list({planned.at(0, planned.layers() - 1)}).c_str());
+  std::printf(" (%lld batches in flight fill them)",
+              static_cast<long long>(
+                learning::batches_to_fill(learning::stage_seconds(planned, p.cuts, slowdowns))));
   if (costs.stages) {
     const auto theirs = learning::balanced_cuts(by_layers, slowdowns);
     std::printf("; from the layers alone: these cuts %s, the whole model %s; the layers' own "
@@ -198,7 +209,7 @@ setup placed_by_speed(const split_options& s, const std::string& name,
 std::vector<setup> setups_of(const split_options& s, const learning::dataset& train) {
   std::vector<setup> setups{{"whole", {}, {1.0}}};
   plan_costs costs;
-  if (s.cut_by_speed) {
+  if (s.cut_by_speed || s.in_flight == 0) {
     const auto shape = learning::shape_of(train);
     costs.layers = learning::measure_layer_costs(s.model, shape, s.batch);
     std::printf("layers' ms per batch of %lld (forward + backward), measured alone:",
@@ -210,7 +221,7 @@ std::vector<setup> setups_of(const split_options& s, const learning::dataset& tr
     std::printf("\n");
     if (s.plan_from == "stages") {
       costs.stages = learning::measure_stage_costs(s.model, shape, s.batch,
-                                                   stage_options_of(s, planning_mode(s)));
+                                                   stage_options_of(s, planning_mode(s), s.in_flight));
       std::printf("stages' ms per batch of %lld, each run of layers trained as a %s stage "
                   "(first..last):",
                   static_cast<long long>(s.batch), learning::to_string(planning_mode(s)).c_str());
@@ -236,6 +247,16 @@ std::vector<setup> setups_of(const split_options& s, const learning::dataset& tr
   for (auto& su : setups)
     if (su.slowdowns.size() != su.cuts.size() + 1)
       throw std::invalid_argument("bench split: " + su.name + ": one slowdown per stage");
+  if (s.in_flight == 0)  // each setup's from its stages' predicted times
+    for (auto& su : setups) {
+      if (su.cuts.empty())
+        continue;
+      const auto t = learning::stage_seconds(costs.planned(learning::passes_below(planning_mode(s))),
+                                             su.cuts, su.slowdowns);
+      su.in_flight = learning::batches_to_fill(t);
+      std::printf("%s: predicted ms per batch %s: %lld batches in flight\n", su.name.c_str(),
+                  ms_list(t).c_str(), static_cast<long long>(su.in_flight));
+    }
   if (!s.only.empty()) {
     std::vector<setup> kept;
     for (auto& su : setups)
@@ -253,12 +274,15 @@ void print_header(const split_options& s, const learning::dataset& train,
   if (s.sg_hidden > 0)
     sg.hidden = s.sg_hidden;
   std::printf("bench split: %s on Fashion-MNIST (%lld training, %lld test images), %u epochs, "
-              "batch %lld, SGD lr %g momentum %g, %lld batches in flight (all modes but backprop), "
+              "batch %lld, SGD lr %g momentum %g, %s (all modes but backprop), "
               "synthetic-gradient modules %s with %lld hidden units%s, %d seed(s); one thread per "
               "stage, stages as actors in one process, slower stages emulated\n",
               s.model.c_str(), static_cast<long long>(train.size()),
               static_cast<long long>(test.size()), s.epochs, static_cast<long long>(s.batch),
-              s.lr, s.momentum, static_cast<long long>(s.in_flight),
+              s.lr, s.momentum,
+              s.in_flight > 0
+                ? (std::to_string(s.in_flight) + " batches in flight").c_str()
+                : "as many batches in flight as fill each setup's stages (below)",
               sg.conditioned ? "conditioned on the label (cDNI)" : "unconditioned",
               static_cast<long long>(sg.hidden),
               s.sg_conv_layers > 0
@@ -268,8 +292,8 @@ void print_header(const split_options& s, const learning::dataset& train,
               s.repeat);
   if (s.schedule == "1f1b")
     std::printf("every mode but backprop: the stages keep to the one-forward-one-backward "
-                "schedule (stage K holds at most %lld - K batches)\n",
-                static_cast<long long>(s.in_flight));
+                "schedule (stage K holds at most %s - K batches)\n",
+                s.in_flight > 0 ? std::to_string(s.in_flight).c_str() : "in_flight");
   if (s.stage_lr_warmup > 0 && s.stage_lr_warmup_rule == "delay")
     std::printf("every mode but backprop: over its first %lld steps, each stage's learning rate "
                 "is divided by d^(1 - step/%lld) for a gradient d steps late\n",

@@ -91,6 +91,34 @@ std::vector<double> stage_seconds(const stage_costs& costs, const std::vector<in
   return out;
 }
 
+int64_t batches_to_fill(const std::vector<double>& stage_seconds) {
+  if (stage_seconds.empty())
+    throw argument_error("cut planner: no stages to fill");
+  double slowest = 0;
+  for (double t : stage_seconds) {
+    if (!(t > 0) || !std::isfinite(t))
+      throw argument_error("cut planner: a stage's seconds per batch must be positive and finite");
+    slowest = std::max(slowest, t);
+  }
+  // Stage k's round trip: its forward pass, every stage above it, its
+  // backward pass. It holds at most in_flight - k batches (at least one);
+  // the last stage holds none between two messages.
+  int64_t fill = 1;
+  double above = 0;  // seconds of the stages above k
+  for (size_t k = stage_seconds.size(); k-- > 0;) {
+    const double trip = stage_seconds[k] + above;
+    above = trip;
+    if (k + 1 == stage_seconds.size())
+      continue;
+    // A trip that is a whole number of the slowest stage's times, but for
+    // float rounding, needs no more.
+    const auto need = static_cast<int64_t>(std::ceil(trip / slowest - 1e-9));
+    if (need > 1 || k == 0)
+      fill = std::max(fill, static_cast<int64_t>(k) + need);
+  }
+  return fill;
+}
+
 std::vector<int64_t> balanced_cuts(const stage_costs& costs, const std::vector<double>& slowdowns) {
   check(costs, slowdowns);
   const size_t n = slowdowns.size(), layers = static_cast<size_t>(costs.layers());

@@ -65,6 +65,19 @@ private:
 std::vector<double> stage_seconds(const stage_costs& costs, const std::vector<int64_t>& cuts,
                                   const std::vector<double>& slowdowns);
 
+/// The batches in flight (split.in_flight) that keep the slowest stage
+/// busy under the one-forward-one-backward schedule: PipeDream's NOAM (the
+/// number of optimal active minibatches), taken for stages of unequal time.
+/// A batch's place at stage k is free again only when its gradient has come
+/// back from the stages above, and stage k holds at most in_flight - k
+/// batches, so in_flight is the least that lets every stage k below the last
+/// hold its round trip (its time and the times of the stages above it) over
+/// the slowest stage's, rounded up: for the first stage, the stages' summed
+/// time over the slowest's. Fewer leave the slowest stage waiting; more only
+/// make the gradients staler. 1 for one stage. Throws argument_error for no
+/// stages, or a figure not positive and finite.
+int64_t batches_to_fill(const std::vector<double>& stage_seconds);
+
 /// The cuts (strictly increasing layer indices, as make_pipeline takes
 /// them) into slowdowns.size() contiguous stages of at least one layer
 /// that make the slowest stage as fast as it can be; among equal ones, the

@@ -716,10 +716,13 @@ BOOST_AUTO_TEST_CASE(split_runs_place_stages_on_nodes) {
   by_delay.split.lr_warmup_rule = "delay";
   BOOST_TEST(run_fingerprint(by_delay) != run_fingerprint(other));
   BOOST_TEST(parse(to_toml(by_delay), "written.toml").split.lr_warmup_rule == "delay");
-  auto scheduled = c;
-  scheduled.split.schedule = "1f1b";
-  BOOST_TEST(run_fingerprint(scheduled) != run_fingerprint(c));
-  BOOST_TEST(parse(to_toml(scheduled), "written.toml").split.schedule == "1f1b");
+  BOOST_TEST(c.split.schedule == "1f1b");  // the example's
+  BOOST_TEST(c.split.in_flight == 2);
+  auto in_arrival = c;
+  in_arrival.split.schedule = "arrival";
+  BOOST_TEST(run_fingerprint(in_arrival) != run_fingerprint(c));
+  BOOST_TEST(parse(to_toml(in_arrival), "written.toml").split.schedule == "arrival");
+  BOOST_TEST(parse(to_toml(c), "written.toml").split.schedule == "1f1b");
   auto bad_schedule = c;
   bad_schedule.split.schedule = "gpipe";
   BOOST_CHECK_EXCEPTION(validate(bad_schedule), config_error,

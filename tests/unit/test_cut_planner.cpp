@@ -9,6 +9,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
+#include <sstream>
+#include <string>
 #include <functional>
 #include <random>
 
@@ -40,6 +44,89 @@ double brute_force(const std::vector<layer_cost>& costs, const std::vector<doubl
   return best;
 }
 
+
+/// "a b c" for a message.
+std::string joined(const std::vector<double>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i)
+    os << (i ? " " : "") << v[i];
+  return os.str();
+}
+
+/// Batches per second of a pipeline whose stage k takes t[k] seconds a
+/// batch (a third forward, two thirds backward; the last stage both at
+/// once), the first stage holding at most `in_flight` batches and every
+/// stage keeping to the one-forward-one-backward schedule (stage k holds at
+/// most max(1, in_flight - k); while it holds fewer it waits for a forward,
+/// else for a backward: actors/stage.cpp, next_message). An event
+/// simulation: the op that can start first, anywhere, runs next.
+double simulated_rate(const std::vector<double>& t, int64_t in_flight, int batches = 400) {
+  const size_t n = t.size();
+  std::vector<std::deque<double>> up(n), down(n);  // arrival times of forwards, backwards
+  std::vector<double> free_at(n, 0.0);
+  std::vector<int64_t> holds(n, 0);
+  int fed = 0, done = 0;
+  std::vector<double> finished;  // the first stage's backward of each batch
+  while (done < batches) {
+    size_t best = n;
+    double start = 1e300;
+    bool backward = false;
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t limit = std::max<int64_t>(1, in_flight - static_cast<int64_t>(k));
+      const bool wants_forward = k + 1 == n || holds[k] < limit;
+      double at;
+      if (wants_forward) {
+        if (k == 0)
+          at = 0;  // the data is always there
+        else if (up[k].empty())
+          continue;
+        else
+          at = up[k].front();
+      } else if (down[k].empty()) {
+        continue;
+      } else {
+        at = down[k].front();
+      }
+      const double s = std::max(at, free_at[k]);
+      if (s < start) {
+        start = s;
+        best = k;
+        backward = !wants_forward;
+      }
+    }
+    BOOST_REQUIRE(best < n);  // no deadlock
+    const size_t k = best;
+    if (k + 1 == n) {  // forward and backward at once
+      if (k > 0)
+        up[k].pop_front();
+      else
+        ++fed;
+      free_at[k] = start + t[k];
+      if (k > 0)
+        down[k - 1].push_back(free_at[k]);
+      else
+        finished.push_back(free_at[k]), ++done;
+    } else if (!backward) {
+      if (k > 0)
+        up[k].pop_front();
+      else
+        ++fed;
+      ++holds[k];
+      free_at[k] = start + t[k] / 3;
+      up[k + 1].push_back(free_at[k]);
+    } else {
+      down[k].pop_front();
+      --holds[k];
+      free_at[k] = start + 2 * t[k] / 3;
+      if (k > 0)
+        down[k - 1].push_back(free_at[k]);
+      else
+        finished.push_back(free_at[k]), ++done;
+    }
+  }
+  const auto half = finished.size() / 2;
+  return static_cast<double>(finished.size() - 1 - half) / (finished.back() - finished[half]);
+}
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(cut_planner)
@@ -255,6 +342,41 @@ BOOST_AUTO_TEST_CASE(measured_stage_costs_cover_every_run_of_layers) {
   BOOST_TEST(cuts[0] >= 0);
   BOOST_TEST(cuts[0] <= n - 2);
   BOOST_CHECK_THROW(measure_stage_costs("lenet5", fashion, 0, o), argument_error);
+}
+
+BOOST_AUTO_TEST_CASE(batches_to_fill_is_the_fewest_that_keep_the_slowest_stage_busy) {
+  // conv8 on 1, 4, 4 (its first stage holds nearly all), vgg11's three
+  // nearly even stages, equal stages, one stage, and random ones.
+  std::vector<std::vector<double>> cases{
+    {6.0, 1.1, 1.0}, {24, 20, 23}, {1, 1, 1, 1}, {5}, {1, 9}, {2, 2, 7, 1}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.5, 10);
+  for (int i = 0; i < 20; ++i)
+    cases.push_back(std::vector<double>(2 + i % 4));
+  for (auto& c : cases)
+    for (auto& x : c)
+      if (x == 0)
+        x = u(rng);
+  for (const auto& t : cases) {
+    const double slowest = *std::max_element(t.begin(), t.end());
+    const auto k = batches_to_fill(t);
+    BOOST_TEST_CONTEXT("stages' seconds " << joined(t) << ", " << k << " in flight") {
+      BOOST_TEST(k >= 1);
+      BOOST_TEST(simulated_rate(t, k) * slowest > 0.995);  // the slowest stage never waits
+      if (k > 1)  // one fewer leaves it waiting
+        BOOST_TEST(simulated_rate(t, k - 1) * slowest < 0.995);
+    }
+  }
+  BOOST_TEST(batches_to_fill({6.0, 1.1, 1.0}) == 2);
+  BOOST_TEST(batches_to_fill({24, 20, 23}) == 3);
+  BOOST_TEST(batches_to_fill({1, 1, 1, 1}) == 4);
+  // A slow stage behind the first needs its own round trip held, and it
+  // holds two fewer than the first: 2 + ceil((7 + 1) / 7).
+  BOOST_TEST(batches_to_fill({2, 2, 7, 1}) == 4);
+  BOOST_TEST(batches_to_fill({0.1, 0.1, 0.1}) == 3);  // no float rounding up to 4
+  BOOST_CHECK_THROW(batches_to_fill({}), argument_error);
+  BOOST_CHECK_THROW(batches_to_fill({1, 0}), argument_error);
+  BOOST_CHECK_THROW(batches_to_fill({1, std::nan("")}), argument_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
