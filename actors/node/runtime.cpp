@@ -480,7 +480,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
     sizes[all[i].name] = data.shards[i].size();
   nargs.balancer = balancer_args{balancer_settings::of(cfg, std::move(sizes)),
                                  data.train ? data.train->describe() : data::description{},
-                                 {}, opts.interactive, fingerprint, std::nullopt};
+                                 {}, opts.interactive, fingerprint, std::nullopt, {}};
   if (!split)
     nargs.tester = tester_of(cfg, me, data);
   nargs.start_balancer = cfg.balancer().name == node_name && !unfinished && !split;

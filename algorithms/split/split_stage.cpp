@@ -641,8 +641,9 @@ stage_costs measure_stage_costs(const std::string& model, const model_shape& sha
   std::vector<run> runs;
   for (int64_t first = 0; first < layers; ++first)
     for (int64_t last = first; last < layers; ++last) {
-      run r{first, last, std::make_unique<stage_trainer>(make_stage(model, first, last, 1, shape),
-                                                         options, 2)};
+      run r{first, last,
+            std::make_unique<stage_trainer>(make_stage(model, first, last, 1, shape), options, 2),
+            {}, {}, 0, {}};
       auto in = first == 0 ? shape.input.dims() : activation_shape(model, first - 1, shape);
       in.insert(in.begin(), batch);
       r.input = torch::randn(in);

@@ -984,9 +984,6 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_refusals) {
 
 namespace {
 
-/// Every order of the driver's next(), and the driver's view of them.
-std::vector<split_driver::order> drain(split_driver& d) { return d.next(); }
-
 /// Finishes every training order (as the last stage would), returns their ids.
 void finish_all(split_driver& d, const std::vector<split_driver::order>& orders, bool and_return) {
   for (auto& o : orders) {
