@@ -181,16 +181,15 @@ setup placed_by_speed(const split_options& s, const std::string& name,
   for (auto m : p.machines)
     slowdowns.push_back(machines[m]);
   const auto by_layers = learning::stage_costs::from_layers(costs.layers, passes);
+  const auto seconds = learning::stage_seconds(planned, p.cuts, slowdowns);
   std::printf("cut by speed, machines' slowdowns %s (%s, planned from %s): stages on slowdowns "
               "%s, after layers %s; predicted ms per batch: stages %s, the whole model %s",
               join(machines).c_str(), learning::to_string(planning_mode(s)).c_str(),
               costs.stages ? "the stages' costs" : "the layers' costs", join(slowdowns).c_str(),
               join(std::vector<double>(p.cuts.begin(), p.cuts.end())).c_str(),
-              ms_list(learning::stage_seconds(planned, p.cuts, slowdowns)).c_str(),
-              ms_list({planned.at(0, planned.layers() - 1)}).c_str());
+              ms_list(seconds).c_str(), ms_list({planned.at(0, planned.layers() - 1)}).c_str());
   std::printf(" (%lld batches in flight fill them)",
-              static_cast<long long>(
-                learning::batches_to_fill(learning::stage_seconds(planned, p.cuts, slowdowns))));
+              static_cast<long long>(learning::batches_to_fill(seconds)));
   if (costs.stages) {
     const auto theirs = learning::balanced_cuts(by_layers, slowdowns);
     std::printf("; from the layers alone: these cuts %s, the whole model %s; the layers' own "
@@ -247,16 +246,17 @@ std::vector<setup> setups_of(const split_options& s, const learning::dataset& tr
   for (auto& su : setups)
     if (su.slowdowns.size() != su.cuts.size() + 1)
       throw std::invalid_argument("bench split: " + su.name + ": one slowdown per stage");
-  if (s.in_flight == 0)  // each setup's from its stages' predicted times
+  if (s.in_flight == 0) {  // each setup's from its stages' predicted times
+    const auto planned = costs.planned(learning::passes_below(planning_mode(s)));
     for (auto& su : setups) {
       if (su.cuts.empty())
         continue;
-      const auto t = learning::stage_seconds(costs.planned(learning::passes_below(planning_mode(s))),
-                                             su.cuts, su.slowdowns);
+      const auto t = learning::stage_seconds(planned, su.cuts, su.slowdowns);
       su.in_flight = learning::batches_to_fill(t);
       std::printf("%s: predicted ms per batch %s: %lld batches in flight\n", su.name.c_str(),
                   ms_list(t).c_str(), static_cast<long long>(su.in_flight));
     }
+  }
   if (!s.only.empty()) {
     std::vector<setup> kept;
     for (auto& su : setups)

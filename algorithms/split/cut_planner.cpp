@@ -101,19 +101,19 @@ int64_t batches_to_fill(const std::vector<double>& stage_seconds) {
     slowest = std::max(slowest, t);
   }
   // Stage k's round trip: its forward pass, every stage above it, its
-  // backward pass. It holds at most in_flight - k batches (at least one);
-  // the last stage holds none between two messages.
+  // backward pass. It holds at most in_flight - k batches and at least one,
+  // so a trip within the slowest stage's time asks nothing; the last stage
+  // holds none between two messages.
   int64_t fill = 1;
-  double above = 0;  // seconds of the stages above k
+  double trip = 0;
   for (size_t k = stage_seconds.size(); k-- > 0;) {
-    const double trip = stage_seconds[k] + above;
-    above = trip;
+    trip += stage_seconds[k];
     if (k + 1 == stage_seconds.size())
       continue;
     // A trip that is a whole number of the slowest stage's times, but for
     // float rounding, needs no more.
     const auto need = static_cast<int64_t>(std::ceil(trip / slowest - 1e-9));
-    if (need > 1 || k == 0)
+    if (need > 1)
       fill = std::max(fill, static_cast<int64_t>(k) + need);
   }
   return fill;

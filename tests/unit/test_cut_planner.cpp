@@ -65,7 +65,7 @@ double simulated_rate(const std::vector<double>& t, int64_t in_flight, int batch
   std::vector<std::deque<double>> up(n), down(n);  // arrival times of forwards, backwards
   std::vector<double> free_at(n, 0.0);
   std::vector<int64_t> holds(n, 0);
-  int fed = 0, done = 0;
+  int done = 0;
   std::vector<double> finished;  // the first stage's backward of each batch
   while (done < batches) {
     size_t best = n;
@@ -99,8 +99,6 @@ double simulated_rate(const std::vector<double>& t, int64_t in_flight, int batch
     if (k + 1 == n) {  // forward and backward at once
       if (k > 0)
         up[k].pop_front();
-      else
-        ++fed;
       free_at[k] = start + t[k];
       if (k > 0)
         down[k - 1].push_back(free_at[k]);
@@ -109,8 +107,6 @@ double simulated_rate(const std::vector<double>& t, int64_t in_flight, int batch
     } else if (!backward) {
       if (k > 0)
         up[k].pop_front();
-      else
-        ++fed;
       ++holds[k];
       free_at[k] = start + t[k] / 3;
       up[k + 1].push_back(free_at[k]);
