@@ -210,7 +210,8 @@ BOOST_AUTO_TEST_CASE(sparse_push_on_node_processes_sends_a_fraction_of_the_bytes
   // lanes: every platform sends after each step, a message weighs a small
   // fraction of the dense model (LeNet-5: 61,706 parameters, 246,824 bytes),
   // every byte sent is received (values, indices, weights and headers alike),
-  // and the weights sum to 3 at every barrier.
+  // and the weights sum to 3 at the barriers (less what is in flight at one:
+  // a message of the epoch's last steps still on its way).
   temp_dir dir;
   auto config = three_node_config(dir, 2, 60, "lane",
                                   "name = \"sparse-push\"\ntopology = \"exponential\"\n"
@@ -222,10 +223,14 @@ BOOST_AUTO_TEST_CASE(sparse_push_on_node_processes_sends_a_fraction_of_the_bytes
   BOOST_REQUIRE_EQUAL(cluster.size(), 2u);
   BOOST_TEST(std::stod(cluster.back()["averaged_accuracy"]) > 0.5);
   const std::string said = "push-sum weights of the 3 live platforms sum to ";
-  size_t barriers = 0;
-  for (auto i = logs[0].find(said); i != std::string::npos; i = logs[0].find(said, i + 1), ++barriers)
-    BOOST_TEST(std::abs(std::stod(logs[0].substr(i + said.size(), 12)) - 3.0) < 1e-6, logs[0]);
+  size_t barriers = 0, exact = 0;
+  for (auto i = logs[0].find(said); i != std::string::npos; i = logs[0].find(said, i + 1), ++barriers) {
+    const double w = std::stod(logs[0].substr(i + said.size(), 12));
+    BOOST_TEST(w <= 3.0 + 1e-6, logs[0]);
+    exact += std::abs(w - 3.0) < 1e-6;
+  }
   BOOST_TEST(barriers == 2u);
+  BOOST_TEST(exact >= 1u, "no barrier with the weights summing to 3:\n" << logs[0]);
   std::map<std::string, uint64_t> sent, received;
   const char* parts[] = {"values", "indices", "weights", "headers"};
   for (auto name : {"a", "b", "c"}) {

@@ -169,7 +169,8 @@ BOOST_AUTO_TEST_CASE(push_sum_weights_sum_to_the_platforms_through_a_kill_and_re
   // SGP on three nodes; node b is killed after its second epoch and
   // restarted. Its weight goes with it and comes back as its checkpoint's:
   // at those barriers the balancer scales the live platforms' weights to sum
-  // to their number again; at every other barrier they sum to it as they are.
+  // to their number again; at every other barrier they are left as they are
+  // (summing to it, less any weight still in flight).
   temp_dir dir;
   const uint32_t epochs = 9;
   auto cfg = cluster_file(dir, "sgp", epochs, "", "name = \"sgp\"\ntopology = \"exponential\"");
@@ -286,10 +287,14 @@ BOOST_AUTO_TEST_CASE(sparse_push_edges_resynchronise_after_a_kill_and_restart) {
   const auto& log = c["a"]->output();
   BOOST_TEST_CONTEXT("node a (the balancer):\n" << log) {
     BOOST_TEST(log.find("platform b0 is back from node b") != std::string::npos);
+    // After b's return the three weights come to sum to 3 at a barrier
+    // (at one where nothing was in flight: on loopback, most of them).
     const std::string said = "push-sum weights of the 3 live platforms sum to ";
-    auto last = log.rfind(said);
-    BOOST_REQUIRE(last != std::string::npos);
-    BOOST_TEST(std::abs(std::stod(log.substr(last + said.size(), 12)) - 3.0) <= 3e-6);
+    bool restored = false;
+    for (auto i = log.find(said, log.find("platform b0 is back from node b")); i != std::string::npos;
+         i = log.find(said, i + 1))
+      restored = restored || std::abs(std::stod(log.substr(i + said.size(), 12)) - 3.0) <= 3e-6;
+    BOOST_TEST(restored);
   }
   auto run = only_run_dir(dir / "sparse-runs");
   BOOST_TEST(final_accuracy(run, epochs) > 0.75);
