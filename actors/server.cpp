@@ -1,4 +1,5 @@
 #include "actors/server.hpp"
+#include "actors/census.hpp"
 #include "common/error.hpp"
 
 #include "config/defaults.hpp"
@@ -352,7 +353,8 @@ learning::commit_settings commit_settings_of(const config::strategy_config& s) {
 }
 
 server_actor spawn_server(caf::actor_system& sys, server_args args) {
-  return caf::actor_cast<server_actor>(sys.spawn(server, std::move(args)));
+  return census::counted(caf::actor_cast<server_actor>(sys.spawn(server, std::move(args))),
+                         "parameter server");
 }
 
 } // namespace eg::actors

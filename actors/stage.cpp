@@ -1,4 +1,5 @@
 #include "actors/stage_state.hpp"
+#include "actors/census.hpp"
 #include "common/error.hpp"
 
 #include <time.h>
@@ -490,7 +491,9 @@ stage_actor spawn_stage(caf::actor_system& sys, stage_args args) {
   // held a worker the other stages' messages waited for. conv8's first stage
   // took 8.3-8.9 ms of CPU per batch there, 6.4-6.6 detached (docs/SPLIT.md,
   // "A thread per stage").
-  return caf::actor_cast<stage_actor>(sys.spawn<caf::detached>(stage, std::move(args)));
+  auto what = "stage " + stage_name(args.index);
+  return census::counted(
+    caf::actor_cast<stage_actor>(sys.spawn<caf::detached>(stage, std::move(args))), what);
 }
 
 void link_stages(const std::vector<stage_actor>& stages) {

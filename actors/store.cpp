@@ -1,4 +1,5 @@
 #include "actors/store.hpp"
+#include "actors/census.hpp"
 
 #include "storage/store.hpp"
 
@@ -239,7 +240,7 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
 
 store_actor spawn_store(caf::actor_system& sys, std::shared_ptr<storage::store> db,
                         store_options opts) {
-  return sys.spawn<caf::detached>(store, std::move(db), std::move(opts));
+  return census::counted(sys.spawn<caf::detached>(store, std::move(db), std::move(opts)), "store");
 }
 
 } // namespace eg::actors

@@ -1,4 +1,5 @@
 #include "actors/balancer/balancer_state.hpp"
+#include "actors/census.hpp"
 #include "common/error.hpp"
 
 namespace eg::actors {
@@ -480,7 +481,7 @@ double model_weight(const balancer_settings& s, double gossip_weight, double poi
 }
 
 balancer_actor spawn_balancer(caf::actor_system& sys, balancer_args args) {
-  return sys.spawn(balancer, std::move(args));
+  return census::counted(sys.spawn(balancer, std::move(args)), "balancer");
 }
 
 } // namespace eg::actors

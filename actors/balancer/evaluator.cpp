@@ -1,4 +1,5 @@
 #include "actors/balancer/evaluator.hpp"
+#include "actors/census.hpp"
 #include "common/error.hpp"
 
 #include "actors/wire.hpp"
@@ -51,7 +52,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
     st->class_rows = st->class_rows && st->like[i].dim() > 0 &&
                      st->like[i].size(0) == args.shape.classes;
   st->args = std::move(args);
-  return sys.spawn([st]() -> evaluator_actor::behavior_type {
+  auto handle = sys.spawn([st]() -> evaluator_actor::behavior_type {
     return {
       [st](evaluate_atom, const std::vector<held_weights>& answers,
            const std::vector<double>& weights,
@@ -90,6 +91,7 @@ evaluator_actor spawn_evaluator(caf::actor_system& sys, evaluator_args args) {
       },
     };
   });
+  return census::counted(handle, "evaluator");
 }
 
 tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
@@ -99,7 +101,7 @@ tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
   };
   auto st = std::make_shared<state>(args.model, args.seed, args.shape);
   st->args = std::move(args);
-  return sys.spawn([st]() -> tester_actor::behavior_type {
+  auto handle = sys.spawn([st]() -> tester_actor::behavior_type {
     return {
       [st](test_atom, const held_weights& averaged,
            const std::string& norm) -> caf::result<double, uint64_t, uint64_t> {
@@ -127,6 +129,7 @@ tester_actor spawn_tester(caf::actor_system& sys, tester_args args) {
       },
     };
   });
+  return census::counted(handle, "tester");
 }
 
 } // namespace eg::actors

@@ -1,4 +1,5 @@
 #include "actors/node/node.hpp"
+#include "actors/census.hpp"
 
 #include "actors/balancer/inspection.hpp"
 #include "actors/node/metrics.hpp"
@@ -329,7 +330,9 @@ std::vector<std::string> node_settings::node_names() const {
 }
 
 node_actor spawn_node(caf::actor_system& sys, node_args args) {
-  return caf::actor_cast<node_actor>(sys.spawn(node_detail::node, std::move(args)));
+  auto what = "node " + args.name;
+  return census::counted(
+    caf::actor_cast<node_actor>(sys.spawn(node_detail::node, std::move(args))), what);
 }
 
 } // namespace eg::actors

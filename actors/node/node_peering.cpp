@@ -1,4 +1,5 @@
 #include "actors/node/node_state.hpp"
+#include "actors/census.hpp"
 
 #include "actors/node/network.hpp"
 #include "config/defaults.hpp"
@@ -187,6 +188,7 @@ void probe_lost(self_ptr self, const std::string& name) {
       return probe_tcp(host, port, static_cast<int>(defaults::probe_timeout.count()));
     }};
   });
+  census::counted(prober, "prober of node " + name);
   auto again = [self, name, prober](bool refused) {
     self->send_exit(prober, caf::exit_reason::user_shutdown);
     self->state.probing.erase(name);
@@ -229,7 +231,7 @@ caf::actor spawn_prober(self_ptr self, const std::string& name) {
   std::optional<config::tls_config> tls;
   if (st.args.settings.tls.enabled())
     tls = tls_of(st.args.settings.tls, st.args.name);
-  return self->spawn<caf::detached>(
+  auto prober = self->spawn<caf::detached>(
     [tls, name, routes = st.args.settings.routes, host = target.host,
      port = target.port]() -> caf::behavior {
       return {[=](dial_atom) {
@@ -252,6 +254,7 @@ caf::actor spawn_prober(self_ptr self, const std::string& name) {
         return problem;
       }};
     });
+  return census::counted(prober, "prober of node " + name);
 }
 
 void dial(self_ptr self, const std::string& name) {

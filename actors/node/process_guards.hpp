@@ -4,6 +4,7 @@
 // store's failure relayed to the node, the front door closed at the end, and
 // a watchdog should the actor system not shut down.
 
+#include "actors/census.hpp"
 #include "actors/interfaces.hpp"
 #include "messages/door.hpp"
 
@@ -26,24 +27,6 @@
 
 namespace eg::actors::runtime_detail {
 
-/// At the end of a node's run: its front door's counts (when it refused
-/// anything), then the door and the routes closed.
-struct doors_closer {
-  std::unique_ptr<messages::front_door>& door;
-  std::shared_ptr<messages::door_routes>& routes;
-  ~doors_closer() {
-    if (door) {
-      auto s = door->stats();
-      if (s.connections_refused + s.messages_refused > 0)
-        spdlog::info("node port: {} connections admitted, {} refused, {} closed for an "
-                     "oversized message",
-                     s.connections_admitted, s.connections_refused, s.messages_refused);
-      door->stop();
-    }
-    if (routes)
-      routes->stop();
-  }
-};
 
 /// How long a node may take to stop after SIGINT or SIGTERM before its
 /// process exits anyway. The stop's own steps are bounded (the platforms'
@@ -175,20 +158,33 @@ private:
   std::optional<std::string> pending_;
 };
 
-/// Once the run is over and the store flushed, the actor system is shut
-/// down; should that hang (an actor that does not end), the process exits
-/// after 30 s with the run's exit code instead of staying up: nothing is
-/// left to save by then.
+/// Once the run is over and the store flushed, the node is shut down: its
+/// port and routes closed, its actors ended, then CAF's network layer.
+/// Should that hang (an actor that does not end, a thread that is not
+/// joined), the process exits after 30 s with the run's exit code instead of
+/// staying up: nothing is left to save by then. It says where it hung: the
+/// step under way and the actors still running.
 class shutdown_watchdog {
 public:
   void arm(int exit_code) {
     thread_ = std::thread([this, exit_code] {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_for(lock, std::chrono::seconds(30), [this] { return over_; })) {
-        spdlog::error("shutting down the actor system takes more than 30 s: exiting");
+        std::string names;
+        for (auto& r : census::running())
+          names += (names.empty() ? "" : ", ") + r;
+        spdlog::error("the node's shutdown takes more than 30 s (at: {}; actors still running: "
+                      "{}): exiting",
+                      step_ ? step_ : "closing the node", names.empty() ? "none" : names);
         exit_now(exit_code);
       }
     });
+  }
+  /// The step of the shutdown under way (a string that outlives the
+  /// watchdog), which it names should the shutdown hang.
+  void step(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_ = what;
   }
   ~shutdown_watchdog() {
     {
@@ -204,7 +200,30 @@ private:
   std::mutex mutex_;
   std::condition_variable cv_;
   bool over_ = false;
+  const char* step_ = nullptr;
   std::thread thread_;
+};
+
+/// At the end of a node's run: its front door's counts (when it refused
+/// anything), then the door and the routes closed.
+struct doors_closer {
+  std::unique_ptr<messages::front_door>& door;
+  std::shared_ptr<messages::door_routes>& routes;
+  shutdown_watchdog& watchdog;
+  ~doors_closer() {
+    watchdog.step("closing the node's port and its routes to the other nodes");
+    if (door) {
+      auto s = door->stats();
+      if (s.connections_refused + s.messages_refused > 0)
+        spdlog::info("node port: {} connections admitted, {} refused, {} closed for an "
+                     "oversized message",
+                     s.connections_admitted, s.connections_refused, s.messages_refused);
+      door->stop();
+    }
+    if (routes)
+      routes->stop();
+    watchdog.step("ending the node's signal watch and co-runners");
+  }
 };
 
 } // namespace eg::actors::runtime_detail

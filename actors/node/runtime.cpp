@@ -345,7 +345,7 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
       throw failure<errc::network_failed>("node " + me.name + ": " + e.what());
     }
   }
-  doors_closer closing{door, routes};
+  doors_closer closing{door, routes, watchdog};
   caf::scoped_actor self{sys};
   self->request(node, caf::infinite, wait_atom::value)
     .receive([&](std::string& r) { outcome.run = std::move(r); },
@@ -502,9 +502,16 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   auto outcome =
     serve_until_done(sys, cfg, me, opts, node, store, admitted, routes, *health, *db,
                      *split_failure, watchdog);
+  watchdog.step("waiting for the node's actors to end");
   relay->disconnect();
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
+  node = nullptr;
+  store = nullptr;
+  // Every actor first (the census names one that does not end), then the
+  // modules: the middleman's connections, its threads.
+  sys.await_all_actors_done();
+  watchdog.step("every actor has ended; CAF's network layer is still stopping");
   return outcome;
 }
 

@@ -1,4 +1,5 @@
 #include "actors/platform/mixer.hpp"
+#include "actors/census.hpp"
 
 #include "actors/server.hpp"
 
@@ -306,7 +307,8 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
 } // namespace
 
 mixer_actor spawn_mixer(caf::actor_system& sys, mixer_args args) {
-  return caf::actor_cast<mixer_actor>(sys.spawn(mixer, std::move(args)));
+  auto what = "mixer of " + args.platform;
+  return census::counted(caf::actor_cast<mixer_actor>(sys.spawn(mixer, std::move(args))), what);
 }
 
 void bind_mixer(const mixer_actor& m, const platform_actor& platform) {

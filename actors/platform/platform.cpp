@@ -1,4 +1,5 @@
 #include "actors/platform/platform_state.hpp"
+#include "actors/census.hpp"
 #include "common/error.hpp"
 
 #include "algorithms/gossip/gossip.hpp"
@@ -271,7 +272,8 @@ platform_args platform_args::of(const config::cluster_config& cluster,
 }
 
 platform_actor spawn_platform(caf::actor_system& sys, platform_args args) {
-  return sys.spawn(platform, std::move(args));
+  auto what = "platform " + args.platform.name;
+  return census::counted(sys.spawn(platform, std::move(args)), what);
 }
 
 } // namespace eg::actors

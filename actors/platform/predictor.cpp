@@ -1,4 +1,5 @@
 #include "actors/platform/predictor.hpp"
+#include "actors/census.hpp"
 #include "common/error.hpp"
 
 #include "algorithms/edgegossip/predictor.hpp"
@@ -101,7 +102,8 @@ predictor_actor::behavior_type predictor(self_ptr self, predictor_args args) {
 } // namespace
 
 predictor_actor spawn_predictor(caf::actor_system& sys, predictor_args args) {
-  return sys.spawn(predictor, std::move(args));
+  auto what = "predictor of " + args.platform;
+  return census::counted(sys.spawn(predictor, std::move(args)), what);
 }
 
 } // namespace eg::actors
