@@ -387,6 +387,20 @@ store_actor spawn_node_store(caf::actor_system& sys, const config::cluster_confi
   return spawn_store(sys, std::move(db), std::move(so));
 }
 
+/// Ends the node's actors and waits for every actor (the census names one
+/// that does not end); the actor system's modules (the middleman's
+/// connections, its threads) stop after, when it is destroyed.
+void end_actors(caf::actor_system& sys, node_actor node, store_actor store,
+                shutdown_watchdog& watchdog) {
+  watchdog.step("waiting for the node's actors to end");
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
+  node = nullptr;
+  store = nullptr;
+  sys.await_all_actors_done();
+  watchdog.step("every actor has ended; CAF's network layer is still stopping");
+}
+
 } // namespace
 
 run_outcome run_node(const config::cluster_config& given, const std::string& node_name,
@@ -502,16 +516,8 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   auto outcome =
     serve_until_done(sys, cfg, me, opts, node, store, admitted, routes, *health, *db,
                      *split_failure, watchdog);
-  watchdog.step("waiting for the node's actors to end");
   relay->disconnect();
-  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
-  node = nullptr;
-  store = nullptr;
-  // Every actor first (the census names one that does not end), then the
-  // modules: the middleman's connections, its threads.
-  sys.await_all_actors_done();
-  watchdog.step("every actor has ended; CAF's network layer is still stopping");
+  end_actors(sys, std::move(node), std::move(store), watchdog);
   return outcome;
 }
 
