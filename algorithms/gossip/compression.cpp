@@ -343,8 +343,9 @@ sparse_entries decode(const messages::sparse_part& part, const flat_layout& layo
       std::memcpy(&h, part.value_data + 2 * t, 2);
       const float scale = from_half(h);
       if (!std::isfinite(scale) || std::signbit(scale))
-        throw argument_error("sparse sign scale " + std::to_string(t) +
-                                    " is not a number of at least 0");
+        throw argument_error("sparse sign values: tensor " + std::to_string(t) +
+                             "'s scale is not a finite number of at least 0 (" +
+                             std::to_string(scale) + ")");
       for (size_t i = first; i < last; ++i)
         e.values[i] = (bits[i / 8] >> (i % 8)) & 1u ? -scale : scale;
       ++t;

@@ -393,6 +393,16 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
     const bool restarts = options_.compensate && (message.keyframe || fresh);
     if (restarts)
       last_step_.sub_(z_);
+    // SCSP under rates other than 1: the pull counts push-sum's own move,
+    // (w z + s c) / (w + s) - z, not the lean toward the platform that
+    // trained more. That lean is progress, not drift, and it does not cancel
+    // over the platforms: counted, it turned into steps toward the fast
+    // platforms on every slow one, and the models ran away (edgegossip+scsp
+    // on bench tta's skewed profile ended at chance accuracy in 3 seeds of 3).
+    const double plain_take = weight_ + s > 0 ? s / (weight_ + s) : take;
+    const bool lean = options_.compensate && !restarts && take != plain_take;
+    if (lean)  // last_step_ += (take - plain_take) (copy - z): the lean is no pull
+      last_step_.add_(copy, take - plain_take).sub_(z_, take - plain_take);
     z_.mul_(keep).add_(copy, take);
     if (restarts)
       last_step_.add_(z_);

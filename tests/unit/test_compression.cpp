@@ -868,6 +868,44 @@ BOOST_AUTO_TEST_CASE(skew_compensation_takes_a_restored_model_for_no_pull) {
   BOOST_TEST((flat_of(z) - 5.0f).abs().max().item<double>() == 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(skew_compensation_counts_push_sums_move_not_the_lean_by_rate) {
+  // Under EdgeGossip a platform on a small share merges by rate: it leans
+  // toward the peer that trained more. That lean is progress, not the drift
+  // SCSP answers, and it does not cancel over the platforms (counted, it
+  // sent every model of edgegossip+scsp to chance accuracy under label
+  // skew): the correction is the one push-sum's own merge would give, at
+  // any rates.
+  auto correction_after_merge = [](double own_rate) {
+    auto l = layout();
+    std::mt19937_64 rng(1);
+    const auto o = sparse(0.5, 0.5, true);
+    sparse_push a(l, o), b(l, o);
+    auto za = model(0.0f), zb = model(0.0f);
+    a.start(za);
+    b.start(zb);
+    auto exchange = [&](double rate) {
+      auto ob = b.after_step(zb, 1, rng);
+      auto body = b.payload(ob.at(0), "a", names(), zb);
+      a.merge_sparse(za, "b", message_of(ob.at(0).weight, body), rate, 1.0);
+    };
+    exchange(1.0);      // the edge's first message restarts it: no pull
+    za[0].add_(0.01f);  // a's first step: the correction's bound
+    za[1].add_(0.01f);
+    a.after_step(za, 0, rng);
+    zb[0].add_(0.05f);  // b ahead
+    zb[1].add_(0.05f);
+    exchange(own_rate);
+    za[0].add_(0.01f);  // a's second step
+    za[1].add_(0.01f);
+    const auto stepped = flat_of(za);
+    a.after_step(za, 0, rng);
+    return flat_of(za) - stepped;  // -k
+  };
+  const auto plain = correction_after_merge(1.0), leaning = correction_after_merge(0.2);
+  BOOST_TEST(plain.abs().max().item<double>() > 1e-4);  // the pull is answered
+  BOOST_TEST((plain - leaning).abs().max().item<double>() < 1e-7);
+}
+
 BOOST_AUTO_TEST_CASE(skew_compensation_is_held_to_the_steps) {
   // A peer back from far away (a stale checkpoint, a restart) pulls a model
   // hard once. The correction must not turn that into steps larger than the
