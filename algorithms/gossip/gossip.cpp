@@ -399,10 +399,9 @@ void sparse_push::merge_sparse(const std::vector<torch::Tensor>& params, const s
     // over the platforms: counted, it turned into steps toward the fast
     // platforms on every slow one, and the models ran away (edgegossip+scsp
     // on bench tta's skewed profile ended at chance accuracy in 3 seeds of 3).
-    const double plain_take = weight_ + s > 0 ? s / (weight_ + s) : take;
-    const bool lean = options_.compensate && !restarts && take != plain_take;
-    if (lean)  // last_step_ += (take - plain_take) (copy - z): the lean is no pull
-      last_step_.add_(copy, take - plain_take).sub_(z_, take - plain_take);
+    const double lean = weight_ + s > 0 ? take - s / (weight_ + s) : 0;
+    if (options_.compensate && !restarts && lean != 0)  // last_step_ += lean (copy - z)
+      last_step_.add_(copy, lean).sub_(z_, lean);
     z_.mul_(keep).add_(copy, take);
     if (restarts)
       last_step_.add_(z_);

@@ -868,6 +868,33 @@ BOOST_AUTO_TEST_CASE(skew_compensation_takes_a_restored_model_for_no_pull) {
   BOOST_TEST((flat_of(z) - 5.0f).abs().max().item<double>() == 0.0);
 }
 
+namespace {
+
+/// Two SCSP platforms on the test's layout, both at the initial model of 0;
+/// b sends to a.
+struct scsp_pair {
+  std::mt19937_64 rng{1};
+  sparse_push a{layout(), sparse(0.5, 0.5, true)}, b{layout(), sparse(0.5, 0.5, true)};
+  std::vector<torch::Tensor> za = model(0.0f), zb = model(0.0f);
+  scsp_pair() {
+    a.start(za);
+    b.start(zb);
+  }
+  /// b steps (nothing) and sends a its message, which a merges at `rate`.
+  void exchange(double rate = 1.0) {
+    auto ob = b.after_step(zb, 1, rng);
+    auto body = b.payload(ob.at(0), "a", names(), zb);
+    a.merge_sparse(za, "b", message_of(ob.at(0).weight, body), rate, 1.0);
+  }
+  /// Adds `x` to every entry of a model.
+  static void add(std::vector<torch::Tensor>& z, float x) {
+    for (auto& t : z)
+      t.add_(x);
+  }
+};
+
+} // namespace
+
 BOOST_AUTO_TEST_CASE(skew_compensation_counts_push_sums_move_not_the_lean_by_rate) {
   // Under EdgeGossip a platform on a small share merges by rate: it leans
   // toward the peer that trained more. That lean is progress, not the drift
@@ -876,30 +903,16 @@ BOOST_AUTO_TEST_CASE(skew_compensation_counts_push_sums_move_not_the_lean_by_rat
   // skew): the correction is the one push-sum's own merge would give, at
   // any rates.
   auto correction_after_merge = [](double own_rate) {
-    auto l = layout();
-    std::mt19937_64 rng(1);
-    const auto o = sparse(0.5, 0.5, true);
-    sparse_push a(l, o), b(l, o);
-    auto za = model(0.0f), zb = model(0.0f);
-    a.start(za);
-    b.start(zb);
-    auto exchange = [&](double rate) {
-      auto ob = b.after_step(zb, 1, rng);
-      auto body = b.payload(ob.at(0), "a", names(), zb);
-      a.merge_sparse(za, "b", message_of(ob.at(0).weight, body), rate, 1.0);
-    };
-    exchange(1.0);      // the edge's first message restarts it: no pull
-    za[0].add_(0.01f);  // a's first step: the correction's bound
-    za[1].add_(0.01f);
-    a.after_step(za, 0, rng);
-    zb[0].add_(0.05f);  // b ahead
-    zb[1].add_(0.05f);
-    exchange(own_rate);
-    za[0].add_(0.01f);  // a's second step
-    za[1].add_(0.01f);
-    const auto stepped = flat_of(za);
-    a.after_step(za, 0, rng);
-    return flat_of(za) - stepped;  // -k
+    scsp_pair p;
+    p.exchange();                 // the edge's first message restarts it: no pull
+    scsp_pair::add(p.za, 0.01f);  // a's first step: the correction's bound
+    p.a.after_step(p.za, 0, p.rng);
+    scsp_pair::add(p.zb, 0.05f);  // b ahead
+    p.exchange(own_rate);
+    scsp_pair::add(p.za, 0.01f);  // a's second step
+    const auto stepped = flat_of(p.za);
+    p.a.after_step(p.za, 0, p.rng);
+    return flat_of(p.za) - stepped;  // -k
   };
   const auto plain = correction_after_merge(1.0), leaning = correction_after_merge(0.2);
   BOOST_TEST(plain.abs().max().item<double>() > 1e-4);  // the pull is answered
@@ -913,36 +926,23 @@ BOOST_AUTO_TEST_CASE(skew_compensation_is_held_to_the_steps) {
   // killed and restarted before this bound), and the pull of a keyframe (an
   // edge restarting) is no drift at all.
   auto correction_over_step = [](bool keyframe) {
-    auto l = layout();
-    std::mt19937_64 rng(1);
-    const auto o = sparse(0.5, 0.5, true);
-    sparse_push a(l, o), b(l, o);
-    auto za = model(0.0f), zb = model(0.0f);
-    a.start(za);
-    b.start(zb);
-    b.peers_changed({"a"});
-    auto exchange = [&] {
-      auto ob = b.after_step(zb, 1, rng);
-      auto body = b.payload(ob.at(0), "a", names(), zb);
-      a.merge_sparse(za, "b", message_of(ob.at(0).weight, body));
-    };
+    scsp_pair p;
+    p.b.peers_changed({"a"});
     for (int k = 0; k < 5; ++k) {
-      a.after_step(za, 0, rng);
-      exchange();
+      p.a.after_step(p.za, 0, p.rng);
+      p.exchange();
     }
     if (keyframe) {  // b saw a go and come back: its next message is whole
-      b.peers_changed({});
-      b.peers_changed({"a"});
+      p.b.peers_changed({});
+      p.b.peers_changed({"a"});
     }
-    zb[0].add_(100.0f);  // b's model far away
-    zb[1].add_(100.0f);
-    exchange();
-    const auto merged = flat_of(za);
-    za[0].add_(0.01f);  // a's step
-    za[1].add_(0.01f);
-    const auto stepped = flat_of(za);
-    a.after_step(za, 0, rng);
-    return (flat_of(za) - stepped).norm().item<double>() /
+    scsp_pair::add(p.zb, 100.0f);  // b's model far away
+    p.exchange();
+    const auto merged = flat_of(p.za);
+    scsp_pair::add(p.za, 0.01f);  // a's step
+    const auto stepped = flat_of(p.za);
+    p.a.after_step(p.za, 0, p.rng);
+    return (flat_of(p.za) - stepped).norm().item<double>() /
            (stepped - merged).norm().item<double>();
   };
   const double pulled = correction_over_step(false), restarted = correction_over_step(true);
