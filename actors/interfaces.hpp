@@ -54,6 +54,7 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using wait_atom = caf::atom_constant<caf::atom("wait")>;
 using control_atom = caf::atom_constant<caf::atom("control")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpt")>;
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using dial_atom = caf::atom_constant<caf::atom("dial")>;
@@ -92,6 +93,11 @@ using store_actor = caf::typed_actor<
   // gossip weight, model bytes, optimizer bytes. Answers whether it was saved.
   caf::replies_to<checkpoint_atom, std::string, uint64_t, uint64_t, double, std::string,
                   std::string>::with<bool>,
+  // A platform's newest checkpoint that passes its checksum (a rollback):
+  // whether there is one, epochs done, iterations done, gossip weight,
+  // when it was saved (Unix seconds), model bytes, optimizer bytes.
+  caf::replies_to<restore_atom, std::string>::with<bool, uint64_t, uint64_t, double, double,
+                                                   std::string, std::string>,
   // Stores a platform's epoch report (platform, epoch, the report).
   caf::reacts_to<metrics_atom, std::string, uint64_t, epoch_report>,
   // Stores a record: column family name ("rankings", "predictor", ...), key, value.

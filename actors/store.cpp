@@ -152,6 +152,23 @@ store_actor::behavior_type store(store_actor::stateful_pointer<store_state> self
   if (auto why = st.db->failure())
     st.report(*why, std::nullopt);
   return {
+    [self](restore_atom, const std::string& platform)
+      -> caf::result<bool, uint64_t, uint64_t, double, double, std::string, std::string> {
+      auto& st = self->state;
+      std::vector<std::string> problems;
+      std::optional<storage::checkpoint> c;
+      try {
+        c = storage::load_latest_checkpoint(*st.db, platform, &problems);
+      } catch (const std::exception& e) {
+        problems.push_back(std::string("its checkpoints cannot be read: ") + e.what());
+      }
+      for (auto& p : problems)
+        spdlog::warn("[{}] {}", platform, p);
+      if (!c)
+        return {false, uint64_t{0}, uint64_t{0}, 0.0, 0.0, std::string{}, std::string{}};
+      return {true, c->epoch, c->iteration, c->gossip_weight, c->saved_unix,
+              std::move(c->model), std::move(c->optimizer)};
+    },
     [self](checkpoint_atom, std::string& platform, uint64_t epoch, uint64_t iteration,
            double weight, std::string& model, std::string& optimizer) {
       auto& st = self->state;

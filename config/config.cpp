@@ -9,7 +9,8 @@
 //   [data]      name, dir, format, test_dir, validation, classes, resize, on_bad_sample,
 //               label_column, augment, partition, alpha, train_samples, test_samples
 //   [train]     model, lr, momentum, batch, epochs, max_iterations, evaluate_every,
-//               average_every, lr_schedule, lr_warmup
+//               average_every, lr_schedule, lr_warmup, max_rollbacks,
+//               rollback_lr_factor
 //   [strategy]  name, gossip, schedule, topology, out_peers, exchange_probability, density,
 //               consensus_step, sparse_values, drift_memory, drift_gain, overlap, gossip_every,
 //               server, commit_steps, staleness, check_period, min_interval, target_loss
@@ -206,6 +207,8 @@ void scalar_keys(C& c, Visit&& visit) {
   visit("train.average_every", c.train.average_every, non_negative_int);
   visit("train.lr_schedule", c.train.lr_schedule, text_rule{{"constant", "cosine"}, false});
   visit("train.lr_warmup", c.train.lr_warmup, non_negative);
+  visit("train.max_rollbacks", c.train.max_rollbacks, non_negative_int);
+  visit("train.rollback_lr_factor", c.train.rollback_lr_factor, open_fraction);
   visit("strategy.name", c.strategy.name, strategy_rule);
   visit("strategy.gossip", c.strategy.gossip, gossip_rule);
   visit("strategy.schedule", c.strategy.schedule, enum_rule{});

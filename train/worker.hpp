@@ -194,6 +194,12 @@ public:
   // -- steps ----------------------------------------------------------------------
   /// Whether a step may go now (false while a commit waits for its answer).
   virtual bool ready() const { return true; }
+  /// Whether its platform's model, run away (a training loss that is not a
+  /// finite number), goes back to the platform's last checkpoint. A gossip
+  /// platform's model is its own; a parameter-server worker's comes from the
+  /// server, whose next model replaces it (and the server refuses an update
+  /// that is not finite).
+  virtual bool rolls_back() const { return true; }
   /// The peers whose messages step `k` + 1 waits for (push-sum's tau-overlap
   /// wait; empty: step now).
   virtual std::vector<std::string> awaited(uint64_t k) { return {}; }

@@ -21,6 +21,16 @@ void commit(self_ptr self, learning::server_commit c);
 void checkpoint(self_ptr self, std::function<void(bool)> saved) {
   auto& st = self->state;
   auto name = st.args.platform.name;
+  if (st.rolling_back || !model_finite(st)) {
+    // The newest checkpoint stays the last good one: what a rollback (or a
+    // restart) goes back to.
+    spdlog::warn("[{}] checkpoint not saved: its model ran away (a value is not a finite "
+                 "number){}",
+                 name, st.rolling_back ? "; it is going back to its last checkpoint" : "");
+    if (saved)
+      saved(false);
+    return;
+  }
   self->request(st.args.store, defaults::checkpoint_timeout, checkpoint_atom::value, name,
                 static_cast<uint64_t>(st.epochs_done), st.at.total_iterations,
                 st.worker->weight(), learning::save_model(st.trainer().model()),
@@ -76,7 +86,8 @@ void begin_epoch(self_ptr self) {
   st.planned = static_cast<uint64_t>(plan.samples());
   st.planned_batches = plan.batches.size();
   st.epoch_lr = learning::scheduled_lr(st.args.train.lr, st.args.train.lr_schedule, st.at.epoch,
-                                       st.last_epoch + 1);
+                                       st.last_epoch + 1) *
+                st.lr_factor;
   st.trainer().set_lr(st.epoch_lr);
   st.trainer().begin_epoch(std::move(plan));
   st.epoch_start = st.last_progress = st.last_step_end = clock::now();
@@ -283,7 +294,7 @@ void resume(self_ptr self) {
 void step(self_ptr self) {
   auto& st = self->state;
   st.step_queued = false;
-  if (!st.running || st.paused || !st.worker->ready())
+  if (!st.running || st.paused || st.rolling_back || !st.worker->ready())
     return;
   if (!st.worker->awaited(st.at.total_iterations).empty()) {
     // A merge that brings the last awaited message queues the step.
@@ -310,7 +321,9 @@ void step(self_ptr self) {
   }
   auto r = st.trainer().step();
   st.compute_seconds += r.compute_seconds;
-  st.loss_sum += r.loss;
+  const bool ran_away = !std::isfinite(r.loss);
+  if (!ran_away)
+    st.loss_sum += r.loss;
   st.samples += static_cast<uint64_t>(r.samples);
   ++st.iterations;
   ++st.at.total_iterations;
@@ -333,6 +346,10 @@ void step(self_ptr self) {
   // Messages reference the parameters (no copy) and hold a loan on them
   // until written: the next step or merge copies them only if one is still
   // on its way (train/loans.hpp).
+  if (ran_away && st.worker->rolls_back()) {
+    roll_back(self, {r.loss, epoch_done, st.now()}, r.loss);
+    return;
+  }
   carry_out(self, st.worker->stepped({r.loss, epoch_done, st.now()}, st.at));
 }
 

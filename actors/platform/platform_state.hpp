@@ -66,6 +66,16 @@ struct platform_state {
   /// next one (queue_step waits them out).
   double idle_owed = 0;
   clock::time_point created = clock::now();
+  /// When it was built, on the wall clock: a checkpoint saved before then
+  /// is another run's (a rollback does not take it).
+  double created_unix = std::chrono::duration<double>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  // Runaways (train.max_rollbacks): rollbacks so far, whether one waits for
+  // the store, and what they multiplied the learning rate by.
+  int64_t rollbacks = 0;
+  bool rolling_back = false;
+  double lr_factor = 1;
   // Observations for the predictor: wall time (idle included) and points,
   // every second of training and at the end of each epoch.
   clock::time_point last_step_end;
@@ -129,5 +139,15 @@ void pause(self_ptr self);
 void resume(self_ptr self);
 /// One training iteration, unless the worker holds it back.
 void step(self_ptr self);
+/// The step `pending` gave a training loss that is not a finite number:
+/// the model ran away. It goes back to its newest checkpoint of this run
+/// (to where it began before the first) with its learning rate x
+/// train.rollback_lr_factor, and then the worker has its step; after
+/// train.max_rollbacks the platform leaves the run. Parameter-server
+/// workers do not roll back (the server's model replaces theirs).
+void roll_back(self_ptr self, learning::step_done pending, double loss);
+/// Whether every parameter is a finite number (a checkpoint of a model
+/// that ran away is not saved).
+bool model_finite(platform_state& st);
 
 } // namespace eg::actors::platform_parts

@@ -32,6 +32,7 @@ public:
   std::vector<worker_note> epoch_over(uint32_t epoch) override;
   std::string epoch_summary(const messages::epoch_report& report) const override;
   bool ready() const override { return !commits_.in_flight(); }
+  bool rolls_back() const override { return false; }
   /// The server, until one was heard of or the waits for it ran out.
   std::vector<std::string> awaited(uint64_t k) override;
   size_t give_up(uint64_t k) override;

@@ -76,6 +76,7 @@ struct recorder {
   std::vector<checkpoint_call> checkpoints;
   std::vector<metrics_call> metrics;
   std::vector<store_call> stored;
+  std::vector<std::string> restores;  // platforms whose checkpoint was asked back
   // mixer
   std::vector<send_call> sends;
   std::vector<send_call> to_balancer;  // models for the average, on the lane (to: its endpoint)
@@ -114,6 +115,17 @@ store_actor::behavior_type fake_store(store_actor::pointer, rec_ptr rec) {
     [rec](store_atom, const std::string& family, const std::string& key,
           const std::string& value) { rec->stored.push_back({family, key, value}); },
     [](flush_atom) { return true; },
+    [rec](restore_atom, const std::string& platform)
+      -> caf::result<bool, uint64_t, uint64_t, double, double, std::string, std::string> {
+      rec->restores.push_back(platform);
+      const double now = std::chrono::duration<double>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+      for (auto i = rec->checkpoints.rbegin(); i != rec->checkpoints.rend(); ++i)
+        if (i->platform == platform)
+          return {true, i->epochs, i->iterations, i->weight, now, i->model, i->optimizer};
+      return {false, uint64_t{0}, uint64_t{0}, 0.0, 0.0, std::string{}, std::string{}};
+    },
   };
 }
 
@@ -251,6 +263,10 @@ struct rig_options {
   int64_t gossip_every = 1; // push-sum's local steps per gossip round
   bool with_test_set = true; // false: a node without test data
   bool augment = false;      // data.augment: random crops and flips
+  double lr = 0.05;
+  int64_t max_rollbacks = 4;
+  double rollback_lr_factor = 0.5;
+  std::shared_ptr<const learning::dataset> data;  // null: train_set()
 };
 
 /// Ends the actors it is given when it goes (a failed BOOST_REQUIRE
@@ -301,7 +317,9 @@ struct rig {
     a.node_name = "n0";
     a.platform = {"p0", 1, 0.5, o.slowdown, {}};
     a.train.model = "logreg";
-    a.train.lr = 0.05;
+    a.train.lr = o.lr;
+    a.train.max_rollbacks = o.max_rollbacks;
+    a.train.rollback_lr_factor = o.rollback_lr_factor;
     a.train.batch = o.batch;
     a.train.evaluate_every = 1;
     a.strategy.exchange_probability = o.exchange;
@@ -313,7 +331,7 @@ struct rig {
     a.cluster_platforms = o.platforms;
     a.members = {"p0", "p1", "p2", "p3"};
     a.seed = 1;
-    a.train_set = train_set();
+    a.train_set = o.data ? o.data : train_set();
     a.test_set = o.with_test_set ? test_set() : nullptr;
     a.augment = o.augment;
     a.shard.resize(static_cast<size_t>(o.shard));
@@ -621,6 +639,95 @@ BOOST_FIXTURE_TEST_CASE(a_platform_without_test_data_trains_and_is_not_evaluated
   // The same plan (the same seed), other batches: other weights.
   BOOST_TEST(!same(plain, augmented));
   BOOST_TEST(same(augmented, trained(true)));  // augmentation is seeded
+}
+
+/// train_set() with its samples as float32 and point `bad` not a number:
+/// the batch that holds it has a training loss that is not a finite number,
+/// and a step on it leaves the model a NaN (a scripted runaway).
+std::shared_ptr<const learning::dataset> poisoned_set(int64_t bad) {
+  auto d = std::make_shared<learning::dataset>(*train_set());
+  d->samples = train_set()->samples.to(torch::kFloat32).div(255);
+  d->samples[bad].fill_(std::numeric_limits<float>::quiet_NaN());
+  return d;
+}
+
+bool finite(const std::vector<torch::Tensor>& ts) {
+  for (auto& t : ts)
+    if (!torch::isfinite(t).all().item<bool>())
+      return false;
+  return true;
+}
+
+std::vector<torch::Tensor> checkpoint_params(const checkpoint_call& c) {
+  auto m = learning::make_classifier("logreg", 7, fashion);
+  learning::load_model(*m, c.model);
+  std::vector<torch::Tensor> out;
+  for (auto& p : learning::parameters(*m))
+    out.push_back(p.detach().clone());
+  return out;
+}
+
+// A scripted runaway: one batch of every epoch holds a point that is not a
+// number. The step on it leaves the model NaN; the platform goes back to
+// its checkpoint (where it began, in the first epoch), slower, and the
+// epoch goes on. Nothing it saves or sends holds a NaN, and it learns.
+BOOST_FIXTURE_TEST_CASE(a_platform_whose_model_runs_away_goes_back_to_its_checkpoint,
+                        fixture) {
+  rig_options o;
+  o.data = poisoned_set(150);
+  o.exchange = 1;  // a message after every step
+  o.max_rollbacks = 4;
+  rig r{sys, self, sched, o};
+  self->send(r.platform, peers_atom::value, std::vector<std::string>{"p1"});
+  const auto initial = tensors_of(weights_of(self, sched, r.platform));
+  for (uint32_t e = 0; e < 3; ++e) {
+    send_plan(self, r, plan_of(e, 1.0, 2));
+    sched.run();
+  }
+  auto& rec = *r.rec;
+  BOOST_REQUIRE_EQUAL(rec.reports.size(), 3u);
+  // One rollback an epoch, each asking the store for the newest checkpoint.
+  BOOST_TEST(rec.restores == (std::vector<std::string>{"p0", "p0", "p0"}));
+  for (auto& rep : rec.reports) {
+    BOOST_TEST(std::isfinite(rep.train_loss), "epoch " << rep.epoch);
+    BOOST_TEST(rep.samples == 100u);  // the epoch went on after it
+  }
+  BOOST_REQUIRE_EQUAL(rec.checkpoints.size(), 3u);
+  for (auto& c : rec.checkpoints)
+    BOOST_TEST(finite(checkpoint_params(c)), "checkpoint after epoch " << c.epochs);
+  // A message after every step (7 batches of 16 an epoch); after the ones
+  // that ran away it carries the model rolled back to.
+  BOOST_TEST(rec.sends.size() == 3u * 7u);
+  for (auto& send : rec.sends)
+    BOOST_TEST(finite(tensors_of(send.weights)));
+  // It learnt: the model moved from where it began and is no NaN.
+  const auto now = tensors_of(weights_of(self, sched, r.platform));
+  BOOST_TEST(finite(now));
+  BOOST_TEST(!same(now, initial));
+  BOOST_TEST(rec.reports.back().train_loss < rec.reports.front().train_loss);
+}
+
+// With no rollback left, a platform whose model runs away leaves the run
+// (the balancer sees it down and hands its data to the others); its last
+// good checkpoint stays the newest, never overwritten by a NaN model.
+BOOST_FIXTURE_TEST_CASE(a_platform_that_keeps_running_away_leaves_the_run, fixture) {
+  rig_options o;
+  o.data = poisoned_set(150);
+  o.max_rollbacks = 1;
+  rig r{sys, self, sched, o};
+  self->monitor(r.platform);
+  send_plan(self, r, plan_of(0, 1.0, 2));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(r.rec->reports.size(), 1u);  // one rollback, the epoch done
+  send_plan(self, r, plan_of(1, 1.0, 2));
+  sched.run();
+  BOOST_TEST(r.rec->reports.size() == 1u);  // the second ran away again: gone
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(down);
+  BOOST_REQUIRE_EQUAL(r.rec->checkpoints.size(), 1u);
+  BOOST_TEST(finite(checkpoint_params(r.rec->checkpoints[0])));
 }
 
 BOOST_FIXTURE_TEST_CASE(an_epoch_trains_its_share_and_reports_it_everywhere, fixture) {

@@ -69,6 +69,41 @@ BOOST_AUTO_TEST_CASE(gosgd_merge_formula) {
   BOOST_TEST(torch::allclose(parameters(*model)[0], before[0] / 2));
 }
 
+// A model that ran away (NaN, infinity) is refused by GoSGD's and
+// push-sum's merges alike, the model and the weight unchanged: merged, it
+// would reach every platform in a few rounds.
+BOOST_AUTO_TEST_CASE(a_model_that_ran_away_is_refused_not_merged) {
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (float v : bad) {
+    std::vector<torch::Tensor> x{torch::tensor({1.0f, 2.0f}), torch::tensor({3.0f})};
+    const auto before = std::vector<torch::Tensor>{x[0].clone(), x[1].clone()};
+    std::vector<torch::Tensor> received{torch::tensor({5.0f, 6.0f}), torch::tensor({v})};
+    gosgd g(0.25, 0.5);
+    push_sum p(1.0);
+    for (gossip_strategy* s : {static_cast<gossip_strategy*>(&g), static_cast<gossip_strategy*>(&p)}) {
+      const double w = s->weight();
+      try {
+        s->merge(x, received, 0.5);
+        BOOST_ERROR(s->name() << " merged a model holding " << v);
+      } catch (const std::invalid_argument& e) {
+        const std::string text = e.what();
+        BOOST_TEST(text.find("tensor 1") != std::string::npos, text);
+        BOOST_TEST(text.find("not a finite number") != std::string::npos, text);
+      }
+      BOOST_TEST(s->weight() == w);
+      BOOST_TEST(torch::equal(x[0], before[0]));
+      BOOST_TEST(torch::equal(x[1], before[1]));
+    }
+  }
+  // The largest finite values are a model, however poor.
+  std::vector<torch::Tensor> x{torch::zeros({2})};
+  gosgd g(0.5, 0.5);
+  g.merge(x, {torch::full({2}, std::numeric_limits<float>::max())}, 0.5);
+  BOOST_TEST(torch::isfinite(x[0]).all().item<bool>());
+}
+
 BOOST_AUTO_TEST_CASE(gosgd_merge_by_rate_counts_a_slow_sender_less) {
   // Both hold weight 0.5; the sender trains r = 0.25 of its data per epoch,
   // the receiver all of it: the mix is 0.5 : 0.125, i.e. 4/5 and 1/5, and
