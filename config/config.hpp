@@ -188,11 +188,11 @@ struct train_config {
   /// Epochs over which the learning rate rises linearly, step by step, from
   /// nearly 0 to the schedule's (learning::warmup_factor); 0: none.
   double lr_warmup = 0;
-  /// A gossip platform whose training loss is not a finite number (its
-  /// model ran away) goes back to its newest checkpoint of the run (where
-  /// it began, before its first) with its learning rate x
-  /// rollback_lr_factor; after max_rollbacks it leaves the run, and the
-  /// others train its data as a failed platform's.
+  /// A gossip platform whose training loss is not a finite number, or
+  /// whose average passes 10 x a uniform guess's (its model ran away), goes
+  /// back to its newest checkpoint of the run (where it began, before its
+  /// first) with its learning rate x rollback_lr_factor; after
+  /// max_rollbacks it leaves the run, as a platform whose node died does.
   int64_t max_rollbacks = 4;
   double rollback_lr_factor = 0.5;
 };

@@ -47,6 +47,7 @@ void build(platform_state& st, platform_args& args) {
   st.worker = learning::make_worker(ws, *st.model);
   st.at.platform = args.platform.name;
   st.worker->start();
+  st.guard.emplace(platform_runaway_options(), args.train_set->num_classes());
   if (!args.restore)
     return;
   try {

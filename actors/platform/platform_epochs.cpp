@@ -321,9 +321,9 @@ void step(self_ptr self) {
   }
   auto r = st.trainer().step();
   st.compute_seconds += r.compute_seconds;
-  const bool ran_away = !std::isfinite(r.loss);
-  if (!ran_away)
+  if (std::isfinite(r.loss))
     st.loss_sum += r.loss;
+  const auto ran_away = st.guard ? st.guard->loss(r.loss) : std::nullopt;
   st.samples += static_cast<uint64_t>(r.samples);
   ++st.iterations;
   ++st.at.total_iterations;
@@ -347,7 +347,7 @@ void step(self_ptr self) {
   // until written: the next step or merge copies them only if one is still
   // on its way (train/loans.hpp).
   if (ran_away && st.worker->rolls_back()) {
-    roll_back(self, {r.loss, epoch_done, st.now()}, r.loss);
+    roll_back(self, {r.loss, epoch_done, st.now()}, *ran_away);
     return;
   }
   carry_out(self, st.worker->stepped({r.loss, epoch_done, st.now()}, st.at));

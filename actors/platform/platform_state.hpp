@@ -8,6 +8,7 @@
 
 #include "algorithms/workers.hpp"
 #include "algorithms/edgegossip/predictor.hpp"
+#include "algorithms/split/runaway_guard.hpp"
 #include "train/trainer.hpp"
 
 #include <caf/typed_event_based_actor.hpp>
@@ -76,6 +77,9 @@ struct platform_state {
   int64_t rollbacks = 0;
   bool rolling_back = false;
   double lr_factor = 1;
+  /// Reads every step's training loss: one that is not a finite number, or
+  /// an average far above a uniform guess's, is a model that ran away.
+  std::optional<learning::runaway_guard> guard;
   // Observations for the predictor: wall time (idle included) and points,
   // every second of training and at the end of each epoch.
   clock::time_point last_step_end;
@@ -139,13 +143,19 @@ void pause(self_ptr self);
 void resume(self_ptr self);
 /// One training iteration, unless the worker holds it back.
 void step(self_ptr self);
-/// The step `pending` gave a training loss that is not a finite number:
-/// the model ran away. It goes back to its newest checkpoint of this run
+/// The step `pending` gave a training loss that says the model ran away
+/// (`why`, from the platform's runaway guard). It goes back to its newest checkpoint of this run
 /// (to where it began before the first) with its learning rate x
 /// train.rollback_lr_factor, and then the worker has its step; after
 /// train.max_rollbacks the platform leaves the run. Parameter-server
 /// workers do not roll back (the server's model replaces theirs).
-void roll_back(self_ptr self, learning::step_done pending, double loss);
+void roll_back(self_ptr self, learning::step_done pending, const std::string& why);
+/// What the platform's runaway guard watches for: a training loss that is
+/// not a finite number, or one whose average is above 10 x a uniform
+/// guess's (ln of the classes; 23 for 10 classes), which no model that
+/// learns comes near, however skewed its data. Not a rise from its lowest
+/// loss: a merge may set a platform's loss back by that much.
+learning::runaway_options platform_runaway_options();
 /// Whether every parameter is a finite number (a checkpoint of a model
 /// that ran away is not saved).
 bool model_finite(platform_state& st);

@@ -1,5 +1,6 @@
 // A gossip platform whose model ran away (a training loss that is not a
-// finite number: a learning rate too high for its data, a bad batch) goes
+// finite number, or whose average is far above a uniform guess's: a
+// learning rate too high for its data, a bad batch) goes
 // back to its newest checkpoint of the run, slower, instead of training and
 // sending a model of NaNs. Its peers refuse such a model (gossip.cpp), so
 // nothing spreads; without the rollback the platform itself would stay lost
@@ -17,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -39,7 +41,7 @@ struct saved_state {
 
 /// Loads `back` (the initial model when there is none), multiplies the
 /// learning rate by train.rollback_lr_factor and gives the worker its step.
-void rolled_back(self_ptr self, const learning::step_done& pending, double loss,
+void rolled_back(self_ptr self, const learning::step_done& pending, const std::string& why,
                  const std::optional<saved_state>& back) {
   auto& st = self->state;
   const auto& name = st.args.platform.name;
@@ -70,24 +72,34 @@ void rolled_back(self_ptr self, const learning::step_done& pending, double loss,
   st.trainer().set_lr(st.epoch_lr);  // a loaded optimizer brings its own
   st.worker->adopted();  // the parameters changed under it; its weight stays
   st.rolling_back = false;
-  spdlog::warn("[{}] its model ran away (training loss {}): back to {}, learning rate x {} "
+  st.guard->restart();
+  spdlog::warn("[{}] its model ran away ({}): back to {}, learning rate x {} "
                "= {:.3g} (rollback {} of at most {}, train.max_rollbacks)",
-               name, loss, where, st.args.train.rollback_lr_factor, st.epoch_lr, st.rollbacks,
+               name, why, where, st.args.train.rollback_lr_factor, st.epoch_lr, st.rollbacks,
                st.args.train.max_rollbacks);
   carry_out(self, st.worker->stepped(pending, st.at));
 }
 
 } // namespace
 
-void roll_back(self_ptr self, learning::step_done pending, double loss) {
+learning::runaway_options platform_runaway_options() {
+  learning::runaway_options o;
+  o.loss_rise = std::numeric_limits<double>::infinity();  // off (a merge moves the loss)
+  o.stuck_after = 0;                                       // off (dead units: split's concern)
+  o.loss_chance = 10;
+  return o;
+}
+
+void roll_back(self_ptr self, learning::step_done pending, const std::string& why) {
   auto& st = self->state;
   const auto name = st.args.platform.name;
   if (st.rollbacks >= st.args.train.max_rollbacks) {
-    // Its data is not lost: the balancer sees the platform down and hands
-    // its shard to the others, as for a platform that failed.
-    spdlog::error("[{}] its model ran away again (training loss {}) after {} rollbacks "
-                  "(train.max_rollbacks): it leaves the run and the others train its data",
-                  name, loss, st.rollbacks);
+    // The balancer sees the platform down, as one whose node died (under
+    // EdgeGossip the survivors take over its shard once the failed share
+    // passes edgegossip.f_threshold).
+    spdlog::error("[{}] its model ran away again ({}) after {} rollbacks "
+                  "(train.max_rollbacks): it leaves the run",
+                  name, why, st.rollbacks);
     st.running = false;
     self->quit();
     return;
@@ -102,7 +114,7 @@ void roll_back(self_ptr self, learning::step_done pending, double loss) {
   self
     ->request(st.args.store, defaults::checkpoint_timeout, restore_atom::value, name)
     .then(
-      [self, pending, loss, resumed](bool found, uint64_t epoch, uint64_t iteration, double,
+      [self, pending, why, resumed](bool found, uint64_t epoch, uint64_t iteration, double,
                                      double saved_unix, std::string& model,
                                      std::string& optimizer) {
         auto& st = self->state;
@@ -111,13 +123,13 @@ void roll_back(self_ptr self, learning::step_done pending, double loss) {
                               (resumed && resumed->first == epoch && resumed->second == iteration);
         if (found && this_run && epoch <= st.epochs_done)
           back = saved_state{epoch, std::move(model), std::move(optimizer)};
-        rolled_back(self, pending, loss, back);
+        rolled_back(self, pending, why, back);
       },
-      [self, pending, loss](caf::error& err) {
+      [self, pending, why](caf::error& err) {
         spdlog::warn("[{}] its store did not give its checkpoint back ({}): it starts again "
                      "from where it began",
                      self->state.args.platform.name, caf::to_string(err));
-        rolled_back(self, pending, loss, std::nullopt);
+        rolled_back(self, pending, why, std::nullopt);
       });
 }
 
