@@ -24,9 +24,9 @@ void checkpoint(self_ptr self, std::function<void(bool)> saved) {
   if (st.rolling_back || !model_finite(st)) {
     // The newest checkpoint stays the last good one: what a rollback (or a
     // restart) goes back to.
-    spdlog::warn("[{}] checkpoint not saved: its model ran away (a value is not a finite "
-                 "number){}",
-                 name, st.rolling_back ? "; it is going back to its last checkpoint" : "");
+    spdlog::warn("[{}] checkpoint not saved: {}", name,
+                 st.rolling_back ? "its model ran away and is going back to its last checkpoint"
+                                 : "its model holds a value that is not a finite number");
     if (saved)
       saved(false);
     return;

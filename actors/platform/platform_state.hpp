@@ -144,10 +144,10 @@ void resume(self_ptr self);
 /// One training iteration, unless the worker holds it back.
 void step(self_ptr self);
 /// The step `pending` gave a training loss that says the model ran away
-/// (`why`, from the platform's runaway guard). It goes back to its newest checkpoint of this run
-/// (to where it began before the first) with its learning rate x
-/// train.rollback_lr_factor, and then the worker has its step; after
-/// train.max_rollbacks the platform leaves the run. Parameter-server
+/// (`why`, from the platform's runaway guard). It goes back to its newest
+/// checkpoint of this run (to where it began before the first) with its
+/// learning rate x train.rollback_lr_factor, and then the worker has its
+/// step; after train.max_rollbacks the platform leaves the run. Parameter-server
 /// workers do not roll back (the server's model replaces theirs).
 void roll_back(self_ptr self, learning::step_done pending, const std::string& why);
 /// What the platform's runaway guard watches for: a training loss that is

@@ -1,8 +1,8 @@
 // A gossip platform whose model ran away (a training loss that is not a
 // finite number, or whose average is far above a uniform guess's: a
-// learning rate too high for its data, a bad batch) goes
-// back to its newest checkpoint of the run, slower, instead of training and
-// sending a model of NaNs. Its peers refuse such a model (gossip.cpp), so
+// learning rate too high for its data, a bad batch) goes back to its newest
+// checkpoint of the run, slower, instead of training and sending a model of
+// NaNs. Its peers refuse such a model (gossip.cpp), so
 // nothing spreads; without the rollback the platform itself would stay lost
 // for the rest of the run.
 
