@@ -2,6 +2,8 @@
 #include "actors/census.hpp"
 #include "common/error.hpp"
 
+#include <algorithm>
+
 namespace eg::actors {
 namespace balancer_parts {
 
@@ -367,15 +369,32 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
       if (h.platform.address() == dm.source && st.epochs.down(name)) {
         auto& node = st.epochs.find(name)->node;
         st.members_changed = true;
-        st.console.down(name, node, caf::to_string(dm.reason));
+        // A platform that ended on its own (its model kept running away)
+        // exits normally, which CAF words as "none".
+        const auto why = dm.reason ? caf::to_string(dm.reason) : std::string("it left the run");
+        if (!dm.reason)
+          st.left.insert(name);
+        st.console.down(name, node, why);
         if (!st.finished)
           spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,
-                       node, caf::to_string(dm.reason), st.epochs.up());
+                       node, why, st.epochs.up());
         // Whatever is asked of it is not waited for any longer.
         for (auto& w : std::vector<std::weak_ptr<pending_gather>>(st.gathers))
           if (auto g = w.lock())
             g->lost(name);
       }
+    // Every platform left on its own: none will come back (a node that
+    // died may be started again; a platform that left stays gone), and an
+    // epoch with nobody to train it would be waited for forever.
+    if (!st.finished && st.epochs.up() == 0 && !st.handles.empty() &&
+        std::all_of(st.handles.begin(), st.handles.end(),
+                    [&](const auto& h) { return st.left.count(h.first) > 0; })) {
+      spdlog::error("balancer: every platform left the run (their models kept running away "
+                    "after train.max_rollbacks rollbacks; each one's log says why): the run "
+                    "ends here, a smaller train.lr may train");
+      finish(self);
+      return;
+    }
     if (!st.finished)
       check_epochs(self);
   });

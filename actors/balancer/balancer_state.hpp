@@ -108,6 +108,9 @@ struct balancer_state {
   /// balancer continues a run) since the last average, so the live
   /// platforms' weights no longer sum to their number (keep_push_sum_mass).
   bool members_changed = false;
+  /// Platforms that ended on their own (a normal exit: their models kept
+  /// running away, train.max_rollbacks); they do not come back.
+  std::set<std::string> left;
   std::string run;
   clock::time_point last_line;
   std::set<uint32_t> planning;  // epochs whose predictions are being gathered

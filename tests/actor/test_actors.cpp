@@ -304,7 +304,9 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
     [=](plan_atom, const plan& p) { seen->push_back(p); },
     [=](norm_atom, const std::string& norm) { norms_sent[name].push_back(norm); },
     [](adopt_atom, const std::string&) {},
-    [](step_atom) {},
+    // A test ends a stand-in normally this way, as a platform that left
+    // the run does (an exit message with the normal reason is ignored).
+    [=](step_atom) { self->quit(); },
     [](overlap_atom, uint64_t) {},
     [](merge_atom, const held_weights&) {},
     [](unsent_atom, const std::string&, const held_weights&) {},
@@ -525,6 +527,40 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
   self->send_exit(b, caf::exit_reason::user_shutdown);
   self->send_exit(p0, caf::exit_reason::user_shutdown);
   sched.run();
+}
+
+// A platform that left on its own (a normal exit: its model kept running
+// away) does not come back; one whose node died may. When every platform
+// left, the run ends instead of waiting for an epoch nobody can train.
+BOOST_FIXTURE_TEST_CASE(the_run_ends_when_every_platform_left_it, fixture) {
+  for (bool one_died : {true, false}) {
+    test::temp_dir dir;
+    auto cfg = two_platforms(dir, "bal", 3);
+    auto test_set = tiny_test_set();
+    auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
+    auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
+    auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+    join(self, b, "p0", "local", p0);
+    join(self, b, "p1", "local", p1);
+    sched.run();
+    BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+    self->send(p0, step_atom::value);
+    if (one_died)
+      self->send_exit(p1, caf::exit_reason::kill);
+    else
+      self->send(p1, step_atom::value);
+    sched.run();
+    bool ended = false;
+    self->receive(
+      [&](done_atom, messages::role who, const std::string&, const std::string&) {
+        ended = who == messages::role::balancer;
+      },
+      caf::after(std::chrono::seconds(0)) >> [] {});
+    // A node that died may be started again: the run waits for it.
+    BOOST_TEST(ended == !one_died, (one_died ? "one died" : "both left"));
+    self->send_exit(b, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
 }
 
 BOOST_FIXTURE_TEST_CASE(models_are_averaged_every_train_average_every_epochs, fixture) {
