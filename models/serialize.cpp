@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -17,6 +18,14 @@ std::vector<std::string> parameter_names(const torch::nn::Module& m) {
 
 std::vector<torch::Tensor> parameters(torch::nn::Module& m) {
   return m.named_parameters().values();
+}
+
+std::optional<size_t> first_non_finite(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!std::isfinite(tensors[i].sum(torch::kDouble).item<double>()))
+      return i;
+  return std::nullopt;
 }
 
 std::string save_model(torch::nn::Module& m) {

@@ -6,6 +6,8 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,11 @@ namespace eg::learning {
 std::vector<std::string> parameter_names(const torch::nn::Module& m);
 /// The parameters of `m`, in the order of parameter_names.
 std::vector<torch::Tensor> parameters(torch::nn::Module& m);
+/// The index of the first of `tensors` holding a value that is not a finite
+/// number (NaN, infinity: a model that ran away), or nothing. One sum in
+/// double precision a tensor, without a copy: finite exactly when every
+/// value is.
+std::optional<size_t> first_non_finite(const std::vector<torch::Tensor>& tensors);
 
 /// torch archive bytes of the module / optimizer.
 std::string save_model(torch::nn::Module& m);

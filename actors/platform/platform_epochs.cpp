@@ -87,7 +87,7 @@ void begin_epoch(self_ptr self) {
   st.planned_batches = plan.batches.size();
   st.epoch_lr = learning::scheduled_lr(st.args.train.lr, st.args.train.lr_schedule, st.at.epoch,
                                        st.last_epoch + 1) *
-                st.lr_factor;
+                rollback_slowdown(st);
   st.trainer().set_lr(st.epoch_lr);
   st.trainer().begin_epoch(std::move(plan));
   st.epoch_start = st.last_progress = st.last_step_end = clock::now();

@@ -72,11 +72,10 @@ struct platform_state {
   double created_unix = std::chrono::duration<double>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  // Runaways (train.max_rollbacks): rollbacks so far, whether one waits for
-  // the store, and what they multiplied the learning rate by.
+  // Runaways (train.max_rollbacks): rollbacks so far, and whether one waits
+  // for the store.
   int64_t rollbacks = 0;
   bool rolling_back = false;
-  double lr_factor = 1;
   /// Reads every step's training loss: one that is not a finite number, or
   /// an average far above a uniform guess's, is a model that ran away.
   std::optional<learning::runaway_guard> guard;
@@ -147,8 +146,9 @@ void step(self_ptr self);
 /// (`why`, from the platform's runaway guard). It goes back to its newest
 /// checkpoint of this run (to where it began before the first) with its
 /// learning rate x train.rollback_lr_factor, and then the worker has its
-/// step; after train.max_rollbacks the platform leaves the run. Parameter-server
-/// workers do not roll back (the server's model replaces theirs).
+/// step; after train.max_rollbacks the platform leaves the run.
+/// Parameter-server workers do not roll back (the server's model replaces
+/// theirs).
 void roll_back(self_ptr self, learning::step_done pending, const std::string& why);
 /// What the platform's runaway guard watches for: a training loss that is
 /// not a finite number, or one whose average is above 10 x a uniform
@@ -159,5 +159,8 @@ learning::runaway_options platform_runaway_options();
 /// Whether every parameter is a finite number (a checkpoint of a model
 /// that ran away is not saved).
 bool model_finite(platform_state& st);
+/// What its rollbacks so far multiplied the learning rate by:
+/// train.rollback_lr_factor ^ rollbacks.
+double rollback_slowdown(const platform_state& st);
 
 } // namespace eg::actors::platform_parts

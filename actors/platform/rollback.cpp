@@ -2,9 +2,9 @@
 // finite number, or whose average is far above a uniform guess's: a
 // learning rate too high for its data, a bad batch) goes back to its newest
 // checkpoint of the run, slower, instead of training and sending a model of
-// NaNs. Its peers refuse such a model (gossip.cpp), so
-// nothing spreads; without the rollback the platform itself would stay lost
-// for the rest of the run.
+// NaNs. Its peers refuse such a model (gossip.cpp), so nothing spreads;
+// without the rollback the platform itself would stay lost for the rest of
+// the run.
 
 #include "actors/platform/platform_state.hpp"
 
@@ -25,11 +25,11 @@
 namespace eg::actors::platform_parts {
 
 bool model_finite(platform_state& st) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : st.model->params())
-    if (!std::isfinite(p.sum(torch::kDouble).item<double>()))
-      return false;
-  return true;
+  return !learning::first_non_finite(st.model->params());
+}
+
+double rollback_slowdown(const platform_state& st) {
+  return std::pow(st.args.train.rollback_lr_factor, static_cast<double>(st.rollbacks));
 }
 
 namespace {
@@ -45,8 +45,7 @@ void rolled_back(self_ptr self, const learning::step_done& pending, const std::s
                  const std::optional<saved_state>& back) {
   auto& st = self->state;
   const auto& name = st.args.platform.name;
-  st.lr_factor *= st.args.train.rollback_lr_factor;
-  st.epoch_lr *= st.args.train.rollback_lr_factor;
+  st.epoch_lr *= st.args.train.rollback_lr_factor;  // (rollbacks counted it already)
   std::string where;
   try {
     st.model->before_write();

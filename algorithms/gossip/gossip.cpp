@@ -1,5 +1,6 @@
 #include "algorithms/gossip/gossip.hpp"
 #include "common/error.hpp"
+#include "models/serialize.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -88,13 +89,11 @@ void check_received(const char* who, const std::vector<torch::Tensor>& params,
       throw mismatch_error(w + "::merge: tensor " + std::to_string(i) +
                                   " has another shape than the model's");
   // A model that ran away (NaN or infinity) would spread to every platform
-  // that merged it, and from them to the rest. A sum in double precision is
-  // one pass without a copy, and is finite exactly when every value is.
-  for (size_t i = 0; i < received.size(); ++i)
-    if (!std::isfinite(received[i].sum(torch::kDouble).item<double>()))
-      throw mismatch_error(w + "::merge: tensor " + std::to_string(i) +
-                           " holds a value that is not a finite number (the sender's model ran "
-                           "away)");
+  // that merged it, and from them to the rest.
+  if (auto i = first_non_finite(received))
+    throw mismatch_error(w + "::merge: tensor " + std::to_string(*i) +
+                         " holds a value that is not a finite number (the sender's model ran "
+                         "away)");
 }
 
 /// params <- keep * params + take * received, in place.

@@ -1,5 +1,6 @@
 #include "algorithms/ps/parameter_server.hpp"
 #include "common/error.hpp"
+#include "models/serialize.hpp"
 
 #include <torch/torch.h>
 
@@ -23,14 +24,13 @@ void check_like(const char* what, const std::vector<torch::Tensor>& model,
   if (model.size() != other.size())
     throw mismatch_error(std::string(what) + ": " + std::to_string(other.size()) +
                                 " tensors, the model has " + std::to_string(model.size()));
-  for (size_t i = 0; i < model.size(); ++i) {
+  for (size_t i = 0; i < model.size(); ++i)
     if (!model[i].sizes().equals(other[i].sizes()))
       throw mismatch_error(std::string(what) + ": tensor " + std::to_string(i) +
                                   " has another shape than the model's");
-    if (!torch::isfinite(other[i]).all().item<bool>())
-      throw mismatch_error(std::string(what) + ": tensor " + std::to_string(i) +
-                                  " holds a value that is not finite");
-  }
+  if (auto i = first_non_finite(other))
+    throw mismatch_error(std::string(what) + ": tensor " + std::to_string(*i) +
+                         " holds a value that is not finite");
 }
 
 } // namespace
