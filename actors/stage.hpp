@@ -199,7 +199,7 @@ struct stage_args {
   std::optional<stage_checkpoint> restore;  ///< loaded into the trainer at start
   /// The first stage on a node: why the run stopped with an error (it ran
   /// away past split.max_rollbacks), written before it tells `node`, so
-  /// that the node's process exits with split_failure_exit_code
+  /// that the node's process exits with run_failure_exit_code
   /// (actors/node/runtime.hpp).
   std::shared_ptr<std::string> failure;
 };

@@ -193,8 +193,9 @@ void restart_with_settings(char** argv) {
 
 /// A node's exit code: 0 when its run finished or was stopped, 1 when it
 /// ended otherwise, 3 when its store could not write (whichever way the run
-/// ended; said in the last line), 4 when its split run stopped with an
-/// error (it ran away; said in the last line).
+/// ended; said in the last line), 4 when its run stopped with an error (a
+/// split run's stage, or every platform of the node, ran away for good;
+/// said in the last line).
 int exit_code(const std::string& node, const eg::actors::run_outcome& outcome) {
   if (outcome.store) {
     spdlog::error("{}", eg::actors::last_words(node, *outcome.store));
@@ -203,9 +204,9 @@ int exit_code(const std::string& node, const eg::actors::run_outcome& outcome) {
   }
   if (!outcome.failure.empty()) {
     spdlog::error("node {}: {}; exit code {}", node, outcome.failure,
-                  eg::actors::split_failure_exit_code);
+                  eg::actors::run_failure_exit_code);
     spdlog::default_logger()->flush();
-    return eg::actors::split_failure_exit_code;
+    return eg::actors::run_failure_exit_code;
   }
   return outcome.stopped || !outcome.run.empty() ? 0 : 1;
 }

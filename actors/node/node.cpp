@@ -157,6 +157,7 @@ void spawn_local(self_ptr self) {
     auto platform = spawn_platform(sys, pa);
     bind_mixer(pa.mixer, platform);
     self->link_to(platform);
+    self->monitor(platform);  // one that leaves the run ends normally (platform_down)
     self->link_to(pa.mixer);
     st.platforms.push_back(local_platform{
       name, pa.train_set ? data::signature(pa.train_set->describe()) : std::string{},
@@ -229,7 +230,10 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
   for (auto& n : st.args.settings.nodes)
     if (n.name != st.args.name)
       self->send(self, dial_atom::value, n.name);
-  self->set_down_handler([self](const caf::down_msg& dm) { peer_down(self, dm); });
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    if (!platform_down(self, dm))
+      peer_down(self, dm);
+  });
   return {
     [self](hello_atom, const hello& their, const std::vector<caf::actor>& handles) {
       return answer_hello(self, their, handles);

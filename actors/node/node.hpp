@@ -146,6 +146,11 @@ struct node_args {
   /// where the others are). No balancer then: the first stage drives the
   /// run and tells every node when it is over.
   std::vector<stage_args> stages;
+  /// Written when the node's work ended in an error: every local platform
+  /// left the run (its model kept running away), so that the process exits
+  /// with run_failure_exit_code; the first stage of a split run writes it
+  /// too (stage_args::failure).
+  std::shared_ptr<std::string> failure;
 };
 
 /// The key, in the store's runs family, of the nodes that joined the

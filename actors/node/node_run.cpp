@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 // The node's run from its end: who is done, the run state kept on every
@@ -225,6 +226,27 @@ void store_failed(self_ptr self, const std::string& why) {
 
 /// A monitored peer node is down: its components leave the directory; a
 /// balancer or server it hosted is succeeded; it is dialled again.
+bool platform_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  auto p = std::find_if(st.platforms.begin(), st.platforms.end(),
+                        [&](const local_platform& lp) { return lp.platform.address() == dm.source; });
+  if (p == st.platforms.end())
+    return false;
+  // An error ends it with the node (they are linked); done, it said so
+  // before it ended.
+  if (dm.reason || st.finished || st.done.count(p->name) > 0)
+    return true;
+  st.left.insert(p->name);
+  st.done.insert(p->name);
+  if (st.left.size() == st.platforms.size() && st.args.failure && st.args.failure->empty())
+    *st.args.failure = "every platform of this node left the run (each one's model kept running "
+                       "away after train.max_rollbacks rollbacks; its log says why): a smaller "
+                       "train.lr may train";
+  if (st.all_done())
+    finish(self);
+  return true;
+}
+
 void peer_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   for (auto i = st.peers.begin(); i != st.peers.end(); ++i) {

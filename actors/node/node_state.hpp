@@ -92,6 +92,7 @@ struct node_state {
   std::set<caf::node_id> peer_ids;         // CAF node ids of peered nodes
   std::set<std::string> lost;             // nodes that were peered and went down
   std::set<std::string> done;             // local platforms done
+  std::set<std::string> left;             // local platforms that left the run (ran away)
   bool balancer_done = false;             // the balancer (if here) ended the run
   std::string run;
   bool finished = false;
@@ -246,6 +247,12 @@ void store_failed(self_ptr self, const std::string& why);
 /// A monitored peer node is down: its components leave the directory; a
 /// balancer or server it hosted is succeeded; it is dialled again.
 void peer_down(self_ptr self, const caf::down_msg& dm);
+/// Whether `dm` is a local platform's end. One that exits normally before
+/// the run's end left the run (its model kept running away past
+/// train.max_rollbacks): it is done here, and a node whose every platform
+/// left ends with an error (node_args::failure) once it hosts no balancer
+/// still running.
+bool platform_down(self_ptr self, const caf::down_msg& dm);
 
 // node_peering.cpp
 /// Dials the peer node of that name (retried until it answers).

@@ -328,7 +328,7 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
                              std::shared_ptr<admitted_names> admitted,
                              std::shared_ptr<messages::door_routes> routes,
                              const store_health& health, const storage::store& db,
-                             const std::string& split_failure, shutdown_watchdog& watchdog) {
+                             const std::string& run_failure, shutdown_watchdog& watchdog) {
   run_outcome outcome;
   signal_watch signals(opts.handle_signals, sys, node);
   corunners load(me.corunners,
@@ -353,9 +353,9 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
                spdlog::error("node {} ended abnormally: {}", me.name, sys.render(err));
              });
   outcome.stopped = signals.received();
-  // The first stage wrote it before it told the node (whose answer ended
-  // the wait above).
-  outcome.failure = split_failure;
+  // The first stage or the node wrote it before the node's answer ended
+  // the wait above.
+  outcome.failure = run_failure;
   outcome.store = health.failure();
   if (!outcome.store && db.failure()) {
     // Failed after the store actor's last write (a background error).
@@ -366,7 +366,7 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
     outcome.store = f;
   }
   watchdog.arm(outcome.store ? store_failure_exit_code
-               : !outcome.failure.empty() ? split_failure_exit_code
+               : !outcome.failure.empty() ? run_failure_exit_code
                : outcome.stopped || !outcome.run.empty() ? 0 : 1);
   return outcome;
 }
@@ -428,12 +428,12 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   // A split run: this node's stages (the first stage loads the data).
   const bool split = cfg.split.enabled();
   std::vector<stage_args> stages;
-  auto split_failure = std::make_shared<std::string>();
+  auto run_failure = std::make_shared<std::string>();
   training_data data;
   if (split) {
     stages = local_stages(cfg, node_name, *db, opts.fresh, opts.data_dir);
     for (auto& s : stages)
-      s.failure = split_failure;
+      s.failure = run_failure;
   } else {
     auto read = read_training_data(cfg, me, opts, *db);
     if (!read) {
@@ -499,6 +499,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
     nargs.tester = tester_of(cfg, me, data);
   nargs.start_balancer = cfg.balancer().name == node_name && !unfinished && !split;
   nargs.stages = std::move(stages);
+  nargs.failure = run_failure;
   if (cfg.strategy.parameter_server() && !split) {
     nargs.server = server_of(cfg, data.model_shape);
     nargs.start_server = cfg.server().name == node_name && !unfinished;
@@ -515,7 +516,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   relay->connect(node);
   auto outcome =
     serve_until_done(sys, cfg, me, opts, node, store, admitted, routes, *health, *db,
-                     *split_failure, watchdog);
+                     *run_failure, watchdog);
   relay->disconnect();
   end_actors(sys, std::move(node), std::move(store), watchdog);
   return outcome;

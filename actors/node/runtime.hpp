@@ -56,16 +56,17 @@ struct run_outcome {
   /// removed) during the run, finished or stopped: the process exits with
   /// store_failure_exit_code and says why last.
   std::optional<store_failure> store;
-  /// Set when this node's split run stopped with an error (the first stage
-  /// is here): the process exits with split_failure_exit_code.
+  /// Set when this node's run stopped with an error (a split run's first
+  /// stage is here and a stage ran away for good; every platform of this
+  /// node left the run): the process exits with run_failure_exit_code.
   std::string failure;
 };
 
 /// The exit code of a node whose store could not write.
 inline constexpr int store_failure_exit_code = 3;
-/// The exit code of a node whose split run stopped with an error (it ran
+/// The exit code of a node whose run stopped with an error (a model ran
 /// away and could not be brought back; run_outcome::failure says how).
-inline constexpr int split_failure_exit_code = 4;
+inline constexpr int run_failure_exit_code = 4;
 
 /// The last line of such a node: "node NAME: the store in DIR could not
 /// write since epoch N (CAUSE): K checkpoints not saved; exit code 3".

@@ -602,4 +602,35 @@ BOOST_AUTO_TEST_CASE(a_run_stopped_midway_leaves_the_epochs_it_ended) {
     BOOST_TEST(entry.path().extension() != ".part", entry.path());
 }
 
+BOOST_AUTO_TEST_CASE(nodes_whose_every_platform_keeps_running_away_end_with_exit_code_4) {
+  // Logistic regression at a learning rate it cannot train at: every
+  // platform's model runs away, goes back to where it began once
+  // (train.max_rollbacks = 1), runs away again and leaves the run. Each node
+  // then ends at once with exit code 4 and says why last: b and c without
+  // waiting out the 30 s grace for platforms that will never say they are
+  // done, a once its balancer has ended the run (its directory written).
+  temp_dir dir;
+  auto cfg = cluster_file(dir, "away", 4);
+  cluster nodes;
+  for (auto node : {"a", "b", "c"})
+    nodes[node] = std::make_unique<process>(
+      std::vector<std::string>{EG_BINARY, "node", "--config", cfg, "--node", node, "--set",
+                               "train.lr=" + std::string("1000.0"), "--set",
+                               "train.max_rollbacks=1"},
+      dir / (std::string("away-") + node + ".log"));
+  for (auto node : {"a", "b", "c"}) {
+    auto& p = nodes[node];
+    BOOST_TEST_INFO("node " << node << " output:\n" << p->output());
+    BOOST_TEST(p->wait(std::chrono::seconds(120)) == 4);
+    const auto out = p->output();
+    BOOST_TEST(count(out, "its model ran away") >= 2u);
+    BOOST_TEST(count(out, "every platform of this node left the run") == 1u);
+    BOOST_TEST(count(out, "exit code 4") == 1u);
+    BOOST_TEST(count(out, "did not finish; ending the node") == 0u);
+  }
+  BOOST_TEST(nodes["a"]->output().find("balancer: every platform left the run") !=
+             std::string::npos);
+  BOOST_TEST(std::filesystem::exists(only_run_dir(dir / "away-runs") / "config.toml"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
