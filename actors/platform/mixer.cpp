@@ -221,11 +221,22 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
   if (self->state.args.lane)
     self->state.lane_seen = self->state.args.lane->stats();
   self->set_down_handler([self](const caf::down_msg& dm) {
+    // Its platform left the run (its model kept running away): nothing is
+    // left to mix for, and its peers see it go. (One that fails ends the
+    // node, and with it this mixer.)
+    if (self->state.platform && dm.source == self->state.platform.address()) {
+      if (!dm.reason)
+        self->quit();
+      return;
+    }
     auto& ps = self->state.peers;
     for (auto i = ps.begin(); i != ps.end(); ++i)
       if (i->handle.address() == dm.source) {
+        // A peer whose platform left the run ends normally, which CAF
+        // words as "none".
         spdlog::info("[{}] peer {} is down ({}); gossiping without it",
-                     self->state.args.platform, i->name, caf::to_string(dm.reason));
+                     self->state.args.platform, i->name,
+                     dm.reason ? caf::to_string(dm.reason) : std::string("it left the run"));
         ps.erase(i);
         tell_platform(self);
         return;
@@ -234,6 +245,7 @@ bound_mixer::behavior_type mixer(self_ptr self, mixer_args args) {
   return {
     [self](bind_atom, caf::actor platform) {
       self->state.platform = caf::actor_cast<platform_actor>(platform);
+      self->monitor(platform);
       tell_platform(self);
     },
     [self](send_atom, const std::string& target, held_weights& message) {

@@ -627,6 +627,11 @@ BOOST_AUTO_TEST_CASE(nodes_whose_every_platform_keeps_running_away_end_with_exit
     BOOST_TEST(count(out, "every platform of this node left the run") == 1u);
     BOOST_TEST(count(out, "exit code 4") == 1u);
     BOOST_TEST(count(out, "did not finish; ending the node") == 0u);
+    // Its mixer ended with it: it says nothing of its peers after.
+    const auto platform = std::string("[") + node + "0]";
+    const auto left = out.find(platform + " its model ran away again");
+    BOOST_TEST((left != std::string::npos &&
+                out.find(platform + " peer", left) == std::string::npos));
   }
   BOOST_TEST(nodes["a"]->output().find("balancer: every platform left the run") !=
              std::string::npos);
