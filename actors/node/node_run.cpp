@@ -224,12 +224,11 @@ void store_failed(self_ptr self, const std::string& why) {
   }
 }
 
-/// A monitored peer node is down: its components leave the directory; a
-/// balancer or server it hosted is succeeded; it is dialled again.
 bool platform_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
-  auto p = std::find_if(st.platforms.begin(), st.platforms.end(),
-                        [&](const local_platform& lp) { return lp.platform.address() == dm.source; });
+  auto p = std::find_if(st.platforms.begin(), st.platforms.end(), [&](const local_platform& lp) {
+    return lp.platform.address() == dm.source;
+  });
   if (p == st.platforms.end())
     return false;
   // An error ends it with the node (they are linked); done, it said so
@@ -247,6 +246,8 @@ bool platform_down(self_ptr self, const caf::down_msg& dm) {
   return true;
 }
 
+/// A monitored peer node is down: its components leave the directory; a
+/// balancer or server it hosted is succeeded; it is dialled again.
 void peer_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   for (auto i = st.peers.begin(); i != st.peers.end(); ++i) {
