@@ -354,12 +354,12 @@ int main(int argc, char** argv) {
       auto cfg = eg::actors::as_one_process(run_opts.load());
       bool terminal = isatty(STDERR_FILENO);
       setup_logging(run_opts.verbose, terminal);
-      auto outcome = eg::actors::run_node(cfg, "local", {terminal, true, run_opts.fresh});
+      auto outcome = eg::actors::run_node(cfg, "local", {terminal, true, run_opts.fresh, {}});
       return exit_code("local", outcome);
     }
     if (*node) {
       setup_logging(node_opts.verbose, false);
-      eg::actors::runtime_options o{false, true, node_opts.fresh};
+      eg::actors::runtime_options o{false, true, node_opts.fresh, {}};
       if (*join_opt)
         return run_joining(join, node_opts, node_data, o);
       if (node_opts.config_file.empty() || node_name.empty())

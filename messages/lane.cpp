@@ -628,10 +628,8 @@ struct lane::impl {
     }
     auto& p = peer_at(key_of(to));
     queued_bytes += size;
-    job j{to,   target, frame_head(target, size), std::move(pieces), size, std::move(hold),
-          clock_type::now()};
-    j.urgent = urgent;
-    j.unsent = unsent_call(std::move(unsent));
+    job j{to, target, frame_head(target, size), std::move(pieces), size, std::move(hold),
+          clock_type::now(), false, urgent, unsent_call(std::move(unsent))};
     if (tls || !p.queue.empty() || p.busy) {
       if (urgent)  // after a frame begun and the urgent ones before it
         p.queue.insert(std::find_if(p.queue.begin(), p.queue.end(),
