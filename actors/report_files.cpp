@@ -15,7 +15,7 @@ const char* platform_csv_header
     "sent_values,sent_indices,sent_weights,sent_headers,sent_packing_saved,"
     "received_values,received_indices,received_weights,received_headers,"
     "received_packing_saved,link_bytes_sent,link_send_seconds,link_bytes_received,"
-    "link_receive_seconds";
+    "link_receive_seconds,rollbacks";
 
 namespace {
 
@@ -69,7 +69,7 @@ void write_platform_csv(const std::string& path,
         out << ',' << t->values << ',' << t->indices << ',' << t->weights << ',' << t->headers << ','
             << t->packing_saved;
       out << ',' << r.link.bytes_sent << ',' << r.link.send_seconds << ',' << r.link.bytes_received
-          << ',' << r.link.receive_seconds;
+          << ',' << r.link.receive_seconds << ',' << r.rollbacks;
       out << '\n';
     }
   });

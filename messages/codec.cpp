@@ -340,6 +340,7 @@ struct body_writer {
     out.setCommits(r.commits);
     out.setStaleness(r.staleness);
     out.setServerVersion(r.server_version);
+    out.setRollbacks(r.rollbacks);
     out.setLinkBytesSent(r.link.bytes_sent);
     out.setLinkSendSeconds(r.link.send_seconds);
     out.setLinkBytesReceived(r.link.bytes_received);
@@ -515,6 +516,7 @@ struct body_reader {
     r.commits = in.getCommits();
     r.staleness = in.getStaleness();
     r.server_version = in.getServerVersion();
+    r.rollbacks = in.getRollbacks();
     r.link.bytes_sent = in.getLinkBytesSent();
     r.link.send_seconds = in.getLinkSendSeconds();
     r.link.bytes_received = in.getLinkBytesReceived();

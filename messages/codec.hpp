@@ -323,6 +323,9 @@ struct epoch_report {
   uint64_t server_version = 0;
   /// The node's weights lane in the epoch (all zero: no lane).
   link_timing link;
+  /// Times the platform went back to its checkpoint in the epoch (its
+  /// model ran away; train.max_rollbacks).
+  uint32_t rollbacks = 0;
 };
 
 /// What a control request asks. On the wire as its name (to_string).

@@ -188,6 +188,9 @@ struct EpochReport {
   linkSendSeconds @27 :Float64;
   linkBytesReceived @28 :UInt64;
   linkReceiveSeconds @29 :Float64;
+  # Times the platform went back to its checkpoint in the epoch (its model
+  # ran away; train.max_rollbacks).
+  rollbacks @30 :UInt32;
 }
 
 struct Control {

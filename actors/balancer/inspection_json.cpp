@@ -64,6 +64,7 @@ json report_json(const messages::epoch_report& r) {
           {"messages_sent", r.messages_sent},
           {"messages_received", r.messages_received},
           {"messages_refused", r.messages_refused},
+          {"rollbacks", r.rollbacks},
           {"received_from", from},
           {"predicted_seconds", r.predicted_seconds},
           {"commits", r.commits},
@@ -93,6 +94,8 @@ messages::epoch_report report_from(const json& j) {
   read(j, "messages_sent", r.messages_sent);
   read(j, "messages_received", r.messages_received);
   read(j, "messages_refused", r.messages_refused);
+  if (j.contains("rollbacks"))  // (a node of an earlier release sends none)
+    read(j, "rollbacks", r.rollbacks);
   for (auto& t : j.at("received_from"))
     r.received_from.push_back(messages::peer_traffic{t.at("peer").get<std::string>(),
                                                      t.at("messages").get<uint64_t>(),

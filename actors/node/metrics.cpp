@@ -278,6 +278,9 @@ struct node_metrics::impl {
   pr::Family<pr::Counter>& messages_refused = counter(
     "edgegossip_gossip_refused_messages_total", "Gossip messages a platform refused (malformed, "
                                                "another cluster's, of another model)");
+  pr::Family<pr::Counter>& rollbacks =
+    counter("edgegossip_platform_rollbacks_total",
+            "Times a platform went back to its checkpoint because its model ran away");
   pr::Family<pr::Counter>& bytes_sent =
     counter("edgegossip_gossip_sent_bytes_total", "Bytes of gossip a platform sent");
   pr::Family<pr::Counter>& bytes_received =
@@ -320,6 +323,7 @@ void node_metrics::report(const messages::epoch_report& r) {
   m.messages_sent.Add(l).Increment(static_cast<double>(r.messages_sent));
   m.messages_received.Add(l).Increment(static_cast<double>(r.messages_received));
   m.messages_refused.Add(l).Increment(static_cast<double>(r.messages_refused));
+  m.rollbacks.Add(l).Increment(static_cast<double>(r.rollbacks));
   m.bytes_sent.Add(l).Increment(static_cast<double>(r.bytes_sent));
   m.bytes_received.Add(l).Increment(static_cast<double>(r.bytes_received));
 }

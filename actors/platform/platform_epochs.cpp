@@ -95,6 +95,7 @@ void begin_epoch(self_ptr self) {
     st.training_start = st.epoch_start;
   st.compute_seconds = st.loss_sum = 0;
   st.samples = st.iterations = st.refused = 0;
+  st.rollbacks_before_epoch = st.rollbacks;
   st.running = true;
   st.waiting = false;
   st.worker->epoch_begins(st.planned_batches);

@@ -63,6 +63,7 @@ struct platform_state {
   double epoch_lr = 0;           ///< the schedule's learning rate this epoch
   uint64_t iterations = 0;
   uint64_t refused = 0;
+  int64_t rollbacks_before_epoch = 0;  ///< `rollbacks` when the epoch began
   /// Emulated slowdown: idle seconds the last step still owes before the
   /// next one (queue_step waits them out).
   double idle_owed = 0;
@@ -114,6 +115,7 @@ struct platform_state {
     r.train_loss = iterations ? loss_sum / static_cast<double>(iterations) : 0;
     r.gossip_weight = worker->weight();
     r.messages_refused = refused;
+    r.rollbacks = static_cast<uint32_t>(rollbacks - rollbacks_before_epoch);
     r.class_samples = trainer().class_samples();
     worker->fill_report(r);
     return r;

@@ -691,6 +691,7 @@ BOOST_FIXTURE_TEST_CASE(a_platform_whose_model_runs_away_goes_back_to_its_checkp
   for (auto& rep : rec.reports) {
     BOOST_TEST(std::isfinite(rep.train_loss), "epoch " << rep.epoch);
     BOOST_TEST(rep.samples == 100u);  // the epoch went on after it
+    BOOST_TEST(rep.rollbacks == 1u, "epoch " << rep.epoch);  // each epoch's own, not the sum
   }
   BOOST_REQUIRE_EQUAL(rec.checkpoints.size(), 3u);
   for (auto& c : rec.checkpoints)
@@ -719,6 +720,7 @@ BOOST_FIXTURE_TEST_CASE(a_platform_that_keeps_running_away_leaves_the_run, fixtu
   send_plan(self, r, plan_of(0, 1.0, 2));
   sched.run();
   BOOST_REQUIRE_EQUAL(r.rec->reports.size(), 1u);  // one rollback, the epoch done
+  BOOST_TEST(r.rec->reports[0].rollbacks == 1u);
   send_plan(self, r, plan_of(1, 1.0, 2));
   sched.run();
   BOOST_TEST(r.rec->reports.size() == 1u);  // the second ran away again: gone
@@ -765,6 +767,7 @@ BOOST_FIXTURE_TEST_CASE(an_epoch_trains_its_share_and_reports_it_everywhere, fix
   BOOST_TEST(rep.messages_sent == 3u);
   BOOST_TEST(rep.messages_received == 4u);
   BOOST_TEST(rep.messages_refused == 5u);  // none refused here + the mixer's
+  BOOST_TEST(rep.rollbacks == 0u);
   BOOST_REQUIRE_EQUAL(rep.received_from.size(), 1u);
   BOOST_TEST(rep.received_from[0].peer == "p1");
   // The lane's timings of the epoch are in the report, and went to the

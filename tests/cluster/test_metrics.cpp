@@ -65,6 +65,7 @@ eg::messages::epoch_report report(uint32_t epoch, double accuracy) {
   r.messages_received = 4;
   r.bytes_sent = 300;
   r.bytes_received = 400;
+  r.rollbacks = 1;
   return r;
 }
 
@@ -94,6 +95,7 @@ BOOST_AUTO_TEST_CASE(a_nodes_figures_are_served_in_prometheus_text_format) {
   BOOST_TEST(sample(text, "edgegossip_predicted_throughput_samples_per_second" + p) == 500);
   BOOST_TEST(sample(text, "edgegossip_gossip_sent_bytes_total" + p) == 600);
   BOOST_TEST(sample(text, "edgegossip_gossip_received_messages_total" + p) == 8);
+  BOOST_TEST(sample(text, "edgegossip_platform_rollbacks_total" + p) == 2);
   BOOST_TEST(sample(text, "edgegossip_peers{state=\"up\"}") == 1);
   BOOST_TEST(sample(text, "edgegossip_peers{state=\"down\"}") == 2);
   BOOST_TEST(sample(text, "edgegossip_cpu_limit_cores") == 0.5);

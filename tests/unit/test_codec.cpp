@@ -253,7 +253,9 @@ BOOST_AUTO_TEST_CASE(epoch_report_round_trip) {
   e.messages_refused = 2;
   e.received_from = {{"p0", 4, 1000}, {"p1", 9, 123456789012ull}};
   e.link = {5'000'000, 6.25, 7'000'000, 0.5};
+  e.rollbacks = 3;
   epoch_report r = round_trip(e);
+  BOOST_TEST(r.rollbacks == 3u);
   BOOST_TEST(r.link.bytes_sent == 5'000'000u);
   BOOST_TEST(r.link.send_seconds == 6.25);
   BOOST_TEST(r.link.bytes_received == 7'000'000u);
