@@ -13,6 +13,7 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -167,24 +168,40 @@ private:
 class shutdown_watchdog {
 public:
   void arm(int exit_code) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      armed_at_ = clock::now();
+      deadline_ = armed_at_ + std::chrono::seconds(30);
+    }
     thread_ = std::thread([this, exit_code] {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (!cv_.wait_for(lock, std::chrono::seconds(30), [this] { return over_; })) {
-        std::string names;
-        for (auto& r : census::running())
-          names += (names.empty() ? "" : ", ") + r;
-        spdlog::error("the node's shutdown takes more than 30 s (at: {}; actors still running: "
-                      "{}): exiting",
-                      step_ ? step_ : "closing the node", names.empty() ? "none" : names);
-        exit_now(exit_code);
-      }
+      // The deadline may come nearer while it waits (step with a limit).
+      while (!over_ && clock::now() < deadline_)
+        cv_.wait_until(lock, deadline_);
+      if (over_)
+        return;
+      std::string names;
+      for (auto& r : census::running())
+        names += (names.empty() ? "" : ", ") + r;
+      spdlog::error("the node's shutdown took more than {:.0f} s (at: {}; actors still running: "
+                    "{}): exiting",
+                    std::chrono::duration<double>(clock::now() - armed_at_).count(),
+                    step_ ? step_ : "closing the node", names.empty() ? "none" : names);
+      exit_now(exit_code);
     });
   }
   /// The step of the shutdown under way (a string that outlives the
-  /// watchdog), which it names should the shutdown hang.
-  void step(const char* what) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    step_ = what;
+  /// watchdog), which it names should the shutdown hang; with `limit`, the
+  /// process exits if the step has not ended within it (sooner than the
+  /// 30 s of the whole shutdown).
+  void step(const char* what, std::optional<std::chrono::milliseconds> limit = std::nullopt) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      step_ = what;
+      if (limit)
+        deadline_ = std::min(deadline_, clock::now() + *limit);
+    }
+    cv_.notify_all();
   }
   ~shutdown_watchdog() {
     {
@@ -197,10 +214,13 @@ public:
   }
 
 private:
+  using clock = std::chrono::steady_clock;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool over_ = false;
   const char* step_ = nullptr;
+  clock::time_point armed_at_;
+  clock::time_point deadline_ = clock::time_point::max();
   std::thread thread_;
 };
 
