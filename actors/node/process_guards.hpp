@@ -167,11 +167,19 @@ private:
 /// step under way and the actors still running.
 class shutdown_watchdog {
 public:
+  using exit_fn = std::function<void(int)>;
+
+  /// `exit` (by default exit_now) when the shutdown outlasts `limit` from
+  /// arm(), or a step its own limit.
+  explicit shutdown_watchdog(std::chrono::milliseconds limit = std::chrono::seconds(30),
+                             exit_fn exit = [](int code) { exit_now(code); })
+      : limit_(limit), exit_(std::move(exit)) {}
+
   void arm(int exit_code) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       armed_at_ = clock::now();
-      deadline_ = armed_at_ + std::chrono::seconds(30);
+      deadline_ = std::min(deadline_, armed_at_ + limit_);
     }
     thread_ = std::thread([this, exit_code] {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -187,7 +195,7 @@ public:
                     "{}): exiting",
                     std::chrono::duration<double>(clock::now() - armed_at_).count(),
                     step_ ? step_ : "closing the node", names.empty() ? "none" : names);
-      exit_now(exit_code);
+      exit_(exit_code);
     });
   }
   /// The step of the shutdown under way (a string that outlives the
@@ -215,11 +223,13 @@ public:
 
 private:
   using clock = std::chrono::steady_clock;
+  std::chrono::milliseconds limit_;
+  exit_fn exit_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool over_ = false;
   const char* step_ = nullptr;
-  clock::time_point armed_at_;
+  clock::time_point armed_at_ = clock::now();
   clock::time_point deadline_ = clock::time_point::max();
   std::thread thread_;
 };

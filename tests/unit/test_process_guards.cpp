@@ -1,4 +1,4 @@
-// links: eg_messages
+// links: eg_actors
 // What bounds a node's stop (actors/node/process_guards.hpp): the signal
 // watch asks the node to stop at the first SIGTERM, and exits the process
 // when a second signal comes or the stop outlasts its deadline. Here the
@@ -15,6 +15,7 @@
 
 using namespace std::chrono_literals;
 using eg::actors::runtime_detail::forced_exit_code;
+using eg::actors::runtime_detail::shutdown_watchdog;
 using eg::actors::runtime_detail::signal_watch;
 
 namespace {
@@ -86,6 +87,34 @@ BOOST_AUTO_TEST_CASE(without_a_signal_nothing_happens) {
   }
   BOOST_TEST(r.stops.load() == 0);
   BOOST_TEST(r.exit_code.load() == -1);
+}
+
+// The shutdown watchdog: a step with a limit of its own brings the exit
+// nearer than the whole shutdown's (CAF's network layer once hung in its
+// stop after every actor had ended: 5 s, not 30); a shutdown that ends in
+// time exits nothing.
+BOOST_AUTO_TEST_CASE(a_shutdown_step_that_outlasts_its_own_limit_exits_with_the_runs_code) {
+  recorded r;
+  {
+    shutdown_watchdog dog(10s, [&](int code) { r.exit_code = code; });
+    dog.arm(4);
+    dog.step("waiting for the actors");  // no limit: the 10 s stand
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(r.exit_code.load() == -1);
+    const auto limited = std::chrono::steady_clock::now();
+    dog.step("CAF's network layer is still stopping", 200ms);
+    BOOST_TEST(within(3s, [&] { return r.exit_code.load() != -1; }));
+    BOOST_TEST(r.exit_code.load() == 4);
+    BOOST_TEST((std::chrono::steady_clock::now() - limited >= 200ms));
+  }
+  recorded quiet;
+  {
+    shutdown_watchdog dog(10s, [&](int code) { quiet.exit_code = code; });
+    dog.arm(0);
+    dog.step("CAF's network layer is still stopping", 500ms);
+  }  // ended in time
+  std::this_thread::sleep_for(700ms);
+  BOOST_TEST(quiet.exit_code.load() == -1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
