@@ -201,7 +201,7 @@ public:
   /// The step of the shutdown under way (a string that outlives the
   /// watchdog), which it names should the shutdown hang; with `limit`, the
   /// process exits if the step has not ended within it (sooner than the
-  /// 30 s of the whole shutdown).
+  /// whole shutdown's limit).
   void step(const char* what, std::optional<std::chrono::milliseconds> limit = std::nullopt) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
