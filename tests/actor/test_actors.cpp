@@ -27,12 +27,14 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 using namespace eg;
@@ -394,17 +396,42 @@ std::shared_ptr<learning::dataset> tiny_test_set() {
   return test_set;
 }
 
+/// A balancer over two_platforms(dir, id, epochs) (changed by `adjust`
+/// first, if given) that tests on tiny_test_set(), and stand-ins for p0
+/// and p1, not joined yet.
+struct two_platform_run {
+  config::cluster_config cfg;
+  std::shared_ptr<learning::dataset> test_set;
+  balancer_actor b;
+  platform_actor p0;
+  std::shared_ptr<std::vector<messages::plan>> seen0;
+  platform_actor p1;
+  std::shared_ptr<std::vector<messages::plan>> seen1;
+};
+
+two_platform_run start_two_platform_run(
+  caf::actor_system& sys, caf::scoped_actor& self, const test::temp_dir& dir,
+  const std::string& id, uint32_t epochs,
+  const std::function<void(config::cluster_config&)>& adjust = {}) {
+  two_platform_run r;
+  r.cfg = two_platforms(dir, id, epochs);
+  if (adjust)
+    adjust(r.cfg);
+  r.test_set = tiny_test_set();
+  r.b = spawn_tested_balancer(sys, r.cfg, balancer_args_of(r.cfg, r.test_set, self), r.test_set);
+  std::tie(r.p0, r.seen0) = spawn_stand_in(sys, "p0", r.cfg.id);
+  std::tie(r.p1, r.seen1) = spawn_stand_in(sys, "p1", r.cfg.id);
+  return r;
+}
+
 } // namespace
 
 BOOST_FIXTURE_TEST_CASE(balancer_refuses_platforms_whose_data_is_not_the_clusters, fixture) {
   // One model for the cluster: a platform whose data has other classes (or
   // another shape) cannot join; with the cluster's data, it can.
   test::temp_dir dir;
-  auto cfg = two_platforms(dir, "sig", 1);
-  auto test_set = tiny_test_set();
-  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
-  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
-  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  auto setup = start_two_platform_run(sys, self, dir, "sig", 1);
+  auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
   const auto ours = data::signature(test_set->describe());
   auto other_classes = test_set->classes;
   other_classes.pop_back();
@@ -434,11 +461,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_combines_the_nodes_data_statistics_into_one_nor
   // the run's normalisation is the combined one, sent to every platform
   // before its plan, kept in the run state and tested with.
   test::temp_dir dir;
-  auto cfg = two_platforms(dir, "norm", 1);
-  auto test_set = tiny_test_set();
-  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
-  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
-  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  auto setup = start_two_platform_run(sys, self, dir, "norm", 1);
+  auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
   norms_sent.clear();
   data::moments a, c;
   a.count = 100, a.sum = {10}, a.sum_squares = {5};
@@ -474,11 +498,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_combines_the_nodes_data_statistics_into_one_nor
 
 BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, fixture) {
   test::temp_dir dir;
-  auto cfg = two_platforms(dir, "bal", 3);
-  auto test_set = tiny_test_set();
-  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
-  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
-  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  auto setup = start_two_platform_run(sys, self, dir, "bal", 3);
+  auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
   join(self, b, "p0", "local", p0);
   sched.run();
   BOOST_TEST(seen0->empty());  // waits for every configured platform
@@ -535,11 +556,8 @@ BOOST_FIXTURE_TEST_CASE(balancer_barrier_is_released_when_a_platform_goes_down, 
 BOOST_FIXTURE_TEST_CASE(the_run_ends_when_every_platform_left_it, fixture) {
   for (bool one_died : {true, false}) {
     test::temp_dir dir;
-    auto cfg = two_platforms(dir, "bal", 3);
-    auto test_set = tiny_test_set();
-    auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
-    auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
-    auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+    auto setup = start_two_platform_run(sys, self, dir, "bal", 3);
+    auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
     join(self, b, "p0", "local", p0);
     join(self, b, "p1", "local", p1);
     sched.run();
@@ -567,12 +585,10 @@ BOOST_FIXTURE_TEST_CASE(models_are_averaged_every_train_average_every_epochs, fi
   // average_every = 2 over 3 epochs: epoch 1 ends with its reports (no model
   // asked for, no accuracy); epoch 2 is averaged, and so is the last.
   test::temp_dir dir;
-  auto cfg = two_platforms(dir, "every2", 3);
-  cfg.train.average_every = 2;
-  auto test_set = tiny_test_set();
-  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
-  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
-  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  auto setup = start_two_platform_run(sys, self, dir, "every2", 3, [](config::cluster_config& c) {
+    c.train.average_every = 2;
+  });
+  auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
   models_asked.clear();
   join(self, b, "p0", "local", p0);
   join(self, b, "p1", "local", p1);
@@ -895,12 +911,9 @@ BOOST_FIXTURE_TEST_CASE(balancer_continues_a_saved_run_and_takes_platforms_back,
 
 BOOST_FIXTURE_TEST_CASE(with_a_quorum_a_late_platform_joins_the_running_run, fixture) {
   test::temp_dir dir;
-  auto cfg = two_platforms(dir, "late", 3);
-  cfg.quorum = 1;
-  auto test_set = tiny_test_set();
-  auto b = spawn_tested_balancer(sys, cfg, balancer_args_of(cfg, test_set, self), test_set);
-  auto [p0, seen0] = spawn_stand_in(sys, "p0", cfg.id);
-  auto [p1, seen1] = spawn_stand_in(sys, "p1", cfg.id);
+  auto setup = start_two_platform_run(sys, self, dir, "late", 3,
+                                      [](config::cluster_config& c) { c.quorum = 1; });
+  auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
   join(self, b, "p0", "local", p0);
   sched.run();
   BOOST_REQUIRE_EQUAL(seen0->size(), 1u);  // the quorum is there: the run starts
