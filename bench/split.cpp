@@ -46,6 +46,9 @@ int64_t in_flight_of(const split_options& s, const setup& su) {
 struct outcome {
   std::vector<actors::split_epoch> epochs;
   std::vector<actors::stage_stats> stages;
+  /// Why the run stopped with an error ("" when it ran to its end): a split
+  /// model that kept running away past its rollbacks.
+  std::string error;
   double seconds() const { return epochs.empty() ? 0.0 : epochs.back().seconds; }
   double accuracy() const { return epochs.empty() ? 0.0 : epochs.back().test_accuracy; }
   /// Training seconds to reach `target` test accuracy (< 0: not reached).
@@ -114,7 +117,11 @@ outcome run_one(const split_options& s, const setup& su, learning::stage_mode mo
   self->request(stages.front(), caf::infinite, actors::run_atom::value, s.epochs)
     .receive([&](std::vector<actors::split_epoch>& e) { out.epochs = std::move(e); },
              [&](caf::error& err) {
-               throw std::runtime_error("bench split: the run failed: " + sys.render(err));
+               // (kept, not thrown: the stages must still be told to end,
+               // or the actor system would wait for them for good)
+               out.error = sys.render(err);
+               if (out.error.empty())
+                 out.error = "the run stopped with an error";
              });
   for (auto& st : stages)
     self->request(st, caf::infinite, actors::stats_atom::value)
@@ -320,6 +327,8 @@ void print_header(const split_options& s, const learning::dataset& train,
 struct row {
   std::string setup, mode;
   spread seconds, accuracy, to_target, megabytes, idle;
+  /// The seeds whose run stopped with an error, and why ("seed 2: ...").
+  std::vector<std::string> failures;
   std::vector<double> curve_seconds, curve_accuracy;  // seed 1's
 };
 
@@ -333,6 +342,16 @@ row run_row(const split_options& s, const setup& su, const std::string& mode_nam
   for (int k = 0; k < s.repeat; ++k) {
     const uint64_t seed = s.seed + static_cast<uint64_t>(k);
     auto o = run_one(s, su, mode, seed, train, test);
+    if (!o.error.empty()) {
+      // Its figures are missing from the row; the next seed and setup go on.
+      r.failures.push_back("seed " + std::to_string(seed) + ": " + o.error);
+      for (auto* cell : {&r.seconds, &r.accuracy, &r.to_target, &r.megabytes, &r.idle})
+        cell->add(NAN, false);
+      std::printf("  %-18s %-9s seed %llu: stopped with an error: %s\n", su.name.c_str(),
+                  r.mode.c_str(), static_cast<unsigned long long>(seed), o.error.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     r.seconds.add(o.seconds());
     r.accuracy.add(o.accuracy());
     const auto t = o.time_to(s.target);
@@ -372,13 +391,18 @@ row run_row(const split_options& s, const setup& su, const std::string& mode_nam
 /// Prints the table of rows.
 void print_table(const split_options& s, const std::vector<row>& rows) {
   std::printf("\n| setup | mode | training time | test accuracy | time to %.2f | MB between "
-              "stages | most idle stage |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+              "stages | most idle stage | runs stopped with an error |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- |\n",
               s.target);
-  for (auto& r : rows)
-    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.setup.c_str(), r.mode.c_str(),
+  for (auto& r : rows) {
+    std::string failed;
+    for (auto& f : r.failures)
+      failed += (failed.empty() ? "" : "; ") + f;
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.setup.c_str(), r.mode.c_str(),
                 r.seconds.show("%.1f", " s").c_str(), r.accuracy.show("%.4f").c_str(),
                 r.to_target.show("%.1f", " s").c_str(), r.megabytes.show("%.1f").c_str(),
-                r.idle.show("%.2f").c_str());
+                r.idle.show("%.2f").c_str(), failed.empty() ? "none" : failed.c_str());
+  }
 }
 
 /// Writes split.gp and the curves of seed 1 (split-N.dat), then runs gnuplot.
@@ -417,6 +441,10 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
       continue;
     std::vector<double> speedups, points;
     double unequal_speedup = NAN, unequal_points = NAN, worst = NAN;
+    size_t failed = 0;
+    for (const auto& r : rows)
+      if (r.mode == mode)
+        failed += r.failures.size();
     for (const auto& base : rows) {
       if (base.mode != "backprop")
         continue;
@@ -448,9 +476,12 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
         : "; 2 stages unequal " + fixed(unequal_speedup, 2) + "x, "
             + (unequal_points >= 0 ? "+" : "") + fixed(unequal_points, 2) + " pts";
     std::printf("summary: %s %.2fx faster than backprop, %+.2f pts%s; worst seed's accuracy "
-                "%.4f (median over %zu split setups, %s, %u epochs)\n",
+                "%.4f (median over %zu split setups, %s, %u epochs)%s\n",
                 mode.c_str(), sp.median(), pt.median(), unequal.c_str(), worst, speedups.size(),
-                s.model.c_str(), s.epochs);
+                s.model.c_str(), s.epochs,
+                failed ? ("; " + std::to_string(failed) + " run(s) stopped with an error, left "
+                          "out (the table says which)").c_str()
+                       : "");
   }
   // Seed by seed: both runs of a seed start from the same weights and see
   // the same batches, so their difference is read without the spread
@@ -460,8 +491,8 @@ void print_summary(const split_options& s, const std::vector<row>& rows) {
     if (base.mode != "backprop")
       continue;
     for (const auto& r : rows) {
-      if (r.setup != base.setup || r.mode == "backprop" ||
-          r.accuracy.values.size() != base.accuracy.values.size())
+      if (r.setup != base.setup || r.mode == "backprop" || !r.failures.empty() ||
+          !base.failures.empty() || r.accuracy.values.size() != base.accuracy.values.size())
         continue;
       spread diff;
       std::string each;

@@ -38,6 +38,7 @@ void check(const runaway_options& o) {
   need(o.loss_margin >= 0, "loss_margin must not be negative");
   need(o.loss_chance > 1, "loss_chance must be above 1");
   need(o.norm_spike > 1, "norm_spike must be above 1");
+  need(o.norm_floor >= 0, "norm_floor must not be negative");
   need(o.slow > 0 && o.slow < 1, "slow must be in (0, 1)");
   need(o.max_rollbacks >= 0, "max_rollbacks must not be negative");
   need(o.stuck_after >= 0, "stuck_after must not be negative");
@@ -81,11 +82,29 @@ std::optional<std::string> runaway_guard::gradient_norm(double value) {
     return std::nullopt;
   if (!std::isfinite(value))
     return "a gradient's norm is " + fixed(value);
-  const bool checked = norms_ >= opt_.warmup && norms_ > 0;
-  if (checked && value > opt_.norm_spike * norm_avg_)
-    return "a gradient's norm, " + fixed(value) + ", is " + fixed(value / norm_avg_, 3) +
-           " x its average (" + fixed(norm_avg_) + ")";
-  norm_avg_ = norms_++ == 0 ? value : (1 - opt_.rate) * norm_avg_ + opt_.rate * value;
+  if (norms_ == 0) {
+    // Its level starts with the first norm that is not (about) zero: a
+    // stage below a synthetic-gradient module that still predicts zero has
+    // no level yet, and no norm is a runaway against it.
+    if (value > opt_.norm_floor) {
+      norm_avg_ = value;
+      norms_ = 1;
+    }
+    return std::nullopt;
+  }
+  const double level = std::max(norm_avg_, opt_.norm_floor);
+  if (value > opt_.norm_spike * level) {
+    if (norms_ >= opt_.warmup)
+      return "a gradient's norm, " + fixed(value) + ", is " + fixed(value / level, 3) +
+             " x its average (" + fixed(norm_avg_) + ")";
+    // Within the warm-up: the stage is still waking up (its synthetic
+    // gradient growing from zero); the level and the warm-up start here.
+    norm_avg_ = value;
+    norms_ = 1;
+    return std::nullopt;
+  }
+  norm_avg_ = (1 - opt_.rate) * norm_avg_ + opt_.rate * value;
+  ++norms_;
   return std::nullopt;
 }
 

@@ -35,8 +35,16 @@ struct runaway_options {
   /// start at), whether or not it learnt a little first. 0: never.
   int64_t stuck_after = 2000;
   double stuck_level = 0.95;
-  /// A gradient norm above spike x its average has run away.
+  /// A gradient norm above spike x its average has run away, once the
+  /// average means something: the norm's warm-up (`warmup` steps) starts
+  /// with its first value above norm_floor (a synthetic-gradient module
+  /// predicts zero until it has learnt, so the stage below it sees a zero
+  /// gradient at first), and starts again when a norm jumps past spike x
+  /// the average within it (a stage still waking up).
   double norm_spike = 100;
+  /// Gradient norms at or below this are taken as zero: the stage has not
+  /// woken up yet.
+  double norm_floor = 1e-8;
   /// Each rollback multiplies every stage's learning rate by this.
   double slow = 0.5;
   /// Rollbacks in a run before it stops with an error.

@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -91,6 +92,69 @@ BOOST_AUTO_TEST_CASE(a_gradient_norm_far_above_its_average_ran_away_after_the_wa
   auto why = h.gradient_norm(2000.0);
   BOOST_REQUIRE(why.has_value());
   BOOST_TEST(why->find("x its average") != std::string::npos, *why);
+}
+
+BOOST_AUTO_TEST_CASE(a_norm_that_starts_at_zero_and_wakes_up_is_not_a_runaway) {
+  // A stage below a synthetic-gradient module: zero while the module
+  // predicts zero, then about zero, then growing to its level over a few
+  // dozen steps. Before, the average of the zeros (0, then 5e-12) made the
+  // first real norm "inf x its average" and every stage rolled back.
+  runaway_guard g({}, 10);
+  for (int i = 0; i < 100; ++i)
+    BOOST_REQUIRE_MESSAGE(!g.gradient_norm(0.0), "step " << i);
+  BOOST_REQUIRE(!g.gradient_norm(5.292e-12));  // below norm_floor: still asleep
+  double norm = 1e-7;
+  for (int i = 0; i < 60; ++i, norm *= 1.6)  // 1e-7 up to about 0.17
+    BOOST_REQUIRE_MESSAGE(!g.gradient_norm(std::min(norm, 0.004)), "step " << i);
+  BOOST_REQUIRE(!feed_norm(g, 200, 0.004));
+  // Awake and settled: a real runaway is still one.
+  auto why = g.gradient_norm(4.0);
+  BOOST_REQUIRE(why.has_value());
+  BOOST_TEST(why->find("x its average") != std::string::npos, *why);
+  // A jump within the warm-up starts the level again; after it the
+  // warm-up's steps count from there.
+  runaway_options o;
+  o.warmup = 10;
+  runaway_guard w(o, 10);
+  BOOST_REQUIRE(!w.gradient_norm(1e-6));
+  BOOST_REQUIRE(!w.gradient_norm(1.0));  // 1e6 x, within the warm-up
+  BOOST_REQUIRE(!feed_norm(w, 20, 1.0));
+  BOOST_TEST(w.gradient_norm(1000.0).has_value());
+  runaway_options bad;
+  bad.norm_floor = -1;
+  BOOST_CHECK_THROW(check(bad), argument_error);
+}
+
+BOOST_AUTO_TEST_CASE(a_synthetic_gradient_stage_that_wakes_up_is_not_a_runaway) {
+  // Three synthetic-gradient stages of LeNet-5: the first stage's gradient
+  // comes from its module, which predicts zero until its first target
+  // trains it; its norm starts at zero and then grows.
+  stage_options o;
+  o.sgd.lr = 0.05;
+  o.sgd.momentum = 0.9;
+  o.mode = stage_mode::synthetic;
+  const model_shape shape{eg::data::sample_shape::image(1, 28, 28), 10};
+  auto stages = make_pipeline("lenet5", {0, 2}, 1, o, shape);
+  torch::manual_seed(3);
+  runaway_guard first({}, 10), middle({}, 10);
+  std::vector<double> norms;
+  for (uint64_t b = 0; b < 150; ++b) {
+    auto x = torch::randn({16, 1, 28, 28});
+    auto y = torch::randint(0, 10, {16}, torch::kLong);
+    auto h0 = stages[0]->forward(b, x, y);
+    auto h1 = stages[1]->forward(b, h0.output, y);
+    auto l = stages[2]->loss_step(b, h1.output, y);
+    auto b1 = stages[1]->backward(b, l.input_gradient);
+    stages[0]->backward(b, h1.input_gradient);
+    norms.push_back(stages[0]->gradient_norm());
+    auto why = first.gradient_norm(stages[0]->gradient_norm());
+    BOOST_REQUIRE_MESSAGE(!why, "batch " << b << ": " << *why);
+    auto why1 = middle.gradient_norm(stages[1]->gradient_norm());
+    BOOST_REQUIRE_MESSAGE(!why1, "batch " << b << ": " << *why1);
+  }
+  // The case is the one above: the first norm is zero and later ones are not.
+  BOOST_TEST(norms.front() == 0.0);
+  BOOST_TEST(*std::max_element(norms.begin(), norms.end()) > 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(after_a_restart_the_guard_learns_the_levels_again) {
