@@ -73,6 +73,7 @@ using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
 using overlap_atom = caf::atom_constant<caf::atom("overlap")>;
+using withdraw_atom = caf::atom_constant<caf::atom("withdraw")>;
 using where_atom = caf::atom_constant<caf::atom("where")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using server_atom = caf::atom_constant<caf::atom("server")>;
@@ -266,11 +267,18 @@ using balancer_actor = caf::typed_actor<
   // From a node: a platform joined (name, node name, platform handle, its
   // predictor's handle, its data's signature (data::signature), its
   // samples, and its node's data statistics (data::to_text of
-  // data::moments; "": none) for the cluster's normalisation).
+  // data::moments; "": none) for the cluster's normalisation, and its
+  // node's run settings (config::join_settings; "": not said). One whose
+  // data or settings are not the balancer's is refused (verb::refuse).
   caf::reacts_to<join_atom, std::string, std::string, caf::actor, caf::actor, std::string,
-                 uint64_t, std::string>,
+                 uint64_t, std::string, std::string>,
   // From a node: its store cannot write (node name, why), for the console.
   caf::reacts_to<failed_atom, std::string, std::string>,
+  // From a node: another node could not start (its own data is unusable:
+  // another shape than the cluster's, a class outside data.classes, a
+  // missing directory): its name, its platforms and why. They are refused as
+  // at join, so the run does not wait for them.
+  caf::reacts_to<withdraw_atom, std::string, std::vector<std::string>, std::string>,
   // From its node: a node joined the cluster (name, host, port, its
   // platforms); the barrier expects them from the epoch they join in.
   caf::reacts_to<member_atom, std::string, std::string, uint16_t, std::vector<std::string>>,
@@ -332,13 +340,19 @@ using node_actor = caf::typed_actor<
   // From a peer node about to host the balancer: the node hosting the
   // balancer this node follows ("" if none; "" to strangers as well).
   caf::replies_to<where_atom>::with<std::string>,
+  // From a peer node whose balancer regained a majority, before it resumes
+  // (argument: the asking node): a node hosting a balancer this node knows
+  // of other than the asker ("" if none).
+  caf::replies_to<where_atom, std::string>::with<std::string>,
   // From a node with data of its own and no data.classes, before it reads
   // its data (and so before it is a peer): its credentials
   // (inspection::console_credentials, answering a challenge of this node);
   // answered with the cluster's class list (the balancer node's data's, or
-  // the list this node was given by another), empty while it knows none, or
-  // refused with ec::refused.
-  caf::replies_to<classes_atom, std::string>::with<std::vector<std::string>>,
+  // the list this node was given by another), empty while it knows none,
+  // with the shape of the cluster's samples (data::sample_shape::to_string;
+  // "" while it knows none) so that a node whose own data has another shape
+  // stops before it joins; or refused with ec::refused.
+  caf::replies_to<classes_atom, std::string>::with<std::vector<std::string>, std::string>,
   // From a node asking to join the running cluster (edgegossip node
   // --join), before it is a peer: its credentials
   // (inspection::console_credentials, answering a challenge of this node)
@@ -347,6 +361,13 @@ using node_actor = caf::typed_actor<
   // joined), or refused with ec::refused saying why (a wrong secret, a name
   // in use, a strategy whose members are fixed).
   caf::replies_to<member_atom, std::string, std::string>::with<std::string>,
+  // From a node of the cluster that cannot start (its data is unusable),
+  // before it exits with code 2: its credentials (as member_atom's), its
+  // name, its platforms and why. Handed to the balancer hosted here or known
+  // here (true), so that the run does not wait for its platforms; false
+  // when this node knows no balancer yet; refused with ec::refused.
+  caf::replies_to<withdraw_atom, std::string, std::string, std::vector<std::string>,
+                  std::string>::with<bool>,
   // From a peer node: the nodes that joined the cluster as it knows them
   // (config::member_toml of each, concatenated); those new here are taken in.
   caf::reacts_to<member_atom, std::string>,

@@ -1066,6 +1066,59 @@ std::string to_toml(const cluster_config& cfg) {
   return os.str();
 }
 
+std::string join_settings(const cluster_config& cfg) {
+  std::string out;
+  for (auto& [key, value] :
+       {std::pair<const char*, std::string>{"train.model", cfg.train.model},
+        {"strategy.name", cfg.strategy.name},
+        {"strategy.gossip", cfg.strategy.gossip},
+        {"strategy.schedule", to_string(cfg.strategy.schedule)},
+        {"fingerprint", run_fingerprint(cfg)}})
+    out += std::string(key) + "=" + value + "\n";
+  return out;
+}
+
+namespace {
+
+std::vector<std::pair<std::string, std::string>> setting_lines(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos)
+      out.emplace_back(line.substr(0, eq), line.substr(eq + 1));
+  }
+  return out;
+}
+
+} // namespace
+
+std::string join_settings_differences(const std::string& cluster, const std::string& theirs) {
+  if (cluster.empty() || theirs.empty())
+    return {};
+  const auto ours = setting_lines(cluster);
+  std::map<std::string, std::string> other;
+  for (auto& [k, v] : setting_lines(theirs))
+    other[k] = v;
+  std::string named, fingerprint;
+  for (auto& [key, value] : ours) {
+    auto o = other.find(key);
+    const std::string there = o == other.end() ? "(not said)" : o->second;
+    if (there == value)
+      continue;
+    if (key == "fingerprint")
+      fingerprint = "its run settings are not the cluster's (run fingerprint " + there +
+                    ", the cluster's " + value + "): the seed, the data set and its "
+                    "partition, the optimizer, the strategy's settings or the platforms' shares "
+                    "differ; compare its cluster file and --set options with the balancer "
+                    "node's";
+    else
+      named += (named.empty() ? "" : "; ") + key + " is " + there + " there, " + value +
+               " in the cluster";
+  }
+  return named.empty() ? fingerprint : named;
+}
+
 std::string run_fingerprint(const cluster_config& cfg) {
   std::ostringstream text;
   text.precision(17);

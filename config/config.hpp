@@ -524,6 +524,19 @@ std::vector<node_config> parse_members(const std::string& toml_text, const std::
 /// resumes saved checkpoints only for a run with the same fingerprint.
 std::string run_fingerprint(const cluster_config& cfg);
 
+/// The settings a node's platforms must share with the cluster to join its
+/// run, as "key=value" lines: the model, the strategy and its gossip and
+/// schedule by name, then the run's fingerprint (every other setting the
+/// run depends on). A platform carries its node's to the balancer.
+std::string join_settings(const cluster_config& cfg);
+
+/// What differs between the cluster's join_settings (`cluster`) and a
+/// joining platform's (`theirs`), in words a user can act on ("train.model
+/// is mlp there, lenet5 in the cluster"; where only the fingerprint
+/// differs, that the other run settings do); "" when they agree, or when
+/// either is empty (a node that does not say).
+std::string join_settings_differences(const std::string& cluster, const std::string& theirs);
+
 /// The whole cluster of `cfg` as a single node "local" hosting every
 /// platform and the balancer (what `edgegossip run` executes).
 cluster_config as_one_process(const cluster_config& cfg);

@@ -192,7 +192,9 @@ void restart_with_settings(char** argv) {
 }
 
 /// A node's exit code: 0 when its run finished or was stopped, 1 when it
-/// ended otherwise, 3 when its store could not write (whichever way the run
+/// ended otherwise, 2 when the cluster refused one of its platforms (its
+/// data's shape or classes, or its run settings; said in the last line), 3
+/// when its store could not write (whichever way the run
 /// ended; said in the last line), 4 when its run stopped with an error (a
 /// split run's stage, or every platform of the node, ran away for good;
 /// said in the last line).
@@ -201,6 +203,12 @@ int exit_code(const std::string& node, const eg::actors::run_outcome& outcome) {
     spdlog::error("{}", eg::actors::last_words(node, *outcome.store));
     spdlog::default_logger()->flush();
     return eg::actors::store_failure_exit_code;
+  }
+  if (!outcome.refusal.empty()) {
+    spdlog::error("node {}: {}: fix this node's data or settings and start it again; exit code {}",
+                  node, outcome.refusal, eg::actors::refused_exit_code);
+    spdlog::default_logger()->flush();
+    return eg::actors::refused_exit_code;
   }
   if (!outcome.failure.empty()) {
     spdlog::error("node {}: {}; exit code {}", node, outcome.failure,
@@ -231,7 +239,8 @@ CLI::Option* add_join_options(CLI::App& node, CLI::Option* node_opt,
                      "with --join: the cluster secret (default: $EDGEGOSSIP_SECRET, which keeps "
                      "it off the command line)"),
     node.add_option("--cluster", join.cluster_id,
-                     "with --join: the cluster's id (cluster.id; default edgegossip)"),
+                     "with --join: the cluster's id (cluster.id; default: $EDGEGOSSIP_CLUSTER, else "
+                     "learnt from the node it dials)"),
     node.add_option("--host", join.host,
                      "with --join: the address this node listens on and the others dial "
                      "(default: the one this machine reaches the --join node from)"),
@@ -266,6 +275,9 @@ int run_joining(eg::actors::join_request join, const common_options& node_opts,
   if (join.secret.empty())
     if (const char* env = std::getenv("EDGEGOSSIP_SECRET"))
       join.secret = env;
+  if (join.cluster_id.empty())  // (else learnt from the node it dials)
+    if (const char* env = std::getenv("EDGEGOSSIP_CLUSTER"))
+      join.cluster_id = env;
   join.data_dir = node_data;
   join.overrides = node_opts.overrides;
   join.fresh = node_opts.fresh;

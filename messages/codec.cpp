@@ -288,6 +288,7 @@ struct body_writer {
       components[i].setData(text(h.components[i].data));
       components[i].setSamples(h.components[i].samples);
       components[i].setStats(text(h.components[i].stats));
+      components[i].setRun(text(h.components[i].run));
     }
   }
   void operator()(const plan& p) {
@@ -456,7 +457,8 @@ struct body_reader {
     h.secret_digest = str(in.getSecretDigest());
     for (auto c : in.getComponents())
       h.components.push_back({parse_role(str(c.getRole())), str(c.getName()), str(c.getNode()),
-                              str(c.getData()), c.getSamples(), str(c.getStats())});
+                              str(c.getData()), c.getSamples(), str(c.getStats()),
+                              str(c.getRun())});
     h.lane_port = in.getLanePort();
     h.nonce = str(in.getNonce());
     h.challenge = str(in.getChallenge());
@@ -555,7 +557,8 @@ namespace {
 constexpr const char* role_names[] = {"node",     "platform", "mixer",            "predictor",
                                       "balancer", "store",    "parameter_server", "stage",
                                       "tester"};
-constexpr const char* verb_names[] = {"pause", "resume", "checkpoint", "stop", "snapshot", "history"};
+constexpr const char* verb_names[] = {"pause",    "resume",  "checkpoint", "stop",
+                                      "snapshot", "history", "refuse"};
 constexpr const char* direction_names[] = {"forward", "backward", "infer"};
 
 template <class Enum, size_t N>

@@ -190,6 +190,10 @@ struct component {
   /// data::moments), which the balancer combines into the cluster's
   /// normalisation; "" for other roles.
   std::string stats;
+  /// A platform's node's run settings (config::join_settings: the model,
+  /// the strategy, the run fingerprint), which must be the balancer's; ""
+  /// for other roles, and from a node that does not say.
+  std::string run;
 };
 
 /// Node handshake: who I am and what I host. The CAF message carrying it
@@ -336,6 +340,9 @@ enum class verb : uint8_t {
   stop,        ///< final checkpoint, then stop
   snapshot,    ///< console: the cluster as the balancer sees it
   history,     ///< console: every epoch report of the platform named in the argument
+  /// balancer -> platform -> its node: the balancer refused the platform at
+  /// join (the argument says why); the node stops and exits with code 2
+  refuse,
 };
 const char* to_string(verb v);
 /// The verb of that name; throws codec_error for an unknown one.

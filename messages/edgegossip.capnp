@@ -105,6 +105,7 @@ struct Component {
   data @3 :Text;      # a platform's data: sample shape and classes
   samples @4 :UInt64; # a platform's training samples
   stats @5 :Text;     # a platform's node's data statistics (count, sums, sums of squares)
+  run @6 :Text;       # a platform's node's run settings (model, strategy, run fingerprint)
 }
 
 struct Hello {

@@ -58,6 +58,8 @@ std::string accept_handshake(stream& s, const handshake_protocol& protocol,
   put(greeting, protocol.magic);
   put(greeting, protocol.version);
   put_text(greeting, challenge);
+  if (protocol.greets_with_cluster)
+    put_text(greeting, me.cluster_id);
   s.write(greeting.data(), greeting.size(), ms_left(until));
 
   char head[8];
@@ -130,6 +132,10 @@ std::string dial_handshake(stream& s, const handshake_protocol& protocol,
     const auto challenge = read_text(s, "challenge", until);
     if (challenge.size() < min_nonce_bytes)
       throw handshake_error("sent no challenge in its handshake");
+    // (Its cluster id: another cluster's is refused by the accepting side,
+    // which names both, so that its log says so too.)
+    if (protocol.greets_with_cluster)
+      read_text(s, "cluster id", until);
     const auto nonce = make_nonce();
     std::string hello;
     put(hello, protocol.magic);
@@ -158,6 +164,29 @@ std::string dial_handshake(stream& s, const handshake_protocol& protocol,
   } catch (const socket_timeout&) {
     throw handshake_error("the handshake was not done within " + std::to_string(timeout_ms)
                           + " ms");
+  }
+}
+
+std::string greeting_cluster_id(const std::string& host, uint16_t port, int timeout_ms) {
+  const auto protocol = door_handshake;
+  const auto until = stream::clock::now() + std::chrono::milliseconds(timeout_ms);
+  try {
+    stream s(connect_tcp(host, port, timeout_ms));
+    char head[8];
+    size_t got = s.read(head, sizeof head, until);
+    if (got < sizeof head || get<uint32_t>(head) != protocol.magic)
+      throw handshake_error(std::string("is not an edgegossip ") + protocol.name
+                            + (got ? " (first bytes " + hex_of(head, got) + ")" : ""));
+    if (get<uint32_t>(head + 4) != protocol.version)
+      throw handshake_error(std::string("speaks ") + protocol.name + " version "
+                            + std::to_string(get<uint32_t>(head + 4)) + ", this node speaks "
+                            + std::to_string(protocol.version));
+    read_text(s, "challenge", until);
+    auto id = read_text(s, "cluster id", until);
+    s.shutdown();
+    return id;
+  } catch (const socket_timeout&) {
+    throw handshake_error("did not greet within " + std::to_string(timeout_ms) + " ms");
   }
 }
 

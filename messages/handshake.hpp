@@ -6,7 +6,7 @@
 //
 // All integers little-endian, texts a u16 length and at most
 // max_name_bytes:
-//   accepting side: magic, version, nonce B
+//   accepting side: magic, version, nonce B[, its cluster id (node port)]
 //   dialling side:  magic, version, cluster id, node name, nonce A,
 //                   proof(secret, purpose, cluster id, node name, B, A)
 //   accepting side: status 0, its node name,
@@ -41,12 +41,16 @@ struct handshake_protocol {
   const char* proof_purpose;
   const char* answer_purpose;
   const char* name;  ///< in errors: "weights lane", "node port"
+  /// The accepting side's greeting ends with its cluster id (the node
+  /// port's, version 2: a node joining with --join and no --cluster learns
+  /// the id there; the id is no secret, the proof still is).
+  bool greets_with_cluster = false;
 };
 
 inline constexpr handshake_protocol lane_handshake{0x484c4745 /* "EGLH" */, 2, "lane",
                                                    "lane-answer", "weights lane"};
-inline constexpr handshake_protocol door_handshake{0x44474745 /* "EGGD" */, 1, "door",
-                                                   "door-answer", "node port"};
+inline constexpr handshake_protocol door_handshake{0x44474745 /* "EGGD" */, 2, "door",
+                                                   "door-answer", "node port", true};
 
 /// Who this side is.
 struct handshake_identity {
@@ -74,6 +78,12 @@ std::string accept_handshake(stream& s, const handshake_protocol& protocol,
 std::string dial_handshake(stream& s, const handshake_protocol& protocol,
                            const handshake_identity& me, const std::string& expected,
                            stream::clock::time_point until, int timeout_ms);
+
+/// The cluster id the node port at host:port greets with (door_handshake),
+/// read without handshaking (the connection is closed after the greeting).
+/// Throws socket_error when it cannot be reached, handshake_error when what
+/// answers is not an edgegossip node port of this version.
+std::string greeting_cluster_id(const std::string& host, uint16_t port, int timeout_ms);
 
 /// At most one warning a second of one kind: a flood of bad connections
 /// shows in the counts, not as a flood in the log.

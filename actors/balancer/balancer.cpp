@@ -269,6 +269,14 @@ caf::result<std::string> console_command(self_ptr self, const control& c,
       return inspection::to_json(inspection::history_of(c.argument, st.epochs.all_reports()));
     case messages::verb::pause:
     case messages::verb::resume:
+      if (via == "majority") {  // (node_roles.cpp: its node lost or regained a majority)
+        st.minority = c.verb == messages::verb::pause;
+        auto answer = inspection::to_json(console_control(self, c.verb));
+        if (!st.minority && !st.finished)
+          check_epochs(self);  // what came in while it was paused
+        return answer;
+      }
+      return inspection::to_json(console_control(self, c.verb));
     case messages::verb::checkpoint:
       return inspection::to_json(console_control(self, c.verb));
     default:
@@ -279,24 +287,59 @@ caf::result<std::string> console_command(self_ptr self, const control& c,
 
 // -- joins --------------------------------------------------------------------------
 
+/// Why platform `name` may not join the run ("" when it may): one model
+/// for the whole cluster, so a platform whose data has another shape or
+/// other classes cannot gossip with the others, nor one whose node runs
+/// another model, strategy or run.
+std::string refusal_of(self_ptr self, const std::string& data, const std::string& run) {
+  auto& st = self->state;
+  const auto ours = data::signature(st.args.data);
+  if (!data.empty() && data != ours)
+    return "its data is " + data + ", the cluster's (this balancer's) is " + ours;
+  return config::join_settings_differences(st.args.settings.join_settings, run);
+}
+
+/// Refuses platform `name` of `node`: the run stops expecting it (it starts
+/// or goes on with the others), and the platform's node hears why, which
+/// stops it (exit code 2).
+void refuse(self_ptr self, const std::string& name, const std::string& node,
+            const platform_actor& handle, const std::string& why) {
+  auto& st = self->state;
+  if (st.epochs.refuse(name, why)) {
+    spdlog::error("balancer: refused platform {} of node {}: {}; the run goes on without it",
+                  name, node, why);
+    st.console.refused(name, node, why);
+  }
+  self->request(handle, defaults::control_timeout, control_atom::value,
+                control{messages::verb::refuse, why})
+    .then([](bool) {},
+          [self, name](caf::error& err) {
+            spdlog::warn("balancer: platform {} was not told of its refusal: {}", name,
+                         self->system().render(err));
+          });
+  if (!st.started && st.epochs.has_quorum())
+    start(self);
+}
+
 void joined(self_ptr self, const std::string& name, const std::string& node, caf::actor handle,
             caf::actor predictor, const std::string& data, uint64_t samples,
-            const std::string& stats) {
+            const std::string& stats, const std::string& run) {
   auto& st = self->state;
-  if (!st.epochs.expects(name)) {
+  const bool refused_before = st.epochs.refused().count(name) > 0;
+  if (!st.epochs.expects(name) && !refused_before) {
     spdlog::warn("balancer: platform '{}' of node '{}' is not in the cluster file; ignored", name,
                  node);
     return;
   }
-  // One model for the whole cluster: a platform whose data has another
-  // shape or other classes cannot gossip with the others.
-  const auto ours = data::signature(st.args.data);
-  if (!data.empty() && data != ours) {
-    spdlog::error("balancer: refused platform {} of node {}: its data is {}, the cluster's "
-                  "(this balancer's) is {}",
-                  name, node, data, ours);
-    console_send(self, name, caf::actor_cast<platform_actor>(handle), messages::verb::stop);
+  if (auto why = refusal_of(self, data, run); !why.empty()) {
+    refuse(self, name, node, caf::actor_cast<platform_actor>(handle), why);
     return;
+  }
+  if (refused_before) {  // its node was set right and started again
+    st.epochs.expect(name);
+    spdlog::info("balancer: platform {} of node {} was refused before; its data and settings "
+                 "are the cluster's now",
+                 name, node);
   }
   if (!stats.empty() && !st.node_stats.count(node)) {
     try {
@@ -402,6 +445,27 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     [self](failed_atom, const std::string& node, const std::string& why) {
       self->state.console.store_failed(node, why);
     },
+    [self](withdraw_atom, const std::string& node, const std::vector<std::string>& platforms,
+           const std::string& why) {
+      auto& st = self->state;
+      if (st.finished)
+        return;
+      for (auto& name : platforms) {
+        auto* known = st.epochs.find(name);
+        if (known && known->up)
+          continue;  // (it is up: a platform of that name that did start)
+        if (!st.epochs.expects(name) && !st.epochs.refused().count(name))
+          continue;
+        if (st.epochs.refuse(name, why)) {
+          spdlog::error("balancer: node {} could not start, platform {} is refused: {}; the "
+                        "run goes on without it",
+                        node, name, why);
+          st.console.refused(name, node, why);
+        }
+      }
+      if (!st.started && st.epochs.has_quorum())
+        start(self);
+    },
     [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
     [self](member_atom, const std::string& node, const std::string& host, uint16_t port,
            const std::vector<std::string>& platforms) {
@@ -425,8 +489,8 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     },
     [self](join_atom, const std::string& name, const std::string& node, caf::actor handle,
            caf::actor predictor, const std::string& data, uint64_t samples,
-           const std::string& stats) {
-      joined(self, name, node, handle, predictor, data, samples, stats);
+           const std::string& stats, const std::string& run) {
+      joined(self, name, node, handle, predictor, data, samples, stats, run);
     },
     [self](report_atom, epoch_report& r) {
       auto& st = self->state;
@@ -490,6 +554,7 @@ balancer_settings balancer_settings::of(const config::cluster_config& cluster,
   if (!shown.secret.empty())
     shown.secret = "(not written)";  // run directories get copied around
   s.cluster_file = config::to_toml(shown);
+  s.join_settings = config::join_settings(cluster);
   return s;
 }
 

@@ -51,6 +51,9 @@ struct balancer_settings {
   /// The cluster file as TOML, its secret left out: the run directory's
   /// config.toml.
   std::string cluster_file;
+  /// config::join_settings of the cluster: a platform whose node's differ
+  /// is refused at join.
+  std::string join_settings;
 
   /// The settings of `cluster`, with |X_i| of every platform.
   static balancer_settings of(const config::cluster_config& cluster,

@@ -255,6 +255,11 @@ void deadline_passed(self_ptr self, uint32_t epoch) {
 }
 
 void check_epochs(self_ptr self) {
+  // Paused on a minority side: the epoch in flight is not closed there
+  // (one platform's report would close it), as the majority may have gone
+  // on with the run.
+  if (self->state.minority)
+    return;
   for (auto epoch : self->state.epochs.complete_epochs())
     evaluate_average(self, epoch);
 }

@@ -103,7 +103,12 @@ struct balancer_state {
   std::string latest_model;
   bool started = false;
   bool finished = false;
-  bool tables_failed = false;  // said once: the run directory's tables cannot be written
+  bool tables_failed = false;
+  /// Its node reaches no majority of the cluster (the node paused it through
+  /// the console's command, via "majority"): it closes no epoch until its
+  /// node resumes it, since the majority's side may have gone on with the
+  /// run under another balancer.
+  bool minority = false;  // said once: the run directory's tables cannot be written
   /// Push-sum: a platform went down or joined a run in progress (or this
   /// balancer continues a run) since the last average, so the live
   /// platforms' weights no longer sum to their number (keep_push_sum_mass).

@@ -114,6 +114,12 @@ void console_state::down(const std::string& name, const std::string& node,
   note("down", fmt::format("platform {} on node {} is down ({})", name, node, reason));
 }
 
+void console_state::refused(const std::string& name, const std::string& node,
+                            const std::string& why) {
+  note("refused", fmt::format("platform {} of node {} refused: {}; the run goes on without it",
+                              name, node, why));
+}
+
 void console_state::reported(const messages::epoch_report& r) {
   checkpoints[r.platform] = {static_cast<int64_t>(r.epoch) + 1, now()};
   restoring.erase(r.platform);
@@ -269,6 +275,11 @@ snapshot console_snapshot(const cluster_layout& layout, const actors::epoch_barr
       row.name = name;
       row.node = n.name;
       auto* p = epochs.find(name);
+      if (!p && epochs.refused().count(name)) {
+        row.state = "refused";  // at join: its data or settings are not the cluster's
+        s.platforms.push_back(std::move(row));
+        continue;
+      }
       if (!p) {
         row.state = "waiting";  // not joined yet
         s.platforms.push_back(std::move(row));

@@ -82,7 +82,9 @@ inline bool is_split(const cluster_header& h) { return h.strategy.rfind("split "
 struct platform_row {
   std::string name;
   std::string node;
-  std::string state;        ///< "up", "down", "restoring" (rejoined, not trained yet)
+  /// "up", "down", "restoring" (rejoined, not trained yet), "waiting" (not
+  /// joined yet), "refused" (at join; the events say why)
+  std::string state;
   bool paused = false;
   uint32_t epoch = 0;       ///< 0-based
   double progress = 0;      ///< of the epoch, 0..1
@@ -194,6 +196,9 @@ struct console_state {
   void joined(const std::string& name, const std::string& node, bool rejoined);
   /// A platform's monitor fired.
   void down(const std::string& name, const std::string& node, const std::string& reason);
+  /// The balancer refused a platform at join (its data or settings are not
+  /// the cluster's).
+  void refused(const std::string& name, const std::string& node, const std::string& why);
   /// A platform reported an epoch: it checkpoints at every epoch end, before
   /// it reports, and is no longer restoring.
   void reported(const messages::epoch_report& r);

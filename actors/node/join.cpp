@@ -5,6 +5,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/node/network.hpp"
 #include "actors/node/node_data.hpp"
+#include "messages/handshake.hpp"
 #include "storage/store.hpp"
 
 #include <caf/all.hpp>
@@ -31,17 +32,20 @@ constexpr const char* joined_key = "joined-cluster";
 struct kept_join {
   std::string cluster;  ///< the cluster file it ran with (to_toml)
   std::string from;     ///< HOST:PORT that answered
+  std::string id;       ///< its cluster id
 };
 
+/// The cluster kept in the store, of `cluster_id` ("": of any id).
 std::optional<kept_join> load_kept(const storage::store& db, const std::string& cluster_id) {
   auto text = db.get(storage::family::runs, joined_key);
   if (!text)
     return std::nullopt;
   try {
     auto j = nlohmann::json::parse(*text);
-    if (j.at("cluster_id").get<std::string>() != cluster_id)
+    auto id = j.at("cluster_id").get<std::string>();
+    if (!cluster_id.empty() && id != cluster_id)
       return std::nullopt;
-    return kept_join{j.at("cluster").get<std::string>(), j.at("from").get<std::string>()};
+    return kept_join{j.at("cluster").get<std::string>(), j.at("from").get<std::string>(), id};
   } catch (const nlohmann::json::exception& e) {
     // (written by another version: asked again)
     spdlog::warn("the stored join record is unreadable ({}): asking again", e.what());
@@ -131,6 +135,50 @@ std::optional<std::string> ask_to_join(cluster_asker& asker, const std::string& 
 
 std::string address_of(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
+}
+
+/// The id of the cluster to join when none was given: the one the node at
+/// host:port greets with (the id is no secret; the secret or the TLS
+/// certificate still decides whether this node may join), else, where that
+/// node does not answer, the one this node joined before (kept in its
+/// store). Asked until one answers; nullopt when a signal ended the wait.
+std::optional<std::string> learn_cluster_id(const join_request& r, const std::string& host,
+                                            uint16_t port, const std::string& storage_dir) {
+  std::optional<kept_join> kept;
+  if (!r.fresh) {
+    std::filesystem::create_directories(storage_dir);
+    auto db = storage::store::open((std::filesystem::path(storage_dir) / r.name).string());
+    kept = load_kept(*db, "");
+  }
+  using clock = std::chrono::steady_clock;
+  auto next_note = clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    std::string why;
+    try {
+      auto id = messages::greeting_cluster_id(host, port, 3000);
+      spdlog::info("node {}: the node at {} belongs to cluster '{}'", r.name,
+                   address_of(host, port), id);
+      return id;
+    } catch (const messages::handshake_error& e) {
+      // Something answers there, but not a node port of this version.
+      throw config::config_error("--join " + r.address + ": " + e.what());
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (kept) {
+      spdlog::info("node {}: {} does not answer ({}); asking to join cluster '{}' as before",
+                   r.name, r.address, why, kept->id);
+      return kept->id;
+    }
+    if (clock::now() >= next_note) {
+      spdlog::info("node {}: still waiting for {} to answer ({})", r.name, r.address, why);
+      next_note = clock::now() + std::chrono::seconds(10);
+    }
+    if (signalled_within(std::chrono::seconds(1), r.watch_signals)) {
+      spdlog::info("signal received while asking to join: stopping");
+      return std::nullopt;
+    }
+  }
 }
 
 } // namespace
@@ -266,6 +314,12 @@ std::optional<config::cluster_config> join_cluster(const join_request& r) {
   for (auto& o : r.overrides)
     config::apply_override(local, o);
   const auto storage_dir = local.storage_dir;
+  if (local.id.empty()) {
+    auto id = learn_cluster_id(r, dial_host, dial_port, storage_dir);
+    if (!id)
+      return std::nullopt;
+    local.id = *id;
+  }
 
   std::optional<kept_join> kept;
   if (!r.fresh) {

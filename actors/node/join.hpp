@@ -23,7 +23,9 @@ namespace eg::actors {
 struct join_request {
   std::string address;  ///< HOST:PORT of a node of the running cluster
   std::string name;     ///< this node's name, its identity across restarts
-  std::string cluster_id = "edgegossip";
+  /// The cluster's id; "": learnt from the node at `address` (its node
+  /// port greets with it), else the cluster kept in this node's store.
+  std::string cluster_id;
   std::string secret;
   /// Where this node listens and the others dial it; "": the address this
   /// machine reaches `address` from.

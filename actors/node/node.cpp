@@ -58,13 +58,13 @@ void publish_testers(self_ptr self) {
 /// The cluster's class list, for a node that proves the cluster secret
 /// over a challenge of this one (it is not a peer yet: it asks before it
 /// reads its data).
-caf::result<std::vector<std::string>> cluster_classes(self_ptr self,
-                                                      const std::string& credentials) {
+caf::result<std::vector<std::string>, std::string> cluster_classes(self_ptr self,
+                                                                   const std::string& credentials) {
   auto& st = self->state;
   if (!inspection::credentials_valid(credentials, st.args.settings.secret,
                                      [&](const std::string& c) { return st.challenges.redeem(c); }))
     return make_error(ec::refused, "wrong cluster secret, or a replayed or stale challenge");
-  return st.args.cluster_classes;
+  return {st.args.cluster_classes, st.args.cluster_shape};
 }
 
 /// Sends every local mixer the current list of peer mixers.
@@ -125,14 +125,17 @@ void publish_peers(self_ptr self) {
 /// Tells the local balancer about platforms it has not seen yet.
 void announce_platforms(self_ptr self, const std::string& node) {
   auto& st = self->state;
-  if (!st.balancer)
+  // A balancer paused on a minority side takes no platform in: the nodes it
+  // reaches again may follow the balancer the majority kept (announced
+  // once it resumes).
+  if (!st.balancer || st.balancer_paused)
     return;
   for (auto& e : st.directory.of_role(messages::role::platform)) {
     if (e.what.node != node)
       continue;
     auto predictor = st.directory.find(messages::role::predictor, e.what.name);
     self->send(*st.balancer, join_atom::value, e.what.name, e.what.node, e.handle, predictor,
-               e.what.data, e.what.samples, e.what.stats);
+               e.what.data, e.what.samples, e.what.stats, e.what.run);
   }
 }
 
@@ -161,7 +164,8 @@ void spawn_local(self_ptr self) {
     self->link_to(pa.mixer);
     st.platforms.push_back(local_platform{
       name, pa.train_set ? data::signature(pa.train_set->describe()) : std::string{},
-      pa.shard.size(), st.args.data_stats, platform, pa.mixer, pa.predictor});
+      pa.shard.size(), st.args.data_stats, st.args.settings.join_settings, platform, pa.mixer,
+      pa.predictor});
   }
   st.args.platforms.clear();  // their data now lives in the platforms
   for (auto& sa : st.args.stages) {
@@ -185,7 +189,7 @@ void spawn_local(self_ptr self) {
   st.reports = std::move(st.args.reports);
   using messages::role;
   auto local = [&](role r, std::string name, caf::actor h) {
-    st.directory.add({r, std::move(name), st.args.name, {}, 0, {}}, std::move(h));
+    st.directory.add({r, std::move(name), st.args.name, {}, 0, {}, {}}, std::move(h));
   };
   local(role::node, st.args.name, caf::actor_cast<caf::actor>(self));
   local(role::store, st.args.name, caf::actor_cast<caf::actor>(st.args.store));
@@ -194,13 +198,13 @@ void spawn_local(self_ptr self) {
     auto tester = spawn_tester(self->system(), std::move(*st.args.tester));
     st.args.tester.reset();
     self->link_to(tester);
-    st.directory.add({role::tester, st.args.name, st.args.name, {}, samples, {}},
+    st.directory.add({role::tester, st.args.name, st.args.name, {}, samples, {}, {}},
                      caf::actor_cast<caf::actor>(tester));
   }
   for (auto& [k, stage] : st.stages)
     local(role::stage, stage_name(k), caf::actor_cast<caf::actor>(stage));
   for (auto& p : st.platforms) {
-    st.directory.add({role::platform, p.name, st.args.name, p.data, p.samples, p.stats},
+    st.directory.add({role::platform, p.name, st.args.name, p.data, p.samples, p.stats, p.run},
                      caf::actor_cast<caf::actor>(p.platform));
     local(role::mixer, p.name, caf::actor_cast<caf::actor>(p.mixer));
     local(role::predictor, p.name, caf::actor_cast<caf::actor>(p.predictor));
@@ -266,17 +270,45 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     },
     [self](run_atom, const std::string& state) { keep_run_state(self, state); },
     [self](elect_atom) { elect(self); },
+    [self](recheck_atom) { check_balancer_majority(self); },
     [self](serve_atom) { serve(self); },
     [self](where_atom) -> std::string {
       if (!from_cluster(self))
         return {};
       return self->state.directory.balancer_home();
     },
+    [self](where_atom, const std::string& asker) -> std::string {
+      if (!from_cluster(self))
+        return {};
+      for (auto& e : self->state.directory.of_role(messages::role::balancer))
+        if (e.what.node != asker)
+          return e.what.node;
+      return {};
+    },
     [self](classes_atom, const std::string& credentials) {
       return cluster_classes(self, credentials);
     },
     [self](member_atom, const std::string& credentials, const std::string& description) {
       return admit_member(self, credentials, description);
+    },
+    [self](withdraw_atom, const std::string& credentials, const std::string& node,
+           const std::vector<std::string>& platforms,
+           const std::string& why) -> caf::result<bool> {
+      auto& st = self->state;
+      if (!inspection::credentials_valid(credentials, st.args.settings.secret,
+                                         [&](const std::string& c) {
+                                           return st.challenges.redeem(c);
+                                         }))
+        return make_error(ec::refused, "wrong cluster secret, or a replayed or stale challenge");
+      spdlog::error("[{}] node {} could not start ({}): its platforms are out of the run",
+                    st.args.name, node, why);
+      auto balancers = st.directory.of_role(messages::role::balancer);
+      if (balancers.empty())
+        return false;
+      for (auto& e : balancers)
+        self->send(caf::actor_cast<balancer_actor>(e.handle), withdraw_atom::value, node,
+                   platforms, why);
+      return true;
     },
     [self](member_atom, const std::string& members) {
       if (from_cluster(self))
@@ -322,6 +354,7 @@ node_settings node_settings::of(const config::cluster_config& cluster) {
                      " gossips over a topology fixed by the cluster file (push-sum); nodes "
                      "join runs of gosgd and edgegossip";
   s.layout = inspection::cluster_layout::of(cluster);
+  s.join_settings = config::join_settings(cluster);
   return s;
 }
 

@@ -40,6 +40,7 @@ struct local_platform {
   std::string data;      ///< data::signature of its training data
   uint64_t samples = 0;  ///< its shard's size
   std::string stats;     ///< its node's data statistics (data::to_text of data::moments)
+  std::string run;       ///< its node's run settings (config::join_settings)
   platform_actor platform;
   mixer_actor mixer;
   predictor_actor predictor;
@@ -86,6 +87,9 @@ struct node_settings {
   /// A split run: the node of each stage, first to last (empty otherwise).
   std::vector<std::string> stage_nodes;
   inspection::cluster_layout layout;
+  /// The run settings this node's platforms carry to the balancer
+  /// (config::join_settings), which refuses them where they are not its own.
+  std::string join_settings;
 
   static node_settings of(const config::cluster_config& cluster);
   /// The node of that name; throws config_error naming it when absent.
@@ -113,6 +117,10 @@ struct node_args {
   /// their own (the balancer node's data's classes); empty where this node
   /// knows none.
   std::vector<std::string> cluster_classes;
+  /// The shape of the cluster's samples as this node answers it with the
+  /// classes (data::sample_shape::to_string: the balancer node's data's, or
+  /// what this node was told; "" when it knows none).
+  std::string cluster_shape;
   /// Where the node's figures go for Prometheus' /metrics (epoch reports,
   /// peers, the weights lane); null where none are served.
   std::shared_ptr<node_metrics> metrics;
@@ -151,6 +159,11 @@ struct node_args {
   /// with run_failure_exit_code; the first stage of a split run writes it
   /// too (stage_args::failure).
   std::shared_ptr<std::string> failure;
+  /// Written when the balancer refused a platform of this node at join
+  /// (its data's shape or classes, or its run settings, are not the
+  /// cluster's): the node stops and the process exits with
+  /// refused_exit_code, saying why last.
+  std::shared_ptr<std::string> refusal;
 };
 
 /// The key, in the store's runs family, of the nodes that joined the

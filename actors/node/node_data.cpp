@@ -279,25 +279,28 @@ namespace {
 
 constexpr const char* classes_key = "cluster-classes";
 
-/// The class list node `peer` answers with (empty: it knows none yet);
-/// nullopt with `why` when it cannot be asked or refuses.
-std::optional<std::vector<std::string>> ask_node(cluster_asker& asker,
-                                                 const config::node_config& peer,
-                                                 const std::string& secret, std::string& why) {
-  std::optional<std::vector<std::string>> out;
+/// The class list node `peer` answers with (empty: it knows none yet),
+/// and the cluster's samples' shape; nullopt with `why` when it cannot be
+/// asked or refuses.
+std::optional<cluster_classes_answer> ask_node(cluster_asker& asker,
+                                               const config::node_config& peer,
+                                               const std::string& secret, std::string& why) {
+  std::optional<cluster_classes_answer> out;
   asker.ask(peer.name, peer.host, peer.port, secret, why,
             [&](caf::scoped_actor& self, const node_actor& node, const std::string& credentials) {
               self->request(node, std::chrono::seconds(5), classes_atom::value, credentials)
-                .receive([&](std::vector<std::string>& classes) { out = std::move(classes); },
-                         [&](caf::error& err) { why = asker.refusal_of(err); });
+                .receive(
+                  [&](std::vector<std::string>& classes, std::string& shape) {
+                    out = cluster_classes_answer{std::move(classes), std::move(shape), peer.name};
+                  },
+                  [&](caf::error& err) { why = asker.refusal_of(err); });
             });
   return out;
 }
 
 
-std::optional<std::vector<std::string>> saved_classes(const storage::store& db,
-                                                      const std::string& cluster_id,
-                                                      std::string& from) {
+std::optional<cluster_classes_answer> saved_classes(const storage::store& db,
+                                                    const std::string& cluster_id) {
   auto v = db.get(storage::family::runs, classes_key);
   if (!v)
     return std::nullopt;
@@ -305,11 +308,13 @@ std::optional<std::vector<std::string>> saved_classes(const storage::store& db,
     auto j = nlohmann::json::parse(*v);
     if (j.at("cluster").get<std::string>() != cluster_id)
       return std::nullopt;
-    from = j.at("from").get<std::string>();
-    auto classes = j.at("classes").get<std::vector<std::string>>();
-    if (classes.size() < 2)
+    cluster_classes_answer out;
+    out.from = j.at("from").get<std::string>();
+    out.classes = j.at("classes").get<std::vector<std::string>>();
+    out.shape = j.value("shape", std::string{});  // (kept by an older version without it)
+    if (out.classes.size() < 2)
       return std::nullopt;
-    return classes;
+    return out;
   } catch (const nlohmann::json::exception& e) {
     // A record this version cannot read: the classes are asked for again.
     spdlog::warn("the cluster's stored classes are unreadable ({}): asking again", e.what());
@@ -332,16 +337,15 @@ bool signalled_within(std::chrono::milliseconds d, bool watch) {
   return sigtimedwait(&set, nullptr, &t) > 0;
 }
 
-std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluster_config& cfg,
-                                                            const std::string& node,
-                                                            storage::store& db, bool fresh,
-                                                            bool watch_signals) {
+std::optional<cluster_classes_answer> ask_cluster_classes(const config::cluster_config& cfg,
+                                                          const std::string& node,
+                                                          storage::store& db, bool fresh,
+                                                          bool watch_signals) {
   const auto balancer = cfg.balancer().name;
-  std::string from;
   if (!fresh)
-    if (auto saved = saved_classes(db, cfg.id, from)) {
+    if (auto saved = saved_classes(db, cfg.id)) {
       spdlog::info("node {}: the cluster's {} classes as node {} gave them (kept in its store)",
-                   node, saved->size(), from);
+                   node, saved->classes.size(), saved->from);
       return saved;
     }
   cluster_asker asker(cfg, node, node);
@@ -361,11 +365,15 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
     for (auto& peer : order) {
       std::string why;
       auto got = ask_node(asker, cfg.node(peer), cfg.secret, why);
-      if (got && got->size() >= 2) {
-        spdlog::info("node {}: the cluster's {} classes from node {}", node, got->size(), peer);
+      if (got && got->classes.size() >= 2) {
+        spdlog::info("node {}: the cluster's {} classes{} from node {}", node,
+                     got->classes.size(),
+                     got->shape.empty() ? std::string{} : ", of samples " + got->shape, peer);
         try {
           db.put(storage::family::runs, classes_key,
-                 nlohmann::json{{"cluster", cfg.id}, {"from", peer}, {"classes", *got}}.dump());
+                 nlohmann::json{{"cluster", cfg.id}, {"from", peer}, {"classes", got->classes},
+                                {"shape", got->shape}}
+                   .dump());
         } catch (const std::exception& e) {
           spdlog::warn("node {}: the cluster's classes not kept in the store: {}", node, eg::describe(e));
         }
@@ -391,27 +399,79 @@ std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluste
   }
 }
 
+void tell_cluster_node_cannot_start(const config::cluster_config& cfg, const std::string& node,
+                                    const std::string& why,
+                                    std::chrono::milliseconds patience) {
+  const auto balancer = cfg.balancer().name;
+  if (cfg.nodes.size() < 2 || balancer == node)
+    return;
+  std::vector<std::string> platforms;
+  for (auto& p : cfg.node(node).platforms)
+    platforms.push_back(p.name);
+  std::vector<std::string> order{balancer};
+  for (auto& n : cfg.nodes)
+    if (n.name != node && n.name != balancer)
+      order.push_back(n.name);
+  try {
+    cluster_asker asker(cfg, node, node);
+    const auto until = std::chrono::steady_clock::now() + patience;
+    std::string waits;
+    do {
+      waits.clear();
+      for (auto& peer : order) {
+        std::string problem;
+        bool taken = false;
+        const auto& n = cfg.node(peer);
+        asker.ask(peer, n.host, n.port, cfg.secret, problem,
+                  [&](caf::scoped_actor& self, const node_actor& remote,
+                      const std::string& credentials) {
+                    self->request(remote, std::chrono::seconds(3), withdraw_atom::value,
+                                  credentials, node, platforms, why)
+                      .receive([&](bool ok) { taken = ok; },
+                               [&](caf::error& err) { problem = asker.refusal_of(err); });
+                  });
+        if (taken) {
+          spdlog::info("node {}: told node {} that it cannot start: the run goes on without "
+                       "its platforms",
+                       node, peer);
+          return;
+        }
+        waits += (waits.empty() ? "" : "; ") + peer + ": "
+                 + (problem.empty() ? "knows no balancer yet" : problem);
+      }
+    } while (std::chrono::steady_clock::now() < until
+             && (std::this_thread::sleep_for(std::chrono::seconds(1)), true));
+    spdlog::warn("node {}: could not tell the cluster that it cannot start ({}): its nodes may "
+                 "wait for its platforms as cluster.quorum says",
+                 node, waits);
+  } catch (const std::exception& e) {
+    spdlog::warn("node {}: could not tell the cluster that it cannot start: {}", node,
+                 eg::describe(e));
+  }
+}
+
 std::optional<loaded_data> load_with_cluster_classes(const config::cluster_config& cfg,
                                                      const config::node_config& me,
                                                      const std::string& override_dir,
                                                      storage::store& db, bool fresh,
                                                      bool watch_signals,
-                                                     std::vector<std::string>& answers) {
+                                                     std::vector<std::string>& answers,
+                                                     std::string& shape_answer) {
   const bool hosts_balancer = cfg.balancer().name == me.name;
   auto classes = cfg.data.classes;
-  std::string classes_from;
+  std::string classes_from, cluster_shape;
   if (classes.empty() && cfg.nodes.size() > 1 && !hosts_balancer &&
       reads_own_data(me, override_dir)) {
     auto asked = ask_cluster_classes(cfg, me.name, db, fresh, watch_signals);
     if (!asked)
       return std::nullopt;
-    classes = std::move(*asked);
-    classes_from = cfg.balancer().name;
+    classes = std::move(asked->classes);
+    cluster_shape = asked->shape;
+    classes_from = asked->from;
   }
+  std::optional<loaded_data> loaded;
   try {
-    auto loaded = load_node_data(cfg, me, override_dir, classes);
-    answers = hosts_balancer && cfg.data.classes.empty() ? loaded.train.classes : classes;
-    return loaded;
+    loaded = load_node_data(cfg, me, override_dir, classes);
   } catch (const data::data_error& e) {
     if (classes_from.empty())
       throw;
@@ -422,6 +482,17 @@ std::optional<loaded_data> load_with_cluster_classes(const config::cluster_confi
                            classes_from + "'s data's: " + list +
                            "; set data.classes in the cluster file to name every class)");
   }
+  const auto ours = loaded->train.shape.to_string();
+  // Refused early: the balancer would refuse its platforms at join.
+  if (!cluster_shape.empty() && ours != cluster_shape)
+    throw data::data_error("node " + me.name + "'s data is " + data::signature(loaded->train.describe()) +
+                           ", the cluster's (node " + classes_from + "'s data) has samples of " +
+                           cluster_shape + ": one model trains on every node's data, so its "
+                           "samples must have one shape (convert this node's images, or give "
+                           "it other data)");
+  answers = hosts_balancer && cfg.data.classes.empty() ? loaded->train.classes : classes;
+  shape_answer = hosts_balancer ? ours : cluster_shape;
+  return loaded;
 }
 
 namespace {

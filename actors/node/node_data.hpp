@@ -92,23 +92,34 @@ learning::shards partition_shards(const config::cluster_config& cfg,
 /// until one answers. nullopt when SIGINT or SIGTERM came while waiting
 /// (`watch_signals`: they are blocked in this process and taken here).
 /// Throws std::runtime_error when a node refuses the secret.
-std::optional<std::vector<std::string>> ask_cluster_classes(const config::cluster_config& cfg,
-                                                            const std::string& node,
-                                                            storage::store& db, bool fresh,
-                                                            bool watch_signals);
+/// The cluster's class list as a node answered it, with the shape of the
+/// cluster's samples ("" where it knows none) and the node that answered.
+struct cluster_classes_answer {
+  std::vector<std::string> classes;
+  std::string shape;
+  std::string from;
+};
+std::optional<cluster_classes_answer> ask_cluster_classes(const config::cluster_config& cfg,
+                                                          const std::string& node,
+                                                          storage::store& db, bool fresh,
+                                                          bool watch_signals);
 
 /// Node `me`'s data (load_node_data) mapped to the cluster's class list:
 /// data.classes, else, for a node with data of its own in a cluster of
 /// several that does not host the balancer, the list ask_cluster_classes
 /// gets (a class outside it is named with the list and where it came
-/// from). `answers` is set to the list this node gives a node that asks.
+/// from). `answers` is set to the list this node gives a node that asks,
+/// `shape_answer` to the samples' shape it gives with it. A node told the
+/// cluster's shape with the list whose own data has another stops here,
+/// before it joins: data::data_error naming both.
 /// nullopt when SIGINT or SIGTERM came while it waited for the list.
 std::optional<loaded_data> load_with_cluster_classes(const config::cluster_config& cfg,
                                                      const config::node_config& me,
                                                      const std::string& override_dir,
                                                      storage::store& db, bool fresh,
                                                      bool watch_signals,
-                                                     std::vector<std::string>& answers);
+                                                     std::vector<std::string>& answers,
+                                                     std::string& shape_answer);
 
 /// EdgeGossip's pre-training stage for the local platforms (`local`):
 /// aggregated points from the store when the data (`data`: the directories
@@ -119,6 +130,15 @@ aggregate_local(const config::cluster_config& cfg, const std::vector<config::pla
                 const learning::shards& shards, const learning::dataset& train,
                 const std::string& data, const std::vector<std::string>& local,
                 storage::store& db);
+
+/// Node `node` of `cfg` cannot start (its own data is unusable: `why`):
+/// tells the cluster, so that the balancer refuses its platforms and the run
+/// does not wait for them. Asks the balancer's node, then the others, for
+/// at most `patience`; says in the log whether one took it. Nothing for a
+/// cluster of one node, or for the balancer's own node.
+void tell_cluster_node_cannot_start(const config::cluster_config& cfg, const std::string& node,
+                                    const std::string& why,
+                                    std::chrono::milliseconds patience);
 
 /// Waits up to `d` for SIGINT or SIGTERM (blocked in this process while
 /// `watch`, taken here; without `watch` it only waits); true when one came.

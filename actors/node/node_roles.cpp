@@ -41,14 +41,13 @@ void give_way(self_ptr self, messages::role role, const succession& order,
                      : std::string{});
       if (role == messages::role::balancer && st.balancer_paused) {
         // Ours paused the platforms here while this node was on a minority
-        // side: the balancer that stays plans them from now on, so they go
-        // on (paused, they would never report its epochs).
+        // side: they stay paused until the balancer that stays plans them
+        // (a plan from another balancer than the one that paused a platform
+        // resumes it, and leaves an epoch the run has passed unfinished), so
+        // none trains on in an epoch of the run that gave way.
         st.balancer_paused = false;
-        messages::control resume;
-        resume.verb = messages::verb::resume;
-        for (auto& p : st.platforms)
-          self->request(p.platform, defaults::control_timeout, control_atom::value, resume)
-            .then([](bool) {}, [](caf::error&) {});
+        st.majority_asking = false;
+        st.kept_elsewhere.clear();
       }
       self->unlink_from(*mine);
       self->send_exit(*mine, caf::exit_reason::user_shutdown);
@@ -78,6 +77,79 @@ std::set<std::string> reachable_peers(const node_state& st) {
 
 } // namespace
 
+namespace {
+
+/// Tells the balancer hosted here to pause or resume its platforms (its
+/// node lost or regained a majority): it closes no epoch while paused so.
+void tell_balancer(self_ptr self, messages::verb what) {
+  auto& st = self->state;
+  messages::control c;
+  c.verb = what;
+  self->request(*st.balancer, defaults::handshake_timeout, inspect_atom::value, c,
+                std::string{majority_via})
+    .then([](const std::string&) {}, [](caf::error&) {});
+}
+
+/// This node reaches a majority again and its balancer is paused: before
+/// it resumes, every peer is asked whether it follows a balancer on
+/// another node (the majority's side elected one while this node was cut
+/// off). Only if none does does ours resume; otherwise it stays paused and
+/// asks again later, until it meets that balancer and one of the two gives
+/// way (resolve_balancers), or that balancer is gone.
+void ask_before_resuming(self_ptr self) {
+  auto& st = self->state;
+  st.majority_asking = true;
+  struct poll {
+    size_t pending = 0;
+    std::string follows;  ///< "node PEER follows the balancer on node HOME" ("" if none)
+  };
+  auto p = std::make_shared<poll>();
+  p->pending = st.peers.size();
+  auto conclude = [self, p] {
+    if (p->pending > 0 && --p->pending > 0)
+      return;
+    auto& st = self->state;
+    st.majority_asking = false;
+    if (!st.balancer || !st.balancer_paused || st.finished)
+      return;
+    const auto reachable = reachable_peers(st);
+    if (!st.succession.majority(st.args.name, reachable, st.args.settings.majority))
+      return;  // lost it again meanwhile: stays paused
+    if (!p->follows.empty()) {
+      if (st.kept_elsewhere != p->follows)
+        spdlog::info("[{}] reaches {} of the cluster's {} nodes again, but {}: the balancer "
+                     "here stays paused until it meets that one",
+                     st.args.name, reachable.size() + 1, st.args.settings.nodes.size(),
+                     p->follows);
+      st.kept_elsewhere = p->follows;
+      self->delayed_send(self, defaults::election_retry, recheck_atom::value);
+      return;
+    }
+    st.kept_elsewhere.clear();
+    st.balancer_paused = false;
+    spdlog::info("[{}] reaches {} of the cluster's {} nodes again and no other balancer kept "
+                 "the run: the balancer here resumes its platforms",
+                 st.args.name, reachable.size() + 1, st.args.settings.nodes.size());
+    tell_balancer(self, messages::verb::resume);
+    // The platforms of the nodes it reaches, held back while it was paused.
+    for (auto& n : st.args.settings.nodes)
+      announce_platforms(self, n.name);
+  };
+  if (st.peers.empty())
+    return conclude();
+  for (auto& [name, peer] : st.peers)
+    self->request(peer, defaults::handshake_timeout, where_atom::value, st.args.name)
+      .then(
+        [self, p, conclude, name = name](const std::string& home) {
+          if (!home.empty() && home != self->state.args.name && p->follows.empty())
+            p->follows = "node " + name + " follows the balancer on node " + home;
+          conclude();
+        },
+        [conclude](caf::error&) { conclude(); });
+}
+
+} // namespace
+
 void check_balancer_majority(self_ptr self) {
   auto& st = self->state;
   if (!st.balancer || st.finished || st.split())
@@ -85,22 +157,18 @@ void check_balancer_majority(self_ptr self) {
   const auto reachable = reachable_peers(st);
   const bool majority =
     st.succession.majority(st.args.name, reachable, st.args.settings.majority);
-  if (majority == !st.balancer_paused)
-    return;
-  st.balancer_paused = !majority;
-  messages::control c;
-  c.verb = majority ? messages::verb::resume : messages::verb::pause;
-  if (majority)
-    spdlog::info("[{}] reaches {} of the cluster's {} nodes again: the balancer here resumes "
-                 "its platforms",
-                 st.args.name, reachable.size() + 1, st.args.settings.nodes.size());
-  else
+  if (!majority) {
+    if (st.balancer_paused)
+      return;
+    st.balancer_paused = true;
     spdlog::warn("[{}] reaches {} of the cluster's {} nodes, not a majority: the balancer here "
                  "pauses its platforms until it does (the other side may go on with the run)",
                  st.args.name, reachable.size() + 1, st.args.settings.nodes.size());
-  self->request(*st.balancer, defaults::handshake_timeout, inspect_atom::value, c,
-                std::string{"majority"})
-    .then([](const std::string&) {}, [](caf::error&) {});
+    tell_balancer(self, messages::verb::pause);
+    return;
+  }
+  if (st.balancer_paused && !st.majority_asking)
+    ask_before_resuming(self);
 }
 
 void resolve_servers(self_ptr self) {
@@ -126,7 +194,7 @@ void start_server(self_ptr self, bool continuing) {
   st.server = spawn_server(self->system(), std::move(args));
   st.routes->set_server(caf::actor_cast<caf::actor_addr>(*st.server));
   self->link_to(*st.server);
-  st.directory.add({messages::role::parameter_server, st.args.name, st.args.name, {}, 0, {}},
+  st.directory.add({messages::role::parameter_server, st.args.name, st.args.name, {}, 0, {}, {}},
                    caf::actor_cast<caf::actor>(*st.server));
   spdlog::info("[{}] parameter server started for {} workers", st.args.name, workers);
 }
@@ -165,7 +233,7 @@ void start_balancer(self_ptr self, bool continuing) {
   st.routes->set_balancer(caf::actor_cast<caf::actor_addr>(*st.balancer));
   self->link_to(*st.balancer);
   st.balancer_paused = false;
-  st.directory.add({messages::role::balancer, st.args.name, st.args.name, {}, evaluated, {}},
+  st.directory.add({messages::role::balancer, st.args.name, st.args.name, {}, evaluated, {}, {}},
                    caf::actor_cast<caf::actor>(*st.balancer));
   for (auto& n : st.args.settings.nodes)
     announce_platforms(self, n.name);

@@ -126,6 +126,20 @@ void stop_node(self_ptr self, const control& c) {
                  messages::to_string(c.verb));
     return;
   }
+  if (c.verb == messages::verb::refuse) {
+    // One of this node's platforms was refused by the balancer (its data
+    // or settings are not the cluster's). The node's platforms share its
+    // data and its settings, so the whole node stops: its process exits
+    // with code 2, the reason its last line, and the run goes on without it.
+    if (self->current_sender()->node() != self->node() || st.finished || st.stopping)
+      return;
+    if (st.args.refusal && st.args.refusal->empty())
+      *st.args.refusal = c.argument;
+    spdlog::error("[{}] {}: stopping this node", st.args.name, c.argument);
+    st.stopping = true;
+    finish(self);
+    return;
+  }
   if (c.verb != messages::verb::stop) {
     spdlog::warn("[{}] a node does not take '{}'", st.args.name, messages::to_string(c.verb));
     return;

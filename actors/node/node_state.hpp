@@ -71,6 +71,12 @@ struct node_state {
   /// The balancer hosted here paused its platforms: this node reaches no
   /// majority (check_balancer_majority).
   bool balancer_paused = false;
+  /// Its peers are being asked whether they follow another balancer,
+  /// before ours resumes (check_balancer_majority).
+  bool majority_asking = false;
+  /// What the last such poll found ("node c follows the balancer on node
+  /// b"), said once.
+  std::string kept_elsewhere;
   std::set<std::string> dialling;
   /// When a peer last handshook again while it was peered (it dialled us
   /// anew after a freeze or a cut, over a new connection).
@@ -175,8 +181,13 @@ using serve_atom = caf::atom_constant<caf::atom("serve")>;
 /// The node's interface with its private messages: the run is over (the
 /// grace period for local platforms ended), the store is flushed (the
 /// launcher may end the process), and the parameter server's election.
+/// Time to ask the peers again whether another balancer kept the run.
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+/// The balancer hears pauses and resumes for a lost majority through the
+/// console's command, from this sender.
+inline constexpr const char* majority_via = "majority";
 using node_impl = node_actor::extend<caf::reacts_to<over_atom>, caf::reacts_to<release_atom>,
-                                     caf::reacts_to<serve_atom>>;
+                                     caf::reacts_to<serve_atom>, caf::reacts_to<recheck_atom>>;
 using self_ptr = node_impl::stateful_pointer<node_state>;
 
 
@@ -197,7 +208,8 @@ std::string lane_of(const node_state& st, const std::string& node);
 void publish_peers(self_ptr self);
 void publish_testers(self_ptr self);
 /// The balancer hosted here pauses its platforms while this node reaches
-/// no majority of the nodes, and resumes them once it does again.
+/// no majority of the nodes; once it does again, it asks its peers whether
+/// another balancer kept the run, and resumes them only if none did.
 void check_balancer_majority(self_ptr self);
 /// Tells the local balancer about the platforms of `node`.
 void announce_platforms(self_ptr self, const std::string& node);

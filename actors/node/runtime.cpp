@@ -182,6 +182,7 @@ struct training_data {
   bool own = false;          ///< the node's own data (nodes.data or --data)
   std::string stats;         ///< its statistics, for the cluster's normalisation
   std::vector<std::string> classes;  ///< what this node answers when asked
+  std::string shape;                 ///< and the samples' shape with them ("": none)
 };
 
 /// A node with data of its own (nodes.data or --data) trains its platforms
@@ -197,7 +198,7 @@ std::optional<training_data> read_training_data(const config::cluster_config& cf
     learning::training_device(p.device);
   training_data d;
   auto read = load_with_cluster_classes(cfg, me, opts.data_dir, db, opts.fresh,
-                                        opts.handle_signals, d.classes);
+                                        opts.handle_signals, d.classes, d.shape);
   if (!read)
     return std::nullopt;
   auto& loaded = *read;
@@ -328,7 +329,8 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
                              std::shared_ptr<admitted_names> admitted,
                              std::shared_ptr<messages::door_routes> routes,
                              const store_health& health, const storage::store& db,
-                             const std::string& run_failure, shutdown_watchdog& watchdog) {
+                             const std::string& run_failure, const std::string& refusal,
+                             shutdown_watchdog& watchdog) {
   run_outcome outcome;
   signal_watch signals(opts.handle_signals, sys, node);
   corunners load(me.corunners,
@@ -356,6 +358,7 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
   // The first stage or the node wrote it before the node's answer ended
   // the wait above.
   outcome.failure = run_failure;
+  outcome.refusal = refusal;
   outcome.store = health.failure();
   if (!outcome.store && db.failure()) {
     // Failed after the store actor's last write (a background error).
@@ -366,6 +369,7 @@ run_outcome serve_until_done(caf::actor_system& sys, const config::cluster_confi
     outcome.store = f;
   }
   watchdog.arm(outcome.store ? store_failure_exit_code
+               : !outcome.refusal.empty() ? refused_exit_code
                : !outcome.failure.empty() ? run_failure_exit_code
                : outcome.stopped || !outcome.run.empty() ? 0 : 1);
   return outcome;
@@ -434,13 +438,25 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   const bool split = cfg.split.enabled();
   std::vector<stage_args> stages;
   auto run_failure = std::make_shared<std::string>();
+  auto refusal = std::make_shared<std::string>();
   training_data data;
   if (split) {
     stages = local_stages(cfg, node_name, *db, opts.fresh, opts.data_dir);
     for (auto& s : stages)
       s.failure = run_failure;
   } else {
-    auto read = read_training_data(cfg, me, opts, *db);
+    std::optional<training_data> read;
+    try {
+      read = read_training_data(cfg, me, opts, *db);
+    } catch (const std::exception& e) {
+      // This node's own data is unusable (its file or directory, a class
+      // outside the list, another shape than the cluster's): the cluster
+      // hears it, so that the run does not wait for this node's platforms.
+      const auto code = eg::code_of(e);
+      if (code == errc::bad_data || code == errc::bad_config || code == errc::mismatch)
+        tell_cluster_node_cannot_start(cfg, node_name, e.what(), std::chrono::seconds(10));
+      throw;
+    }
     if (!read) {
       run_outcome stopped;
       stopped.stopped = true;
@@ -474,6 +490,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   node_args nargs;
   nargs.data_stats = data.stats;
   nargs.cluster_classes = std::move(data.classes);
+  nargs.cluster_shape = data.shape;
   nargs.settings = node_settings::of(cfg);
   nargs.name = node_name;
   nargs.cluster_toml = config::to_toml(cfg);
@@ -505,6 +522,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   nargs.start_balancer = cfg.balancer().name == node_name && !unfinished && !split;
   nargs.stages = std::move(stages);
   nargs.failure = run_failure;
+  nargs.refusal = refusal;
   if (cfg.strategy.parameter_server() && !split) {
     nargs.server = server_of(cfg, data.model_shape);
     nargs.start_server = cfg.server().name == node_name && !unfinished;
@@ -521,7 +539,7 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   relay->connect(node);
   auto outcome =
     serve_until_done(sys, cfg, me, opts, node, store, admitted, routes, *health, *db,
-                     *run_failure, watchdog);
+                     *run_failure, *refusal, watchdog);
   relay->disconnect();
   end_actors(sys, std::move(node), std::move(store), watchdog);
   return outcome;

@@ -60,7 +60,16 @@ struct run_outcome {
   /// stage is here and a stage ran away for good; every platform of this
   /// node left the run): the process exits with run_failure_exit_code.
   std::string failure;
+  /// Set when the balancer refused a platform of this node at join (its
+  /// data or settings are not the cluster's; node_args::refusal): the
+  /// process exits with refused_exit_code and says why last.
+  std::string refusal;
 };
+
+/// The exit code of a node the cluster refused: a configuration or data
+/// set to fix, as a malformed cluster file's (the systemd units do not
+/// restart on it).
+inline constexpr int refused_exit_code = 2;
 
 /// The exit code of a node whose store could not write.
 inline constexpr int store_failure_exit_code = 3;

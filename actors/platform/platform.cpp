@@ -76,6 +76,27 @@ void receive_plan(self_ptr self, const plan& p) {
   if (st.finished)
     return;
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (st.paused && st.paused_by && sender && sender.address() != st.paused_by) {
+    // Paused by a balancer that has since given way (its node was on a
+    // minority side), planned now by the one the cluster kept.
+    spdlog::info("[{}] a plan from another balancer than the one that paused it: resuming",
+                 st.args.platform.name);
+    resume(self);
+  }
+  if (st.running && p.epoch > st.at.epoch && st.balancer && sender != st.balancer) {
+    // A plan from another balancer than the one this epoch's came from, for
+    // a later epoch: the run this platform's node was cut off with gave
+    // way to the one the majority kept, which has passed this epoch. It is
+    // left unfinished (its report would go nowhere, its samples to no
+    // epoch), and the plan is taken now.
+    spdlog::info("[{}] a plan for epoch {} from another balancer while epoch {} runs: the run "
+                 "has passed that epoch, leaving it unfinished",
+                 st.args.platform.name, p.epoch + 1, st.at.epoch + 1);
+    st.running = false;
+    st.next_plan.reset();
+    take_plan(self, p, std::move(sender));
+    return;
+  }
   if (st.running && p.epoch != st.at.epoch) {
     // The running epoch keeps its number (its report must say what was
     // trained); this plan waits for its end.
@@ -142,6 +163,17 @@ caf::result<bool> take_control(self_ptr self, const control& c) {
       return true;
     case messages::verb::resume:
       resume(self);
+      return true;
+    case messages::verb::refuse:
+      // The balancer will not take this platform (its data or settings are
+      // not the cluster's): it trains nothing, and its node stops, saying why.
+      st.running = false;
+      spdlog::error("[{}] the balancer refused this platform: {}", st.args.platform.name,
+                    c.argument);
+      self->send(st.args.node, control_atom::value,
+                 control{messages::verb::refuse,
+                         "the cluster refused platform " + st.args.platform.name + ": "
+                           + c.argument});
       return true;
     case messages::verb::stop:
       st.running = false;

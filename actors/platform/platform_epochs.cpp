@@ -101,8 +101,10 @@ void begin_epoch(self_ptr self) {
   st.worker->epoch_begins(st.planned_batches);
   spdlog::debug("[{}] epoch {} begins: {} batches", st.args.platform.name, st.at.epoch + 1,
                 st.trainer().remaining());
-  st.step_queued = true;
-  self->send(self, step_atom::value);
+  if (!st.step_queued) {  // (one is still on its way when an epoch was left unfinished)
+    st.step_queued = true;
+    self->send(self, step_atom::value);
+  }
 }
 
 /// Queues the next step unless one is on its way; after the emulated
@@ -262,6 +264,8 @@ void finish_epoch(self_ptr self) {
 /// balancer hears where training stopped.
 void pause(self_ptr self) {
   auto& st = self->state;
+  if (self->current_sender())
+    st.paused_by = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (st.paused || st.finished)
     return;
   st.paused = true;

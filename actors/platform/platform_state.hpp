@@ -47,6 +47,9 @@ struct platform_state {
   bool running = false;  ///< an epoch is in progress
   bool paused = false;
   clock::time_point paused_at;
+  /// Who paused it last (the balancer, for the console or for a lost
+  /// majority): a plan from another balancer resumes it (that one gave way).
+  caf::actor_addr paused_by;
   bool step_queued = false;  ///< a step message is on its way (one chain of steps only)
   bool finished = false;
   uint32_t epochs_done = 0;  ///< completed epochs (what a checkpoint records)

@@ -42,7 +42,8 @@ barrier_settings barrier_settings::of(const config::cluster_config& cluster) {
   return s;
 }
 
-epoch_barrier::epoch_barrier(barrier_settings settings) : settings_(settings) {}
+epoch_barrier::epoch_barrier(barrier_settings settings)
+    : settings_(settings), file_platforms_(settings_.expected) {}
 
 // -- platforms ------------------------------------------------------------------------
 
@@ -72,9 +73,30 @@ bool epoch_barrier::expects(const std::string& name) const {
 }
 
 bool epoch_barrier::expect(const std::string& name) {
+  refused_.erase(name);
   if (expects(name))
     return false;
   settings_.expected.push_back(name);
+  return true;
+}
+
+bool epoch_barrier::has_quorum() const {
+  if (platforms_.empty())
+    return false;
+  size_t refused_file_platforms = 0;
+  for (auto& name : file_platforms_)
+    refused_file_platforms += refused_.count(name);
+  const size_t left = file_platforms_.size() - refused_file_platforms;
+  return platforms_.size() >= std::min(settings_.quorum, left);
+}
+
+bool epoch_barrier::refuse(const std::string& name, const std::string& why) {
+  auto& expected = settings_.expected;
+  expected.erase(std::remove(expected.begin(), expected.end(), name), expected.end());
+  auto [at, fresh] = refused_.try_emplace(name, why);
+  if (!fresh && at->second == why)
+    return false;
+  at->second = why;
   return true;
 }
 
@@ -581,7 +603,15 @@ std::string epoch_barrier::epoch_line(uint32_t epoch) const {
                      e.prediction_error >= 0
                        ? fmt::format(", predicted epoch times off by {:.1f} %",
                                      100 * e.prediction_error)
-                       : std::string{});
+                       : std::string{})
+         + refused_text();
+}
+
+std::string epoch_barrier::refused_text() const {
+  std::string out;
+  for (auto& [name, why] : refused_)
+    out += fmt::format("{} {} ({})", out.empty() ? "; refused:" : ",", name, why);
+  return out;
 }
 
 std::string epoch_barrier::progress_line(clock::time_point now) const {

@@ -136,8 +136,18 @@ public:
   /// A platform of a node that joined the cluster: it may join the run
   /// (join()) from now on. False when it was expected already.
   bool expect(const std::string& name);
-  /// Enough platforms joined for a new run to start (cluster.quorum, 0: all).
-  bool has_quorum() const { return platforms_.size() >= settings_.quorum; }
+  /// Enough platforms joined for a new run to start (cluster.quorum, 0:
+  /// all), and at least one. A platform refused at join counts out of the
+  /// quorum: "all" is all but it, and a quorum larger than the platforms
+  /// left is all of them.
+  bool has_quorum() const;
+  /// The balancer refused platform `name` at join (`why`: its data or
+  /// settings are not the cluster's): it is no longer expected, and the
+  /// epoch lines name it until it joins again set right (expect()).
+  /// False when it was refused already for the same reason.
+  bool refuse(const std::string& name, const std::string& why);
+  /// The platforms refused, and why, by name.
+  const std::map<std::string, std::string>& refused() const { return refused_; }
 
   /// Platform `name` of `node` joins, or joins again as a fresh platform.
   /// `running`: a run is in progress (started, not finished); the platform
@@ -279,6 +289,9 @@ public:
   /// waiting for messages and evaluating; samples; the averaged model's
   /// accuracy; platforms up; how far off the predicted epoch times were.
   std::string epoch_line(uint32_t epoch) const;
+  /// "; refused: c0 (why), ..." for the platforms refused at join ("" when
+  /// none): the end of the epoch lines.
+  std::string refused_text() const;
   /// The progress display at `now`: the furthest epoch, each platform's
   /// epoch and share of it done (or "down"), the mean training loss, the
   /// latest averaged model's accuracy and the run's time.
@@ -291,6 +304,10 @@ private:
                          const std::map<std::string, double>& ratios) const;
 
   barrier_settings settings_;
+  /// The cluster file's platforms (settings_.expected before any joined or
+  /// was refused): the quorum counts among them.
+  std::vector<std::string> file_platforms_;
+  std::map<std::string, std::string> refused_;
   std::map<std::string, platform> platforms_;
   std::map<uint32_t, std::map<std::string, messages::epoch_report>> reports_;
   std::vector<messages::epoch_report> all_reports_;

@@ -297,6 +297,8 @@ struct fake_platform_state {
 std::map<std::string, std::vector<std::string>> norms_sent;
 /// How often each stand-in platform was asked for its model.
 std::map<std::string, int> models_asked;
+/// The control requests each stand-in platform was sent, by platform name.
+std::map<std::string, std::vector<messages::control>> controls_sent;
 
 platform_actor::behavior_type
 fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::string name,
@@ -330,7 +332,10 @@ fake_platform(platform_actor::stateful_pointer<fake_platform_state> self, std::s
       if (cuts)
         cuts->push_back(epoch);
     },
-    [](control_atom, const control&) { return true; },
+    [=](control_atom, const control& c) {
+      controls_sent[name].push_back(c);
+      return true;
+    },
   };
 }
 
@@ -360,7 +365,7 @@ void join(caf::scoped_actor& self, const balancer_actor& b, const std::string& n
           const std::string& node, const platform_actor& p, const std::string& data = {},
           uint64_t samples = 0, const std::string& stats = {}) {
   self->send(b, join_atom::value, name, node, caf::actor_cast<caf::actor>(p), caf::actor{}, data,
-             samples, stats);
+             samples, stats, std::string{});
 }
 
 epoch_report report(const std::string&, const std::string& platform, uint32_t epoch,
@@ -428,27 +433,75 @@ two_platform_run start_two_platform_run(
 
 BOOST_FIXTURE_TEST_CASE(balancer_refuses_platforms_whose_data_is_not_the_clusters, fixture) {
   // One model for the cluster: a platform whose data has other classes (or
-  // another shape) cannot join; with the cluster's data, it can.
+  // another shape) cannot join. It is told why (its node then stops), and
+  // the run does not wait for it: it starts with the others.
   test::temp_dir dir;
-  auto setup = start_two_platform_run(sys, self, dir, "sig", 1);
+  auto setup = start_two_platform_run(sys, self, dir, "sig", 2);
   auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
+  controls_sent.clear();
   const auto ours = data::signature(test_set->describe());
   auto other_classes = test_set->classes;
   other_classes.pop_back();
   join(self, b, "p0", "local", p0, ours);
+  sched.run();
+  BOOST_TEST(seen0->empty());  // waits for p1 (cluster.quorum 0: all of them)
   join(self, b, "p1", "local", p1, data::signature(test_set->shape, other_classes));
   sched.run();
-  BOOST_TEST(seen0->empty());  // still waits for p1
+  BOOST_REQUIRE_EQUAL(controls_sent["p1"].size(), 1u);
+  const auto& told = controls_sent["p1"].front();
+  BOOST_TEST(static_cast<int>(told.verb) == static_cast<int>(messages::verb::refuse));
+  BOOST_TEST(told.argument.find(ours) != std::string::npos, told.argument);
+  BOOST_TEST(told.argument.find(std::to_string(other_classes.size()) + " classes")
+               != std::string::npos,
+             told.argument);
+  // The run started without it.
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
+  BOOST_TEST(seen0->back().epoch == 0u);
   BOOST_TEST(seen1->empty());
+  // Another shape is refused too, and said again.
   join(self, b, "p1", "local", p1,
        data::signature(data::sample_shape::image(3, 28, 28), test_set->classes));
   sched.run();
-  BOOST_TEST(seen0->empty());
+  BOOST_REQUIRE_EQUAL(controls_sent["p1"].size(), 2u);
+  BOOST_TEST(controls_sent["p1"].back().argument.find("3x28x28") != std::string::npos,
+             controls_sent["p1"].back().argument);
+  BOOST_TEST(seen1->empty());
+  // Set right and started again, it joins the run in progress.
   join(self, b, "p1", "local", p1, ours);
   sched.run();
-  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);
-  BOOST_REQUIRE_EQUAL(seen1->size(), 1u);
-  BOOST_TEST(seen1->back().epoch == 0u);
+  BOOST_TEST(controls_sent["p1"].size() == 2u);
+  BOOST_TEST(seen1->empty());  // the synchronous schedule: from the next epoch on
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  self->send_exit(p0, caf::exit_reason::user_shutdown);
+  self->send_exit(p1, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+BOOST_FIXTURE_TEST_CASE(balancer_refuses_platforms_whose_run_settings_are_not_the_clusters,
+                        fixture) {
+  // A node whose cluster file names another model (or whose run settings
+  // differ otherwise) is refused with what differs.
+  test::temp_dir dir;
+  auto setup = start_two_platform_run(sys, self, dir, "settings", 1);
+  auto& [cfg, test_set, b, p0, seen0, p1, seen1] = setup;
+  controls_sent.clear();
+  auto other = cfg;
+  other.train.model = "mlp";
+  self->send(b, join_atom::value, std::string{"p0"}, std::string{"a"},
+             caf::actor_cast<caf::actor>(p0), caf::actor{}, std::string{}, uint64_t{0},
+             std::string{}, config::join_settings(cfg));
+  self->send(b, join_atom::value, std::string{"p1"}, std::string{"b"},
+             caf::actor_cast<caf::actor>(p1), caf::actor{}, std::string{}, uint64_t{0},
+             std::string{}, config::join_settings(other));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(controls_sent["p1"].size(), 1u);
+  const auto& why = controls_sent["p1"].front().argument;
+  BOOST_TEST(why.find("train.model is mlp there, " + cfg.train.model + " in the cluster")
+               != std::string::npos,
+             why);
+  BOOST_TEST(controls_sent["p0"].empty());
+  BOOST_REQUIRE_EQUAL(seen0->size(), 1u);  // the run started with p0 alone
+  BOOST_TEST(seen1->empty());
   self->send_exit(b, caf::exit_reason::user_shutdown);
   self->send_exit(p0, caf::exit_reason::user_shutdown);
   self->send_exit(p1, caf::exit_reason::user_shutdown);
@@ -794,7 +847,7 @@ BOOST_FIXTURE_TEST_CASE(edgegossip_balancer_plans_algorithm_1_ratios, fixture) {
     auto pred = sys.spawn(fake_predictor, name, cfg.id, speed[i]);
     self->send(b, join_atom::value, name, std::string{"local"},
                caf::actor_cast<caf::actor>(platforms.back()), caf::actor_cast<caf::actor>(pred),
-               std::string{}, uint64_t{0}, std::string{});
+               std::string{}, uint64_t{0}, std::string{}, std::string{});
   }
   sched.run();
   double expected[] = {1.0, 1.0, 1.0 / 3.0, 0.2};

@@ -294,7 +294,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto p1 = sys.spawn(controlled_platform, got1);
   self->send(b, join_atom::value, std::string{"p0"}, std::string{"local"},
              caf::actor_cast<caf::actor>(p0), caf::actor{}, std::string{}, uint64_t{0},
-             std::string{});
+             std::string{}, std::string{});
   sched.run();
 
   // Before every platform joined: one row per configured platform.
@@ -316,7 +316,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
 
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
              caf::actor_cast<caf::actor>(p1), caf::actor{}, std::string{}, uint64_t{0},
-             std::string{});
+             std::string{}, std::string{});
   sched.run();
   auto r0 = report_of("p0", 0);
   r0.received_from = {{"p1", 2, 2000}};
@@ -379,7 +379,7 @@ BOOST_FIXTURE_TEST_CASE(balancer_answers_the_console, fixture) {
   auto p1b = sys.spawn(controlled_platform, got2);
   self->send(b, join_atom::value, std::string{"p1"}, std::string{"local"},
              caf::actor_cast<caf::actor>(p1b), caf::actor{}, std::string{}, uint64_t{0},
-             std::string{});
+             std::string{}, std::string{});
   sched.run();
   BOOST_TEST((*got2 == std::vector<std::string>{"pause"}));
   s = in::snapshot_from_json(ask(b, "snapshot"));

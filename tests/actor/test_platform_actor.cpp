@@ -185,9 +185,14 @@ node_actor::behavior_type fake_node(node_actor::pointer, rec_ptr rec) {
     [](run_atom, const std::string&) {},
     [](elect_atom) {},
     [](where_atom) { return std::string{}; },
-    [](classes_atom, const std::string&) { return std::vector<std::string>{}; },
+    [](classes_atom, const std::string&) -> caf::result<std::vector<std::string>, std::string> {
+      return {std::vector<std::string>{}, std::string{}};
+    },
+    [](where_atom, const std::string&) { return std::string{}; },
     [](member_atom, const std::string&, const std::string&) { return std::string{}; },
     [](member_atom, const std::string&) {},
+    [](withdraw_atom, const std::string&, const std::string&, const std::vector<std::string>&,
+       const std::string&) { return false; },
     [](failed_atom, const std::string&) {},
     [](challenge_atom) { return std::string{"nonce"}; },
     [](inspect_atom, const std::string&, const std::string&) { return std::string{"{}"}; },
@@ -206,8 +211,9 @@ fake_balancer_actor::behavior_type fake_balancer(fake_balancer_actor::pointer se
       self->send(caf::actor_cast<platform_actor>(platform), plan_atom::value, p);
     },
     [](join_atom, const std::string&, const std::string&, const caf::actor&, const caf::actor&,
-       const std::string&, uint64_t, const std::string&) {},
+       const std::string&, uint64_t, const std::string&, const std::string&) {},
     [](failed_atom, const std::string&, const std::string&) {},
+    [](withdraw_atom, const std::string&, const std::vector<std::string>&, const std::string&) {},
     [](server_atom, const std::string&) {},
     [](member_atom, const std::string&, const std::string&, uint16_t,
        const std::vector<std::string>&) {},

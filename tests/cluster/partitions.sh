@@ -12,7 +12,11 @@
 #   2. three nodes, the balancer's own node a cut off, back before the end;
 #   3. four nodes split two against two (c, d against a, b: a tie, which the
 #      side holding the balancer's node a wins), healed before the end;
-#   4. three nodes, node b cut off until after the run ended.
+#   4. three nodes, node b cut off until after the run ended;
+#   5. three nodes, the balancer's node a cut off, then back reaching node c
+#      8 s before node b (which kept the run): a's balancer asks before it
+#      resumes, stays paused, closes no epoch, and gives way to b's; no
+#      platform trains an epoch the run has passed.
 # In every case: exactly one run directory, with every epoch in its
 # cluster.csv once; no balancer on a minority side; a node back within 10 s
 # of its link's return trains again; every process exits within 10 s of the
@@ -282,6 +286,59 @@ else
   fail "node b did not end within 35 s of its link's return"
 fi
 says b "no node outside its side of the cluster"
+case_end
+
+echo "== 5. three nodes: the balancer's node a cut off for 12 s, back reaching c 8 s before b"
+cluster "$work/cluster.toml" 3
+start 3
+wait_epoch 2
+cut_at=$(now)
+cut_link 1
+sleep 12
+# a and b cannot reach each other yet (each drops the other's address); a
+# and c can.
+ip -n "${tag}n1" route add blackhole "$net.2/32"
+ip -n "${tag}n2" route add blackhole "$net.1/32"
+restore_link 1
+sleep 8
+ip -n "${tag}n1" route del blackhole "$net.2/32"
+ip -n "${tag}n2" route del blackhole "$net.1/32"
+restored=$(now)
+finish 3 150
+one_run
+says a "not a majority: the balancer here pauses its platforms"
+says a "but node c follows the balancer on node b: the balancer here stays paused"
+never a "no other balancer kept the run"
+says a "stopping ours"
+never a "platform c0 is back"
+back_within a0 "$restored"
+# A paused balancer closes no epoch: no epoch line of a's after its pause.
+pause_at=$(grep -n "not a majority: the balancer here pauses" "$work/a.log" | head -1 | cut -d: -f1)
+if [ -n "$pause_at" ] && tail -n +"$pause_at" "$work/a.log" | grep -q "info epoch [0-9]*/16:"; then
+  fail "a's balancer closed an epoch after it paused: $(tail -n +"$pause_at" "$work/a.log" | grep -m1 "info epoch [0-9]*/16:" | cut -c1-160)"
+else
+  pass "a's balancer closed no epoch after it paused"
+fi
+# No platform trains an epoch the run has passed: once the cut began, a0
+# and c0 finish only epochs beyond the last one b's balancer had evaluated.
+for p in a0 c0; do
+  stale=""
+  while IFS= read -r line; do
+    at=$(line_time "$line")
+    later "$cut_at" "$at" || continue
+    e=$(sed -E 's/.*\['"$p"'\] epoch ([0-9]+) done.*/\1/' <<<"$line")
+    kept=$(awk '
+      match($0, /^\[[0-9:.]+\]/) && /info epoch [0-9]+\/16:/ {
+        split(substr($0, 2, RLENGTH - 2), h, ":");
+        s = h[1] * 3600 + h[2] * 60 + h[3];
+        if (s <= t) { sub(/.*info epoch /, ""); sub(/\/.*/, ""); n = $0 }
+      }
+      END { print n + 0 }' t="$(date -d @"$at" +%H:%M:%S.%N | awk -F: '{ print $1 * 3600 + $2 * 60 + $3 }')" "$work/b.log")
+    [ "$e" -le "$kept" ] && stale="$stale epoch $e (b's balancer at $kept)"
+  done < <(grep -h "\[$p\] epoch [0-9]* done" "$work"/*.log)
+  if [ -n "$stale" ]; then fail "$p trained epochs the run had passed:$stale"; else pass "$p trained no epoch the run had passed"; fi
+done
+exits_within 10 a b c
 case_end
 
 if [ "$failures" -gt 0 ]; then

@@ -42,13 +42,14 @@ std::unique_ptr<process> start_node(const temp_dir& dir, const std::string& conf
     std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", node}, dir / log);
 }
 
-/// `edgegossip node --join 127.0.0.1:PORT --name NAME --secret SECRET
-/// --cluster joining`, its store under dir/NAME-store.
+/// `edgegossip node --join 127.0.0.1:PORT --name NAME --secret SECRET`,
+/// as README gives it (no --cluster: the id, "joining", not the default, is
+/// learnt from the node it dials), its store under dir/NAME-store.
 std::vector<std::string> join_command(const temp_dir& dir, uint16_t port, const std::string& name,
                                       const std::string& secret) {
   return {EG_BINARY, "node",     "--join",  "127.0.0.1:" + std::to_string(port),
           "--name",  name,       "--secret", secret,
-          "--cluster", "joining", "--set",  "storage.dir=\"" + dir / (name + "-store") + "\""};
+          "--set",  "storage.dir=\"" + dir / (name + "-store") + "\""};
 }
 
 bool has(const process& p, const std::string& text) {
@@ -90,6 +91,7 @@ BOOST_AUTO_TEST_CASE(a_node_joins_a_running_cluster_leaves_on_sigterm_and_comes_
   BOOST_REQUIRE_MESSAGE(d->wait_for_output("[d0] epoch", std::chrono::seconds(120)),
                         d->output() << "\n--- a:\n" << a.output());
   BOOST_TEST(has(*d, "joined the cluster 'joining' through 127.0.0.1:"), d->output());
+  BOOST_TEST(has(*d, "belongs to cluster 'joining'"), d->output());  // learnt, not given
   BOOST_TEST(has(a, "platform d0 joined from node d; training from epoch"), a.output());
   for (auto n : {"a", "b"})
     BOOST_TEST(has(*nodes[n], "node d joined the cluster"), nodes[n]->output());

@@ -22,7 +22,7 @@ const char* classes_toml =
 
 /// A cluster file of three nodes a, b, c on free ports, image folders, the
 /// Fashion-MNIST folder names as the cluster's classes; no node data.
-std::string cluster_file(const temp_dir& dir, uint32_t epochs) {
+std::string cluster_file(const temp_dir& dir, uint32_t epochs, double slowdown = 1) {
   std::ostringstream toml;
   toml << "[cluster]\nid = \"own-data-test\"\nseed = 5\nbalancer = \"a\"\n"
        << "[data]\nformat = \"image-folder\"\n" << classes_toml
@@ -32,7 +32,7 @@ std::string cluster_file(const temp_dir& dir, uint32_t epochs) {
        << "[output]\ndir = \"" << (dir.path / "runs").string() << "\"\n";
   for (auto name : {"a", "b", "c"})
     toml << "[[nodes]]\nname = \"" << name << "\"\nhost = \"127.0.0.1\"\nport = " << free_port()
-         << "\n[[nodes.platforms]]\nname = \"p" << name << "\"\n";
+         << "\n[[nodes.platforms]]\nname = \"p" << name << "\"\nslowdown = " << slowdown << "\n";
   const auto path = (dir.path / "cluster.toml").string();
   write_file(path, toml.str());
   return path;
@@ -223,11 +223,46 @@ BOOST_AUTO_TEST_CASE(a_missing_data_directory_stops_the_node_naming_it) {
   BOOST_TEST(out.find(missing) != std::string::npos);
 }
 
+namespace {
+
+/// Nodes a and b on their own folders, then node c on `c_data` once node
+/// a's balancer took a platform in; each node's process.
+std::vector<std::unique_ptr<process>> start_with_c(const temp_dir& dir, const std::string& config,
+                                                   const std::filesystem::path& c_data) {
+  std::vector<std::unique_ptr<process>> nodes;
+  for (auto name : {"a", "b"})
+    nodes.push_back(std::make_unique<process>(
+      std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name, "--data",
+                               (dir.path / "folders" / name).string()},
+      (dir.path / (std::string(name) + ".log")).string()));
+  BOOST_REQUIRE_MESSAGE(
+    nodes[0]->wait_for_output("balancer: platform pa joined", std::chrono::seconds(120)),
+    nodes[0]->output());
+  nodes.push_back(std::make_unique<process>(
+    std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", "c", "--data",
+                             c_data.string()},
+    (dir.path / "c.log").string()));
+  return nodes;
+}
+
+/// The last line of a process's output.
+std::string last_line(const std::string& out) {
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos)
+    return {};
+  auto start = out.rfind('\n', end);
+  return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+} // namespace
+
 BOOST_AUTO_TEST_CASE(a_platform_whose_data_has_another_shape_is_refused_at_join) {
+  // Node c's photos are RGB where the others' are grey: the balancer
+  // refuses its platform at join, node c hears why and exits 2 with the
+  // reason as its last line, and the other two train to the end without it.
   temp_dir dir;
   write_folders(dir, 300, 50);
-  const auto config = cluster_file(dir, 1);
-  // Node c holds RGB 32 x 32 images of the same classes: another model.
+  const auto config = cluster_file(dir, 3, 20);
   for (auto cls : {"Trouser", "Bag"}) {
     std::filesystem::create_directories(dir.path / "rgb" / "train" / cls);
     for (int i = 0; i < 4; ++i) {
@@ -236,23 +271,67 @@ BOOST_AUTO_TEST_CASE(a_platform_whose_data_has_another_shape_is_refused_at_join)
       f << "P6\n32 32\n255\n" << std::string(32 * 32 * 3, static_cast<char>(40 * i));
     }
   }
-  std::vector<std::unique_ptr<process>> nodes;
-  for (auto name : {"a", "b", "c"}) {
-    const auto data = std::string(name) == "c" ? dir.path / "rgb" : dir.path / "folders" / name;
-    nodes.push_back(std::make_unique<process>(
-      std::vector<std::string>{EG_BINARY, "node", "--config", config, "--node", name, "--data",
-                               data.string()},
-      (dir.path / (std::string(name) + ".log")).string()));
+  auto nodes = start_with_c(dir, config, dir.path / "rgb");
+  auto& a = *nodes[0];
+  auto& c = *nodes[2];
+  BOOST_REQUIRE_MESSAGE(a.wait_for_output("refused platform pc of node c", std::chrono::seconds(120)),
+                        a.output() << "\n--- c:\n" << c.output());
+  const auto refused_at = std::chrono::steady_clock::now();
+  // The console shows the refusal while the run goes on.
+  auto [console, shown] = run_binary({"console", "127.0.0.1:" + std::to_string(port_of(config, "a")),
+                                      "--config", config, "--once", "--json"},
+                                     (dir.path / "console.log").string(), std::chrono::seconds(30));
+  BOOST_TEST(console == 0, shown);
+  BOOST_TEST(shown.find("\"refused\"") != std::string::npos, shown);
+  BOOST_TEST(shown.find("platform pc of node c refused: its data is 3x32x32") != std::string::npos,
+             shown);
+  const auto code = c.wait(std::chrono::seconds(30));
+  const auto waited = std::chrono::steady_clock::now() - refused_at;
+  BOOST_TEST(code == 2, c.output());
+  BOOST_TEST((waited < std::chrono::seconds(15)),
+             std::chrono::duration<double>(waited).count() << " s after the refusal");
+  const auto last = last_line(c.output());
+  BOOST_TEST(last.find("node c: the cluster refused platform pc: its data is 3x32x32") !=
+               std::string::npos,
+             last);
+  BOOST_TEST(last.find("1x28x28") != std::string::npos, last);
+  BOOST_TEST(last.find("exit code 2") != std::string::npos, last);
+  for (size_t k : {0u, 1u}) {
+    BOOST_TEST(nodes[k]->wait(std::chrono::seconds(300)) == 0, nodes[k]->output());
   }
-  const bool refused = nodes[0]->wait_for_output("refused platform pc of node c",
-                                                 std::chrono::seconds(120));
-  BOOST_TEST_INFO(nodes[0]->output());
-  BOOST_TEST(refused);
-  const auto log = nodes[0]->output();
-  BOOST_TEST(log.find("its data is 3x32x32") != std::string::npos);
-  BOOST_TEST(log.find("is 1x28x28") != std::string::npos);
-  for (auto& n : nodes)
-    n->signal(SIGKILL);
+  // The run trained to the end without it, and said so in its epoch lines.
+  auto run = only_run_dir((dir.path / "runs").string());
+  BOOST_TEST(read_csv((run / "cluster.csv").string()).size() == 3u);
+  BOOST_TEST(a.output().find("2 platforms up; refused: pc (its data is 3x32x32") !=
+               std::string::npos,
+             a.output());
+}
+
+BOOST_AUTO_TEST_CASE(a_node_with_a_class_outside_the_list_is_left_out_and_the_others_train) {
+  // Node c's folder holds a class outside data.classes: it stops at start
+  // with exit code 2 and the reason last, after telling the cluster, whose
+  // run goes on without its platform.
+  temp_dir dir;
+  write_folders(dir, 300, 50);
+  const auto config = cluster_file(dir, 2, 20);
+  std::filesystem::create_directories(dir.path / "hats" / "train" / "Hat");
+  {
+    std::ofstream f((dir.path / "hats" / "train" / "Hat" / "1.pgm").string(), std::ios::binary);
+    f << "P5\n28 28\n255\n" << std::string(28 * 28, '\x40');
+  }
+  auto nodes = start_with_c(dir, config, dir.path / "hats");
+  auto& c = *nodes[2];
+  BOOST_TEST(c.wait(std::chrono::seconds(60)) == 2, c.output());
+  BOOST_TEST(last_line(c.output()).find("'Hat'") != std::string::npos, c.output());
+  BOOST_TEST(c.output().find("told node a that it cannot start") != std::string::npos,
+             c.output());
+  for (size_t k : {0u, 1u})
+    BOOST_TEST(nodes[k]->wait(std::chrono::seconds(300)) == 0, nodes[k]->output());
+  BOOST_TEST(nodes[0]->output().find("node c could not start, platform pc is refused") !=
+               std::string::npos,
+             nodes[0]->output());
+  auto run = only_run_dir((dir.path / "runs").string());
+  BOOST_TEST(read_csv((run / "cluster.csv").string()).size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(the_classes_come_from_the_balancer_nodes_data_and_a_platform_reads_its_own) {

@@ -165,7 +165,8 @@ BOOST_AUTO_TEST_CASE(hello_round_trip) {
   hello h{"node-b", "sha256:abc",
           {{role::node, "node-b", "node-b", {}, 0, {}},
            {role::platform, "p3", "node-b", "1x28x28; 2 classes: a, b", 600,
-            "count 470400; sum 134523.25; squares 66123.5"},
+            "count 470400; sum 134523.25; squares 66123.5",
+            "train.model=lenet5\nfingerprint=00ff\n"},
            {role::store, "node-b", "node-b", {}, 0, {}}},
           47000, "nonce-b", "nonce-a"};
   hello r = round_trip(h);
@@ -183,6 +184,8 @@ BOOST_AUTO_TEST_CASE(hello_round_trip) {
     BOOST_TEST(r.components[i].samples == h.components[i].samples);
     // A platform's node's data statistics, for the cluster's normalisation.
     BOOST_TEST(r.components[i].stats == h.components[i].stats);
+    // Its node's run settings, which the balancer checks at join.
+    BOOST_TEST(r.components[i].run == h.components[i].run);
   }
 }
 

@@ -636,6 +636,36 @@ BOOST_AUTO_TEST_CASE(to_toml_round_trip) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(join_settings_name_what_differs_from_the_cluster) {
+  auto a = default_config();
+  BOOST_TEST(join_settings_differences(join_settings(a), join_settings(a)) == "");
+  // A node that does not say is not refused for it.
+  BOOST_TEST(join_settings_differences(join_settings(a), "") == "");
+  auto b = a;
+  b.train.model = "mlp";
+  auto why = join_settings_differences(join_settings(a), join_settings(b));
+  BOOST_TEST(why.find("train.model is mlp there, " + a.train.model + " in the cluster")
+               != std::string::npos,
+             why);
+  BOOST_TEST(why.find("fingerprint") == std::string::npos, why);  // the named key says it
+  b = a;
+  b.strategy.name = "edgegossip";
+  why = join_settings_differences(join_settings(a), join_settings(b));
+  BOOST_TEST(why.find("strategy.name is edgegossip there") != std::string::npos, why);
+  // Only the fingerprint differs: said, with both.
+  b = a;
+  b.seed = a.seed + 1;
+  why = join_settings_differences(join_settings(a), join_settings(b));
+  BOOST_TEST(why.find(run_fingerprint(b) + ", the cluster's " + run_fingerprint(a))
+               != std::string::npos,
+             why);
+  // What does not change the run does not refuse it.
+  b = a;
+  b.train.epochs += 2;
+  b.nodes[0].cpu_limit = 0.5;
+  BOOST_TEST(join_settings_differences(join_settings(a), join_settings(b)) == "");
+}
+
 BOOST_AUTO_TEST_CASE(run_fingerprint_covers_what_changes_training) {
   auto a = default_config();
   auto b = a;

@@ -215,6 +215,43 @@ BOOST_AUTO_TEST_CASE(the_quorum_and_the_cluster_files_platforms) {
   BOOST_TEST(!b.find("p2"));
 }
 
+BOOST_AUTO_TEST_CASE(a_refused_platform_counts_out_of_the_quorum_until_it_joins_set_right) {
+  // cluster.quorum 0, "all of them": all but a refused one.
+  auto s = settings({"p0", "p1", "p2"});
+  barrier all(s);
+  BOOST_TEST(!all.has_quorum());  // none joined
+  all.join("p0", "a", false);
+  all.join("p1", "b", false);
+  BOOST_TEST(!all.has_quorum());
+  BOOST_TEST(all.refuse("p2", "its data is 3x8x8"));
+  BOOST_TEST(!all.refuse("p2", "its data is 3x8x8"));  // said once
+  BOOST_TEST(all.has_quorum());
+  BOOST_TEST(!all.expects("p2"));
+  BOOST_TEST(all.refused().at("p2") == "its data is 3x8x8");
+  // Named at the end of every epoch line until it joins set right.
+  BOOST_TEST(all.epoch_line(0).find("; refused: p2 (its data is 3x8x8)") != std::string::npos,
+             all.epoch_line(0));
+  BOOST_TEST(all.expect("p2"));
+  BOOST_TEST(all.refused().empty());
+  BOOST_TEST(!all.has_quorum());
+  BOOST_TEST(all.epoch_line(0).find("refused") == std::string::npos);
+  // A quorum of 2 of 3 with one refused is still 2; with two refused, the
+  // one left.
+  s.quorum = 2;
+  barrier two(s);
+  two.join("p0", "a", false);
+  two.refuse("p1", "x");
+  BOOST_TEST(!two.has_quorum());
+  two.refuse("p2", "y");
+  BOOST_TEST(two.has_quorum());
+  // Every platform refused: no run to start.
+  barrier none(s);
+  none.refuse("p0", "x");
+  none.refuse("p1", "x");
+  none.refuse("p2", "x");
+  BOOST_TEST(!none.has_quorum());
+}
+
 BOOST_AUTO_TEST_CASE(a_platform_of_a_node_that_joined_is_expected_from_the_next_epoch) {
   auto b = joined(settings({"p0", "p1"}, 5));
   b.plan(0, {}, at(0));
