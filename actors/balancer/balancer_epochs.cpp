@@ -141,6 +141,13 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
     self, targets,
     [self, epoch](std::vector<held_weights>& answers) {
       auto& st = self->state;
+      if (st.minority) {  // paused meanwhile: this side may not close it
+        st.epochs.cancel_evaluation(epoch);
+        spdlog::info("balancer: epoch {} is not closed here: this node reaches no majority of "
+                     "the cluster",
+                     epoch + 1);
+        return;
+      }
       std::vector<double> samples;               // each model's weight in the average
       std::vector<std::vector<double>> classes;  // and of its rows of the output layer
       // Push-sum: the consensus is sum_i w_i z_i / sum_i w_i, and the weights
@@ -164,6 +171,13 @@ void evaluate_average(self_ptr self, uint32_t epoch) {
       const auto start = clock::now();
       auto done = [self, epoch, start](std::vector<storage::node_test> tests) {
         auto& st = self->state;
+        if (st.minority) {
+          st.epochs.cancel_evaluation(epoch);
+          spdlog::info("balancer: epoch {} is not closed here: this node reaches no majority "
+                       "of the cluster",
+                       epoch + 1);
+          return;
+        }
         const double seconds = std::chrono::duration<double>(clock::now() - start).count();
         st.epochs.evaluation_done(epoch, std::move(tests), seconds);
         if (epoch < st.last_epoch())

@@ -366,9 +366,9 @@ std::optional<cluster_classes_answer> ask_cluster_classes(const config::cluster_
       std::string why;
       auto got = ask_node(asker, cfg.node(peer), cfg.secret, why);
       if (got && got->classes.size() >= 2) {
-        spdlog::info("node {}: the cluster's {} classes{} from node {}", node,
-                     got->classes.size(),
-                     got->shape.empty() ? std::string{} : ", of samples " + got->shape, peer);
+        spdlog::info("node {}: the cluster's {} classes from node {}{}", node,
+                     got->classes.size(), peer,
+                     got->shape.empty() ? std::string{} : " (samples of " + got->shape + ")");
         try {
           db.put(storage::family::runs, classes_key,
                  nlohmann::json{{"cluster", cfg.id}, {"from", peer}, {"classes", got->classes},

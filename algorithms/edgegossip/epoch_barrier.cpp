@@ -463,6 +463,8 @@ bool epoch_barrier::begin_evaluation(uint32_t epoch, clock::time_point now) {
   return true;
 }
 
+void epoch_barrier::cancel_evaluation(uint32_t epoch) { evaluating_.erase(epoch); }
+
 const storage::cluster_epoch* epoch_barrier::evaluating(uint32_t epoch) const {
   auto i = evaluating_.find(epoch);
   return i == evaluating_.end() ? nullptr : &i->second;

@@ -255,6 +255,10 @@ public:
   /// times, samples, prediction error, platforms up). False when it is being
   /// or was evaluated already.
   bool begin_evaluation(uint32_t epoch, clock::time_point now);
+  /// The evaluation of `epoch` begun is dropped (the balancer paused on a
+  /// minority side while it gathered the models): the epoch is not closed,
+  /// and may be evaluated again later.
+  void cancel_evaluation(uint32_t epoch);
   /// The row of `epoch` while its averaged model is being evaluated; null
   /// when it is not.
   const storage::cluster_epoch* evaluating(uint32_t epoch) const;

@@ -5,7 +5,7 @@
 # moved to a bridge of their own, for a split in two sides that still reach
 # each other), for longer than cluster.peer_timeout, then restored.
 #
-#   tests/cluster/partitions.sh EDGEGOSSIP
+#   tests/cluster/partitions.sh EDGEGOSSIP [CASE...]   (default: every case)
 #
 # Cases (GoSGD, synchronous, LeNet-5 on Fashion-MNIST):
 #   1. three nodes, node b cut off, back before the run ends;
@@ -28,7 +28,10 @@
 # case prints its nodes' logs.
 set -uo pipefail
 
-bin=${1:?usage: partitions.sh EDGEGOSSIP}
+bin=${1:?usage: partitions.sh EDGEGOSSIP [CASE...]}
+shift
+cases=" ${*:-1 2 3 4 5} "
+want() { [[ "$cases" == *" $1 "* ]]; }
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 tag="eg$$"
 net="10.$(( 20 + $$ % 200 )).$(( $$ / 200 % 250 ))"
@@ -214,6 +217,7 @@ wait_epoch() {
   return 1
 }
 
+if want 1; then
 echo "== 1. three nodes: b cut off for 12 s (peer timeout 3 s), back before the end"
 cluster "$work/cluster.toml" 3
 start 3
@@ -231,7 +235,10 @@ back_within b0 "$restored"
 exits_within 10 a b c
 
 case_end
+fi
+if want 2; then
 echo "== 2. three nodes: the balancer's node a cut off for 12 s, back before the end"
+cluster "$work/cluster.toml" 3
 start 3
 wait_epoch 2
 cut_link 1
@@ -248,6 +255,8 @@ back_within a0 "$restored"
 exits_within 10 a b c
 
 case_end
+fi
+if want 3; then
 echo "== 3. four nodes split two against two for 12 s (the side of node a wins the tie)"
 cluster "$work/cluster.toml" 4
 start 4
@@ -268,6 +277,8 @@ back_within d0 "$restored"
 exits_within 10 a b c d
 
 case_end
+fi
+if want 4; then
 echo "== 4. three nodes: b cut off until after the run ended"
 cluster "$work/cluster.toml" 3
 start 3
@@ -288,6 +299,8 @@ fi
 says b "no node outside its side of the cluster"
 case_end
 
+fi
+if want 5; then
 echo "== 5. three nodes: the balancer's node a cut off for 12 s, back reaching c 8 s before b"
 cluster "$work/cluster.toml" 3
 start 3
@@ -341,6 +354,7 @@ done
 exits_within 10 a b c
 case_end
 
+fi
 if [ "$failures" -gt 0 ]; then
   echo "partitions: $failures check(s) failed (logs of each failed case above)"
   exit 1

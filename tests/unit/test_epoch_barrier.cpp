@@ -252,6 +252,15 @@ BOOST_AUTO_TEST_CASE(a_refused_platform_counts_out_of_the_quorum_until_it_joins_
   BOOST_TEST(!none.has_quorum());
 }
 
+BOOST_AUTO_TEST_CASE(an_evaluation_cancelled_may_begin_again) {
+  auto b = joined(settings({"p0", "p1"}));
+  BOOST_TEST(b.begin_evaluation(0, at(1)));
+  BOOST_TEST(!b.begin_evaluation(0, at(1)));  // under way
+  b.cancel_evaluation(0);
+  BOOST_TEST(!b.evaluating(0));
+  BOOST_TEST(b.begin_evaluation(0, at(2)));
+}
+
 BOOST_AUTO_TEST_CASE(a_platform_of_a_node_that_joined_is_expected_from_the_next_epoch) {
   auto b = joined(settings({"p0", "p1"}, 5));
   b.plan(0, {}, at(0));
