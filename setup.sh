@@ -11,17 +11,15 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# What the build and a run need (`./setup.sh run`, `build`).
 packages=(
   cmake ninja-build g++ pkg-config
   libcaf-dev libtorch-dev libcapnp-dev capnproto librocksdb-dev
   libboost-test-dev libtomlplusplus-dev libcli11-dev libspdlog-dev
   libfaiss-dev zlib1g-dev liblapack-dev libblas-dev libssl-dev
-  dataset-fashion-mnist gnuplot-nox stress-ng
-  nlohmann-json3-dev tmux
+  dataset-fashion-mnist nlohmann-json3-dev
   # The data layer's readers: images (stb_image), NumPy arrays (xtensor).
   libstb-dev libxtensor-dev
-  # The data tests read a real CSV data set that scikit-learn ships.
-  python3-sklearn
   # LibTorch calls the system BLAS (libblas.so.3) for every fully connected
   # layer; without this it is the reference BLAS, and LeNet-5 trains at 0.6x
   # the speed. The pthread build: its calls are safe from several threads
@@ -30,6 +28,17 @@ packages=(
   # A node's cpu_limit where no cgroup may be written (not root, a read-only
   # cgroup tree): the duty-cycle limiter (system/cpu_limit.hpp).
   cpulimit
+  # A node's /metrics (prometheus-cpp, built in).
+  prometheus-cpp-dev
+  # The linker (CMakeLists.txt, EDGEGOSSIP_FAST_BUILD): mold links the binary
+  # and each test program against LibTorch in a fraction of GNU ld's time.
+  mold
+)
+# What only the test suite (and the benchmarks) need besides (`./setup.sh test`).
+test_packages=(
+  gnuplot-nox stress-ng tmux
+  # The data tests read a real CSV data set that scikit-learn ships.
+  python3-sklearn
   # TLS (cluster.tls): scripts/make-test-ca.sh makes a test CA and node
   # certificates with the openssl program.
   openssl
@@ -43,12 +52,13 @@ packages=(
   # The Debian package (cpack -G DEB) finds its dependencies with
   # dpkg-shlibdeps.
   dpkg-dev
-  # A node's /metrics (prometheus-cpp); the metrics test scrapes a run with
-  # Debian's Prometheus server, checks the text with promtool, and reads
-  # pages with curl.
-  prometheus-cpp-dev prometheus curl
+  # The metrics test scrapes a run with Debian's Prometheus server, checks
+  # the text with promtool, and reads pages with curl.
+  prometheus curl
 )
 
+what=${1:-build}
+[ "$what" = test ] && packages+=("${test_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -68,7 +78,6 @@ if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
     -DEDGEGOSSIP_SANITIZE="${EDGEGOSSIP_SANITIZE:-OFF}"
 fi
-what=${1:-build}
 [ $# -gt 0 ] && shift
 # A run needs the binary only; the test suite's programs are built for
 # `test` and `build`.
