@@ -272,6 +272,9 @@ node_impl::behavior_type node(self_ptr self, node_args args) {
     [self](elect_atom) { elect(self); },
     [self](recheck_atom) { check_balancer_majority(self); },
     [self](serve_atom) { serve(self); },
+    // (A node of the previous version asks without its name; this version
+    // asks with it, below, before an election and before a paused balancer
+    // resumes.)
     [self](where_atom) -> std::string {
       if (!from_cluster(self))
         return {};

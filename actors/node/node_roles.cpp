@@ -79,6 +79,41 @@ std::set<std::string> reachable_peers(const node_state& st) {
 
 namespace {
 
+/// Asks every peer whether it follows a balancer on a node other than
+/// this one; `done` gets "node PEER follows the balancer on node HOME" for
+/// the first that does, "" when none does (or none answers).
+void ask_who_follows(self_ptr self, std::function<void(const std::string&)> done) {
+  auto& st = self->state;
+  struct poll {
+    size_t pending = 0;
+    std::string follows;
+    std::function<void(const std::string&)> done;
+  };
+  auto p = std::make_shared<poll>();
+  p->pending = st.peers.size();
+  p->done = std::move(done);
+  auto settle = [p] {
+    if (p->pending > 0 && --p->pending > 0)
+      return;
+    p->done(p->follows);
+  };
+  if (st.peers.empty())
+    return settle();
+  for (auto& [name, peer] : st.peers)
+    self->request(peer, defaults::handshake_timeout, where_atom::value, st.args.name)
+      .then(
+        [self, p, settle, name = name](const std::string& home) {
+          if (!home.empty() && home != self->state.args.name && p->follows.empty())
+            p->follows = "node " + name + " follows the balancer on node " + home;
+          settle();
+        },
+        [settle](caf::error&) { settle(); });
+}
+
+} // namespace
+
+namespace {
+
 /// Tells the balancer hosted here to pause or resume its platforms (its
 /// node lost or regained a majority): it closes no epoch while paused so.
 void tell_balancer(self_ptr self, messages::verb what) {
@@ -97,17 +132,8 @@ void tell_balancer(self_ptr self, messages::verb what) {
 /// asks again later, until it meets that balancer and one of the two gives
 /// way (resolve_balancers), or that balancer is gone.
 void ask_before_resuming(self_ptr self) {
-  auto& st = self->state;
-  st.majority_asking = true;
-  struct poll {
-    size_t pending = 0;
-    std::string follows;  ///< "node PEER follows the balancer on node HOME" ("" if none)
-  };
-  auto p = std::make_shared<poll>();
-  p->pending = st.peers.size();
-  auto conclude = [self, p] {
-    if (p->pending > 0 && --p->pending > 0)
-      return;
+  self->state.majority_asking = true;
+  ask_who_follows(self, [self](const std::string& follows) {
     auto& st = self->state;
     st.majority_asking = false;
     if (!st.balancer || !st.balancer_paused || st.finished)
@@ -115,13 +141,12 @@ void ask_before_resuming(self_ptr self) {
     const auto reachable = reachable_peers(st);
     if (!st.succession.majority(st.args.name, reachable, st.args.settings.majority))
       return;  // lost it again meanwhile: stays paused
-    if (!p->follows.empty()) {
-      if (st.kept_elsewhere != p->follows)
+    if (!follows.empty()) {
+      if (st.kept_elsewhere != follows)
         spdlog::info("[{}] reaches {} of the cluster's {} nodes again, but {}: the balancer "
                      "here stays paused until it meets that one",
-                     st.args.name, reachable.size() + 1, st.args.settings.nodes.size(),
-                     p->follows);
-      st.kept_elsewhere = p->follows;
+                     st.args.name, reachable.size() + 1, st.args.settings.nodes.size(), follows);
+      st.kept_elsewhere = follows;
       self->delayed_send(self, defaults::election_retry, recheck_atom::value);
       return;
     }
@@ -134,18 +159,7 @@ void ask_before_resuming(self_ptr self) {
     // The platforms of the nodes it reaches, held back while it was paused.
     for (auto& n : st.args.settings.nodes)
       announce_platforms(self, n.name);
-  };
-  if (st.peers.empty())
-    return conclude();
-  for (auto& [name, peer] : st.peers)
-    self->request(peer, defaults::handshake_timeout, where_atom::value, st.args.name)
-      .then(
-        [self, p, conclude, name = name](const std::string& home) {
-          if (!home.empty() && home != self->state.args.name && p->follows.empty())
-            p->follows = "node " + name + " follows the balancer on node " + home;
-          conclude();
-        },
-        [conclude](caf::error&) { conclude(); });
+  });
 }
 
 } // namespace
@@ -277,25 +291,16 @@ bool on_majority_side(self_ptr self, const char* what) {
 /// starting a second one that would pull the peers' platforms back to an
 /// older epoch.
 void confirm_election(self_ptr self) {
-  auto& st = self->state;
-  struct poll {
-    size_t pending = 0;
-    std::string follows;  ///< "PEER follows the balancer on NODE" ("" if none does)
-  };
-  auto p = std::make_shared<poll>();
-  p->pending = st.peers.size();
-  auto conclude = [self, p] {
-    if (p->pending > 0 && --p->pending > 0)
-      return;
+  ask_who_follows(self, [self](const std::string& follows) {
     auto& st = self->state;
     if (st.finished || st.stopping || st.balancer || !st.directory.balancer_home().empty())
       return;
-    if (!p->follows.empty()) {
-      if (st.deferred_election != p->follows)
+    if (!follows.empty()) {
+      if (st.deferred_election != follows)
         spdlog::info("[{}] {}, which this node cannot reach yet: waiting for it rather than "
                      "starting a balancer here",
-                     st.args.name, p->follows);
-      st.deferred_election = p->follows;
+                     st.args.name, follows);
+      st.deferred_election = follows;
       self->delayed_send(self, defaults::election_retry, elect_atom::value);
       return;
     }
@@ -307,18 +312,7 @@ void confirm_election(self_ptr self) {
     spdlog::warn("[{}] no balancer in the cluster: starting one here", st.args.name);
     start_balancer(self, true);
     rehello(self);
-  };
-  if (st.peers.empty())
-    return conclude();
-  for (auto& [name, peer] : st.peers)
-    self->request(peer, defaults::handshake_timeout, where_atom::value)
-      .then(
-        [self, p, conclude, name = name](const std::string& home) {
-          if (!home.empty() && home != self->state.args.name && p->follows.empty())
-            p->follows = "node " + name + " follows the balancer on node " + home;
-          conclude();
-        },
-        [conclude](caf::error&) { conclude(); });
+  });
 }
 
 /// Hosts the balancer here if no live node before this one in the

@@ -333,7 +333,9 @@ else
   pass "a's balancer closed no epoch after it paused"
 fi
 # No platform trains an epoch the run has passed: once the cut began, a0
-# and c0 finish only epochs beyond the last one b's balancer had evaluated.
+# and c0 finish only epochs beyond the last one b's balancer had evaluated
+# a second before (the last report of an epoch closes it within
+# milliseconds, so the balancer's line may come first).
 for p in a0 c0; do
   stale=""
   while IFS= read -r line; do
@@ -346,7 +348,7 @@ for p in a0 c0; do
         s = h[1] * 3600 + h[2] * 60 + h[3];
         if (s <= t) { sub(/.*info epoch /, ""); sub(/\/.*/, ""); n = $0 }
       }
-      END { print n + 0 }' t="$(date -d @"$at" +%H:%M:%S.%N | awk -F: '{ print $1 * 3600 + $2 * 60 + $3 }')" "$work/b.log")
+      END { print n + 0 }' t="$(date -d @"$at" +%H:%M:%S.%N | awk -F: '{ print $1 * 3600 + $2 * 60 + $3 - 1 }')" "$work/b.log")
     [ "$e" -le "$kept" ] && stale="$stale epoch $e (b's balancer at $kept)"
   done < <(grep -h "\[$p\] epoch [0-9]* done" "$work"/*.log)
   if [ -n "$stale" ]; then fail "$p trained epochs the run had passed:$stale"; else pass "$p trained no epoch the run had passed"; fi
