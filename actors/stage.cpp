@@ -4,6 +4,9 @@
 
 #include <time.h>
 
+#include <cmath>
+#include <limits>
+
 namespace eg::actors {
 namespace stage_parts {
 
@@ -144,7 +147,14 @@ void guard_step(self_ptr self, std::optional<double> loss) {
   auto& st = self->state;
   if (!st.guard || st.diverging)
     return;
-  auto why = st.guard->gradient_norm(st.args.trainer->gradient_norm());
+  auto& trainer = *st.args.trainer;
+  auto why = st.guard->gradient_norm(trainer.gradient_norm(), [&trainer] {
+    double squares = 0;
+    for (auto& p : trainer.parameters())
+      squares += p.detach().pow(2).sum().item<double>();
+    return squares > 0 ? trainer.learning_rate() * trainer.gradient_norm() / std::sqrt(squares)
+                       : std::numeric_limits<double>::infinity();
+  });
   if (!why && loss)
     why = st.guard->loss(*loss);
   if (!why)

@@ -39,6 +39,7 @@ void check(const runaway_options& o) {
   need(o.loss_chance > 1, "loss_chance must be above 1");
   need(o.norm_spike > 1, "norm_spike must be above 1");
   need(o.norm_floor >= 0, "norm_floor must not be negative");
+  need(o.min_step >= 0, "min_step must not be negative");
   need(o.slow > 0 && o.slow < 1, "slow must be in (0, 1)");
   need(o.max_rollbacks >= 0, "max_rollbacks must not be negative");
   need(o.stuck_after >= 0, "stuck_after must not be negative");
@@ -77,7 +78,8 @@ std::optional<std::string> runaway_guard::loss(double value) {
   return std::nullopt;
 }
 
-std::optional<std::string> runaway_guard::gradient_norm(double value) {
+std::optional<std::string> runaway_guard::gradient_norm(double value,
+                                                       const std::function<double()>& step_fraction) {
   if (!opt_.enabled)
     return std::nullopt;
   if (!std::isfinite(value))
@@ -94,11 +96,15 @@ std::optional<std::string> runaway_guard::gradient_norm(double value) {
   }
   const double level = std::max(norm_avg_, opt_.norm_floor);
   if (value > opt_.norm_spike * level) {
-    if (norms_ >= opt_.warmup)
+    const double step = step_fraction ? step_fraction() : std::numeric_limits<double>::infinity();
+    if (norms_ >= opt_.warmup && !(step < opt_.min_step))
       return "a gradient's norm, " + fixed(value) + ", is " + fixed(value / level, 3) +
-             " x its average (" + fixed(norm_avg_) + ")";
-    // Within the warm-up: the stage is still waking up (its synthetic
-    // gradient growing from zero); the level and the warm-up start here.
+             " x its average (" + fixed(norm_avg_) + ")" +
+             (step_fraction ? ", a step of " + fixed(step, 3) + " x the parameters' norm"
+                            : std::string{});
+    // Within the warm-up, or a step too small to harm: the stage is still
+    // waking up (its synthetic gradient growing from zero); the level and
+    // the warm-up start here.
     norm_avg_ = value;
     norms_ = 1;
     return std::nullopt;

@@ -9,6 +9,7 @@
 // checkpoint with a smaller learning rate, and the epoch starts again).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -45,6 +46,13 @@ struct runaway_options {
   /// Gradient norms at or below this are taken as zero: the stage has not
   /// woken up yet.
   double norm_floor = 1e-8;
+  /// ...and only where the step it takes is not negligible: the learning
+  /// rate x the norm at least this fraction of the parameters' norm. A
+  /// stage below a synthetic-gradient module that wakes up slowly sees
+  /// norms of 1e-7 for many steps and then 2e-3 (bench split, conv8, 3
+  /// stages: "2.09e+04 x its average"), steps of 1e-6 of its parameters;
+  /// a gradient that explodes takes steps of a sizeable part of them.
+  double min_step = 1e-3;
   /// Each rollback multiplies every stage's learning rate by this.
   double slow = 0.5;
   /// Rollbacks in a run before it stops with an error.
@@ -70,8 +78,12 @@ public:
   /// A step's mean training loss (the last stage). Returns why the model
   /// ran away, or nothing.
   std::optional<std::string> loss(double value);
-  /// The norm of a step's gradient over the stage's parameters.
-  std::optional<std::string> gradient_norm(double value);
+  /// The norm of a step's gradient over the stage's parameters;
+  /// `step_fraction`, asked only when the norm spikes, says what part of
+  /// the parameters' norm the step takes (learning rate x norm / their
+  /// norm; none: the spike counts as it is).
+  std::optional<std::string> gradient_norm(double value,
+                                           const std::function<double()>& step_fraction = {});
 
   /// After a rollback: the averages, the lowest loss and the warmup start
   /// again (the checkpoint rolled back to may be well above the lowest

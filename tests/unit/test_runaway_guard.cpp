@@ -120,8 +120,21 @@ BOOST_AUTO_TEST_CASE(a_norm_that_starts_at_zero_and_wakes_up_is_not_a_runaway) {
   BOOST_REQUIRE(!w.gradient_norm(1.0));  // 1e6 x, within the warm-up
   BOOST_REQUIRE(!feed_norm(w, 20, 1.0));
   BOOST_TEST(w.gradient_norm(1000.0).has_value());
+  // A spike past the warm-up whose step is negligible (a module waking up
+  // slowly: norms of 1e-7 for many steps, then 2e-3) is not a runaway; one
+  // whose step is a sizeable part of the parameters is.
+  runaway_guard slow({}, 10);
+  BOOST_REQUIRE(!feed_norm(slow, 100, 1.147e-7));
+  BOOST_TEST(!slow.gradient_norm(0.002403, [] { return 2.4e-6; }));
+  BOOST_REQUIRE(!feed_norm(slow, 100, 0.0024));
+  auto big = slow.gradient_norm(10.0, [] { return 0.3; });
+  BOOST_REQUIRE(big.has_value());
+  BOOST_TEST(big->find("a step of 0.3 x the parameters' norm") != std::string::npos, *big);
   runaway_options bad;
   bad.norm_floor = -1;
+  BOOST_CHECK_THROW(check(bad), argument_error);
+  bad = {};
+  bad.min_step = -1;
   BOOST_CHECK_THROW(check(bad), argument_error);
 }
 
