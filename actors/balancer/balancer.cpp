@@ -302,14 +302,21 @@ std::string refusal_of(self_ptr self, const std::string& data, const std::string
 /// Refuses platform `name` of `node`: the run stops expecting it (it starts
 /// or goes on with the others), and the platform's node hears why, which
 /// stops it (exit code 2).
+/// The barrier stops expecting platform `name` of `node` (`said`: how the
+/// log line begins); said once per reason.
+void stop_expecting(self_ptr self, const std::string& name, const std::string& node,
+                    const std::string& why, const std::string& said) {
+  auto& st = self->state;
+  if (!st.epochs.refuse(name, why))
+    return;
+  spdlog::error("balancer: {}: {}; the run goes on without it", said, why);
+  st.console.refused(name, node, why);
+}
+
 void refuse(self_ptr self, const std::string& name, const std::string& node,
             const platform_actor& handle, const std::string& why) {
   auto& st = self->state;
-  if (st.epochs.refuse(name, why)) {
-    spdlog::error("balancer: refused platform {} of node {}: {}; the run goes on without it",
-                  name, node, why);
-    st.console.refused(name, node, why);
-  }
+  stop_expecting(self, name, node, why, "refused platform " + name + " of node " + node);
   self->request(handle, defaults::control_timeout, control_atom::value,
                 control{messages::verb::refuse, why})
     .then([](bool) {},
@@ -317,6 +324,25 @@ void refuse(self_ptr self, const std::string& name, const std::string& node,
             spdlog::warn("balancer: platform {} was not told of its refusal: {}", name,
                          self->system().render(err));
           });
+  if (!st.started && st.epochs.has_quorum())
+    start(self);
+}
+
+/// Node `node` could not start (its own data is unusable): its platforms
+/// that are not up are refused as at join.
+void node_cannot_start(self_ptr self, const std::string& node,
+                       const std::vector<std::string>& platforms, const std::string& why) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  for (auto& name : platforms) {
+    auto* known = st.epochs.find(name);
+    if (known && known->up)
+      continue;  // (it is up: a platform of that name that did start)
+    if (st.epochs.expects(name) || st.epochs.refused().count(name))
+      stop_expecting(self, name, node, why,
+                     "node " + node + " could not start, platform " + name + " is refused");
+  }
   if (!st.started && st.epochs.has_quorum())
     start(self);
 }
@@ -391,6 +417,44 @@ void joined(self_ptr self, const std::string& name, const std::string& node, caf
     start(self);
 }
 
+/// A monitored platform is down: it holds no epoch back any more; when every
+/// platform left on its own, the run ends.
+void platform_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (auto& [name, h] : st.handles)
+    if (h.platform.address() == dm.source && st.epochs.down(name)) {
+      auto& node = st.epochs.find(name)->node;
+      st.members_changed = true;
+      // A platform that ended on its own (its model kept running away)
+      // exits normally, which CAF words as "none".
+      const auto why = dm.reason ? caf::to_string(dm.reason) : std::string("it left the run");
+      if (!dm.reason)
+        st.left.insert(name);
+      st.console.down(name, node, why);
+      if (!st.finished)
+        spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,
+                     node, why, st.epochs.up());
+      // Whatever is asked of it is not waited for any longer.
+      for (auto& w : std::vector<std::weak_ptr<pending_gather>>(st.gathers))
+        if (auto g = w.lock())
+          g->lost(name);
+    }
+  // Every platform left on its own: none will come back (a node that
+  // died may be started again; a platform that left stays gone), and an
+  // epoch with nobody to train it would be waited for forever.
+  if (!st.finished && st.epochs.up() == 0 && !st.handles.empty() &&
+      std::all_of(st.handles.begin(), st.handles.end(),
+                  [&](const auto& h) { return st.left.count(h.first) > 0; })) {
+    spdlog::error("balancer: every platform left the run (their models kept running away "
+                  "after train.max_rollbacks rollbacks; each one's log says why): the run "
+                  "ends here, a smaller train.lr may train");
+    finish(self);
+    return;
+  }
+  if (!st.finished)
+    check_epochs(self);
+}
+
 balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
   auto& st = self->state;
   st.epochs = epoch_barrier{args.settings.barrier};
@@ -406,66 +470,13 @@ balancer_actor::behavior_type balancer(self_ptr self, balancer_args args) {
     // (their node is down) do not hold it back; they join again later.
     self->delayed_send(self, defaults::resume_grace, start_atom::value);
   }
-  self->set_down_handler([self](const caf::down_msg& dm) {
-    auto& st = self->state;
-    for (auto& [name, h] : st.handles)
-      if (h.platform.address() == dm.source && st.epochs.down(name)) {
-        auto& node = st.epochs.find(name)->node;
-        st.members_changed = true;
-        // A platform that ended on its own (its model kept running away)
-        // exits normally, which CAF words as "none".
-        const auto why = dm.reason ? caf::to_string(dm.reason) : std::string("it left the run");
-        if (!dm.reason)
-          st.left.insert(name);
-        st.console.down(name, node, why);
-        if (!st.finished)
-          spdlog::warn("balancer: platform {} on node {} is down ({}); {} platforms left", name,
-                       node, why, st.epochs.up());
-        // Whatever is asked of it is not waited for any longer.
-        for (auto& w : std::vector<std::weak_ptr<pending_gather>>(st.gathers))
-          if (auto g = w.lock())
-            g->lost(name);
-      }
-    // Every platform left on its own: none will come back (a node that
-    // died may be started again; a platform that left stays gone), and an
-    // epoch with nobody to train it would be waited for forever.
-    if (!st.finished && st.epochs.up() == 0 && !st.handles.empty() &&
-        std::all_of(st.handles.begin(), st.handles.end(),
-                    [&](const auto& h) { return st.left.count(h.first) > 0; })) {
-      spdlog::error("balancer: every platform left the run (their models kept running away "
-                    "after train.max_rollbacks rollbacks; each one's log says why): the run "
-                    "ends here, a smaller train.lr may train");
-      finish(self);
-      return;
-    }
-    if (!st.finished)
-      check_epochs(self);
-  });
+  self->set_down_handler([self](const caf::down_msg& dm) { platform_down(self, dm); });
   return {
     [self](failed_atom, const std::string& node, const std::string& why) {
       self->state.console.store_failed(node, why);
     },
     [self](withdraw_atom, const std::string& node, const std::vector<std::string>& platforms,
-           const std::string& why) {
-      auto& st = self->state;
-      if (st.finished)
-        return;
-      for (auto& name : platforms) {
-        auto* known = st.epochs.find(name);
-        if (known && known->up)
-          continue;  // (it is up: a platform of that name that did start)
-        if (!st.epochs.expects(name) && !st.epochs.refused().count(name))
-          continue;
-        if (st.epochs.refuse(name, why)) {
-          spdlog::error("balancer: node {} could not start, platform {} is refused: {}; the "
-                        "run goes on without it",
-                        node, name, why);
-          st.console.refused(name, node, why);
-        }
-      }
-      if (!st.started && st.epochs.has_quorum())
-        start(self);
-    },
+           const std::string& why) { node_cannot_start(self, node, platforms, why); },
     [self](server_atom, const std::string& node) { self->state.console.server_at(node); },
     [self](member_atom, const std::string& node, const std::string& host, uint16_t port,
            const std::vector<std::string>& platforms) {

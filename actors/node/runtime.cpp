@@ -320,6 +320,24 @@ server_args server_of(const config::cluster_config& cfg, const learning::model_s
   return sa;
 }
 
+/// read_training_data; where this node's own data is unusable (its file or
+/// directory, a class outside the list, another shape than the cluster's),
+/// the cluster hears it before the error goes on, so that the run does not
+/// wait for this node's platforms.
+std::optional<training_data> read_or_tell_cluster(const config::cluster_config& cfg,
+                                                  const config::node_config& me,
+                                                  const runtime_options& opts,
+                                                  storage::store& db) {
+  try {
+    return read_training_data(cfg, me, opts, db);
+  } catch (const std::exception& e) {
+    const auto code = eg::code_of(e);
+    if (code == errc::bad_data || code == errc::bad_config || code == errc::mismatch)
+      tell_cluster_node_cannot_start(cfg, me.name, e.what(), std::chrono::seconds(10));
+    throw;
+  }
+}
+
 /// The process's part of the node, while its actors run: signals, the
 /// co-runners, the front door; then waits for the node to end and says how
 /// it went (arming the shutdown watchdog with the exit code).
@@ -437,26 +455,14 @@ run_outcome run_node(const config::cluster_config& given, const std::string& nod
   // A split run: this node's stages (the first stage loads the data).
   const bool split = cfg.split.enabled();
   std::vector<stage_args> stages;
-  auto run_failure = std::make_shared<std::string>();
-  auto refusal = std::make_shared<std::string>();
+  auto run_failure = std::make_shared<std::string>(), refusal = std::make_shared<std::string>();
   training_data data;
   if (split) {
     stages = local_stages(cfg, node_name, *db, opts.fresh, opts.data_dir);
     for (auto& s : stages)
       s.failure = run_failure;
   } else {
-    std::optional<training_data> read;
-    try {
-      read = read_training_data(cfg, me, opts, *db);
-    } catch (const std::exception& e) {
-      // This node's own data is unusable (its file or directory, a class
-      // outside the list, another shape than the cluster's): the cluster
-      // hears it, so that the run does not wait for this node's platforms.
-      const auto code = eg::code_of(e);
-      if (code == errc::bad_data || code == errc::bad_config || code == errc::mismatch)
-        tell_cluster_node_cannot_start(cfg, node_name, e.what(), std::chrono::seconds(10));
-      throw;
-    }
+    auto read = read_or_tell_cluster(cfg, me, opts, *db);
     if (!read) {
       run_outcome stopped;
       stopped.stopped = true;
